@@ -1,0 +1,285 @@
+/*
+ * ushuffle — a shuffle transport on io_uring.
+ *
+ * This is the only public header. Every object is an opaque handle with a
+ * create/free pair; every free function accepts NULL.
+ *
+ * Conventions (liburing's): functions return 0 or a count on success and a
+ * negative errno, or a negative USH_E* code, on failure; errno is never set.
+ * A failing call also leaves a detailed message (what, where, errno) for the
+ * calling thread in ush_last_error().
+ *
+ * Threading: a ush_ring and everything opened on it (writers) belong to the
+ * thread that created the ring (io_uring SINGLE_ISSUER). Use one ring per
+ * thread. Readers are independent objects usable from any one thread.
+ *
+ * Asynchronous contract: once a call that hands a buffer over returns an
+ * error, that buffer was not handed over and no completion for it will fire.
+ */
+#ifndef USHUFFLE_H
+#define USHUFFLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(USH_BUILDING) && defined(__GNUC__)
+#define USH_API __attribute__((visibility("default")))
+#else
+#define USH_API
+#endif
+
+#define USH_VERSION_MAJOR 0
+#define USH_VERSION_MINOR 1
+#define USH_VERSION_PATCH 0
+#define USH_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ errors */
+
+/* Library errors live below -4000, outside the errno range. */
+#define USH_ERRORS(X)                                                        \
+	X(CORRUPT, -4001, "corrupt or truncated data")                       \
+	X(CRC, -4002, "CRC32C mismatch")                                     \
+	X(VERSION, -4003, "unsupported format or protocol version")          \
+	X(NOTCOMMITTED, -4004, "map output not committed")                   \
+	X(POOL, -4005, "buffer pool exhausted")                              \
+	X(CODEC, -4006, "compression or decompression failed")               \
+	X(STATE, -4007, "object in the wrong state for this call")           \
+	X(COMMITTED, -4008, "map output already committed by another attempt")
+
+enum {
+#define USH_ERR_ENUM(name, code, msg) USH_E##name = (code),
+	USH_ERRORS(USH_ERR_ENUM)
+#undef USH_ERR_ENUM
+};
+
+/* Description of err (a negative errno or USH_E* code). Never NULL. */
+USH_API const char *ush_strerror(int err);
+/* Symbolic name ("EIO", "USH_ECRC") of err. Never NULL. */
+USH_API const char *ush_err_name(int err);
+/*
+ * The detailed message of the last failing call on this thread, e.g.
+ * "reader: /d/s1/m3.a0.data offset 65536 partition 7: CRC32C mismatch".
+ * Valid until the next failing call on this thread.
+ */
+USH_API const char *ush_last_error(void);
+
+/*
+ * Heap allocations made by the library (its own and its codecs') since the
+ * process started. The difference around N batches is the allocation count
+ * per batch; in steady state it is zero.
+ */
+USH_API uint64_t ush_alloc_count(void);
+
+/* Log sink for warnings (fallbacks the caller should know about). The
+ * default writes "ushuffle: <msg>" to stderr. fn == NULL restores it. */
+typedef void (*ush_log_fn)(void *arg, const char *msg);
+USH_API void ush_set_log(ush_log_fn fn, void *arg);
+
+/* ------------------------------------------------------------------ frames */
+
+enum ush_codec {
+	USH_CODEC_NONE = 0,
+	USH_CODEC_LZ4 = 1,
+	USH_CODEC_ZSTD = 2,
+};
+
+/* Bytes of the frame header reserved in front of every push buffer. */
+#define USH_FRAME_HDR_SIZE 48u
+/* Bytes of the length prefix in front of every record inside a batch. */
+#define USH_RECORD_HDR_SIZE 4u
+/* Largest record (and batch) the format accepts. */
+#define USH_RECORD_MAX (1u << 30)
+
+/*
+ * Exact bytes a frame occupies on the wire and on disk (before O_DIRECT
+ * padding) when its stored payload is stored_len bytes.
+ */
+USH_API size_t ush_frame_size(size_t stored_len);
+/*
+ * Exact size of a frame of raw_len batch bytes under codec: for
+ * USH_CODEC_NONE header + raw_len; for a compressing codec the frame is
+ * compressed into a scratch buffer once to learn its size (use it in tests
+ * and sizing tools, not per batch). A batch that does not shrink is stored
+ * raw, so header + raw_len is also the upper bound for every codec.
+ * Returns the size, or a negative error.
+ */
+USH_API long ush_frame_size_of(enum ush_codec codec, int level,
+			       const void *batch, size_t raw_len);
+
+/* Parses "none", "lz4", "zstd" or "zstd:LEVEL". Returns 0 or -EINVAL. */
+USH_API int ush_codec_parse(const char *s, enum ush_codec *codec, int *level);
+USH_API const char *ush_codec_name(enum ush_codec codec);
+
+/* -------------------------------------------------------------------- ring */
+
+typedef struct ush_ring ush_ring;
+
+struct ush_ring_opts {
+	unsigned iodepth;   /* in-flight operations bound (default 64) */
+	size_t pool_bytes;  /* registered buffer memory (default 64 MiB) */
+	size_t push_size;   /* push buffer size, power of two, 4 KiB..64 MiB
+			       (default 64 KiB) */
+	int sqpoll;         /* 1: IORING_SETUP_SQPOLL (default 0) */
+	int fixedbufs;      /* 1: register buffers or fail; 0: never; -1
+			       (default): register, fall back with a warning */
+	enum ush_codec codec;
+	int level;          /* codec level (zstd default 1, lz4 accel 1) */
+};
+
+/* Fills opts with the defaults above. */
+USH_API void ush_ring_opts_init(struct ush_ring_opts *opts);
+
+/*
+ * Creates a ring for the calling thread: one io_uring, a pool of
+ * pool_bytes carved into power-of-two buffers from 4 KiB to push_size, and
+ * the compression contexts. On success *out owns them; free with
+ * ush_ring_free() from the same thread.
+ */
+USH_API int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts);
+/* Frees the ring. Every writer opened on it must be freed first. */
+USH_API void ush_ring_free(ush_ring *ring);
+
+struct ush_ring_info {
+	unsigned setup_flags;   /* IORING_SETUP_* actually in effect */
+	int fixedbufs;          /* 1 if the pool is registered */
+	unsigned iodepth;
+	size_t pool_bytes;
+	size_t push_size;
+	size_t pool_idle_bytes; /* bytes on the idle lists now */
+};
+USH_API void ush_ring_info(const ush_ring *ring, struct ush_ring_info *info);
+
+/* ------------------------------------------------------------------ writer */
+
+typedef struct ush_writer ush_writer;
+
+enum ush_target {
+	USH_TARGET_NULL = 0, /* frames are built, then dropped: no I/O */
+	USH_TARGET_DISK = 1, /* local spill: data file + index per attempt */
+};
+
+struct ush_writer_opts {
+	uint32_t shuffle, map, attempt;
+	uint32_t partitions;    /* 1 .. 16M */
+	enum ush_target target;
+	const char *dir;        /* disk: spill directory (copied) */
+	int direct;             /* disk: 1 (default) O_DIRECT where supported */
+};
+
+/* Per-partition totals reported by ush_writer_commit(). */
+struct ush_part_stats {
+	uint64_t records;
+	uint64_t bytes;   /* logical record bytes */
+	uint64_t batches;
+};
+
+struct ush_writer_stats {
+	uint64_t records, batches;
+	uint64_t raw_bytes;     /* batch bytes before compression */
+	uint64_t frame_bytes;   /* frame bytes produced (headers included) */
+	uint64_t stored_bytes;  /* bytes written to the target (padding incl.) */
+	uint64_t stored_raw;    /* batches stored raw because they did not shrink */
+	uint64_t grows;         /* partition buffers grown by copy */
+};
+
+/*
+ * Opens the map output (shuffle, map, attempt) on ring. The writer borrows
+ * ring until ush_writer_free(). Returns 0 and *out, or an error.
+ */
+USH_API int ush_writer_open(ush_writer **out, ush_ring *ring,
+			    const struct ush_writer_opts *opts);
+
+/*
+ * Appends one record to partition's batch. Records are length-prefixed
+ * and never split across batches; a record larger than the push buffer
+ * goes out alone as its own batch. The record is copied; the caller keeps
+ * rec. Returns 0 or an error (a sticky I/O error returns on every call).
+ */
+USH_API int ush_writer_write(ush_writer *w, uint32_t partition,
+			     const void *rec, size_t len);
+
+/*
+ * Swap hand-off for callers that fill push buffers themselves.
+ * ush_writer_acquire() gives the caller an idle push buffer: *buf points at
+ * its payload area of *cap bytes (header room is reserved in front).
+ * Fill it with records, each a 4-byte little-endian length then the bytes
+ * (ush_record_put() does it). ush_writer_swap() hands *buf (len bytes,
+ * nrecords records) over and stores in *buf a different idle buffer of the
+ * same capacity: the old pointer must not be touched again. In
+ * ush_writer_release() the caller gives back a buffer it no longer needs.
+ */
+USH_API int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap);
+USH_API int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
+			    size_t len, uint32_t nrecords);
+USH_API int ush_writer_release(ush_writer *w, void *buf);
+/*
+ * Copy hand-off: like swap, but the batch is copied into a pool buffer and
+ * the caller keeps its memory (for callers that cannot give it away).
+ */
+USH_API int ush_writer_copy(ush_writer *w, uint32_t partition,
+			    const void *batch, size_t len, uint32_t nrecords);
+
+/* Writes one record header + bytes at dst; returns bytes written. */
+static inline size_t ush_record_put(void *dst, const void *rec, uint32_t len)
+{
+	unsigned char *d = (unsigned char *)dst;
+	const unsigned char *s = (const unsigned char *)rec;
+	d[0] = (unsigned char)len;
+	d[1] = (unsigned char)(len >> 8);
+	d[2] = (unsigned char)(len >> 16);
+	d[3] = (unsigned char)(len >> 24);
+	for (uint32_t i = 0; i < len; i++)
+		d[USH_RECORD_HDR_SIZE + i] = s[i];
+	return USH_RECORD_HDR_SIZE + (size_t)len;
+}
+
+/*
+ * Flushes every partition, waits for every completion, makes the output
+ * durable and publishes it atomically. parts, if not NULL, receives
+ * `partitions` entries. After commit the writer accepts no more records.
+ */
+USH_API int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts);
+/* Drops everything written so far and removes partial files. */
+USH_API int ush_writer_abort(ush_writer *w);
+/* Totals so far. */
+USH_API void ush_writer_stats(const ush_writer *w, struct ush_writer_stats *st);
+/* The sticky error message, or NULL if the writer has none. */
+USH_API const char *ush_writer_error(const ush_writer *w);
+/* Frees the writer, aborting it first if it was neither committed nor
+ * aborted. */
+USH_API void ush_writer_free(ush_writer *w);
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct ush_reader ush_reader;
+
+struct ush_reader_opts {
+	const char *dir;      /* spill directory the writers used */
+	uint32_t shuffle;
+	uint32_t partition;
+	uint32_t maps;        /* map ids 0 .. maps-1 must all be committed */
+};
+
+/*
+ * Opens partition of shuffle over the committed outputs of maps 0..maps-1
+ * in dir. A map without a committed index is an error (USH_ENOTCOMMITTED).
+ */
+USH_API int ush_reader_open(ush_reader **out,
+			    const struct ush_reader_opts *opts);
+/*
+ * Yields the next record: returns 1 and sets *rec and *len (valid until the
+ * next call or ush_reader_free()), 0 at the end, or an error naming file,
+ * offset and partition. Every frame's CRC is checked before any of its
+ * records is returned; duplicate batches are dropped.
+ */
+USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
+USH_API void ush_reader_free(ush_reader *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* USHUFFLE_H */

@@ -1,0 +1,48 @@
+/* Counted allocation: lets callers and tests see allocations per batch. */
+#include "internal.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static atomic_uint_fast64_t allocs;
+
+uint64_t ush_alloc_count(void)
+{
+	return atomic_load_explicit(&allocs, memory_order_relaxed);
+}
+
+static void count(void)
+{
+	atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+}
+
+void *ush_malloc(size_t n)
+{
+	count();
+	return malloc(n);
+}
+
+void *ush_calloc(size_t n, size_t size)
+{
+	count();
+	return calloc(n, size);
+}
+
+void *ush_aligned_alloc(size_t n)
+{
+	void *p;
+	count();
+	return posix_memalign(&p, USH_ALIGN, ALIGN_UP(n, USH_ALIGN)) ? NULL : p;
+}
+
+char *ush_strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = ush_malloc(n);
+	return d ? memcpy(d, s, n) : NULL;
+}
+
+void ush_free(void *p)
+{
+	free(p);
+}

@@ -1,0 +1,41 @@
+/*
+ * The frame: the unit on disk and on the wire. A fixed 48-byte
+ * little-endian header, then the payload; layout in docs/format.md.
+ */
+#ifndef USH_FRAME_H
+#define USH_FRAME_H
+
+#include "internal.h"
+
+#define USH_FRAME_MAGIC 0x46485355u /* "USHF" */
+#define USH_FRAME_VERSION 1
+
+enum ush_frame_type {
+	USH_FRAME_DATA = 1,
+};
+
+struct ush_frame {
+	uint8_t type, codec, flags;
+	uint32_t shuffle, map, attempt, partition;
+	uint64_t seq;
+	uint32_t raw_len, payload_len, nrec, crc;
+};
+
+/* Writes f's header at hdr; the payload must follow it (hdr + 48) and is
+ * covered by the CRC32C computed here. */
+void frame_encode(uint8_t *hdr, struct ush_frame *f);
+/* Parses and bounds-checks a header. Returns 0, USH_ECORRUPT or
+ * USH_EVERSION. Does not check the CRC. */
+int frame_decode(const uint8_t *hdr, struct ush_frame *f);
+/* Checks the CRC of a decoded frame whose payload follows hdr. */
+int frame_check(const uint8_t *hdr, const struct ush_frame *f);
+
+/*
+ * Iterates the length-prefixed records of a batch: *off is the cursor.
+ * Returns 1 with *rec and *len set, 0 at the end, USH_ECORRUPT if a length
+ * runs past the batch.
+ */
+int records_next(const uint8_t *batch, size_t n, size_t *off,
+		 const void **rec, size_t *len);
+
+#endif

@@ -1,0 +1,75 @@
+/* Shared by the library's modules; never installed. */
+#ifndef USH_INTERNAL_H
+#define USH_INTERNAL_H
+
+#define USH_BUILDING 1
+#include "ushuffle/ushuffle.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define ALIGN_UP(x, a) (((x) + (a)-1) & ~((__typeof__(x))(a)-1))
+
+/* Every buffer address, size and file offset is a multiple of this, which
+ * covers O_DIRECT on 512-byte and 4 KiB logical-block devices. */
+#define USH_ALIGN 4096u
+
+/* error.c: records the detailed message for ush_last_error(); returns err
+ * so callers can `return ush_fail(err, ...)`. */
+int ush_fail(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Same, with a message that already names the error. */
+int ush_fail_msg(int err, const char *msg);
+void ush_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Aborts with "ushuffle: BUG: <msg>": for ownership violations. */
+_Noreturn void ush_panic(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* alloc.c: counted heap allocation; every library allocation goes here. */
+void *ush_malloc(size_t n);
+void *ush_calloc(size_t n, size_t size);
+void *ush_aligned_alloc(size_t n); /* USH_ALIGN-aligned */
+char *ush_strdup(const char *s);
+void ush_free(void *p);
+
+static inline void put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+static inline uint64_t get_le64(const uint8_t *p)
+{
+	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+/* Smallest power of two >= v (v >= 1). */
+static inline size_t pow2_ceil(size_t v)
+{
+	return v <= 1 ? 1 : (size_t)1 << (64 - __builtin_clzl(v - 1));
+}
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * The reduce-side reader over local spill files. For each map it reads the
+ * committed index (which names the winning attempt), keeps the entries of
+ * its partition, then reads each frame, checks header against index, the
+ * CRC32C and the record structure before yielding a single record.
+ */
+#include "codec.h"
+#include "frame.h"
+#include "spill.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ush_reader {
+	struct ush_reader_opts o;
+	struct ush_codec_ctx codec;
+	uint32_t map;              /* next map to open */
+	int fd;                    /* current map's data file */
+	char path[PATH_MAX];
+	struct spill_trailer t;
+	struct spill_entry *ents;  /* this partition's entries of the map */
+	size_t nents, ei, ecap;
+	uint64_t next_seq;         /* lower sequence numbers are duplicates */
+	uint8_t *fbuf, *rbuf;      /* frame and decompressed batch */
+	size_t fcap, rcap;
+	const uint8_t *batch;      /* records being yielded */
+	size_t blen, boff;
+	int err;
+};
+
+static int grow(uint8_t **p, size_t *cap, size_t n)
+{
+	if (n <= *cap)
+		return 0;
+	size_t c = pow2_ceil(n);
+	uint8_t *q = ush_malloc(c);
+	if (!q)
+		return -ENOMEM;
+	ush_free(*p);
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n, uint64_t off)
+{
+	uint8_t *b = p;
+	while (n) {
+		ssize_t r = pread(fd, b, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return USH_ECORRUPT; /* file shorter than its index */
+		b += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* Reads map's committed index and keeps this partition's entries. */
+static int load_index(struct ush_reader *r, uint32_t map)
+{
+	const struct ush_reader_opts *o = &r->o;
+	char ipath[PATH_MAX];
+	struct stat st;
+	uint8_t *buf = NULL;
+	spill_index(ipath, sizeof(ipath), o->dir, o->shuffle, map);
+	int fd = open(ipath, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT
+			       ? ush_fail(USH_ENOTCOMMITTED, "reader: %s "
+					  "missing: map %u has no committed "
+					  "output", ipath, map)
+			       : ush_fail(-errno, "reader: open %s", ipath);
+	int ret = fstat(fd, &st) ? -errno : 0;
+	size_t size = (size_t)st.st_size;
+	if (!ret && (size < USH_INDEX_TRAILER ||
+		     (size - USH_INDEX_TRAILER) % USH_INDEX_ENTRY))
+		ret = USH_ECORRUPT;
+	if (!ret && !(buf = ush_malloc(size)))
+		ret = -ENOMEM;
+	if (!ret)
+		ret = read_all(fd, buf, size, 0);
+	close(fd);
+	size_t n = (size - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
+	if (!ret) {
+		uint32_t crc = spill_crc(0xffffffffu, buf, n * USH_INDEX_ENTRY);
+		ret = spill_trailer_get(buf + n * USH_INDEX_ENTRY, &r->t, crc);
+	}
+	if (!ret && (r->t.entries != n || r->t.shuffle != o->shuffle ||
+		     r->t.map != map || o->partition >= r->t.partitions))
+		ret = USH_ECORRUPT;
+	r->nents = r->ei = 0;
+	for (size_t i = 0; !ret && i < n; i++) {
+		struct spill_entry e;
+		spill_entry_get(buf + i * USH_INDEX_ENTRY, &e);
+		if (e.len < USH_FRAME_HDR_SIZE || e.off > r->t.data_bytes ||
+		    e.len > r->t.data_bytes - e.off) {
+			ret = USH_ECORRUPT;
+			break;
+		}
+		if (e.partition != o->partition)
+			continue;
+		if (r->nents == r->ecap) {
+			size_t c = r->ecap ? 2 * r->ecap : 64;
+			struct spill_entry *ne = ush_malloc(c * sizeof(*ne));
+			if (!ne) {
+				ret = -ENOMEM;
+				break;
+			}
+			if (r->nents)
+				memcpy(ne, r->ents, r->nents * sizeof(*ne));
+			ush_free(r->ents);
+			r->ents = ne;
+			r->ecap = c;
+		}
+		r->ents[r->nents++] = e;
+	}
+	ush_free(buf);
+	if (ret)
+		return ush_fail(ret, "reader: index %s (partition %u)", ipath,
+				o->partition);
+	return 0;
+}
+
+static int open_map(struct ush_reader *r, uint32_t map)
+{
+	int ret = load_index(r, map);
+	if (ret)
+		return ret;
+	spill_data(r->path, sizeof(r->path), r->o.dir, r->o.shuffle, map,
+		   r->t.attempt);
+	r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
+	if (r->fd < 0)
+		return ush_fail(-errno, "reader: open %s (map %u partition %u)",
+				r->path, map, r->o.partition);
+	struct stat st;
+	if (fstat(r->fd, &st))
+		return ush_fail(-errno, "reader: stat %s", r->path);
+	if ((uint64_t)st.st_size < r->t.data_bytes)
+		return ush_fail(USH_ECORRUPT, "reader: %s offset %lld "
+				"partition %u: data file truncated (index "
+				"expects %llu bytes)",
+				r->path, (long long)st.st_size, r->o.partition,
+				(unsigned long long)r->t.data_bytes);
+	r->next_seq = 0;
+	return 0;
+}
+
+/* Validates the records of a batch before any is yielded. */
+static int check_records(const uint8_t *b, size_t n, uint32_t nrec)
+{
+	size_t off = 0, len;
+	const void *rec;
+	uint32_t count = 0;
+	int ret;
+	while ((ret = records_next(b, n, &off, &rec, &len)) == 1)
+		count++;
+	return ret == 0 && count == nrec ? 0 : USH_ECORRUPT;
+}
+
+/* Loads the next frame of the current map into r->batch. Returns 1 when
+ * loaded, 0 when the map has no more, or an error. */
+static int load_frame(struct ush_reader *r)
+{
+	while (r->ei < r->nents) {
+		const struct spill_entry *e = &r->ents[r->ei++];
+		struct ush_frame f;
+		const char *what = "frame";
+		int ret = grow(&r->fbuf, &r->fcap, e->len);
+		if (!ret)
+			ret = read_all(r->fd, r->fbuf, e->len, e->off);
+		if (!ret && (ret = frame_decode(r->fbuf, &f)))
+			what = "frame header";
+		if (!ret && (ush_frame_size(f.payload_len) != e->len ||
+			     f.shuffle != r->o.shuffle || f.map != r->t.map ||
+			     f.attempt != r->t.attempt ||
+			     f.partition != r->o.partition)) {
+			ret = USH_ECORRUPT;
+			what = "frame header disagrees with the index";
+		}
+		if (!ret && (ret = frame_check(r->fbuf, &f)))
+			what = "frame";
+		const uint8_t *payload = r->fbuf + USH_FRAME_HDR_SIZE;
+		if (!ret && f.codec != USH_CODEC_NONE) {
+			ret = grow(&r->rbuf, &r->rcap, f.raw_len ? f.raw_len : 1);
+			if (!ret)
+				ret = codec_decompress(&r->codec, f.codec,
+						       payload, f.payload_len,
+						       r->rbuf, f.raw_len);
+			what = "decompressing frame";
+			payload = r->rbuf;
+		}
+		if (!ret && (ret = check_records(payload, f.raw_len, f.nrec)))
+			what = "records of frame";
+		if (ret)
+			return ush_fail(ret, "reader: %s offset %llu partition "
+					"%u: %s", r->path,
+					(unsigned long long)e->off,
+					r->o.partition, what);
+		if (f.seq < r->next_seq)
+			continue; /* a duplicate batch: already yielded */
+		r->next_seq = f.seq + 1;
+		r->batch = payload;
+		r->blen = f.raw_len;
+		r->boff = 0;
+		return 1;
+	}
+	return 0;
+}
+
+int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
+{
+	if (r->err)
+		return r->err;
+	for (;;) {
+		if (r->batch) {
+			int ret = records_next(r->batch, r->blen, &r->boff, rec,
+					       len);
+			if (ret == 1)
+				return 1; /* checked in check_records */
+			r->batch = NULL;
+		}
+		int ret = r->fd >= 0 ? load_frame(r) : 0;
+		if (ret == 1)
+			continue;
+		if (ret == 0 && r->fd >= 0) {
+			close(r->fd);
+			r->fd = -1;
+		}
+		if (ret == 0 && r->map < r->o.maps)
+			ret = open_map(r, r->map++);
+		else if (ret == 0)
+			return 0;
+		if (ret < 0)
+			return r->err = ret;
+	}
+}
+
+int ush_reader_open(ush_reader **out, const struct ush_reader_opts *o)
+{
+	*out = NULL;
+	if (!o->dir || !o->maps)
+		return ush_fail(-EINVAL, "reader: needs a directory and at "
+				"least one map");
+	struct ush_reader *r = ush_calloc(1, sizeof(*r));
+	if (!r)
+		return ush_fail(-ENOMEM, "reader: allocation");
+	r->fd = -1;
+	r->o = *o;
+	r->o.dir = ush_strdup(o->dir);
+	int ret = r->o.dir ? codec_init(&r->codec) : -ENOMEM;
+	if (ret) {
+		ush_reader_free(r);
+		return ush_fail(ret, "reader: allocation");
+	}
+	*out = r;
+	return 0;
+}
+
+void ush_reader_free(ush_reader *r)
+{
+	if (!r)
+		return;
+	if (r->fd >= 0)
+		close(r->fd);
+	codec_destroy(&r->codec);
+	ush_free(r->ents);
+	ush_free(r->fbuf);
+	ush_free(r->rbuf);
+	ush_free((void *)r->o.dir);
+	ush_free(r);
+}

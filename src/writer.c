@@ -1,0 +1,519 @@
+/*
+ * The map-side writer: partitions records into pool buffers, hands full
+ * buffers off (swap, never copy), frames and submits them in batches.
+ *
+ * A hand-off is O(1): the buffer joins the writer's queue and an idle one
+ * comes back. Framing (codec, CRC32C) and SQE preparation happen when the
+ * queue is flushed, once per USH_QUEUE_BATCH buffers, so submissions are
+ * batched and the hand-off cost does not grow with the buffer size.
+ */
+#include "writer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#define USH_QUEUE_BATCH 16
+#define USH_PARTS_MAX (1u << 24)
+
+void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
+{
+	if (w->err)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n < sizeof(w->errmsg))
+		snprintf(w->errmsg + n, sizeof(w->errmsg) - (size_t)n, ": %s",
+			 ush_strerror(err));
+	w->err = err;
+}
+
+const char *ush_writer_error(const ush_writer *w)
+{
+	return w->err ? w->errmsg : NULL;
+}
+
+/* Returns the sticky error, also as this thread's last error. */
+static int sticky(struct ush_writer *w)
+{
+	return ush_fail_msg(w->err, w->errmsg);
+}
+
+void writer_frame_done(struct ush_writer *w, struct ush_buf *b,
+		       const uint8_t *mem)
+{
+	if (b)
+		pool_put(&w->ring->pool, b);
+	else
+		ush_free((void *)mem);
+	w->inflight--;
+}
+
+static int check_open(struct ush_writer *w)
+{
+	if (unlikely(w->err))
+		return sticky(w);
+	if (unlikely(w->state != W_OPEN))
+		return ush_fail(USH_ESTATE, "writer: map %u attempt %u is "
+				"already %s", w->o.map, w->o.attempt,
+				w->state == W_COMMITTED ? "committed" :
+							  "aborted");
+	return 0;
+}
+
+/* Frames one handed-off buffer and gives it to the sink. */
+static int frame_submit(struct ush_writer *w, struct ush_buf *b)
+{
+	struct ush_ring *r = w->ring;
+	struct ush_frame f = {
+		.type = USH_FRAME_DATA,
+		.codec = USH_CODEC_NONE,
+		.shuffle = w->o.shuffle,
+		.map = w->o.map,
+		.attempt = w->o.attempt,
+		.partition = b->part,
+		.seq = b->seq,
+		.raw_len = b->len,
+		.payload_len = b->len,
+		.nrec = b->nrec,
+	};
+	struct ush_buf *out = b;
+	if (r->opts.codec != USH_CODEC_NONE && b->len) {
+		/* Compress into a buffer of the same class; the raw one goes
+		 * straight back to the pool. No idle buffer: store raw. */
+		struct ush_buf *c = pool_get(&r->pool, b->order);
+		long n = c ? codec_compress(&r->codec, r->opts.codec,
+					    r->opts.level,
+					    b->data + USH_FRAME_HDR_SIZE, b->len,
+					    c->data + USH_FRAME_HDR_SIZE,
+					    c->cap - USH_FRAME_HDR_SIZE)
+			   : 0;
+		if (n > 0) {
+			f.codec = (uint8_t)r->opts.codec;
+			f.payload_len = (uint32_t)n;
+			pool_put(&r->pool, b);
+			out = c;
+		} else {
+			if (c)
+				pool_put(&r->pool, c);
+			w->st.stored_raw++;
+		}
+	}
+	buf_move(out, out == b ? BUF_QUEUED : BUF_WRITER, BUF_INFLIGHT);
+	frame_encode(out->data, &f);
+	uint32_t flen = (uint32_t)ush_frame_size(f.payload_len);
+	w->st.frame_bytes += flen;
+	w->st.raw_bytes += f.raw_len;
+	w->st.batches++;
+	w->inflight++;
+	int ret = w->sink->submit(w, out, NULL, flen, f.partition);
+	if (ret)
+		writer_error(w, ret, "writer: %s sink", w->sink->name);
+	return ret;
+}
+
+static int flush_queue(struct ush_writer *w)
+{
+	while (w->qhead) {
+		struct ush_buf *b = w->qhead;
+		w->qhead = b->next;
+		w->qlen--;
+		b->next = NULL;
+		int ret = frame_submit(w, b);
+		if (ret)
+			return ret;
+	}
+	w->qtail = NULL;
+	int ret = ring_submit(w->ring);
+	if (ret)
+		writer_error(w, ret, "writer: submit");
+	return w->err ? sticky(w) : 0;
+}
+
+/* Queues b (state from) as the next batch of partition. O(1). */
+static int handoff(struct ush_writer *w, struct ush_buf *b,
+		   enum ush_buf_state from, uint32_t partition, uint32_t len,
+		   uint32_t nrec)
+{
+	struct ush_part *p = &w->parts[partition];
+	buf_move(b, from, BUF_QUEUED);
+	b->part = partition;
+	b->len = len;
+	b->nrec = nrec;
+	b->seq = p->seq++;
+	b->next = NULL;
+	if (w->qtail)
+		w->qtail->next = b;
+	else
+		w->qhead = b;
+	w->qtail = b;
+	p->st.batches++;
+	return ++w->qlen >= USH_QUEUE_BATCH ? flush_queue(w) : 0;
+}
+
+/* An idle buffer of order, waiting for completions if none is idle. */
+static int get_buf(struct ush_writer *w, unsigned order, struct ush_buf **out)
+{
+	struct ush_ring *r = w->ring;
+	for (;;) {
+		struct ush_buf *b = pool_get(&r->pool, order);
+		if (b) {
+			*out = b;
+			return 0;
+		}
+		int ret = w->qhead ? flush_queue(w) : 0;
+		if (!ret && !w->qhead && r->inflight)
+			ret = ring_reap(r, 1);
+		else if (!ret && !w->qhead)
+			return ush_fail(USH_EPOOL, "writer: the %zu KiB pool "
+					"has no idle %u KiB buffer and nothing "
+					"is in flight; raise the pool size",
+					r->pool.bytes >> 10,
+					(USH_BUF_MIN << order) >> 10);
+		if (ret)
+			return ret;
+		if (w->err)
+			return sticky(w);
+	}
+}
+
+/* Hands partition's open batch off if it holds records, else frees it. */
+static int close_part(struct ush_writer *w, uint32_t partition)
+{
+	struct ush_part *p = &w->parts[partition];
+	struct ush_buf *b = p->buf;
+	if (!b)
+		return 0;
+	p->buf = NULL;
+	if (!p->len) {
+		pool_put(&w->ring->pool, b);
+		return 0;
+	}
+	uint32_t len = p->len, nrec = p->nrec;
+	p->len = p->nrec = 0;
+	return handoff(w, b, BUF_WRITER, partition, len, nrec);
+}
+
+/*
+ * Makes room for need more bytes in partition's batch: grow the buffer by
+ * one copy while it is below the push size, or hand it off and start anew.
+ */
+static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
+{
+	struct ush_pool *pool = &w->ring->pool;
+	struct ush_part *p = &w->parts[partition];
+	struct ush_buf *b = p->buf;
+	size_t want = USH_FRAME_HDR_SIZE + p->len + need;
+	if (b && b->order < w->push_order) {
+		int o = pool_order(pool, want);
+		if (o <= b->order)
+			o = b->order + 1;
+		struct ush_buf *nb = pool_get(pool, (unsigned)o);
+		if (nb) {
+			memcpy(nb->data + USH_FRAME_HDR_SIZE,
+			       b->data + USH_FRAME_HDR_SIZE, p->len);
+			pool_put(pool, b);
+			p->buf = nb;
+			w->st.grows++;
+			return 0;
+		}
+	}
+	/* Full at the push size, or no memory to grow: hand it off. A
+	 * full push-size buffer is swapped for one of the same size. */
+	unsigned order = b && b->order == w->push_order
+				 ? w->push_order
+				 : (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need);
+	int ret = close_part(w, partition);
+	if (!ret)
+		ret = get_buf(w, order, &p->buf);
+	return ret;
+}
+
+/* A record above the push size goes out alone, from heap memory. */
+static int write_alone(struct ush_writer *w, uint32_t partition,
+		       const void *rec, size_t len)
+{
+	struct ush_ring *r = w->ring;
+	size_t raw = USH_RECORD_HDR_SIZE + len;
+	uint8_t *m = ush_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
+	if (!m)
+		return ush_fail(-ENOMEM, "writer: %zu-byte record", len);
+	put_le32(m + USH_FRAME_HDR_SIZE, (uint32_t)len);
+	memcpy(m + USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE, rec, len);
+	struct ush_part *p = &w->parts[partition];
+	struct ush_frame f = {
+		.type = USH_FRAME_DATA,
+		.shuffle = w->o.shuffle,
+		.map = w->o.map,
+		.attempt = w->o.attempt,
+		.partition = partition,
+		.seq = p->seq++,
+		.raw_len = (uint32_t)raw,
+		.payload_len = (uint32_t)raw,
+		.nrec = 1,
+	};
+	if (r->opts.codec != USH_CODEC_NONE) {
+		uint8_t *c = ush_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
+		long n = c ? codec_compress(&r->codec, r->opts.codec,
+					    r->opts.level,
+					    m + USH_FRAME_HDR_SIZE, raw,
+					    c + USH_FRAME_HDR_SIZE, raw)
+			   : 0;
+		if (n > 0) {
+			ush_free(m);
+			m = c;
+			f.codec = (uint8_t)r->opts.codec;
+			f.payload_len = (uint32_t)n;
+		} else {
+			ush_free(c);
+			w->st.stored_raw++;
+		}
+	}
+	frame_encode(m, &f);
+	uint32_t flen = (uint32_t)ush_frame_size(f.payload_len);
+	w->st.frame_bytes += flen;
+	w->st.raw_bytes += raw;
+	w->st.batches++;
+	p->st.batches++;
+	w->inflight++;
+	int ret = w->sink->submit(w, NULL, m, flen, partition);
+	if (ret)
+		writer_error(w, ret, "writer: %s sink", w->sink->name);
+	return ret ? ret : ring_submit(r);
+}
+
+static int check_part(struct ush_writer *w, uint32_t partition)
+{
+	if (unlikely(partition >= w->o.partitions))
+		return ush_fail(-EINVAL, "writer: partition %u out of range "
+				"0..%u", partition, w->o.partitions - 1);
+	return check_open(w);
+}
+
+int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
+		     size_t len)
+{
+	int ret = check_part(w, partition);
+	if (ret)
+		return ret;
+	if (unlikely(len > USH_RECORD_MAX))
+		return ush_fail(-EMSGSIZE, "writer: record of %zu bytes "
+				"exceeds the %u-byte limit", len,
+				USH_RECORD_MAX);
+	size_t need = USH_RECORD_HDR_SIZE + len;
+	struct ush_part *p = &w->parts[partition];
+	size_t push = w->ring->opts.push_size;
+	if (need > push - USH_FRAME_HDR_SIZE)
+		ret = write_alone(w, partition, rec, len);
+	else if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
+		ret = make_room(w, partition, need);
+	if (ret)
+		return ret;
+	if (need <= push - USH_FRAME_HDR_SIZE) {
+		uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
+		put_le32(d, (uint32_t)len);
+		memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+		p->len += (uint32_t)need;
+		p->nrec++;
+	}
+	p->st.records++;
+	p->st.bytes += len;
+	w->st.records++;
+	return 0;
+}
+
+int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
+{
+	struct ush_buf *b;
+	int ret = check_open(w);
+	if (!ret)
+		ret = get_buf(w, w->push_order, &b);
+	if (ret)
+		return ret;
+	buf_move(b, BUF_WRITER, BUF_USER);
+	*buf = b->data + USH_FRAME_HDR_SIZE;
+	*cap = b->cap - USH_FRAME_HDR_SIZE;
+	return 0;
+}
+
+static struct ush_buf *user_buf(struct ush_writer *w, const void *payload)
+{
+	struct ush_buf *b = pool_lookup(&w->ring->pool,
+					(const uint8_t *)payload -
+						USH_FRAME_HDR_SIZE);
+	if (unlikely(b->state != BUF_USER))
+		ush_panic("buffer %p is not owned by the caller (state %d): "
+			  "swapped or released already?", payload, b->state);
+	return b;
+}
+
+int ush_writer_release(ush_writer *w, void *buf)
+{
+	pool_put(&w->ring->pool, user_buf(w, buf));
+	return 0;
+}
+
+int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
+		    size_t len, uint32_t nrecords)
+{
+	struct ush_buf *b = user_buf(w, *buf), *nb;
+	int ret = check_part(w, partition);
+	if (ret)
+		return ret;
+	if (len > b->cap - USH_FRAME_HDR_SIZE)
+		return ush_fail(-EINVAL, "writer: swap of %zu bytes into a "
+				"%u-byte buffer", len, b->cap);
+	/* Take the replacement first: on error nothing was handed over. */
+	ret = get_buf(w, b->order, &nb);
+	if (ret)
+		return ret;
+	buf_move(nb, BUF_WRITER, BUF_USER);
+	w->parts[partition].st.records += nrecords;
+	w->st.records += nrecords;
+	*buf = nb->data + USH_FRAME_HDR_SIZE;
+	return handoff(w, b, BUF_USER, partition, (uint32_t)len, nrecords);
+}
+
+int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
+		    size_t len, uint32_t nrecords)
+{
+	struct ush_buf *b;
+	int ret = check_part(w, partition);
+	if (ret)
+		return ret;
+	int order = pool_order(&w->ring->pool, USH_FRAME_HDR_SIZE + len);
+	if (order < 0)
+		return ush_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
+				"the push size", len);
+	ret = get_buf(w, (unsigned)order, &b);
+	if (ret)
+		return ret;
+	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
+	w->parts[partition].st.records += nrecords;
+	w->st.records += nrecords;
+	return handoff(w, b, BUF_WRITER, partition, (uint32_t)len, nrecords);
+}
+
+/* Waits until none of this writer's operations is in flight. */
+static int drain(struct ush_writer *w)
+{
+	int ret = w->qhead ? flush_queue(w) : 0;
+	while (w->inflight) {
+		int r = ring_reap(w->ring, 1);
+		if (r) {
+			writer_error(w, r, "writer: reap");
+			return r;
+		}
+	}
+	return ret;
+}
+
+int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
+{
+	int ret = check_open(w);
+	for (uint32_t i = 0; !ret && i < w->o.partitions; i++)
+		ret = close_part(w, i);
+	int dret = drain(w);
+	if (!ret)
+		ret = dret;
+	if (!ret && w->err)
+		ret = sticky(w);
+	if (!ret)
+		ret = w->sink->commit(w);
+	if (ret)
+		return ret;
+	w->state = W_COMMITTED;
+	if (parts)
+		for (uint32_t i = 0; i < w->o.partitions; i++)
+			parts[i] = w->parts[i].st;
+	return 0;
+}
+
+int ush_writer_abort(ush_writer *w)
+{
+	if (w->state != W_OPEN)
+		return ush_fail(USH_ESTATE, "writer: abort after %s",
+				w->state == W_COMMITTED ? "commit" : "abort");
+	/* Queued buffers go back unframed; in-flight ones on completion. */
+	while (w->qhead) {
+		struct ush_buf *b = w->qhead;
+		w->qhead = b->next;
+		pool_put(&w->ring->pool, b);
+	}
+	w->qtail = NULL;
+	w->qlen = 0;
+	for (uint32_t i = 0; i < w->o.partitions; i++) {
+		struct ush_part *p = &w->parts[i];
+		if (p->buf)
+			pool_put(&w->ring->pool, p->buf);
+		p->buf = NULL;
+	}
+	drain(w);
+	w->sink->abort(w);
+	w->state = W_ABORTED;
+	return 0;
+}
+
+void ush_writer_stats(const ush_writer *w, struct ush_writer_stats *st)
+{
+	*st = w->st;
+}
+
+int ush_writer_open(ush_writer **out, ush_ring *ring,
+		    const struct ush_writer_opts *o)
+{
+	*out = NULL;
+	if (o->partitions < 1 || o->partitions > USH_PARTS_MAX)
+		return ush_fail(-EINVAL, "writer: %u partitions, accepted "
+				"1..%u", o->partitions, USH_PARTS_MAX);
+	const struct ush_sink_ops *sink;
+	switch (o->target) {
+	case USH_TARGET_NULL:
+		sink = &ush_sink_null;
+		break;
+	case USH_TARGET_DISK:
+		sink = &ush_sink_disk;
+		if (!o->dir)
+			return ush_fail(-EINVAL, "writer: disk target needs "
+					"a directory");
+		break;
+	default:
+		return ush_fail(-EINVAL, "writer: unknown target %d",
+				o->target);
+	}
+	struct ush_writer *w = ush_calloc(1, sizeof(*w));
+	if (!w)
+		return ush_fail(-ENOMEM, "writer: allocation");
+	w->parts = ush_calloc(o->partitions, sizeof(*w->parts));
+	w->o = *o;
+	w->o.dir = o->dir ? ush_strdup(o->dir) : NULL;
+	if (!w->parts || (o->dir && !w->o.dir)) {
+		ush_writer_free(w);
+		return ush_fail(-ENOMEM, "writer: %u partitions",
+				o->partitions);
+	}
+	w->ring = ring;
+	w->sink = sink;
+	w->push_order = ring->pool.max_order;
+	int ret = sink->open(w);
+	if (ret) {
+		w->sink = NULL;
+		ush_writer_free(w);
+		return ret;
+	}
+	*out = w;
+	return 0;
+}
+
+void ush_writer_free(ush_writer *w)
+{
+	if (!w)
+		return;
+	if (w->sink && w->state == W_OPEN)
+		ush_writer_abort(w);
+	ush_free((void *)w->o.dir);
+	ush_free(w->parts);
+	ush_free(w);
+}

@@ -1,0 +1,63 @@
+/* The writer and the sink backends it drives (one ops table per target). */
+#ifndef USH_WRITER_H
+#define USH_WRITER_H
+
+#include "frame.h"
+#include "ring.h"
+
+struct ush_writer;
+
+struct ush_sink_ops {
+	const char *name;
+	int (*open)(struct ush_writer *w);
+	/*
+	 * Takes ownership of one frame of flen bytes: in pool buffer b
+	 * (state BUF_INFLIGHT), or, when b is NULL, in heap memory mem that
+	 * the sink frees. On error the sink has released the frame already
+	 * (writer_frame_done) and the error becomes sticky on the writer.
+	 */
+	int (*submit)(struct ush_writer *w, struct ush_buf *b, uint8_t *mem,
+		      uint32_t flen, uint32_t partition);
+	/* Everything submitted has completed without error: publish. */
+	int (*commit)(struct ush_writer *w);
+	/* Nothing is in flight: drop partial output. */
+	void (*abort)(struct ush_writer *w);
+};
+
+extern const struct ush_sink_ops ush_sink_null;
+extern const struct ush_sink_ops ush_sink_disk;
+
+struct ush_part {
+	struct ush_buf *buf; /* open batch, or NULL */
+	uint32_t len, nrec;  /* bytes and records in the open batch */
+	uint64_t seq;        /* next batch sequence number */
+	struct ush_part_stats st;
+};
+
+enum ush_writer_state { W_OPEN, W_COMMITTED, W_ABORTED };
+
+struct ush_writer {
+	struct ush_ring *ring;
+	struct ush_writer_opts o;
+	const struct ush_sink_ops *sink;
+	void *sink_state;
+	struct ush_part *parts;
+	struct ush_buf *qhead, *qtail; /* handed off, not yet framed */
+	unsigned qlen;
+	unsigned inflight; /* this writer's ops in the ring */
+	unsigned push_order;
+	enum ush_writer_state state;
+	int err; /* sticky */
+	char errmsg[256];
+	struct ush_writer_stats st;
+};
+
+/* Records a sticky error (first one wins) from a completion or sink. */
+void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A submitted frame is done with (written, dropped or failed): returns
+ * pool buffer b, or frees heap frame mem, and counts it out of flight. */
+void writer_frame_done(struct ush_writer *w, struct ush_buf *b,
+		       const uint8_t *mem);
+
+#endif
