@@ -230,6 +230,7 @@ static void prep_write(struct ush_ring *r, struct ush_op *op)
 void ring_write(struct ush_ring *r, struct ush_op *op)
 {
 	r->inflight++;
+	op->t0 = ush_now_ns();
 	prep_write(r, op);
 }
 

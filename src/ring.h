@@ -26,6 +26,7 @@ struct ush_op {
 	uint32_t len, done;
 	int fd;
 	bool fixed_file;     /* fd is a registered file slot */
+	uint64_t t0;         /* ush_now_ns() at submission */
 	struct ush_op *next_free;
 };
 

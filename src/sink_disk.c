@@ -28,6 +28,8 @@ struct disk {
 	uint64_t entries;
 	uint32_t icrc;     /* running CRC of the entries written */
 	unsigned ichunk_n; /* entries in ichunk */
+	uint8_t *copy;     /* psync: the private copy of each frame */
+	size_t copy_cap;
 	uint8_t ichunk[USH_ALIGN];
 };
 
@@ -77,7 +79,16 @@ static int disk_open(struct ush_writer *w)
 		w->sink->abort(w);
 		return ret;
 	}
-	d->slot = ring_file_add(w->ring, d->fd);
+	if (o->ioengine == USH_IOENGINE_PSYNC) {
+		d->copy_cap = w->ring->opts.push_size;
+		d->copy = ush_aligned_alloc(d->copy_cap);
+		if (!d->copy) {
+			w->sink->abort(w);
+			return ush_fail(-ENOMEM, "disk: psync buffer");
+		}
+	} else {
+		d->slot = ring_file_add(w->ring, d->fd);
+	}
 	return 0;
 }
 
@@ -88,6 +99,7 @@ static void disk_close(struct ush_writer *w, struct disk *d)
 		close(d->fd);
 	if (d->ifd >= 0)
 		close(d->ifd);
+	ush_free(d->copy);
 	ush_free(d);
 	w->sink_state = NULL;
 }
@@ -132,7 +144,29 @@ static void disk_done(struct ush_op *op, int res)
 	if (res < 0)
 		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
 			     d->data, (unsigned long long)op->off, op->len);
+	ush_lat_add(&w->st.complete_lat, ush_now_ns() - op->t0);
 	writer_frame_done(w, op->buf, op->addr);
+}
+
+/* The baseline engine, like fio's psync: a private copy of each frame,
+ * then a blocking pwrite; no ring, no registered buffers. */
+static int psync_write(struct ush_writer *w, struct disk *d,
+		       struct ush_buf *b, uint8_t *mem, uint32_t len)
+{
+	const uint8_t *src = b ? b->data : mem;
+	uint64_t t0 = ush_now_ns();
+	if (len <= d->copy_cap) {
+		memcpy(d->copy, src, len);
+		src = d->copy;
+	}
+	int ret = pwrite_all(d->fd, src, len, d->off, d->data);
+	ush_lat_add(&w->st.complete_lat, ush_now_ns() - t0);
+	writer_frame_done(w, b, mem);
+	if (ret)
+		return ret;
+	d->off += len;
+	w->st.stored_bytes += len;
+	return 0;
 }
 
 static int disk_submit(struct ush_writer *w, struct ush_buf *b, uint8_t *mem,
@@ -141,9 +175,9 @@ static int disk_submit(struct ush_writer *w, struct ush_buf *b, uint8_t *mem,
 	struct disk *d = w->sink_state;
 	uint8_t *p = b ? b->data : mem;
 	uint32_t len = d->direct ? ALIGN_UP(flen, USH_ALIGN) : flen;
-	struct ush_op *op;
+	struct ush_op *op = NULL;
 	int ret = d->ichunk_n == ICHUNK_ENTRIES ? flush_index(d) : 0;
-	if (!ret)
+	if (!ret && !d->copy)
 		ret = ring_op_get(w->ring, &op);
 	if (ret) {
 		writer_frame_done(w, b, mem);
@@ -155,6 +189,8 @@ static int disk_submit(struct ush_writer *w, struct ush_buf *b, uint8_t *mem,
 	struct spill_entry e = {d->off, flen, partition};
 	spill_entry_put(d->ichunk + d->ichunk_n++ * USH_INDEX_ENTRY, &e);
 	d->entries++;
+	if (d->copy)
+		return psync_write(w, d, b, mem, len);
 	op->cb = disk_done;
 	op->owner = w;
 	op->buf = b;

@@ -483,6 +483,10 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 		return ush_fail(-EINVAL, "writer: unknown target %d",
 				o->target);
 	}
+	if (o->ioengine != USH_IOENGINE_URING &&
+	    o->ioengine != USH_IOENGINE_PSYNC)
+		return ush_fail(-EINVAL, "writer: unknown ioengine %d",
+				o->ioengine);
 	struct ush_writer *w = ush_calloc(1, sizeof(*w));
 	if (!w)
 		return ush_fail(-ENOMEM, "writer: allocation");
@@ -494,6 +498,7 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 		return ush_fail(-ENOMEM, "writer: %u partitions",
 				o->partitions);
 	}
+	ush_lat_init(&w->st.complete_lat);
 	w->ring = ring;
 	w->sink = sink;
 	w->push_order = ring->pool.max_order;

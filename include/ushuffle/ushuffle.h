@@ -79,6 +79,27 @@ USH_API uint64_t ush_alloc_count(void);
 typedef void (*ush_log_fn)(void *arg, const char *msg);
 USH_API void ush_set_log(ush_log_fn fn, void *arg);
 
+/* ---------------------------------------------------------------- latency */
+
+/*
+ * A log-linear latency histogram (16 buckets per power of two, so a
+ * percentile is within 1/16 of the true value), as the writer keeps for
+ * completions and callers may keep for their own hand-off timings.
+ */
+#define USH_LAT_BUCKETS 976
+struct ush_lat {
+	uint64_t count, min_ns, max_ns;
+	double sum_ns, sumsq_ns;
+	uint64_t bucket[USH_LAT_BUCKETS];
+};
+USH_API void ush_lat_init(struct ush_lat *lat);
+USH_API void ush_lat_add(struct ush_lat *lat, uint64_t ns);
+USH_API void ush_lat_merge(struct ush_lat *dst, const struct ush_lat *src);
+/* The pct-th percentile (0 < pct <= 100) in ns; 0 if lat is empty. */
+USH_API uint64_t ush_lat_percentile(const struct ush_lat *lat, double pct);
+USH_API double ush_lat_mean(const struct ush_lat *lat);
+USH_API double ush_lat_stdev(const struct ush_lat *lat);
+
 /* ------------------------------------------------------------------ frames */
 
 enum ush_codec {
@@ -167,7 +188,11 @@ struct ush_writer_opts {
 	uint32_t partitions;    /* 1 .. 16M */
 	enum ush_target target;
 	const char *dir;        /* disk: spill directory (copied) */
-	int direct;             /* disk: 1 (default) O_DIRECT where supported */
+	int direct;             /* disk: 1 O_DIRECT where supported, 0 off */
+	enum ush_ioengine {
+		USH_IOENGINE_URING = 0, /* the ring: WRITE_FIXED, batched */
+		USH_IOENGINE_PSYNC = 1, /* baseline: copy + pwrite, no ring */
+	} ioengine;
 };
 
 /* Per-partition totals reported by ush_writer_commit(). */
@@ -184,6 +209,7 @@ struct ush_writer_stats {
 	uint64_t stored_bytes;  /* bytes written to the target (padding incl.) */
 	uint64_t stored_raw;    /* batches stored raw because they did not shrink */
 	uint64_t grows;         /* partition buffers grown by copy */
+	struct ush_lat complete_lat; /* submission to completion, per frame */
 };
 
 /*

@@ -1,0 +1,71 @@
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *th_tmpdir(const char *tag)
+{
+	static char paths[16][512];
+	static unsigned next;
+	char *p = paths[next++ % 16];
+	const char *base = getenv("USH_TEST_DIR");
+	snprintf(p, 512, "%s/ush-%s-%d-%u", base ? base : ".", tag,
+		 (int)getpid(), next);
+	th_rmrf(p);
+	if (mkdir(p, 0755))
+		fail_msg("mkdir %s failed", p);
+	return p;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag,
+		  struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+void th_rmrf(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+uint64_t th_rand(uint64_t *s)
+{
+	uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+void th_fill(void *buf, size_t len, uint64_t seed)
+{
+	uint8_t *b = buf;
+	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t v = th_rand(&s);
+		size_t n = len - i < 8 ? len - i : 8;
+		memcpy(b + i, &v, n);
+	}
+}
+
+int th_check(const void *buf, size_t len, uint64_t seed)
+{
+	const uint8_t *b = buf;
+	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t v = th_rand(&s);
+		size_t n = len - i < 8 ? len - i : 8;
+		if (memcmp(b + i, &v, n))
+			return 0;
+	}
+	return 1;
+}
