@@ -69,7 +69,7 @@ static int load_index(struct ush_reader *r, uint32_t map)
 {
 	const struct ush_reader_opts *o = &r->o;
 	char ipath[PATH_MAX];
-	struct stat st;
+	struct stat st = {0};
 	uint8_t *buf = NULL;
 	spill_index(ipath, sizeof(ipath), o->dir, o->shuffle, map);
 	int fd = open(ipath, O_RDONLY | O_CLOEXEC);

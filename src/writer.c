@@ -153,12 +153,20 @@ static int handoff(struct ush_writer *w, struct ush_buf *b,
 	return ++w->qlen >= USH_QUEUE_BATCH ? flush_queue(w) : 0;
 }
 
-/* An idle buffer of order, waiting for completions if none is idle. */
-static int get_buf(struct ush_writer *w, unsigned order, struct ush_buf **out)
+/*
+ * An idle buffer of order, waiting for completions while any are due.
+ * When nothing is in flight and the pool is fragmented by partition
+ * buffers, a smaller one down to min_order will do.
+ */
+static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
+		   struct ush_buf **out)
 {
 	struct ush_ring *r = w->ring;
 	for (;;) {
 		struct ush_buf *b = pool_get(&r->pool, order);
+		for (unsigned o = order; !b && o > min_order && !w->qhead &&
+					 !r->inflight;)
+			b = pool_get(&r->pool, --o);
 		if (b) {
 			*out = b;
 			return 0;
@@ -171,7 +179,7 @@ static int get_buf(struct ush_writer *w, unsigned order, struct ush_buf **out)
 					"has no idle %u KiB buffer and nothing "
 					"is in flight; raise the pool size",
 					r->pool.bytes >> 10,
-					(USH_BUF_MIN << order) >> 10);
+					(USH_BUF_MIN << min_order) >> 10);
 		if (ret)
 			return ret;
 		if (w->err)
@@ -206,10 +214,8 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 	struct ush_part *p = &w->parts[partition];
 	struct ush_buf *b = p->buf;
 	size_t want = USH_FRAME_HDR_SIZE + p->len + need;
-	if (b && b->order < w->push_order) {
-		int o = pool_order(pool, want);
-		if (o <= b->order)
-			o = b->order + 1;
+	int o = pool_order(pool, want); /* -1: not even at the push size */
+	if (b && o > b->order) {
 		struct ush_buf *nb = pool_get(pool, (unsigned)o);
 		if (nb) {
 			memcpy(nb->data + USH_FRAME_HDR_SIZE,
@@ -222,12 +228,11 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 	}
 	/* Full at the push size, or no memory to grow: hand it off. A
 	 * full push-size buffer is swapped for one of the same size. */
-	unsigned order = b && b->order == w->push_order
-				 ? w->push_order
-				 : (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need);
+	unsigned min = (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need);
+	unsigned order = b && b->order == w->push_order ? w->push_order : min;
 	int ret = close_part(w, partition);
 	if (!ret)
-		ret = get_buf(w, order, &p->buf);
+		ret = get_buf(w, order, min, &p->buf);
 	return ret;
 }
 
@@ -237,6 +242,11 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 {
 	struct ush_ring *r = w->ring;
 	size_t raw = USH_RECORD_HDR_SIZE + len;
+	/* Queued batches of this partition carry lower sequence numbers and
+	 * must reach the sink first: readers drop out-of-order sequences. */
+	int ret = flush_queue(w);
+	if (ret)
+		return ret;
 	uint8_t *m = ush_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
 	if (!m)
 		return ush_fail(-ENOMEM, "writer: %zu-byte record", len);
@@ -278,7 +288,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	w->st.batches++;
 	p->st.batches++;
 	w->inflight++;
-	int ret = w->sink->submit(w, NULL, m, flen, partition);
+	ret = w->sink->submit(w, NULL, m, flen, partition);
 	if (ret)
 		writer_error(w, ret, "writer: %s sink", w->sink->name);
 	return ret ? ret : ring_submit(r);
@@ -329,7 +339,7 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 	struct ush_buf *b;
 	int ret = check_open(w);
 	if (!ret)
-		ret = get_buf(w, w->push_order, &b);
+		ret = get_buf(w, w->push_order, w->push_order, &b);
 	if (ret)
 		return ret;
 	buf_move(b, BUF_WRITER, BUF_USER);
@@ -366,7 +376,7 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 		return ush_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
 	/* Take the replacement first: on error nothing was handed over. */
-	ret = get_buf(w, b->order, &nb);
+	ret = get_buf(w, b->order, b->order, &nb);
 	if (ret)
 		return ret;
 	buf_move(nb, BUF_WRITER, BUF_USER);
@@ -387,7 +397,7 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	if (order < 0)
 		return ush_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
-	ret = get_buf(w, (unsigned)order, &b);
+	ret = get_buf(w, (unsigned)order, (unsigned)order, &b);
 	if (ret)
 		return ret;
 	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
