@@ -242,9 +242,13 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 {
 	struct ush_ring *r = w->ring;
 	size_t raw = USH_RECORD_HDR_SIZE + len;
-	/* Queued batches of this partition carry lower sequence numbers and
-	 * must reach the sink first: readers drop out-of-order sequences. */
-	int ret = flush_queue(w);
+	/* Records written before this one come back before it: the open
+	 * batch takes the lower sequence number. Queued batches of this
+	 * partition carry lower sequence numbers and must reach the sink
+	 * first: readers drop out-of-order sequences. */
+	int ret = close_part(w, partition);
+	if (!ret)
+		ret = flush_queue(w);
 	if (ret)
 		return ret;
 	uint8_t *m = ush_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
@@ -375,12 +379,17 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 	if (len > b->cap - USH_FRAME_HDR_SIZE)
 		return ush_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
+	/* Every record has a 4-byte prefix: readers reject such a frame. */
+	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
+		return ush_fail(-EINVAL, "writer: %u records cannot fit in "
+				"%zu bytes", nrecords, len);
 	/* Take the replacement first: on error nothing was handed over. */
 	ret = get_buf(w, b->order, b->order, &nb);
 	if (ret)
 		return ret;
 	buf_move(nb, BUF_WRITER, BUF_USER);
 	w->parts[partition].st.records += nrecords;
+	w->parts[partition].st.bytes += len - nrecords * USH_RECORD_HDR_SIZE;
 	w->st.records += nrecords;
 	*buf = nb->data + USH_FRAME_HDR_SIZE;
 	return handoff(w, b, BUF_USER, partition, (uint32_t)len, nrecords);
@@ -397,11 +406,15 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	if (order < 0)
 		return ush_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
+	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
+		return ush_fail(-EINVAL, "writer: %u records cannot fit in "
+				"%zu bytes", nrecords, len);
 	ret = get_buf(w, (unsigned)order, (unsigned)order, &b);
 	if (ret)
 		return ret;
 	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
 	w->parts[partition].st.records += nrecords;
+	w->parts[partition].st.bytes += len - nrecords * USH_RECORD_HDR_SIZE;
 	w->st.records += nrecords;
 	return handoff(w, b, BUF_WRITER, partition, (uint32_t)len, nrecords);
 }
