@@ -50,7 +50,7 @@ void frame_encode(uint8_t *hdr, struct ush_frame *f)
 	put_le32(hdr + OFF_CRC, f->crc);
 }
 
-int frame_decode(const uint8_t *hdr, struct ush_frame *f)
+int frame_parse(const uint8_t *hdr, struct ush_frame *f)
 {
 	if (get_le32(hdr + OFF_MAGIC) != USH_FRAME_MAGIC)
 		return USH_ECORRUPT;
@@ -68,6 +68,14 @@ int frame_decode(const uint8_t *hdr, struct ush_frame *f)
 	f->payload_len = get_le32(hdr + OFF_PAYLOAD);
 	f->nrec = get_le32(hdr + OFF_NREC);
 	f->crc = get_le32(hdr + OFF_CRC);
+	return 0;
+}
+
+int frame_decode(const uint8_t *hdr, struct ush_frame *f)
+{
+	int ret = frame_parse(hdr, f);
+	if (ret)
+		return ret;
 	if (f->type != USH_FRAME_DATA || f->codec > USH_CODEC_ZSTD ||
 	    f->flags != 0)
 		return USH_ECORRUPT;

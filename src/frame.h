@@ -12,6 +12,7 @@
 
 enum ush_frame_type {
 	USH_FRAME_DATA = 1,
+	/* 2.. : the worker protocol's control frames, src/proto.h */
 };
 
 struct ush_frame {
@@ -24,7 +25,11 @@ struct ush_frame {
 /* Writes f's header at hdr; the payload must follow it (hdr + 48) and is
  * covered by the CRC32C computed here. */
 void frame_encode(uint8_t *hdr, struct ush_frame *f);
-/* Parses and bounds-checks a header. Returns 0, USH_ECORRUPT or
+/* Parses magic, version and the fields of any frame type, checking
+ * nothing else (src/proto.c bounds control frames). Returns 0,
+ * USH_ECORRUPT or USH_EVERSION. */
+int frame_parse(const uint8_t *hdr, struct ush_frame *f);
+/* Parses and bounds-checks a DATA frame header. Returns 0, USH_ECORRUPT or
  * USH_EVERSION. Does not check the CRC. */
 int frame_decode(const uint8_t *hdr, struct ush_frame *f);
 /* Checks the CRC of a decoded frame whose payload follows hdr. */

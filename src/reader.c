@@ -6,6 +6,7 @@
  */
 #include "codec.h"
 #include "frame.h"
+#include "reader_net.h"
 #include "spill.h"
 
 #include <errno.h>
@@ -25,11 +26,13 @@ struct ush_reader {
 	struct spill_entry *ents;  /* this partition's entries of the map */
 	size_t nents, ei, ecap;
 	uint64_t next_seq;         /* lower sequence numbers are duplicates */
+	struct reader_net *net;    /* reading from a worker instead */
 	uint8_t *fbuf, *rbuf;      /* frame and decompressed batch */
 	size_t fcap, rcap;
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;
+	struct ush_reader_stats st;
 };
 
 static int grow(uint8_t **p, size_t *cap, size_t n)
@@ -81,6 +84,7 @@ static int load_index(struct ush_reader *r, uint32_t map)
 			       : ush_fail(-errno, "reader: open %s", ipath);
 	int ret = fstat(fd, &st) ? -errno : 0;
 	size_t size = (size_t)st.st_size;
+	size_t bad = size; /* index offset named in an error */
 	if (!ret && (size < USH_INDEX_TRAILER ||
 		     (size - USH_INDEX_TRAILER) % USH_INDEX_ENTRY))
 		ret = USH_ECORRUPT;
@@ -91,6 +95,7 @@ static int load_index(struct ush_reader *r, uint32_t map)
 	close(fd);
 	size_t n = (size - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
 	if (!ret) {
+		bad = n * USH_INDEX_ENTRY; /* the trailer */
 		uint32_t crc = spill_crc(0xffffffffu, buf, n * USH_INDEX_ENTRY);
 		ret = spill_trailer_get(buf + n * USH_INDEX_ENTRY, &r->t, crc);
 	}
@@ -104,6 +109,7 @@ static int load_index(struct ush_reader *r, uint32_t map)
 		if (e.len < USH_FRAME_HDR_SIZE || e.off > r->t.data_bytes ||
 		    e.len > r->t.data_bytes - e.off) {
 			ret = USH_ECORRUPT;
+			bad = i * USH_INDEX_ENTRY;
 			break;
 		}
 		if (e.partition != o->partition)
@@ -125,8 +131,8 @@ static int load_index(struct ush_reader *r, uint32_t map)
 	}
 	ush_free(buf);
 	if (ret)
-		return ush_fail(ret, "reader: index %s (partition %u)", ipath,
-				o->partition);
+		return ush_fail(ret, "reader: index %s offset %zu partition %u",
+				ipath, bad, o->partition);
 	return 0;
 }
 
@@ -172,6 +178,7 @@ static int load_frame(struct ush_reader *r)
 {
 	while (r->ei < r->nents) {
 		const struct spill_entry *e = &r->ents[r->ei++];
+		uint64_t t0 = ush_now_ns();
 		struct ush_frame f;
 		const char *what = "frame";
 		int ret = grow(&r->fbuf, &r->fcap, e->len);
@@ -205,9 +212,26 @@ static int load_frame(struct ush_reader *r)
 					"%u: %s", r->path,
 					(unsigned long long)e->off,
 					r->o.partition, what);
-		if (f.seq < r->next_seq)
+		r->st.stored_bytes += e->len;
+		if (f.seq < r->next_seq) {
+			r->st.dup_batches++;
 			continue; /* a duplicate batch: already yielded */
+		}
+		/* A committed map numbers each partition's batches 0, 1, ...
+		 * in file order: a gap is a lost or reordered batch, which
+		 * must not pass as a short partition. */
+		if (f.seq > r->next_seq)
+			return ush_fail(USH_ECORRUPT, "reader: %s offset %llu "
+					"partition %u: batch %llu where %llu "
+					"was due", r->path,
+					(unsigned long long)e->off,
+					r->o.partition,
+					(unsigned long long)f.seq,
+					(unsigned long long)r->next_seq);
 		r->next_seq = f.seq + 1;
+		r->st.batches++;
+		r->st.raw_bytes += f.raw_len;
+		ush_lat_add(&r->st.load_lat, ush_now_ns() - t0);
 		r->batch = payload;
 		r->blen = f.raw_len;
 		r->boff = 0;
@@ -218,14 +242,18 @@ static int load_frame(struct ush_reader *r)
 
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 {
+	if (r->net)
+		return reader_net_next(r->net, rec, len);
 	if (r->err)
 		return r->err;
 	for (;;) {
 		if (r->batch) {
 			int ret = records_next(r->batch, r->blen, &r->boff, rec,
 					       len);
-			if (ret == 1)
+			if (ret == 1) {
+				r->st.records++;
 				return 1; /* checked in check_records */
+			}
 			r->batch = NULL;
 		}
 		int ret = r->fd >= 0 ? load_frame(r) : 0;
@@ -247,6 +275,21 @@ int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 int ush_reader_open(ush_reader **out, const struct ush_reader_opts *o)
 {
 	*out = NULL;
+	if (o->workers && *o->workers) {
+		struct reader_net *net;
+		int ret = reader_net_open(&net, o);
+		if (ret)
+			return ret;
+		struct ush_reader *r = ush_calloc(1, sizeof(*r));
+		if (!r) {
+			reader_net_free(net);
+			return ush_fail(-ENOMEM, "reader: allocation");
+		}
+		r->fd = -1;
+		r->net = net;
+		*out = r;
+		return 0;
+	}
 	if (!o->dir || !o->maps)
 		return ush_fail(-EINVAL, "reader: needs a directory and at "
 				"least one map");
@@ -254,6 +297,7 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *o)
 	if (!r)
 		return ush_fail(-ENOMEM, "reader: allocation");
 	r->fd = -1;
+	ush_lat_init(&r->st.load_lat);
 	r->o = *o;
 	r->o.dir = ush_strdup(o->dir);
 	int ret = r->o.dir ? codec_init(&r->codec) : -ENOMEM;
@@ -265,12 +309,18 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *o)
 	return 0;
 }
 
+void ush_reader_stats(const ush_reader *r, struct ush_reader_stats *st)
+{
+	*st = r->st;
+}
+
 void ush_reader_free(ush_reader *r)
 {
 	if (!r)
 		return;
 	if (r->fd >= 0)
 		close(r->fd);
+	reader_net_free(r->net);
 	codec_destroy(&r->codec);
 	ush_free(r->ents);
 	ush_free(r->fbuf);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #define USH_FILE_SLOTS 64
 
@@ -132,6 +133,24 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 		ush_fail(ret, "ring: codec contexts");
 		goto fail;
 	}
+	if (r->opts.codec == USH_CODEC_ZSTD) {
+		/* zstd sizes its workspace from each input's length and
+		 * allocates a new one whenever a batch is longer than any
+		 * before: size it for the largest batch now, from two idle
+		 * (zeroed) pool buffers. */
+		struct ush_buf *a = pool_get(&r->pool, r->pool.max_order);
+		struct ush_buf *b = pool_get(&r->pool, r->pool.max_order);
+		size_t n = r->opts.push_size - USH_FRAME_HDR_SIZE;
+		long c = codec_compress(&r->codec, USH_CODEC_ZSTD,
+					r->opts.level, a->data, n, b->data, n);
+		pool_put(&r->pool, b);
+		pool_put(&r->pool, a);
+		if (c < 0) {
+			ret = ush_fail((int)c, "ring: zstd level %d context",
+				       r->opts.level);
+			goto fail;
+		}
+	}
 	r->ops = ush_calloc(r->opts.iodepth, sizeof(*r->ops));
 	if (!r->ops) {
 		ret = ush_fail(-ENOMEM, "ring: %u ops", r->opts.iodepth);
@@ -234,6 +253,80 @@ void ring_write(struct ush_ring *r, struct ush_op *op)
 	prep_write(r, op);
 }
 
+/* The user_data of link timeouts: their CQEs carry no news of their own
+ * (the send they guard completes with -ECANCELED). */
+static char link_ud;
+
+static void prep_send(struct ush_ring *r, struct ush_op *op)
+{
+	/* The send and its link timeout must go in one submission, or the
+	 * link would end at the submission boundary. */
+	if (op->timeout_ms && io_uring_sq_space_left(&r->uring) < 2)
+		ring_submit(r);
+	struct io_uring_sqe *sqe = get_sqe(r);
+	const uint8_t *a = op->addr + op->done;
+	size_t n = op->len - op->done;
+	if (op->kind == OP_SEND_ZC && op->buf && r->fixedbufs)
+		io_uring_prep_send_zc_fixed(sqe, op->fd, a, n, MSG_NOSIGNAL,
+					    IORING_SEND_ZC_REPORT_USAGE,
+					    op->buf->bufidx);
+	else if (op->kind == OP_SEND_ZC)
+		io_uring_prep_send_zc(sqe, op->fd, a, n, MSG_NOSIGNAL,
+				      IORING_SEND_ZC_REPORT_USAGE);
+	else
+		io_uring_prep_send(sqe, op->fd, a, n, MSG_NOSIGNAL);
+	if (op->fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, op);
+	r->unsubmitted++;
+	if (!op->timeout_ms)
+		return;
+	sqe->flags |= IOSQE_IO_LINK;
+	op->ts.tv_sec = op->timeout_ms / 1000;
+	op->ts.tv_nsec = (long long)(op->timeout_ms % 1000) * 1000000;
+	sqe = get_sqe(r);
+	io_uring_prep_link_timeout(sqe, &op->ts, 0);
+	io_uring_sqe_set_data(sqe, &link_ud);
+	r->unsubmitted++;
+}
+
+void ring_send(struct ush_ring *r, struct ush_op *op)
+{
+	r->inflight++;
+	op->t0 = ush_now_ns();
+	prep_send(r, op);
+}
+
+void ring_arm(struct ush_ring *r, struct ush_op *op)
+{
+	struct io_uring_sqe *sqe = get_sqe(r);
+	switch (op->kind) {
+	case OP_RECV:
+		io_uring_prep_recv(sqe, op->fd, (void *)op->addr, op->len, 0);
+		break;
+	case OP_RECV_MS:
+		io_uring_prep_recv_multishot(sqe, op->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = op->bgid;
+		break;
+	case OP_ACCEPT_MS:
+		io_uring_prep_multishot_accept(sqe, op->fd, NULL, NULL,
+					       SOCK_CLOEXEC);
+		break;
+	case OP_READ:
+		io_uring_prep_read(sqe, op->fd, (void *)op->addr, op->len,
+				   op->off);
+		break;
+	default:
+		ush_panic("ring: op kind %d cannot be armed", op->kind);
+	}
+	if (op->fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, op);
+	r->armed++;
+	r->unsubmitted++;
+}
+
 int ring_submit(struct ush_ring *r)
 {
 	if (!r->unsubmitted)
@@ -248,31 +341,128 @@ int ring_submit(struct ush_ring *r)
 	return 0;
 }
 
-static void complete(struct ush_ring *r, struct ush_op *op, int res)
+static void recycle(struct ush_ring *r, struct ush_op *op)
 {
-	if (res == -EAGAIN || res == -EINTR) {
+	op->next_free = r->free_ops;
+	r->free_ops = op;
+}
+
+static void finish(struct ush_ring *r, struct ush_op *op, int res)
+{
+	r->inflight--;
+	op->cb(op, res);
+	recycle(r, op);
+}
+
+static void prep_again(struct ush_ring *r, struct ush_op *op)
+{
+	if (op->kind == OP_WRITE)
 		prep_write(r, op);
+	else
+		prep_send(r, op);
+}
+
+/* Armed ops report every CQE; only the last one recycles the op. */
+static void complete_armed(struct ush_ring *r, struct ush_op *op, int res,
+			   unsigned flags)
+{
+	bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
+	bool more = multi && (flags & IORING_CQE_F_MORE);
+	op->cqe_flags = flags;
+	if (!more)
+		r->armed--;
+	op->rearm = false;
+	op->cb(op, res);
+	/* Re-arming here spares the callback from taking an op, which
+	 * could reap and so re-enter this CQE loop. */
+	if (!more && op->rearm)
+		ring_arm(r, op);
+	else if (!more)
+		recycle(r, op);
+}
+
+static void complete(struct ush_ring *r, struct ush_op *op, int res,
+		     unsigned flags)
+{
+	if ((void *)op == &link_ud)
+		return;
+	if (op->kind >= OP_RECV) {
+		complete_armed(r, op, res, flags);
+		return;
+	}
+	if (op->kind == OP_SEND_ZC) {
+		/* The buffer is the kernel's until the notification, even
+		 * when the send itself failed: check the flag, not res. */
+		if (flags & IORING_CQE_F_NOTIF) {
+			op->zc_notifs++;
+			if ((unsigned)res & IORING_NOTIF_USAGE_ZC_COPIED)
+				op->zc_copied++;
+			if (--op->notifs == 0 && op->sent)
+				finish(r, op, op->res);
+			return;
+		}
+		if (flags & IORING_CQE_F_MORE)
+			op->notifs++;
+	}
+	if (res == -EAGAIN || res == -EINTR) {
+		prep_again(r, op);
 		return;
 	}
 	if (res > 0) {
 		op->done += (uint32_t)res;
 		if (op->done < op->len) {
-			prep_write(r, op); /* short write: the rest */
+			prep_again(r, op); /* short write: the rest */
 			return;
 		}
 		res = (int)op->done;
 	} else if (res == 0 && op->len) {
 		res = -EIO; /* no progress: treat like a failed write */
 	}
-	r->inflight--;
-	op->cb(op, res);
-	op->next_free = r->free_ops;
-	r->free_ops = op;
+	if (op->sent_cb)
+		op->sent_cb(op, res);
+	if (op->notifs) {
+		op->sent = true;
+		op->res = res;
+		return;
+	}
+	finish(r, op, res);
+}
+
+static unsigned reap_cqes(struct ush_ring *r)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+	io_uring_for_each_cqe(&r->uring, head, cqe)
+	{
+		seen++;
+		complete(r, io_uring_cqe_get_data(cqe), cqe->res, cqe->flags);
+	}
+	io_uring_cq_advance(&r->uring, seen);
+	return seen;
+}
+
+int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns)
+{
+	struct __kernel_timespec ts = {
+		.tv_sec = (long long)(timeout_ns / 1000000000u),
+		.tv_nsec = (long long)(timeout_ns % 1000000000u),
+	};
+	struct io_uring_cqe *cqe;
+	int ret;
+	do
+		ret = io_uring_submit_and_wait_timeout(&r->uring, &cqe, min,
+						       &ts, NULL);
+	while (ret == -EINTR);
+	if (ret < 0 && ret != -EBUSY && ret != -ETIME)
+		return ush_fail(ret, "ring: io_uring_submit_and_wait_timeout");
+	r->unsubmitted = 0;
+	unsigned seen = reap_cqes(r);
+	return !seen && ret == -ETIME ? -ETIME : 0;
 }
 
 int ring_reap(struct ush_ring *r, unsigned min)
 {
-	if (!r->inflight)
+	if (!r->inflight && !r->armed)
 		return 0;
 	int ret;
 	do
@@ -281,14 +471,7 @@ int ring_reap(struct ush_ring *r, unsigned min)
 	if (ret < 0 && ret != -EBUSY && ret != -ETIME)
 		return ush_fail(ret, "ring: io_uring_submit_and_wait");
 	r->unsubmitted = 0;
-	struct io_uring_cqe *cqe;
-	unsigned head, seen = 0;
-	io_uring_for_each_cqe(&r->uring, head, cqe)
-	{
-		seen++;
-		complete(r, io_uring_cqe_get_data(cqe), cqe->res);
-	}
-	io_uring_cq_advance(&r->uring, seen);
+	reap_cqes(r);
 	return 0;
 }
 

@@ -150,7 +150,27 @@ static int handoff(struct ush_writer *w, struct ush_buf *b,
 		w->qhead = b;
 	w->qtail = b;
 	p->st.batches++;
-	return ++w->qlen >= USH_QUEUE_BATCH ? flush_queue(w) : 0;
+	/* b is handed over whatever the flush does: its errors are sticky
+	 * and surface on the next call. */
+	if (++w->qlen >= USH_QUEUE_BATCH)
+		flush_queue(w);
+	return 0;
+}
+
+static int close_part(struct ush_writer *w, uint32_t partition);
+
+/* Under memory pressure open batches go out early, round robin, so a
+ * pool smaller than partitions x 4 KiB still makes progress. */
+static bool evict_one(struct ush_writer *w)
+{
+	for (uint32_t n = 0; n < w->o.partitions; n++) {
+		uint32_t i = w->evict++ % w->o.partitions;
+		if (w->parts[i].buf) {
+			close_part(w, i);
+			return true;
+		}
+	}
+	return false;
 }
 
 /*
@@ -171,10 +191,13 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 			*out = b;
 			return 0;
 		}
-		int ret = w->qhead ? flush_queue(w) : 0;
-		if (!ret && !w->qhead && r->inflight)
+		/* Each step may free memory: retry after each. */
+		int ret = 0;
+		if (w->qhead)
+			ret = flush_queue(w);
+		else if (r->inflight)
 			ret = ring_reap(r, 1);
-		else if (!ret && !w->qhead)
+		else if (!evict_one(w))
 			return ush_fail(USH_EPOOL, "writer: the %zu KiB pool "
 					"has no idle %u KiB buffer and nothing "
 					"is in flight; raise the pool size",
@@ -502,6 +525,12 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 			return ush_fail(-EINVAL, "writer: disk target needs "
 					"a directory");
 		break;
+	case USH_TARGET_NET:
+		sink = &ush_sink_net;
+		if (!o->workers || !*o->workers)
+			return ush_fail(-EINVAL, "writer: net target needs "
+					"workers (HOST:PORT,...)");
+		break;
 	default:
 		return ush_fail(-EINVAL, "writer: unknown target %d",
 				o->target);
@@ -516,7 +545,9 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	w->parts = ush_calloc(o->partitions, sizeof(*w->parts));
 	w->o = *o;
 	w->o.dir = o->dir ? ush_strdup(o->dir) : NULL;
-	if (!w->parts || (o->dir && !w->o.dir)) {
+	w->o.workers = o->workers ? ush_strdup(o->workers) : NULL;
+	if (!w->parts || (o->dir && !w->o.dir) ||
+	    (o->workers && !w->o.workers)) {
 		ush_writer_free(w);
 		return ush_fail(-ENOMEM, "writer: %u partitions",
 				o->partitions);
@@ -542,6 +573,7 @@ void ush_writer_free(ush_writer *w)
 	if (w->sink && w->state == W_OPEN)
 		ush_writer_abort(w);
 	ush_free((void *)w->o.dir);
+	ush_free((void *)w->o.workers);
 	ush_free(w->parts);
 	ush_free(w);
 }

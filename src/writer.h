@@ -26,6 +26,7 @@ struct ush_sink_ops {
 
 extern const struct ush_sink_ops ush_sink_null;
 extern const struct ush_sink_ops ush_sink_disk;
+extern const struct ush_sink_ops ush_sink_net;
 
 struct ush_part {
 	struct ush_buf *buf; /* open batch, or NULL */
@@ -46,6 +47,7 @@ struct ush_writer {
 	unsigned qlen;
 	unsigned inflight; /* this writer's ops in the ring */
 	unsigned push_order;
+	uint32_t evict; /* next partition evict_one() looks at */
 	enum ush_writer_state state;
 	int err; /* sticky */
 	char errmsg[256];

@@ -605,6 +605,58 @@ static void ten_thousand_partitions(void **state)
 	th_rmrf(dir);
 }
 
+/*
+ * A pool smaller than partitions x 4 KiB: open batches are evicted (sent
+ * early) instead of failing, and every record still arrives exactly once.
+ */
+static void pool_smaller_than_partitions(void **state)
+{
+	(void)state;
+	enum { PARTS = 2000, ROUNDS = 6 };
+	const char *dir = th_tmpdir("pool-evict");
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 1u << 20; /* 256 x 4 KiB for 2,000 partitions */
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.shuffle = 9, .partitions = PARTS,
+				     .target = USH_TARGET_DISK, .dir = dir};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	uint8_t rec[200];
+	for (uint32_t round = 0; round < ROUNDS; round++)
+		for (uint32_t p = 0; p < PARTS; p++) {
+			size_t len = 1 + (p * 7 + round * 13) % sizeof(rec);
+			th_fill(rec, len, (uint64_t)p << 8 | round);
+			th_ok(ush_writer_write(w, p, rec, len));
+		}
+	th_ok(ush_writer_commit(w, NULL));
+	struct ush_ring_info info;
+	ush_ring_info(ring, &info);
+	assert_int_equal(info.pool_idle_bytes, info.pool_bytes);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+
+	for (uint32_t p = 0; p < PARTS; p += 37) {
+		struct ush_reader_opts o = {.dir = dir, .shuffle = 9,
+					    .partition = p, .maps = 1};
+		ush_reader *r;
+		const void *data;
+		size_t len;
+		uint32_t round = 0;
+		th_ok(ush_reader_open(&r, &o));
+		while (ush_reader_next(r, &data, &len) == 1) {
+			assert_true(round < ROUNDS);
+			assert_int_equal(len, 1 + (p * 7 + round * 13) % sizeof(rec));
+			assert_true(th_check(data, len, (uint64_t)p << 8 | round));
+			round++;
+		}
+		assert_int_equal(round, ROUNDS);
+		ush_reader_free(r);
+	}
+	th_rmrf(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -618,6 +670,7 @@ int main(void)
 		cmocka_unit_test(swap_never_smaller),
 		cmocka_unit_test(swap_waits_for_same_size),
 		cmocka_unit_test(ten_thousand_partitions),
+		cmocka_unit_test(pool_smaller_than_partitions),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -181,6 +181,7 @@ typedef struct ush_writer ush_writer;
 enum ush_target {
 	USH_TARGET_NULL = 0, /* frames are built, then dropped: no I/O */
 	USH_TARGET_DISK = 1, /* local spill: data file + index per attempt */
+	USH_TARGET_NET = 2,  /* push to ushuffled workers over TCP */
 };
 
 struct ush_writer_opts {
@@ -193,6 +194,19 @@ struct ush_writer_opts {
 		USH_IOENGINE_URING = 0, /* the ring: WRITE_FIXED, batched */
 		USH_IOENGINE_PSYNC = 1, /* baseline: copy + pwrite, no ring */
 	} ioengine;
+	/* net: the workers, "HOST:PORT,HOST:PORT,..." (copied). Partition p
+	 * goes to worker ush_net_worker_of(p, number of workers), so readers
+	 * given the same list find it. */
+	const char *workers;
+	uint32_t timeout_ms;   /* net: a worker that neither takes data nor
+				  answers this long is dead (default 10000) */
+	uint32_t window;       /* net: bytes in flight per worker; 0: what
+				  the worker offers (at most that anyway) */
+	uint32_t zc_threshold; /* net: frames from this size go SEND_ZC
+				  (0: default 16 KiB) */
+	int send_zc;           /* net: 0 auto (threshold, and off on a
+				  connection whose sends the kernel copies),
+				  1 always, -1 never */
 };
 
 /* Per-partition totals reported by ush_writer_commit(). */
@@ -210,6 +224,15 @@ struct ush_writer_stats {
 	uint64_t stored_raw;    /* batches stored raw because they did not shrink */
 	uint64_t grows;         /* partition buffers grown by copy */
 	struct ush_lat complete_lat; /* submission to completion, per frame */
+	/* net target */
+	uint64_t net_sends;      /* frames sent with plain SEND */
+	uint64_t net_zc_sends;   /* frames sent with SEND_ZC */
+	uint64_t net_zc_notifs;  /* zero-copy notifications seen */
+	uint64_t net_zc_copied;  /* ... that the kernel reported as copied */
+	uint32_t net_zc_off;     /* connections that stopped using SEND_ZC
+				    because the kernel copied anyway */
+	uint32_t net_workers;
+	uint64_t net_credit_waits; /* sends that waited for worker credit */
 };
 
 /*
@@ -288,11 +311,18 @@ struct ush_reader_opts {
 	uint32_t shuffle;
 	uint32_t partition;
 	uint32_t maps;        /* map ids 0 .. maps-1 must all be committed */
+	/* Set to read over the network instead of dir: the writers' worker
+	 * list; the partition is fetched from its worker (copied). */
+	const char *workers;
+	uint32_t timeout_ms;  /* net: give up on a silent worker (10000) */
 };
 
 /*
  * Opens partition of shuffle over the committed outputs of maps 0..maps-1
- * in dir. A map without a committed index is an error (USH_ENOTCOMMITTED).
+ * in dir, or, when opts->workers is set, fetched from the partition's
+ * worker (only committed attempts, each batch once, counts checked
+ * against the writers' MAPPER_END). A map without a committed output is
+ * an error (USH_ENOTCOMMITTED).
  */
 USH_API int ush_reader_open(ush_reader **out,
 			    const struct ush_reader_opts *opts);
@@ -303,7 +333,81 @@ USH_API int ush_reader_open(ush_reader **out,
  * records is returned; duplicate batches are dropped.
  */
 USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
+
+/* Totals of a reader so far. */
+struct ush_reader_stats {
+	uint64_t records;       /* records yielded */
+	uint64_t batches;       /* frames yielded (duplicates excluded) */
+	uint64_t dup_batches;   /* duplicate frames dropped */
+	uint64_t raw_bytes;     /* batch bytes of the frames yielded */
+	uint64_t stored_bytes;  /* frame bytes read, duplicates included */
+	struct ush_lat load_lat; /* per frame yielded: read, CRC, decompress */
+};
+USH_API void ush_reader_stats(const ush_reader *r,
+			      struct ush_reader_stats *st);
 USH_API void ush_reader_free(ush_reader *r);
+
+/* ------------------------------------------------------------------ worker */
+
+/*
+ * The shuffle worker that ushuffled runs: one thread, ring and
+ * SO_REUSEPORT listener per thread; it stores pushed frames per
+ * (shuffle, partition), commits map outputs in a synced log and serves
+ * committed frames to readers. Protocol: docs/protocol.md.
+ */
+typedef struct ush_worker ush_worker;
+
+struct ush_worker_opts {
+	const char *listen;  /* "HOST:PORT" (default "127.0.0.1:7337"); port
+				0 picks a free one, see ush_worker_port() */
+	const char *dir;     /* storage directory, created if missing */
+	unsigned threads;    /* 0: one per online CPU */
+	int direct;          /* 1: O_DIRECT partition files where the file
+				system allows (default 0) */
+	int log_level;       /* 0 errors, 1 + connection events (default),
+				2 debug */
+	uint32_t window;     /* credit per connection (default 4 MiB) */
+	uint32_t max_frame;  /* largest frame accepted (default 64 MiB) */
+	size_t pool_bytes;   /* registered flush memory per thread (32 MiB) */
+	uint32_t flush_size; /* per-partition flush buffer (256 KiB) */
+	uint32_t hello_timeout_ms; /* a connection that has not said HELLO
+				      this long is closed (default 10000) */
+};
+
+USH_API void ush_worker_opts_init(struct ush_worker_opts *opts);
+/*
+ * Binds the listeners (so the port is known and bind errors surface
+ * here) and replays the commit logs in dir. Serves nothing until
+ * ush_worker_start() or ush_worker_run(). Returns 0 and *out, or an error.
+ */
+USH_API int ush_worker_create(ush_worker **out,
+			      const struct ush_worker_opts *opts);
+/* The bound TCP port (useful with port 0). */
+USH_API int ush_worker_port(const ush_worker *w);
+/* Starts the worker threads in the background and returns. */
+USH_API int ush_worker_start(ush_worker *w);
+/*
+ * Asks the threads to stop accepting, finish in-flight writes, sync and
+ * exit. Only sets a flag: safe from a signal handler and any thread.
+ */
+USH_API void ush_worker_stop(ush_worker *w);
+/* Waits for the threads to exit; returns 0 or their first error. */
+USH_API int ush_worker_wait(ush_worker *w);
+/* start + wait: serves in the calling thread until ush_worker_stop(). */
+USH_API int ush_worker_run(ush_worker *w);
+/* Stops and waits if running, then frees. Accepts NULL. */
+USH_API void ush_worker_free(ush_worker *w);
+
+/*
+ * Asks every worker of the list ("HOST:PORT,...") to drop all data of
+ * shuffle, committed or not, and waits for each to confirm (timeout_ms 0:
+ * 10 s). Returns 0 or the first error, naming the worker.
+ */
+USH_API int ush_net_drop(const char *workers, uint32_t shuffle,
+			 uint32_t timeout_ms);
+
+/* The worker (index into a writer's list of n) that stores partition. */
+USH_API uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,307 @@
+/*
+ * ushuffle, the fio-style driver. A client of the public API only: this
+ * header is the CLI's own, shared by its files, never by the library.
+ *
+ *   options.c  the option table: parsing values, defaults, --help
+ *   jobfile.c  the command line and INI job files -> a list of jobs
+ *   job.c      running one job: threads, phases, Ctrl-C, clean-up
+ *   write.c    the map phase of one thread (staging, swap/copy hand-off)
+ *   read.c     the read-back phase of one thread
+ *   verify.c   record content derived from (job, map, sequence), checks
+ *   manifest.c what a write job leaves for a later read job
+ *   eta.c      the live status line
+ *   report.c   normal (fio-like) report; json.c: the JSON report
+ */
+#ifndef USH_CLI_H
+#define USH_CLI_H
+
+#include <ushuffle/ushuffle.h>
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_NAME "ushuffle"
+
+/* Exit statuses: 0 success, 1 run-time failure (I/O, verify), 2 bad
+ * input, 130 interrupted (Ctrl-C), as shells report SIGINT. */
+enum { EXIT_RUN = 1, EXIT_USAGE = 2, EXIT_INTR = 130 };
+
+enum rw_mode { RW_WRITE, RW_READ, RW_SHUFFLE };
+enum cli_target { TARGET_NULL, TARGET_DISK, TARGET_NET };
+enum handoff { HANDOFF_SWAP, HANDOFF_COPY };
+enum verify_mode { VERIFY_NONE, VERIFY_CRC32C };
+enum out_format { OUT_NORMAL, OUT_JSON };
+enum eta_mode { ETA_AUTO, ETA_ALWAYS, ETA_NEVER };
+
+struct codec_opt {
+	int codec; /* enum ush_codec */
+	int level;
+};
+
+/* Every option's value; the option table (options.c) names each field. */
+struct job_opts {
+	char name[128];
+	uint64_t numjobs; /* 0: online CPUs, resolved after parsing */
+	uint64_t size;
+	uint64_t runtime_ms; /* 0: no limit */
+	int time_based, group_reporting, keep, pin;
+	int rw;
+	uint64_t partitions;
+	uint64_t record_size[2]; /* min, max */
+	uint64_t bs;
+	struct codec_opt codec;
+	uint64_t iodepth;
+	int direct, sqpoll, fixedbufs; /* fixedbufs: -1 auto */
+	int handoff, ioengine, target, verify;
+	uint64_t compress_pct;
+	char dir[PATH_MAX];
+	char workers[1024];
+	/* process-wide: from the command line or a [global] section */
+	int output_format, eta;
+	char output[PATH_MAX];
+};
+
+/* ------------------------------------------------------------ options.c */
+
+enum opt_type { T_STR, T_UINT, T_SIZE, T_TIME, T_BOOL, T_ENUM, T_RANGE,
+		T_CODEC };
+enum { OPT_GLOBAL = 1, OPT_AUTO = 2, OPT_POW2 = 4 };
+
+struct opt_choice {
+	const char *name;
+	int value;
+};
+
+struct opt {
+	const char *name;
+	enum opt_type type;
+	size_t off, size;  /* field in struct job_opts */
+	const char *def;   /* default, parsed like user input */
+	const char *help;
+	uint64_t min, max; /* numbers; T_STR: max length */
+	const struct opt_choice *choices; /* T_ENUM, NULL-terminated */
+	unsigned flags;
+};
+
+extern const struct opt cli_opts[];
+extern const size_t cli_nopts;
+
+/* The option called name ('-' and '_' match each other), or NULL. */
+const struct opt *opt_find(const char *name);
+/* Sets o in j from text v. Returns 0, or -1 with "why; accepted: what"
+ * in err. v == NULL: the bare flag form (booleans only). */
+int opt_set(const struct opt *o, struct job_opts *j, const char *v,
+	    char *err, size_t n);
+/* Formats o's value in j as text that opt_set() accepts. */
+void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
+		size_t n);
+void opts_defaults(struct job_opts *j);
+void opts_help(FILE *f);
+const char *choice_name(const struct opt_choice *c, int value);
+extern const struct opt_choice rw_choices[], target_choices[],
+	handoff_choices[], ioengine_choices[], verify_choices[];
+
+/* ------------------------------------------------------------ jobfile.c */
+
+struct cli_setting { /* one command-line option, as given */
+	const struct opt *o;
+	const char *value;
+};
+
+struct job_list {
+	struct job_opts *jobs; /* sections in order; run one after another */
+	size_t n;
+	struct job_opts global; /* process-wide settings */
+	struct cli_setting *given; /* command-line options, for reports */
+	size_t ngiven;
+};
+
+/* Parses argv. Returns 0 with *out filled, or an exit status: 0 after
+ * --help/--version (*out empty), EXIT_USAGE after printing one message. */
+int cli_parse(int argc, char **argv, struct job_list *out);
+void job_list_free(struct job_list *l);
+
+/* -------------------------------------------------------------- verify.c */
+
+/* Header of a verifiable record: CRC32C (seeded with the job id) of the
+ * rest, map, sequence number. Shorter records carry filler only. */
+#define REC_HDR 16u
+
+struct rec_gen {
+	uint32_t job;        /* shuffle id, derived from the job name */
+	uint32_t partitions;
+	uint32_t min, max;   /* record size range */
+	uint32_t compress_pct;
+};
+
+/* Where record seq of map goes, and how long it is. */
+uint64_t rec_hash(const struct rec_gen *g, uint32_t map, uint64_t seq);
+uint32_t rec_part(const struct rec_gen *g, uint64_t h);
+uint32_t rec_len(const struct rec_gen *g, uint64_t h);
+/* Writes record seq of map (len bytes, len = rec_len()) at dst. */
+void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
+	      uint64_t h, uint8_t *dst, uint32_t len);
+
+/* Checks the records of one partition as a reader yields them. */
+struct part_check {
+	const struct rec_gen *g;
+	uint32_t part, maps;
+	uint32_t cur_map;
+	bool have_seq;
+	uint64_t last_seq;
+	uint64_t *count; /* per map: good records seen */
+	uint64_t bad;    /* records that failed their check */
+};
+
+struct verify_log { /* the first mismatches, shared by the threads */
+	pthread_mutex_t lock;
+	char first[8][256];
+	unsigned nfirst;
+	atomic_uint_fast64_t errors;
+};
+
+void verify_log_init(struct verify_log *v);
+void verify_log_add(struct verify_log *v, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Returns 0 if rec is as expected, else logs the mismatch, returns 1. */
+int rec_check(struct part_check *c, struct verify_log *log,
+	      const uint8_t *rec, size_t len);
+
+/* ------------------------------------------------------------ manifest.c */
+
+/* What a write job leaves beside its spill files for a later read. */
+struct manifest {
+	uint32_t shuffle, maps, partitions;
+	uint32_t rec_min, rec_max;
+	uint64_t *records, *bytes; /* [map * partitions + part] */
+};
+
+void manifest_path(char *buf, size_t n, const char *dir, uint32_t shuffle);
+/* Return 0, or a negative error with a message in err. */
+int manifest_save(const struct manifest *m, const struct job_opts *o,
+		  char *err, size_t n);
+int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
+		  size_t n);
+void manifest_free(struct manifest *m);
+
+/* ---------------------------------------------------------------- job.c */
+
+/* One direction (write or read) of one thread. */
+struct dir_stats {
+	uint64_t bytes, records, batches; /* logical bytes, records */
+	uint64_t raw_bytes, frame_bytes, stored_bytes;
+	uint64_t runtime_ns;
+	uint64_t allocs;        /* library allocations in the phase */
+	uint64_t phase_batches; /* batches of all threads in the phase */
+	struct ush_lat handoff, clat;
+};
+
+struct thread_result {
+	struct dir_stats w, r;
+	uint64_t usr_ns, sys_ns, wall_ns, ctx;
+	uint64_t verified;      /* records checked */
+	uint64_t verify_errors; /* mismatches this thread found */
+	int err;                /* first error of this thread, 0 if none */
+	int fixedbufs;          /* what the ring got: -1 no ring */
+	unsigned setup_flags;
+};
+
+struct job_result {
+	const struct job_opts *o;
+	uint32_t shuffle;
+	unsigned nthreads;
+	struct thread_result *t;
+	struct verify_log vlog;
+	bool verify_done;       /* every record was read back and checked */
+	bool interrupted;
+	bool ran;               /* the threads ran: there is a report */
+	int err;                /* first error, 0 if none */
+	char errmsg[512];
+};
+
+/* Set by SIGINT/SIGTERM; every loop polls it. */
+extern atomic_int cli_stop;
+void cli_signals(void);
+uint32_t job_shuffle_id(const char *name);
+/* Runs one job to completion. Returns 0, EXIT_RUN or EXIT_INTR. */
+int job_run(const struct job_opts *o, struct job_result *res, int eta);
+void job_result_free(struct job_result *res);
+
+/* Shared state of one job's threads; write.c and read.c see it. */
+struct job_ctx {
+	const struct job_opts *o;
+	struct job_result *res;
+	struct rec_gen gen;
+	uint32_t shuffle, maps, partitions;
+	pthread_barrier_t bar;
+	struct manifest expect;  /* per (map, partition) record counts */
+	atomic_uint next_part;   /* read phase work queue */
+	atomic_int failed;       /* a thread failed: the others stop */
+	atomic_uint_fast64_t wbytes, rbytes; /* progress, for the ETA */
+	atomic_uint threads_done;
+	atomic_uint phase;       /* the last mark all threads passed, + 1 */
+	uint64_t eta_t, eta_w, eta_r; /* the previous status line's */
+	uint64_t t_start;        /* CLOCK_MONOTONIC ns */
+	uint64_t alloc_at[4];    /* ush_alloc_count() at the marks */
+	atomic_uint parts_done;  /* partitions read to the end */
+	pthread_mutex_t lock;
+};
+
+struct thread_ctx {
+	struct job_ctx *job;
+	unsigned index;
+	struct thread_result *res;
+	int cpu; /* to pin to, or -1 */
+};
+
+uint64_t now_ns(void);
+/* The thread should stop early (Ctrl-C, another thread failed). */
+bool job_stopping(const struct job_ctx *j);
+/* Records this thread's first error and makes the others stop. */
+void job_fail(struct thread_ctx *t, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Waits for every thread; the last to arrive notes the library's
+ * allocation count as mark (0, 1: write start/end; 2, 3: read). */
+void phase_barrier(struct thread_ctx *t, unsigned mark);
+
+/* write.c and read.c: one phase of one thread. */
+void write_phase(struct thread_ctx *t);
+void read_phase(struct thread_ctx *t);
+
+/* ---------------------------------------------------------------- eta.c */
+
+/* Prints the status line (final: clears it). From the main thread. */
+void eta_tick(struct job_ctx *j, bool final);
+/* "512MiB", "1.50GiB": 3 significant digits, binary units. */
+void fmt_iec(char *buf, size_t n, double v);
+
+/* ------------------------------------------------------ report.c, json.c */
+
+/* Merged results of a set of threads (one job, or a group). */
+struct agg {
+	struct dir_stats w, r;
+	uint64_t usr_ns, sys_ns, wall_ns, ctx, verified, verify_errors;
+	unsigned threads;
+};
+
+void agg_threads(struct agg *a, const struct thread_result *t, unsigned n);
+double pct_cpu(uint64_t cpu_ns, uint64_t wall_ns);
+/* Percentiles reported for every latency histogram, fio's list. */
+extern const double report_pcts[];
+extern const size_t report_npcts;
+const char *verify_status(const struct job_result *r);
+
+/* The lines fio prints before it starts: one per job, then a count. */
+void report_describe(FILE *f, const struct job_list *l);
+/* The causes of a failed job and its first mismatches, on stderr. */
+void report_errors(const struct job_result *r);
+void report_normal(FILE *f, const struct job_result *res, size_t njobs);
+int report_json(FILE *f, const struct job_list *l,
+		const struct job_result *res, size_t njobs);
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * Running one job: numjobs threads, each pinned to a CPU with its own
+ * ring. Thread i writes map i (write phase), then, after every map has
+ * committed, reads partitions from a shared counter (read phase). The
+ * phases are separated by barriers, at which the library's allocation
+ * count is noted, so allocations per batch cover the steady state only.
+ *
+ * Ctrl-C (SIGINT) or SIGTERM sets cli_stop; every loop polls it, writers
+ * abort (the library removes their partial files), the job removes what
+ * it committed and the caller prints the partial report. A second Ctrl-C
+ * kills the process at once.
+ */
+#define _GNU_SOURCE /* pthread_setaffinity_np, RUSAGE_THREAD */
+#include "cli.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+atomic_int cli_stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	atomic_store(&cli_stop, 1);
+}
+
+void cli_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESETHAND | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* FNV-1a: a stable shuffle id per job name. */
+uint32_t job_shuffle_id(const char *name)
+{
+	uint32_t h = 2166136261u;
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 16777619u;
+	return h;
+}
+
+bool job_stopping(const struct job_ctx *j)
+{
+	return atomic_load_explicit(&cli_stop, memory_order_relaxed) ||
+	       atomic_load_explicit(&j->failed, memory_order_relaxed);
+}
+
+void job_fail(struct thread_ctx *t, int err, const char *fmt, ...)
+{
+	struct job_ctx *j = t->job;
+	va_list ap;
+	if (!t->res->err)
+		t->res->err = err;
+	atomic_store(&j->failed, 1);
+	pthread_mutex_lock(&j->lock);
+	if (!j->res->err) {
+		j->res->err = err;
+		va_start(ap, fmt);
+		vsnprintf(j->res->errmsg, sizeof(j->res->errmsg), fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+void phase_barrier(struct thread_ctx *t, unsigned mark)
+{
+	struct job_ctx *j = t->job;
+	/* Twice: nobody works while the count is taken. */
+	if (pthread_barrier_wait(&j->bar) == PTHREAD_BARRIER_SERIAL_THREAD) {
+		j->alloc_at[mark] = ush_alloc_count();
+		atomic_store(&j->phase, mark + 1);
+	}
+	pthread_barrier_wait(&j->bar);
+}
+
+static uint64_t tv_ns(const struct timeval *tv)
+{
+	return (uint64_t)tv->tv_sec * 1000000000u +
+	       (uint64_t)tv->tv_usec * 1000u;
+}
+
+static void *thread_main(void *arg)
+{
+	struct thread_ctx *t = arg;
+	struct job_ctx *j = t->job;
+	const struct job_opts *o = j->o;
+	struct rusage r0, r1;
+	if (t->cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(t->cpu, &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	getrusage(RUSAGE_THREAD, &r0);
+	uint64_t t0 = now_ns();
+	if (o->rw != RW_READ)
+		write_phase(t);
+	if (o->rw != RW_WRITE && o->target == TARGET_DISK)
+		read_phase(t);
+	getrusage(RUSAGE_THREAD, &r1);
+	struct thread_result *r = t->res;
+	r->wall_ns = now_ns() - t0;
+	r->usr_ns = tv_ns(&r1.ru_utime) - tv_ns(&r0.ru_utime);
+	r->sys_ns = tv_ns(&r1.ru_stime) - tv_ns(&r0.ru_stime);
+	r->ctx = (uint64_t)((r1.ru_nvcsw + r1.ru_nivcsw) -
+			    (r0.ru_nvcsw + r0.ru_nivcsw));
+	atomic_fetch_add(&j->threads_done, 1);
+	return NULL;
+}
+
+/* Only the files of this shuffle the library and manifest.c name. */
+static bool spill_file(const char *n)
+{
+	if (*n++ != 'm' || !isdigit((unsigned char)*n))
+		return false;
+	while (isdigit((unsigned char)*n))
+		n++;
+	if (!strcmp(n, ".index"))
+		return true;
+	if (strncmp(n, ".a", 2) || !isdigit((unsigned char)n[2]))
+		return false;
+	for (n += 2; isdigit((unsigned char)*n);)
+		n++;
+	return !strcmp(n, ".data") || !strcmp(n, ".index.tmp");
+}
+
+/* Removes a shuffle's spill files and manifest, then its directory. */
+static void spill_clean(const char *dir, uint32_t shuffle)
+{
+	char path[PATH_MAX + 64];
+	int k = snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (spill_file(e->d_name)) {
+			snprintf(path + k, sizeof(path) - (size_t)k, "/%s",
+				 e->d_name);
+			unlink(path);
+		}
+	closedir(d);
+	manifest_path(path, sizeof(path), dir, shuffle);
+	unlink(path);
+	path[k] = '\0';
+	rmdir(path); /* fails, rightly, if something else is left */
+}
+
+/* The i-th CPU this process may run on, or -1 when unpinned. */
+static int nth_cpu(unsigned i)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return -1;
+	unsigned n = (unsigned)CPU_COUNT(&set), k = 0;
+	for (int c = 0; n && c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set) && k++ == i % n)
+			return c;
+	return -1;
+}
+
+/* Sets up what the threads expect; returns 0 or an error with
+ * res->errmsg. */
+static int prepare(struct job_ctx *j, struct job_result *res)
+{
+	const struct job_opts *o = j->o;
+	j->gen = (struct rec_gen){.job = j->shuffle,
+				  .min = (uint32_t)o->record_size[0],
+				  .max = (uint32_t)o->record_size[1],
+				  .compress_pct = (uint32_t)o->compress_pct};
+	if (o->rw == RW_READ) {
+		int ret = manifest_load(&j->expect, o, res->errmsg,
+					sizeof(res->errmsg));
+		if (ret)
+			return ret;
+		j->maps = j->expect.maps;
+		j->partitions = j->expect.partitions;
+		j->gen.min = j->expect.rec_min;
+		j->gen.max = j->expect.rec_max;
+		if (o->verify == VERIFY_CRC32C && j->gen.min < REC_HDR) {
+			snprintf(res->errmsg, sizeof(res->errmsg), "cannot "
+				 "verify job '%s': it was written with records "
+				 "of %u bytes, below the %u-byte verify "
+				 "header; read it with --verify=none", o->name,
+				 j->gen.min, REC_HDR);
+			return -EINVAL;
+		}
+	} else {
+		j->maps = (uint32_t)o->numjobs;
+		j->partitions = (uint32_t)o->partitions;
+		size_t cells = (size_t)j->maps * j->partitions;
+		j->expect.records = calloc(cells, sizeof(uint64_t));
+		j->expect.bytes = calloc(cells, sizeof(uint64_t));
+		if (!j->expect.records || !j->expect.bytes) {
+			snprintf(res->errmsg, sizeof(res->errmsg),
+				 "out of memory for %zu partition counters",
+				 cells);
+			return -ENOMEM;
+		}
+		if (o->target == TARGET_DISK)
+			spill_clean(o->dir, j->shuffle); /* an earlier run's */
+	}
+	j->gen.partitions = j->partitions;
+	return 0;
+}
+
+/* Starts the threads with SIGINT/SIGTERM blocked: only the main thread
+ * takes them, so no worker sees EINTR. Returns 0 or an errno. */
+static int start(struct job_ctx *j, struct thread_ctx *tc, pthread_t *tid)
+{
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	int ret = 0;
+	for (unsigned i = 0; !ret && i < j->res->nthreads; i++) {
+		tc[i] = (struct thread_ctx){.job = j, .index = i,
+					    .res = &j->res->t[i],
+					    .cpu = j->o->pin ? nth_cpu(i) : -1};
+		ret = pthread_create(&tid[i], NULL, thread_main, &tc[i]);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ret;
+}
+
+static void finish(struct job_ctx *j, struct job_result *res)
+{
+	const struct job_opts *o = j->o;
+	uint64_t wb = 0, rb = 0;
+	for (unsigned i = 0; i < res->nthreads; i++) {
+		wb += res->t[i].w.batches;
+		rb += res->t[i].r.batches;
+	}
+	for (unsigned i = 0; i < res->nthreads; i++) {
+		struct thread_result *t = &res->t[i];
+		t->w.allocs = j->alloc_at[1] - j->alloc_at[0];
+		t->w.phase_batches = wb;
+		t->r.allocs = j->alloc_at[3] - j->alloc_at[2];
+		t->r.phase_batches = rb;
+	}
+	res->interrupted = atomic_load(&cli_stop);
+	bool ok = !res->err && !res->interrupted;
+	res->verify_done = ok && o->rw != RW_WRITE &&
+			   o->target == TARGET_DISK &&
+			   atomic_load(&j->parts_done) >= j->partitions;
+	if (o->target != TARGET_DISK || o->rw == RW_READ)
+		return;
+	if (ok && (o->rw == RW_WRITE || o->keep)) {
+		j->expect.shuffle = j->shuffle;
+		j->expect.maps = j->maps;
+		j->expect.partitions = j->partitions;
+		j->expect.rec_min = j->gen.min;
+		j->expect.rec_max = j->gen.max;
+		int ret = manifest_save(&j->expect, o, res->errmsg,
+					sizeof(res->errmsg));
+		if (ret)
+			res->err = ret, ok = false;
+	}
+	if (!ok || (o->rw == RW_SHUFFLE && !o->keep))
+		spill_clean(o->dir, j->shuffle);
+}
+
+int job_run(const struct job_opts *o, struct job_result *res, int eta)
+{
+	memset(res, 0, sizeof(*res));
+	res->o = o;
+	res->shuffle = job_shuffle_id(o->name);
+	res->nthreads = (unsigned)o->numjobs;
+	verify_log_init(&res->vlog);
+	res->t = calloc(res->nthreads, sizeof(*res->t));
+	struct thread_ctx *tc = calloc(res->nthreads, sizeof(*tc));
+	pthread_t *tid = calloc(res->nthreads, sizeof(*tid));
+	struct job_ctx j = {.o = o, .res = res, .shuffle = res->shuffle};
+	pthread_mutex_init(&j.lock, NULL);
+	int ret = res->t && tc && tid ? 0 : -ENOMEM;
+	if (ret)
+		snprintf(res->errmsg, sizeof(res->errmsg), "out of memory");
+	for (unsigned i = 0; !ret && i < res->nthreads; i++) {
+		struct thread_result *t = &res->t[i];
+		ush_lat_init(&t->w.handoff);
+		ush_lat_init(&t->w.clat);
+		ush_lat_init(&t->r.handoff);
+		ush_lat_init(&t->r.clat);
+		t->fixedbufs = -1;
+	}
+	if (!ret)
+		ret = res->err = prepare(&j, res);
+	if (!ret) {
+		pthread_barrier_init(&j.bar, NULL, res->nthreads);
+		j.t_start = now_ns();
+		int err = start(&j, tc, tid);
+		if (err) { /* the barrier would wait for it forever */
+			fprintf(stderr, CLI_NAME ": cannot start a thread: "
+				"%s\n", strerror(err));
+			exit(EXIT_RUN);
+		}
+		uint64_t next_eta = j.t_start + 1000000000u;
+		while (atomic_load(&j.threads_done) < res->nthreads) {
+			nanosleep(&(struct timespec){0, 50000000}, NULL);
+			if (eta && now_ns() >= next_eta) {
+				eta_tick(&j, false);
+				next_eta += 1000000000u;
+			}
+		}
+		for (unsigned i = 0; i < res->nthreads; i++)
+			pthread_join(tid[i], NULL);
+		if (eta)
+			eta_tick(&j, true);
+		pthread_barrier_destroy(&j.bar);
+		res->ran = true;
+		finish(&j, res);
+	} else if (!res->err) {
+		res->err = -EINVAL;
+	}
+	manifest_free(&j.expect);
+	pthread_mutex_destroy(&j.lock);
+	free(tc);
+	free(tid);
+	if (res->interrupted)
+		return EXIT_INTR;
+	return res->err || atomic_load(&res->vlog.errors) ? EXIT_RUN : 0;
+}
+
+void job_result_free(struct job_result *res)
+{
+	free(res->t);
+	pthread_mutex_destroy(&res->vlog.lock);
+	res->t = NULL;
+}

@@ -1,0 +1,318 @@
+/*
+ * The command line and INI job files (libinih) -> a list of jobs.
+ *
+ * Precedence, lowest first: the table's defaults, a file's [global]
+ * section (for the jobs after it in that file, as in fio), the job's own
+ * section, then the command line, which overrides every job. Without a
+ * job file the command line describes one job.
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* inih calls its handler only for keys; the line reader below injects
+ * this key after every section header so that empty sections count. */
+#define SECTION_MARK "@section"
+
+struct ini_state {
+	const char *file;
+	FILE *fp;
+	int line;          /* physical line of the last chunk read */
+	bool line_done;    /* that chunk ended its line */
+	bool mark_due;     /* a section header was just read */
+	int *phys;         /* inih's line numbers -> physical lines */
+	size_t nphys, cap;
+	struct job_list *l;
+	struct job_opts global; /* this file's [global] so far */
+	long cur;          /* index of the job being read; -1 in [global] */
+	char err[768];     /* the first error */
+};
+
+static void usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs(CLI_NAME ": ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static int push_line(struct ini_state *s)
+{
+	if (s->nphys == s->cap) {
+		size_t c = s->cap ? 2 * s->cap : 256;
+		int *p = realloc(s->phys, c * sizeof(*p));
+		if (!p)
+			return -1;
+		s->phys = p;
+		s->cap = c;
+	}
+	s->phys[s->nphys++] = s->line;
+	return 0;
+}
+
+static char *ini_read(char *str, int num, void *stream)
+{
+	struct ini_state *s = stream;
+	if (s->mark_due) {
+		s->mark_due = false;
+		snprintf(str, (size_t)num, SECTION_MARK "=\n");
+		return push_line(s) ? NULL : str;
+	}
+	if (!fgets(str, num, s->fp))
+		return NULL;
+	if (s->line_done || !s->line)
+		s->line++;
+	s->line_done = strchr(str, '\n') != NULL;
+	if (!s->line_done && !feof(s->fp)) {
+		if (!s->err[0])
+			snprintf(s->err, sizeof(s->err), "%s:%d: line longer "
+				 "than %d bytes", s->file, s->line, num - 2);
+		int c;
+		while ((c = fgetc(s->fp)) != EOF && c != '\n')
+			;
+		s->line_done = true;
+		snprintf(str, (size_t)num, "\n");
+	}
+	const char *p = str;
+	if (s->line == 1 && !strncmp(p, "\xEF\xBB\xBF", 3))
+		p += 3; /* a UTF-8 BOM, which inih skips too */
+	s->mark_due = p[strspn(p, " \t")] == '[';
+	return push_line(s) ? NULL : str;
+}
+
+static bool valid_job_name(const char *n)
+{
+	if (!isalnum((unsigned char)*n))
+		return false;
+	for (; *n; n++)
+		if (!isalnum((unsigned char)*n) && !strchr("_-.", *n))
+			return false;
+	return true;
+}
+
+static void start_section(struct ini_state *s, const char *section)
+{
+	struct job_list *l = s->l;
+	if (!strcmp(section, "global")) {
+		s->cur = -1;
+		return;
+	}
+	if (!valid_job_name(section) ||
+	    strlen(section) >= sizeof(l->jobs->name)) {
+		snprintf(s->err, sizeof(s->err), "%s:%d: section [%s]: not a "
+			 "job name; accepted: [global] or [NAME], NAME of at "
+			 "most 127 letters, digits, '_', '-' or '.'", s->file,
+			 s->line, section);
+		return;
+	}
+	struct job_opts *j = realloc(l->jobs, (l->n + 1) * sizeof(*j));
+	if (!j) {
+		snprintf(s->err, sizeof(s->err), "out of memory");
+		return;
+	}
+	l->jobs = j;
+	j[l->n] = s->global;
+	snprintf(j[l->n].name, sizeof(j->name), "%s", section);
+	s->cur = (long)l->n++;
+}
+
+static int on_key(void *user, const char *section, const char *key,
+		       const char *value)
+{
+	struct ini_state *s = user;
+	char why[512];
+	if (s->err[0])
+		return 1; /* report the first error only */
+	if (!strcmp(key, SECTION_MARK)) {
+		start_section(s, section);
+		return !s->err[0];
+	}
+	const struct opt *o = opt_find(key);
+	if (!*section)
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: key outside a "
+			 "section; accepted: keys under [global] or [JOBNAME]",
+			 s->file, s->line, key, value);
+	else if (!o)
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key; "
+			 "accepted: the option names that --help lists, "
+			 "without the dashes", s->file, s->line, key, value);
+	else if ((o->flags & OPT_GLOBAL) && s->cur >= 0)
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: a global "
+			 "option; accepted: in [global] or on the command line",
+			 s->file, s->line, key, value);
+	else if (opt_set(o, o->flags & OPT_GLOBAL ? &s->l->global :
+			 s->cur < 0 ? &s->global : &s->l->jobs[s->cur],
+			 value, why, sizeof(why)))
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: %s", s->file,
+			 s->line, key, value, why);
+	return !s->err[0];
+}
+
+/* Adds the jobs of one file to l; returns 0 or -1 after a message. */
+static int parse_file(struct job_list *l, const char *file,
+		      struct job_opts *global)
+{
+	struct ini_state s = {.file = file, .l = l, .cur = -1};
+	opts_defaults(&s.global);
+	s.fp = fopen(file, "r");
+	if (!s.fp) {
+		usage_error("%s: cannot read the job file: %s", file,
+			    strerror(errno));
+		return -1;
+	}
+	int ret = ini_parse_stream(ini_read, &s, on_key, &s);
+	int rerr = ferror(s.fp) ? errno : 0;
+	fclose(s.fp);
+	if (rerr)
+		usage_error("%s: cannot read the job file: %s", file,
+			    strerror(rerr));
+	else if (ret > 0 && !s.err[0])
+		usage_error("%s:%d: syntax error; accepted: [SECTION], "
+			    "KEY=VALUE (a flag too: time_based=1) or a comment",
+			    file,
+			    (size_t)ret <= s.nphys ? s.phys[ret - 1] : ret);
+	else if (s.err[0] || ret < 0)
+		usage_error("%s", s.err[0] ? s.err : "out of memory");
+	free(s.phys);
+	*global = s.global;
+	return rerr || ret || s.err[0] ? -1 : 0;
+}
+
+/* Cross-option checks of a finished job; one message naming the option. */
+static int check_job(const struct job_opts *j, bool named)
+{
+	char pre[160] = "", v[64];
+	if (named)
+		snprintf(pre, sizeof(pre), "job '%s': ", j->name);
+	if (j->target == TARGET_NET) {
+		usage_error("%s--target=net: not available yet: the network "
+			    "target arrives with the shuffle worker "
+			    "(ushuffled); accepted for now: null or disk", pre);
+		return -1;
+	}
+	if (j->rw == RW_READ && j->target == TARGET_NULL) {
+		usage_error("%s--rw=read with --target=null: the null target "
+			    "keeps nothing to read back; accepted: --rw=read "
+			    "with --target=disk", pre);
+		return -1;
+	}
+	opt_format(opt_find("record-size"), j, v, sizeof(v));
+	if (j->verify == VERIFY_CRC32C && j->rw != RW_READ &&
+	    j->record_size[0] < REC_HDR) {
+		usage_error("%s--record-size=%s: --verify=crc32c needs records "
+			    "of at least %u bytes; accepted: %u or more, or "
+			    "--verify=none", pre, v, REC_HDR, REC_HDR);
+		return -1;
+	}
+	if (j->rw != RW_READ && !j->record_size[1]) {
+		usage_error("%s--record-size=%s: empty records never add up "
+			    "to --size; accepted: a MAX of 1 byte or more", pre,
+			    v);
+		return -1;
+	}
+	if (j->time_based && !j->runtime_ms) {
+		usage_error("%s--time_based: needs --runtime; accepted: "
+			    "--time_based with --runtime=SECONDS", pre);
+		return -1;
+	}
+	return 0;
+}
+
+/* Returns 1 after --help/--version, 0 to go on, -1 after a message. */
+static int scan_argv(int argc, char **argv, struct job_list *l,
+		     const char ***files, size_t *nfiles)
+{
+	struct job_opts scratch;
+	char key[64], why[512];
+	opts_defaults(&scratch);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			opts_help(stdout);
+			return 1;
+		}
+		if (!strcmp(a, "--version")) {
+			printf(CLI_NAME "-" USH_VERSION_STRING "\n");
+			return 1;
+		}
+		if (a[0] != '-' || !a[1]) {
+			(*files)[(*nfiles)++] = a;
+			continue;
+		}
+		const char *eq = strchr(a, '=');
+		size_t k = eq ? (size_t)(eq - a) : strlen(a);
+		snprintf(key, sizeof(key), "%.*s", (int)k, a);
+		const struct opt *o = a[1] == '-' ? opt_find(key + 2) : NULL;
+		if (!o) {
+			usage_error("%s: unknown option; accepted: the options "
+				    "that " CLI_NAME " --help lists, as "
+				    "--NAME=VALUE", a);
+			return -1;
+		}
+		const char *v = eq ? eq + 1 : NULL;
+		if (opt_set(o, &scratch, v, why, sizeof(why))) {
+			usage_error("%s: %s", a, why);
+			return -1;
+		}
+		l->given[l->ngiven++] = (struct cli_setting){o, v ? v : "1"};
+	}
+	return 0;
+}
+
+int cli_parse(int argc, char **argv, struct job_list *l)
+{
+	char why[512];
+	const char **files = calloc((size_t)argc + 1, sizeof(*files));
+	size_t nfiles = 0;
+	memset(l, 0, sizeof(*l));
+	opts_defaults(&l->global);
+	l->given = calloc((size_t)argc + 1, sizeof(*l->given));
+	if (!files || !l->given) {
+		free(files);
+		usage_error("out of memory");
+		return EXIT_USAGE;
+	}
+	int ret = scan_argv(argc, argv, l, &files, &nfiles);
+	struct job_opts global = l->global;
+	for (size_t i = 0; !ret && i < nfiles; i++)
+		ret = parse_file(l, files[i], &global);
+	free(files);
+	bool named = l->n > 0; /* jobs from sections: say which failed */
+	if (!ret && !l->n) {
+		l->jobs = malloc(sizeof(*l->jobs));
+		if (l->jobs)
+			l->jobs[l->n++] = global;
+	}
+	for (size_t j = 0; !ret && j <= l->n; j++) {
+		struct job_opts *o = j < l->n ? &l->jobs[j] : &l->global;
+		for (size_t g = 0; g < l->ngiven; g++)
+			opt_set(l->given[g].o, o, l->given[g].value, why,
+				sizeof(why)); /* checked in scan_argv */
+		if (!o->numjobs)
+			o->numjobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
+		if (j < l->n && check_job(o, named))
+			ret = -1;
+	}
+	if (ret) {
+		job_list_free(l);
+		return ret > 0 ? 0 : EXIT_USAGE;
+	}
+	return 0;
+}
+
+void job_list_free(struct job_list *l)
+{
+	free(l->jobs);
+	free(l->given);
+	memset(l, 0, sizeof(*l));
+}

@@ -1,0 +1,184 @@
+/*
+ * The JSON report (json-c), modelled on fio's --output-format=json: the
+ * version, the options given, and jobs[] with a write and a read object
+ * each (iops = batches per second; latency objects with fio-style
+ * "percentile" maps keyed "99.000000"), CPU and the verify result.
+ * docs/cli.md lists every field.
+ */
+#include "cli.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+static json_object *jdouble(double v)
+{
+	char buf[64];
+	if (!isfinite(v))
+		v = 0;
+	snprintf(buf, sizeof(buf), "%.6f", v);
+	return json_object_new_double_s(v, buf);
+}
+
+static void add(json_object *o, const char *key, json_object *v)
+{
+	json_object_object_add(o, key, v);
+}
+
+static void add_u64(json_object *o, const char *key, uint64_t v)
+{
+	add(o, key, json_object_new_uint64(v));
+}
+
+static json_object *lat_json(const struct ush_lat *l)
+{
+	json_object *o = json_object_new_object();
+	add_u64(o, "min", l->count ? l->min_ns : 0);
+	add_u64(o, "max", l->max_ns);
+	add(o, "mean", jdouble(ush_lat_mean(l)));
+	add(o, "stddev", jdouble(ush_lat_stdev(l)));
+	add_u64(o, "N", l->count);
+	if (l->count) {
+		json_object *p = json_object_new_object();
+		char key[32];
+		for (size_t i = 0; i < report_npcts; i++) {
+			snprintf(key, sizeof(key), "%f", report_pcts[i]);
+			add_u64(p, key, ush_lat_percentile(l, report_pcts[i]));
+		}
+		add(o, "percentile", p);
+	}
+	return o;
+}
+
+static json_object *dir_json(const struct dir_stats *d)
+{
+	json_object *o = json_object_new_object();
+	double secs = (double)d->runtime_ns / 1e9;
+	double per_s = secs > 0 ? 1 / secs : 0;
+	add_u64(o, "io_bytes", d->bytes);
+	add_u64(o, "io_kbytes", d->bytes >> 10);
+	add_u64(o, "bw_bytes", (uint64_t)((double)d->bytes * per_s));
+	add_u64(o, "bw", (uint64_t)((double)d->bytes * per_s / 1024));
+	add(o, "iops", jdouble((double)d->batches * per_s));
+	add_u64(o, "runtime", d->runtime_ns / 1000000);
+	add_u64(o, "total_ios", d->batches);
+	add_u64(o, "records", d->records);
+	add(o, "records_per_sec", jdouble((double)d->records * per_s));
+	add_u64(o, "raw_bytes", d->raw_bytes);
+	add_u64(o, "frame_bytes", d->frame_bytes);
+	add_u64(o, "stored_bytes", d->stored_bytes);
+	add(o, "compression_ratio",
+	    jdouble(d->stored_bytes ? (double)d->bytes /
+					      (double)d->stored_bytes : 0));
+	add_u64(o, "allocs", d->allocs);
+	add(o, "allocs_per_batch",
+	    jdouble(d->phase_batches ? (double)d->allocs /
+					       (double)d->phase_batches : 0));
+	add(o, "handoff_ns", lat_json(&d->handoff));
+	add(o, "clat_ns", lat_json(&d->clat));
+	return o;
+}
+
+static json_object *options_json(const struct job_opts *j)
+{
+	json_object *o = json_object_new_object();
+	char v[PATH_MAX];
+	for (size_t i = 0; i < cli_nopts; i++) {
+		if (cli_opts[i].flags & OPT_GLOBAL)
+			continue;
+		opt_format(&cli_opts[i], j, v, sizeof(v));
+		add(o, cli_opts[i].name, json_object_new_string(v));
+	}
+	return o;
+}
+
+static json_object *unit_json(const struct job_result *r, size_t gid,
+			      const struct agg *a,
+			      const struct thread_result *t)
+{
+	json_object *o = json_object_new_object();
+	add(o, "jobname", json_object_new_string(r->o->name));
+	add_u64(o, "groupid", gid);
+	add_u64(o, "threads", a->threads);
+	if (t)
+		add_u64(o, "thread", (uint64_t)(t - r->t));
+	add(o, "error", json_object_new_int(t ? t->err : r->err));
+	if (r->err && r->errmsg[0])
+		add(o, "error_message", json_object_new_string(r->errmsg));
+	add(o, "interrupted", json_object_new_boolean(r->interrupted));
+	add(o, "job options", options_json(r->o));
+	add(o, "write", dir_json(&a->w));
+	add(o, "read", dir_json(&a->r));
+	add(o, "usr_cpu", jdouble(pct_cpu(a->usr_ns, a->wall_ns)));
+	add(o, "sys_cpu", jdouble(pct_cpu(a->sys_ns, a->wall_ns)));
+	add_u64(o, "ctx", a->ctx);
+	int fb = (t ? t : r->t)->fixedbufs;
+	json_object *ring = json_object_new_object();
+	add(ring, "fixedbufs", json_object_new_int(fb));
+	add_u64(ring, "setup_flags", (t ? t : r->t)->setup_flags);
+	add(o, "ring", ring);
+	json_object *v = json_object_new_object();
+	add(v, "mode", json_object_new_string(
+			       choice_name(verify_choices, r->o->verify)));
+	add_u64(v, "records", a->verified);
+	add_u64(v, "errors", a->verify_errors);
+	add(v, "status", json_object_new_string(verify_status(r)));
+	json_object *first = json_object_new_array();
+	for (unsigned i = 0; i < r->vlog.nfirst; i++)
+		json_object_array_add(first,
+				      json_object_new_string(r->vlog.first[i]));
+	add(v, "first_errors", first);
+	add(o, "verify", v);
+	return o;
+}
+
+int report_json(FILE *f, const struct job_list *l,
+		const struct job_result *res, size_t njobs)
+{
+	json_object *top = json_object_new_object(), *jobs, *given;
+	time_t now = time(NULL);
+	char date[64];
+	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
+	add(top, "ushuffle version",
+	    json_object_new_string(CLI_NAME "-" USH_VERSION_STRING));
+	add(top, "timestamp", json_object_new_int64((int64_t)now));
+	add(top, "time", json_object_new_string(date));
+	given = json_object_new_object();
+	for (size_t i = 0; i < l->ngiven; i++)
+		add(given, l->given[i].o->name,
+		    json_object_new_string(l->given[i].value));
+	add(top, "global options", given);
+	jobs = json_object_new_array();
+	struct agg a;
+	for (size_t g = 0; g < njobs; g++) {
+		const struct job_result *r = &res[g];
+		if (!r->ran) { /* failed before its threads started */
+			json_object *o = json_object_new_object();
+			add(o, "jobname", json_object_new_string(r->o->name));
+			add_u64(o, "groupid", g);
+			add(o, "error", json_object_new_int(r->err));
+			add(o, "error_message",
+			    json_object_new_string(r->errmsg));
+			json_object_array_add(jobs, o);
+			continue;
+		}
+		if (r->o->group_reporting) {
+			agg_threads(&a, r->t, r->nthreads);
+			json_object_array_add(jobs, unit_json(r, g, &a, NULL));
+			continue;
+		}
+		for (unsigned i = 0; i < r->nthreads; i++) {
+			agg_threads(&a, &r->t[i], 1);
+			json_object_array_add(jobs,
+					      unit_json(r, g, &a, &r->t[i]));
+		}
+	}
+	add(top, "jobs", jobs);
+	const char *s = json_object_to_json_string_ext(
+		top, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+			     JSON_C_TO_STRING_NOSLASHESCAPE);
+	int ret = fputs(s, f) < 0 || fputc('\n', f) == EOF ? -1 : 0;
+	json_object_put(top);
+	return ret;
+}

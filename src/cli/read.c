@@ -1,0 +1,169 @@
+/*
+ * The read-back phase of one thread: partitions come from a shared
+ * counter, each is read over every map with ush_reader_next() and, with
+ * --verify=crc32c, every record is checked (verify.c) and each map's
+ * record count compared with what the writer committed.
+ *
+ * A reader error (a frame whose CRC fails, a missing index) is described
+ * with the library's message, which names the file and offset, counts as
+ * a verify error and fails the run; the other partitions are still read.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK_RECORDS 4096 /* poll time and Ctrl-C this often */
+
+static void reader_error(struct thread_ctx *t, uint32_t part, int err)
+{
+	struct job_result *res = t->job->res;
+	atomic_fetch_add(&res->vlog.errors, 1);
+	t->res->verify_errors++;
+	verify_log_add(&res->vlog, "partition %u: %s", part, ush_last_error());
+	if (!t->res->err)
+		t->res->err = err;
+	pthread_mutex_lock(&t->job->lock);
+	if (!res->err)
+		res->err = err; /* described by the verify log */
+	pthread_mutex_unlock(&t->job->lock);
+}
+
+static void count_error(struct thread_ctx *t, uint64_t got, uint64_t want,
+			const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void count_error(struct thread_ctx *t, uint64_t got, uint64_t want,
+			const char *fmt, ...)
+{
+	struct job_ctx *j = t->job;
+	uint64_t diff = got > want ? got - want : want - got;
+	char what[96];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	atomic_fetch_add(&j->res->vlog.errors, diff);
+	t->res->verify_errors += diff;
+	verify_log_add(&j->res->vlog, "%s: %llu records, expected %llu "
+		       "(%llu %s)", what, (unsigned long long)got,
+		       (unsigned long long)want, (unsigned long long)diff,
+		       got > want ? "extra" : "missing");
+}
+
+/*
+ * After a partition was read to its end: every map's record count. A
+ * record that failed its check cannot be trusted to name its map, so then
+ * only the partition's total is compared (bad records count as present:
+ * they were described already).
+ */
+static void check_counts(struct thread_ctx *t, const struct part_check *c)
+{
+	struct job_ctx *j = t->job;
+	if (c->bad) {
+		uint64_t got = c->bad, want = 0;
+		for (uint32_t m = 0; m < j->maps; m++) {
+			got += c->count[m];
+			want += j->expect.records[(size_t)m * j->partitions +
+						  c->part];
+		}
+		if (got != want)
+			count_error(t, got, want, "partition %u (%llu bad)",
+				    c->part, (unsigned long long)c->bad);
+		return;
+	}
+	for (uint32_t m = 0; m < j->maps; m++) {
+		uint64_t want = j->expect.records[(size_t)m * j->partitions +
+						  c->part];
+		if (c->count[m] != want)
+			count_error(t, c->count[m], want, "partition %u map %u",
+				    c->part, m);
+	}
+}
+
+/* Reads one partition; returns false when the phase should end. */
+static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
+		      uint64_t deadline)
+{
+	struct job_ctx *j = t->job;
+	const struct job_opts *o = j->o;
+	struct dir_stats *d = &t->res->r;
+	struct ush_reader_opts ro = {.dir = o->dir, .shuffle = j->shuffle,
+				     .partition = part, .maps = j->maps};
+	struct part_check c = {.g = &j->gen, .part = part, .maps = j->maps,
+			       .count = count};
+	ush_reader *r = NULL;
+	const void *rec;
+	size_t len;
+	bool go_on = true;
+	uint64_t n = 0, bytes = 0;
+	memset(count, 0, j->maps * sizeof(*count));
+	int ret = ush_reader_open(&r, &ro);
+	while (!ret && (ret = ush_reader_next(r, &rec, &len)) == 1) {
+		n++;
+		bytes += len;
+		if (o->verify == VERIFY_CRC32C && rec_check(&c, &j->res->vlog,
+							    rec, len))
+			t->res->verify_errors++;
+		if (n % CHECK_RECORDS == 0) {
+			atomic_fetch_add(&j->rbytes, bytes);
+			d->bytes += bytes;
+			bytes = 0;
+			if (job_stopping(j) || now_ns() >= deadline) {
+				go_on = false;
+				break;
+			}
+		}
+		ret = 0;
+	}
+	atomic_fetch_add(&j->rbytes, bytes);
+	d->bytes += bytes;
+	d->records += n;
+	if (o->verify == VERIFY_CRC32C)
+		t->res->verified += n;
+	if (ret < 0)
+		reader_error(t, part, ret);
+	if (ret == 0 && go_on) {
+		atomic_fetch_add(&j->parts_done, 1);
+		if (o->verify == VERIFY_CRC32C)
+			check_counts(t, &c);
+	}
+	if (r) {
+		struct ush_reader_stats st;
+		ush_reader_stats(r, &st);
+		d->batches += st.batches;
+		d->raw_bytes += st.raw_bytes;
+		d->frame_bytes += st.stored_bytes;
+		d->stored_bytes += st.stored_bytes;
+		ush_lat_merge(&d->clat, &st.load_lat);
+		ush_reader_free(r);
+	}
+	return go_on;
+}
+
+void read_phase(struct thread_ctx *t)
+{
+	struct job_ctx *j = t->job;
+	const struct job_opts *o = j->o;
+	uint64_t *count = calloc(j->maps, sizeof(*count));
+	if (!count)
+		job_fail(t, -ENOMEM, "read: out of memory");
+	phase_barrier(t, 2);
+	uint64_t t0 = now_ns();
+	/* --runtime bounds the writing in a shuffle; a read job's reading */
+	uint64_t deadline = o->rw == RW_READ && o->runtime_ms
+				    ? t0 + o->runtime_ms * 1000000
+				    : UINT64_MAX;
+	bool loop = o->rw == RW_READ && o->time_based;
+	while (count && !job_stopping(j) && now_ns() < deadline) {
+		unsigned n = atomic_fetch_add(&j->next_part, 1);
+		if (n >= j->partitions && !loop)
+			break;
+		if (!read_part(t, n % j->partitions, count, deadline))
+			break;
+	}
+	t->res->r.runtime_ns = now_ns() - t0;
+	phase_barrier(t, 3);
+	free(count);
+}

@@ -1,0 +1,270 @@
+/*
+ * The normal report, laid out like fio's: per thread (or per job with
+ * --group_reporting) a write and a read section with bandwidth, rates,
+ * hand-off and completion latency with percentiles, bytes, allocations,
+ * then CPU, ring and verify lines; a run-status summary per job.
+ */
+#include "cli.h"
+
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const double report_pcts[] = {1,  5,  10, 20, 30,   40,   50,    60,   70,
+			      80, 90, 95, 99, 99.5, 99.9, 99.95, 99.99};
+const size_t report_npcts = sizeof(report_pcts) / sizeof(report_pcts[0]);
+
+static void agg_dir(struct dir_stats *a, const struct dir_stats *d)
+{
+	a->bytes += d->bytes;
+	a->records += d->records;
+	a->batches += d->batches;
+	a->raw_bytes += d->raw_bytes;
+	a->frame_bytes += d->frame_bytes;
+	a->stored_bytes += d->stored_bytes;
+	/* a group's rate: its bytes over its longest thread (fio's) */
+	a->runtime_ns = d->runtime_ns > a->runtime_ns ? d->runtime_ns
+						      : a->runtime_ns;
+	a->allocs = d->allocs; /* process-wide per phase already */
+	a->phase_batches = d->phase_batches;
+	ush_lat_merge(&a->handoff, &d->handoff);
+	ush_lat_merge(&a->clat, &d->clat);
+}
+
+void agg_threads(struct agg *a, const struct thread_result *t, unsigned n)
+{
+	memset(a, 0, sizeof(*a));
+	ush_lat_init(&a->w.handoff);
+	ush_lat_init(&a->w.clat);
+	ush_lat_init(&a->r.handoff);
+	ush_lat_init(&a->r.clat);
+	for (unsigned i = 0; i < n; i++) {
+		agg_dir(&a->w, &t[i].w);
+		agg_dir(&a->r, &t[i].r);
+		a->usr_ns += t[i].usr_ns;
+		a->sys_ns += t[i].sys_ns;
+		a->wall_ns += t[i].wall_ns;
+		a->ctx += t[i].ctx;
+		a->verified += t[i].verified;
+		a->verify_errors += t[i].verify_errors;
+		a->threads++;
+	}
+}
+
+double pct_cpu(uint64_t cpu_ns, uint64_t wall_ns)
+{
+	return wall_ns ? 100.0 * (double)cpu_ns / (double)wall_ns : 0;
+}
+
+const char *verify_status(const struct job_result *r)
+{
+	const struct job_opts *o = r->o;
+	if (o->verify == VERIFY_NONE)
+		return "off";
+	if (atomic_load(&r->vlog.errors))
+		return "failed";
+	if (o->rw == RW_WRITE || o->target != TARGET_DISK)
+		return "not-read";
+	return r->verify_done ? "ok" : "partial";
+}
+
+/* "95.1k": fio's way with rates. */
+static void fmt_count(char *buf, size_t n, double v)
+{
+	static const char sfx[] = " kMGT";
+	unsigned u = 0;
+	while (v >= 10000 && u < 4) {
+		v /= 1000;
+		u++;
+	}
+	if (!u)
+		snprintf(buf, n, "%.0f", v);
+	else
+		snprintf(buf, n, "%.*f%c", v >= 100 ? 0 : 1, v, sfx[u]);
+}
+
+static void fmt_si(char *buf, size_t n, double v)
+{
+	static const char *const unit[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+	unsigned u = 0;
+	while (v >= 1000 && u < 5) {
+		v /= 1000;
+		u++;
+	}
+	snprintf(buf, n, u && v < 100 ? "%.1f%s" : "%.0f%s", v, unit[u]);
+}
+
+static void print_lat(FILE *f, const char *what, const struct ush_lat *l)
+{
+	if (!l->count)
+		return;
+	/* the unit that shows the median with a few digits */
+	double mean = ush_lat_mean(l), div = 1;
+	double med = (double)ush_lat_percentile(l, 50);
+	const char *unit = "nsec";
+	if (med >= 10e6)
+		div = 1e6, unit = "msec";
+	else if (med >= 10e3)
+		div = 1e3, unit = "usec";
+	fprintf(f, "    %s (%s): min=%.0f, max=%.0f, avg=%.2f, stdev=%.2f, "
+		"N=%llu\n", what, unit, (double)l->min_ns / div,
+		(double)l->max_ns / div, mean / div, ush_lat_stdev(l) / div,
+		(unsigned long long)l->count);
+	uint64_t v[32];
+	int w = 1;
+	for (size_t i = 0; i < report_npcts; i++) {
+		double p = (double)ush_lat_percentile(l, report_pcts[i]);
+		v[i] = (uint64_t)(p / div + 0.5);
+		int k = snprintf(NULL, 0, "%llu", (unsigned long long)v[i]);
+		w = k > w ? k : w;
+	}
+	size_t row = w > 5 ? 3 : 4; /* stay within 80 columns */
+	fprintf(f, "     %s percentiles (%s):", what, unit);
+	for (size_t i = 0; i < report_npcts; i++)
+		fprintf(f, "%s%5.2fth=[%*llu]%s", i % row ? " " : "\n     | ",
+			report_pcts[i], w, (unsigned long long)v[i],
+			i + 1 < report_npcts ? "," : "\n");
+}
+
+static void print_dir(FILE *f, const char *name, const struct dir_stats *d,
+		      bool write)
+{
+	char bw[16], si[16], io[16], bps[16], rps[16], l[16], r[16], s[16];
+	double secs = (double)d->runtime_ns / 1e9;
+	if (!d->records && !d->batches)
+		return;
+	fmt_iec(bw, sizeof(bw), secs > 0 ? (double)d->bytes / secs : 0);
+	fmt_si(si, sizeof(si), secs > 0 ? (double)d->bytes / secs : 0);
+	fmt_iec(io, sizeof(io), (double)d->bytes);
+	fmt_count(bps, sizeof(bps), secs > 0 ? (double)d->batches / secs : 0);
+	fmt_count(rps, sizeof(rps), secs > 0 ? (double)d->records / secs : 0);
+	fprintf(f, "  %s: batches/s=%s, records/s=%s, BW=%s/s (%s/s)"
+		"(%s/%.0fmsec)\n", name, bps, rps, bw, si, io, secs * 1e3);
+	print_lat(f, "handoff", &d->handoff);
+	print_lat(f, "clat", &d->clat);
+	fmt_iec(l, sizeof(l), (double)d->bytes);
+	fmt_iec(r, sizeof(r), (double)d->raw_bytes);
+	fmt_iec(s, sizeof(s), (double)d->stored_bytes);
+	fprintf(f, "    bytes        : logical=%s, batches=%s, %s=%s "
+		"(ratio %.2f:1)\n", l, r, write ? "stored" : "read", s,
+		d->stored_bytes ? (double)d->bytes / (double)d->stored_bytes
+				: 0.0);
+	fprintf(f, "    allocs/batch : %.3f (%llu library allocations in %llu "
+		"batches, all threads)\n",
+		d->phase_batches ? (double)d->allocs / (double)d->phase_batches
+				 : 0.0,
+		(unsigned long long)d->allocs,
+		(unsigned long long)d->phase_batches);
+}
+
+static void print_unit(FILE *f, const struct job_result *res, size_t gid,
+		       const struct agg *a, const struct thread_result *t)
+{
+	const struct job_opts *o = res->o;
+	time_t now = time(NULL);
+	char date[64];
+	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
+	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", o->name,
+		gid, a->threads, t ? t->err : res->err, (int)getpid(), date);
+	print_dir(f, "write", &a->w, true);
+	print_dir(f, "read", &a->r, false);
+	fprintf(f, "  cpu          : usr=%.2f%%, sys=%.2f%%, ctx=%llu\n",
+		pct_cpu(a->usr_ns, a->wall_ns), pct_cpu(a->sys_ns, a->wall_ns),
+		(unsigned long long)a->ctx);
+	int fb = t ? t->fixedbufs : res->t[0].fixedbufs;
+	if (fb >= 0)
+		fprintf(f, "  ring         : %s buffers, iodepth=%llu, "
+			"setup flags=0x%x\n", fb ? "registered" : "plain",
+			(unsigned long long)o->iodepth,
+			t ? t->setup_flags : res->t[0].setup_flags);
+	fprintf(f, "  verify       : %s: %llu records checked, %llu errors "
+		"(%s)\n", choice_name(verify_choices, o->verify),
+		(unsigned long long)a->verified,
+		(unsigned long long)a->verify_errors, verify_status(res));
+}
+
+static void print_group(FILE *f, size_t gid, const struct agg *a)
+{
+	fprintf(f, "\nRun status group %zu (all jobs):\n", gid);
+	const struct dir_stats *d[2] = {&a->w, &a->r};
+	for (int i = 0; i < 2; i++) {
+		char bw[16], si[16], io[16], iosi[16];
+		double secs = (double)d[i]->runtime_ns / 1e9;
+		if (!d[i]->records && !d[i]->batches)
+			continue;
+		double rate = secs > 0 ? (double)d[i]->bytes / secs : 0;
+		fmt_iec(bw, sizeof(bw), rate);
+		fmt_si(si, sizeof(si), rate);
+		fmt_iec(io, sizeof(io), (double)d[i]->bytes);
+		fmt_si(iosi, sizeof(iosi), (double)d[i]->bytes);
+		fprintf(f, "  %5s: bw=%s/s (%s/s), io=%s (%s), run=%.0fmsec\n",
+			i ? "READ" : "WRITE", bw, si, io, iosi, secs * 1e3);
+	}
+}
+
+void report_describe(FILE *f, const struct job_list *l)
+{
+	char v[64];
+	for (size_t i = 0; i < l->n; i++) {
+		const struct job_opts *o = &l->jobs[i];
+		fprintf(f, "%s: (g=%zu): rw=%s", o->name, i,
+			choice_name(rw_choices, o->rw));
+		static const char *const keys[] = {
+			"bs", "partitions", "record-size", "codec", "target",
+			"handoff", "ioengine", "iodepth", "verify"};
+		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+			opt_format(opt_find(keys[k]), o, v, sizeof(v));
+			fprintf(f, ", %s=%s", keys[k], v);
+		}
+		fputc('\n', f);
+	}
+	unsigned long threads = 0;
+	for (size_t i = 0; i < l->n; i++)
+		threads += (unsigned long)l->jobs[i].numjobs;
+	fprintf(f, CLI_NAME "-" USH_VERSION_STRING "\nStarting %lu thread%s\n",
+		threads, threads == 1 ? "" : "s");
+}
+
+void report_normal(FILE *f, const struct job_result *res, size_t njobs)
+{
+	struct agg a;
+	for (size_t g = 0; g < njobs; g++) {
+		const struct job_result *r = &res[g];
+		if (!r->ran)
+			continue;
+		if (r->o->group_reporting) {
+			agg_threads(&a, r->t, r->nthreads);
+			print_unit(f, r, g, &a, NULL);
+		} else {
+			for (unsigned i = 0; i < r->nthreads; i++) {
+				agg_threads(&a, &r->t[i], 1);
+				print_unit(f, r, g, &a, &r->t[i]);
+			}
+		}
+		agg_threads(&a, r->t, r->nthreads);
+		print_group(f, g, &a);
+	}
+}
+
+void report_errors(const struct job_result *r)
+{
+	const char *job = r->o->name;
+	if (r->err && r->errmsg[0])
+		fprintf(stderr, CLI_NAME ": job '%s': %s\n", job, r->errmsg);
+	uint64_t errors = atomic_load(&r->vlog.errors);
+	for (unsigned i = 0; i < r->vlog.nfirst; i++)
+		fprintf(stderr, CLI_NAME ": job '%s': verify: %s\n", job,
+			r->vlog.first[i]);
+	if (errors) {
+		uint64_t checked = 0;
+		for (unsigned i = 0; r->t && i < r->nthreads; i++)
+			checked += r->t[i].verified;
+		fprintf(stderr, CLI_NAME ": job '%s': verify failed: %llu "
+			"errors, %llu records checked\n", job,
+			(unsigned long long)errors,
+			(unsigned long long)checked);
+	}
+	if (r->interrupted)
+		fprintf(stderr, CLI_NAME ": job '%s': interrupted; the report "
+			"is partial\n", job);
+}

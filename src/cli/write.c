@@ -1,0 +1,290 @@
+/*
+ * The map phase of one thread: one ring, one writer (map id = thread
+ * index), records generated straight into staged push buffers.
+ *
+ * Both hand-offs fill buffers the same way, so --handoff is a clean A/B:
+ * swap stages ush_writer_acquire() buffers and gives each away full with
+ * ush_writer_swap(); copy stages private buffers of the same size and
+ * hands them over with ush_writer_copy(). The hand-off latency is timed
+ * around that one call.
+ *
+ * Staging is bounded: at most STAGE_BYTES of buffers (at least 8), one per
+ * partition while they fit. With more partitions than buffers, a
+ * partition without one takes the next buffer round-robin, which is first
+ * handed off as it is (a partial batch). A record that does not fit an
+ * empty buffer goes out alone through ush_writer_write(), after its
+ * partition's staged records, so each partition's order holds.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE_BYTES (64ull << 20)
+#define POOL_MAX (1ull << 30)
+#define QUEUE 16 /* the writer frames hand-offs in batches of up to 16 */
+#define CHECK_BYTES (256u << 10) /* poll time and Ctrl-C this often */
+
+struct slot {
+	uint8_t *buf;
+	size_t used;
+	uint32_t nrec, part;
+};
+
+struct stage {
+	ush_writer *w;
+	bool swap;
+	size_t cap;
+	struct slot *slots;
+	uint32_t nslots, nused, hand;
+	int32_t *slot_of; /* per partition: its slot, or -1 */
+	uint8_t *big;     /* a record above cap */
+	bool oom;         /* a private buffer could not be allocated */
+	struct ush_lat *lat;
+};
+
+static int handoff(struct stage *s, struct slot *sl)
+{
+	if (!sl->used)
+		return 0;
+	uint64_t t0 = now_ns();
+	int ret = s->swap ? ush_writer_swap(s->w, sl->part, (void **)&sl->buf,
+					    sl->used, sl->nrec)
+			  : ush_writer_copy(s->w, sl->part, sl->buf, sl->used,
+					    sl->nrec);
+	ush_lat_add(s->lat, now_ns() - t0);
+	sl->used = 0;
+	sl->nrec = 0;
+	return ret;
+}
+
+static int get_slot(struct stage *s, uint32_t part, struct slot **out)
+{
+	int32_t i = s->slot_of[part];
+	if (i < 0) {
+		if (s->nused < s->nslots) {
+			i = (int32_t)s->nused++;
+		} else {
+			i = (int32_t)s->hand;
+			s->hand = (s->hand + 1) % s->nslots;
+			int ret = handoff(s, &s->slots[i]);
+			if (ret)
+				return ret;
+			s->slot_of[s->slots[i].part] = -1;
+		}
+		struct slot *sl = &s->slots[i];
+		if (!sl->buf && s->swap) {
+			size_t cap;
+			int ret = ush_writer_acquire(s->w, (void **)&sl->buf,
+						     &cap);
+			if (ret)
+				return ret;
+		} else if (!sl->buf && !(sl->buf = malloc(s->cap))) {
+			s->oom = true;
+			return -ENOMEM;
+		}
+		sl->part = part;
+		s->slot_of[part] = i;
+	}
+	*out = &s->slots[i];
+	return 0;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static int put_record(struct stage *s, const struct rec_gen *g, uint32_t map,
+		      uint64_t seq, uint32_t *lenp)
+{
+	uint64_t h = rec_hash(g, map, seq);
+	uint32_t part = rec_part(g, h), len = rec_len(g, h);
+	*lenp = len;
+	size_t need = USH_RECORD_HDR_SIZE + (size_t)len;
+	struct slot *sl;
+	int ret;
+	if (need > s->cap) {
+		int32_t i = s->slot_of[part];
+		if (i >= 0 && (ret = handoff(s, &s->slots[i])))
+			return ret;
+		rec_fill(g, map, seq, h, s->big, len);
+		uint64_t t0 = now_ns();
+		ret = ush_writer_write(s->w, part, s->big, len);
+		ush_lat_add(s->lat, now_ns() - t0);
+		return ret;
+	}
+	if ((ret = get_slot(s, part, &sl)))
+		return ret;
+	if (sl->used + need > s->cap && (ret = handoff(s, sl)))
+		return ret;
+	uint8_t *d = sl->buf + sl->used;
+	put_le32(d, len);
+	rec_fill(g, map, seq, h, d + USH_RECORD_HDR_SIZE, len);
+	sl->used += need;
+	sl->nrec++;
+	return 0;
+}
+
+static void stage_free(struct stage *s)
+{
+	for (uint32_t i = 0; s->slots && i < s->nslots; i++) {
+		if (s->swap && s->slots[i].buf)
+			ush_writer_release(s->w, s->slots[i].buf);
+		else if (!s->swap)
+			free(s->slots[i].buf);
+	}
+	free(s->slots);
+	free(s->slot_of);
+	free(s->big);
+}
+
+static void ring_opts(const struct job_opts *o, uint32_t slots,
+		      struct ush_ring_opts *ro)
+{
+	ush_ring_opts_init(ro);
+	uint64_t bufs = QUEUE * 2 + o->iodepth + 2;
+	if (o->handoff == HANDOFF_SWAP)
+		bufs += slots;
+	ro->iodepth = (unsigned)o->iodepth;
+	ro->push_size = o->bs;
+	ro->pool_bytes = bufs * o->bs > POOL_MAX ? POOL_MAX : bufs * o->bs;
+	ro->sqpoll = o->sqpoll;
+	ro->fixedbufs = o->fixedbufs;
+	ro->codec = (enum ush_codec)o->codec.codec;
+	ro->level = o->codec.level;
+}
+
+/* Generates and hands off this thread's records until done. */
+static int produce(struct thread_ctx *t, struct stage *s, uint64_t t0)
+{
+	struct job_ctx *j = t->job;
+	const struct job_opts *o = j->o;
+	struct dir_stats *d = &t->res->w;
+	uint64_t deadline = o->runtime_ms ? t0 + o->runtime_ms * 1000000
+					  : UINT64_MAX;
+	uint64_t seq = 0, next_check = 0, reported = 0;
+	int ret = 0;
+	for (;;) {
+		if (d->bytes >= next_check) {
+			atomic_fetch_add(&j->wbytes, d->bytes - reported);
+			reported = d->bytes;
+			next_check = d->bytes + CHECK_BYTES;
+			if (job_stopping(j) || now_ns() >= deadline)
+				break;
+		}
+		if (!o->time_based && d->bytes >= o->size)
+			break;
+		uint32_t len;
+		if ((ret = put_record(s, &j->gen, t->index, seq, &len)))
+			break;
+		d->bytes += len;
+		d->records++;
+		seq++;
+	}
+	for (uint32_t i = 0; !ret && i < s->nused; i++)
+		ret = handoff(s, &s->slots[i]);
+	atomic_fetch_add(&j->wbytes, d->bytes - reported);
+	return ret;
+}
+
+static int stage_init(struct stage *s, const struct job_opts *o,
+		      uint32_t slots, ush_writer *w, struct ush_lat *lat)
+{
+	memset(s, 0, sizeof(*s));
+	s->w = w;
+	s->swap = o->handoff == HANDOFF_SWAP;
+	s->cap = o->bs - USH_FRAME_HDR_SIZE;
+	s->nslots = slots;
+	s->lat = lat;
+	s->slots = calloc(slots, sizeof(*s->slots));
+	s->slot_of = malloc(o->partitions * sizeof(*s->slot_of));
+	s->big = malloc(o->record_size[1] ? o->record_size[1] : 1);
+	if (!s->slots || !s->slot_of || !s->big)
+		return -ENOMEM;
+	memset(s->slot_of, 0xff, o->partitions * sizeof(*s->slot_of));
+	return 0;
+}
+
+static void publish(struct thread_ctx *t, ush_writer *w,
+		    const struct ush_part_stats *parts)
+{
+	struct job_ctx *j = t->job;
+	struct dir_stats *d = &t->res->w;
+	struct ush_writer_stats st;
+	ush_writer_stats(w, &st);
+	d->batches = st.batches;
+	d->raw_bytes = st.raw_bytes;
+	d->frame_bytes = st.frame_bytes;
+	d->stored_bytes = st.stored_bytes;
+	ush_lat_merge(&d->clat, &st.complete_lat);
+	for (uint32_t p = 0; parts && p < j->partitions; p++) {
+		size_t k = (size_t)t->index * j->partitions + p;
+		j->expect.records[k] = parts[p].records;
+		j->expect.bytes[k] = parts[p].bytes;
+	}
+}
+
+void write_phase(struct thread_ctx *t)
+{
+	struct job_ctx *j = t->job;
+	const struct job_opts *o = j->o;
+	struct dir_stats *d = &t->res->w;
+	uint64_t slots = STAGE_BYTES / o->bs;
+	slots = slots < 8 ? 8 : slots;
+	slots = slots > o->partitions ? o->partitions : slots;
+	if (o->handoff == HANDOFF_SWAP && slots > POOL_MAX / o->bs / 2)
+		slots = POOL_MAX / o->bs / 2;
+	struct ush_ring_opts ro;
+	ring_opts(o, (uint32_t)slots, &ro);
+	struct ush_writer_opts wo = {
+		.shuffle = j->shuffle, .map = t->index,
+		.partitions = j->partitions,
+		.target = o->target == TARGET_DISK ? USH_TARGET_DISK
+						   : USH_TARGET_NULL,
+		.dir = o->dir, .direct = o->direct,
+		.ioengine = (enum ush_ioengine)o->ioengine,
+	};
+	ush_ring *ring = NULL;
+	ush_writer *w = NULL;
+	struct stage s = {0};
+	struct ush_part_stats *parts = calloc(j->partitions, sizeof(*parts));
+	int ret = parts ? ush_ring_create(&ring, &ro) : -ENOMEM;
+	if (!ret) {
+		struct ush_ring_info info;
+		ush_ring_info(ring, &info);
+		t->res->fixedbufs = info.fixedbufs;
+		t->res->setup_flags = info.setup_flags;
+		ret = ush_writer_open(&w, ring, &wo);
+	}
+	bool oom = !parts;
+	if (!ret && (ret = stage_init(&s, o, (uint32_t)slots, w, &d->handoff)))
+		oom = true;
+	if (ret)
+		job_fail(t, ret, "map %u setup: %s", t->index,
+			 oom ? "out of memory" : ush_last_error());
+	phase_barrier(t, 0);
+	uint64_t t0 = now_ns();
+	if (!ret && (ret = produce(t, &s, t0)))
+		job_fail(t, ret, "map %u: %s", t->index,
+			 s.oom ? "out of memory" : ush_last_error());
+	stage_free(&s);
+	uint64_t t1 = now_ns();
+	phase_barrier(t, 1);
+	uint64_t t2 = now_ns();
+	if (w && !ret && !job_stopping(j)) {
+		if ((ret = ush_writer_commit(w, parts)))
+			job_fail(t, ret, "map %u commit: %s", t->index,
+				 ush_last_error());
+	} else if (w) {
+		ush_writer_abort(w);
+	}
+	d->runtime_ns = (t1 - t0) + (now_ns() - t2);
+	if (w)
+		publish(t, w, ret ? NULL : parts);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	free(parts);
+}

@@ -1,0 +1,13 @@
+/* The reader over the network (src/reader_net.c), behind ush_reader. */
+#ifndef USH_READER_NET_H
+#define USH_READER_NET_H
+
+#include "internal.h"
+
+struct reader_net;
+
+int reader_net_open(struct reader_net **out, const struct ush_reader_opts *o);
+int reader_net_next(struct reader_net *r, const void **rec, size_t *len);
+void reader_net_free(struct reader_net *r);
+
+#endif

@@ -1,0 +1,534 @@
+/*
+ * The net target: one TCP connection per worker, partition -> worker by
+ * jump consistent hash. Frames go out on the writer's ring as SEND_ZC
+ * from the registered pool (from zc_threshold bytes) or plain SEND; a
+ * SEND_ZC buffer returns to the pool only after its notification. The
+ * kernel's usage report is counted, and a connection whose zero-copy
+ * sends keep coming back "copied" (loopback) stops paying for them.
+ *
+ * Flow control: a worker grants a window of bytes at HELLO and returns
+ * credit (ACK) as it stores frames; a connection never has more than the
+ * window unacknowledged, so a slow worker slows its writers instead of
+ * growing memory anywhere. A worker that neither takes data nor returns
+ * credit for timeout_ms, or that drops the connection, becomes a sticky
+ * writer error naming it.
+ */
+#define _GNU_SOURCE
+#include "net.h"
+#include "writer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RBUF 4096u
+#define ZC_DEFAULT_THRESHOLD (16u << 10)
+/* Usage reports to see before judging whether zero-copy pays. */
+#define ZC_SAMPLE 8u
+
+struct conn {
+	struct net *n;
+	int fd;
+	char peer[USH_NET_PEER];
+	uint32_t window, max_frame;
+	uint64_t unacked;     /* DATA bytes sent, not yet credited */
+	bool zc, closing, recv_armed, acked;
+	/* Sends on one socket go one at a time: the kernel does not order
+	 * concurrent sends, and a short one would interleave bytes. The next
+	 * starts when the previous one's bytes are out (its first CQE), not
+	 * at its zero-copy notification. Queued ops link by next_free. */
+	bool busy;
+	struct ush_op *qhead, *qtail;
+	int err, status;
+	uint64_t zc_notifs, zc_copied;
+	uint32_t rlen;
+	uint8_t rbuf[RBUF];
+};
+
+struct net {
+	struct ush_writer *w;
+	struct conn *c;
+	unsigned nc;
+	unsigned ctrl_inflight; /* MAPPER_END sends */
+	uint32_t timeout_ms, threshold;
+	bool psync;             /* baseline: blocking send, no ring */
+};
+
+static void parse(struct conn *c);
+static void conn_dead(struct conn *c, int err, const char *what);
+
+/* psync: reads replies, blocking (up to the socket's timeout) when
+ * block, until done(c) or nothing more is waiting. */
+static void psync_replies(struct conn *c, bool block,
+			  bool (*done)(struct conn *, uint32_t), uint32_t arg)
+{
+	while (!c->err && !(done && done(c, arg))) {
+		ssize_t r = recv(c->fd, c->rbuf + c->rlen, RBUF - c->rlen,
+				 block ? 0 : MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN && !block)
+			return;
+		if (r <= 0) {
+			conn_dead(c, r ? (errno == EAGAIN ? -ETIMEDOUT :
+					  -errno) : -ECONNRESET,
+				  r ? "no reply within the timeout (worker "
+				      "stalled?)" : "closed the connection");
+			return;
+		}
+		c->rlen += (uint32_t)r;
+		parse(c);
+	}
+}
+
+static void sent(struct ush_op *op, int res);
+
+/* Sends op on c now, or after the sends queued before it. */
+static void conn_send(struct conn *c, struct ush_op *op)
+{
+	op->sent_cb = sent;
+	if (!c->busy) {
+		c->busy = true;
+		ring_send(c->n->w->ring, op);
+		return;
+	}
+	op->next_free = NULL;
+	if (c->qtail)
+		c->qtail->next_free = op;
+	else
+		c->qhead = op;
+	c->qtail = op;
+}
+
+static void sent(struct ush_op *op, int res)
+{
+	struct conn *c = op->owner;
+	struct ush_op *next = c->qhead;
+	(void)res; /* the op's own callback reports errors */
+	if (!next) {
+		c->busy = false;
+		return;
+	}
+	c->qhead = next->next_free;
+	if (!c->qhead)
+		c->qtail = NULL;
+	/* Taking no op here: the next one was taken when it was queued. */
+	ring_send(c->n->w->ring, next);
+}
+
+static void conn_dead(struct conn *c, int err, const char *what)
+{
+	if (c->err)
+		return;
+	c->err = err;
+	writer_error(c->n->w, err, "net: worker %s: %s", c->peer, what);
+}
+
+static void handle(struct conn *c, const struct ush_frame *f,
+		   const uint8_t *payload)
+{
+	char msg[USH_PROTO_ERRMSG_MAX], what[USH_PROTO_ERRMSG_MAX + 16];
+	if (f->type == USH_FRAME_ACK) {
+		struct proto_ack a;
+		proto_get_ack(payload, &a);
+		if (a.kind == USH_ACK_CREDIT)
+			c->unacked -= a.value < c->unacked ? a.value :
+							     c->unacked;
+		else if (a.kind == USH_ACK_COMMIT && !c->acked) {
+			c->acked = true;
+			c->status = a.status;
+		}
+		return;
+	}
+	if (f->type == USH_FRAME_ERROR) {
+		int code = proto_get_error(payload, f->payload_len, msg,
+					   sizeof(msg));
+		if (code >= 0 || code < -4999)
+			code = -EPROTO;
+		snprintf(what, sizeof(what), "ERROR %s", msg);
+		conn_dead(c, code, what);
+		return;
+	}
+	conn_dead(c, -EPROTO, "unexpected frame type from the worker");
+}
+
+/* Handles the complete replies in rbuf, keeping a partial one. */
+static void parse(struct conn *c)
+{
+	size_t off = 0;
+	while (c->rlen - off >= USH_FRAME_HDR_SIZE && !c->err) {
+		struct ush_frame f;
+		const char *why;
+		const uint8_t *h = c->rbuf + off;
+		if (proto_header(h, &f, RBUF, false, &why) ||
+		    proto_size(&f) > RBUF) {
+			conn_dead(c, -EPROTO, why);
+			return;
+		}
+		if (c->rlen - off < proto_size(&f))
+			break;
+		if (frame_check(h, &f)) {
+			conn_dead(c, USH_ECRC, "CRC32C mismatch in a reply");
+			return;
+		}
+		handle(c, &f, h + USH_FRAME_HDR_SIZE);
+		off += proto_size(&f);
+	}
+	memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+	c->rlen -= (uint32_t)off;
+}
+
+static void recv_done(struct ush_op *op, int res)
+{
+	struct conn *c = op->owner;
+	c->recv_armed = false;
+	if (res <= 0) {
+		if (!c->closing)
+			conn_dead(c, res ? res : -ECONNRESET,
+				  res ? "receive failed" :
+					"closed the connection");
+		return;
+	}
+	c->rlen += (uint32_t)res;
+	parse(c);
+	if (c->err || c->closing)
+		return;
+	op->addr = c->rbuf + c->rlen;
+	op->len = RBUF - c->rlen;
+	op->rearm = true;
+	c->recv_armed = true;
+}
+
+static int arm_recv(struct ush_ring *r, struct conn *c)
+{
+	struct ush_op *op;
+	int ret = ring_op_get(r, &op);
+	if (ret)
+		return ret;
+	op->kind = OP_RECV;
+	op->cb = recv_done;
+	op->owner = c;
+	op->fd = c->fd;
+	op->addr = c->rbuf + c->rlen;
+	op->len = RBUF - c->rlen;
+	ring_arm(r, op);
+	c->recv_armed = true;
+	return 0;
+}
+
+static void close_all(struct net *n)
+{
+	struct ush_ring *r = n->w->ring;
+	for (unsigned i = 0; i < n->nc; i++) {
+		n->c[i].closing = true;
+		if (n->c[i].fd >= 0)
+			shutdown(n->c[i].fd, SHUT_RDWR);
+	}
+	/* Shutdown completes the recvs and any send still waiting. */
+	for (;;) {
+		bool busy = n->ctrl_inflight > 0;
+		for (unsigned i = 0; i < n->nc; i++)
+			busy |= n->c[i].recv_armed || n->c[i].busy;
+		if (!busy || ring_reap(r, 1))
+			break;
+	}
+	for (unsigned i = 0; i < n->nc; i++)
+		if (n->c[i].fd >= 0)
+			close(n->c[i].fd);
+	ush_free(n->c);
+	ush_free(n);
+}
+
+static int net_open(struct ush_writer *w)
+{
+	const struct ush_writer_opts *o = &w->o;
+	unsigned nc = net_count_workers(o->workers);
+	if (!nc)
+		return ush_fail(-EINVAL, "net: no workers given");
+	struct net *n = ush_calloc(1, sizeof(*n));
+	struct conn *c = n ? ush_calloc(nc, sizeof(*c)) : NULL;
+	char (*peers)[USH_NET_PEER] = ush_calloc(nc, USH_NET_PEER);
+	if (!n || !c || !peers) {
+		ush_free(n);
+		ush_free(c);
+		ush_free(peers);
+		return ush_fail(-ENOMEM, "net: %u workers", nc);
+	}
+	n->w = w;
+	n->c = c;
+	n->timeout_ms = o->timeout_ms ? o->timeout_ms : USH_NET_TIMEOUT_MS;
+	n->threshold = o->zc_threshold ? o->zc_threshold :
+					 ZC_DEFAULT_THRESHOLD;
+	n->psync = o->ioengine == USH_IOENGINE_PSYNC;
+	for (unsigned i = 0; i < nc; i++)
+		c[i].fd = -1;
+	int ret = net_parse_workers(o->workers, peers, nc);
+	if (ret < 0) {
+		ush_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
+			 o->workers);
+		nc = 0;
+	} else {
+		ret = 0;
+	}
+	n->nc = nc;
+	w->sink_state = n;
+	w->st.net_workers = nc;
+	for (unsigned i = 0; !ret && i < nc; i++) {
+		struct proto_hello h;
+		c[i].n = n;
+		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
+		int fd = net_dial(peers[i], USH_ROLE_WRITER, n->timeout_ms, &h);
+		if (fd < 0) {
+			ret = fd;
+			break;
+		}
+		c[i].fd = fd;
+		c[i].window = o->window && o->window < h.window ? o->window :
+								    h.window;
+		c[i].max_frame = h.max_frame;
+		c[i].zc = o->send_zc >= 0;
+		if (!n->psync)
+			ret = arm_recv(w->ring, &c[i]);
+	}
+	ush_free(peers);
+	if (ret) {
+		close_all(n);
+		w->sink_state = NULL;
+	}
+	return ret;
+}
+
+static void data_done(struct ush_op *op, int res)
+{
+	struct conn *c = op->owner;
+	struct ush_writer *w = c->n->w;
+	c->zc_notifs += op->zc_notifs;
+	c->zc_copied += op->zc_copied;
+	w->st.net_zc_notifs += op->zc_notifs;
+	w->st.net_zc_copied += op->zc_copied;
+	if (c->zc && w->o.send_zc == 0 && c->zc_notifs >= ZC_SAMPLE &&
+	    c->zc_copied * 2 > c->zc_notifs) {
+		/* The kernel copied anyway (loopback does): plain SEND
+		 * costs less than pinning plus a deferred copy. */
+		c->zc = false;
+		w->st.net_zc_off++;
+	}
+	if (res < 0)
+		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
+			  res == -ECANCELED ? "send stalled past the timeout" :
+					      "send failed");
+	ush_lat_add(&w->st.complete_lat, ush_now_ns() - op->t0);
+	writer_frame_done(w, op->buf, op->buf ? NULL : op->addr);
+}
+
+/* Waits on the ring until done(c) or c fails; the deadline restarts
+ * whenever the worker shows progress (credit, replies). */
+static int wait_for(struct net *n, struct conn *c,
+		    bool (*done)(struct conn *, uint32_t), uint32_t arg,
+		    const char *what)
+{
+	struct ush_ring *r = n->w->ring;
+	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
+	uint64_t start = ush_now_ns();
+	uint64_t seen = c->unacked;
+	while (!c->err && !done(c, arg)) {
+		uint64_t now = ush_now_ns();
+		if (c->unacked != seen) {
+			seen = c->unacked;
+			start = now;
+		}
+		if (now - start >= limit) {
+			conn_dead(c, -ETIMEDOUT, what);
+			break;
+		}
+		int ret = ring_reap_timeout(r, 1, limit - (now - start));
+		if (ret && ret != -ETIME)
+			return ret;
+	}
+	return c->err;
+}
+
+static bool has_credit(struct conn *c, uint32_t flen)
+{
+	return !c->unacked || c->unacked + flen <= c->window;
+}
+
+static int net_submit(struct ush_writer *w, struct ush_buf *b, uint8_t *mem,
+		      uint32_t flen, uint32_t partition)
+{
+	struct net *n = w->sink_state;
+	struct conn *c = &n->c[proto_worker_of(partition, n->nc)];
+	struct ush_op *op = NULL;
+	int ret = c->err;
+	if (!ret && flen > c->max_frame)
+		ret = ush_fail(-EMSGSIZE, "net: worker %s takes frames up to "
+			       "%u bytes, not %u", c->peer, c->max_frame, flen);
+	if (n->psync && !ret) {
+		/* The baseline: a blocking send per frame, no ring. */
+		psync_replies(c, false, NULL, 0);
+		if (!has_credit(c, flen)) {
+			w->st.net_credit_waits++;
+			psync_replies(c, true, has_credit, flen);
+		}
+		uint64_t t0 = ush_now_ns();
+		ret = c->err ? c->err : net_write(c->fd, b ? b->data : mem, flen);
+		if (ret)
+			conn_dead(c, ret, "send failed");
+		ush_lat_add(&w->st.complete_lat, ush_now_ns() - t0);
+		writer_frame_done(w, b, mem);
+		if (ret)
+			return ret;
+		c->unacked += flen;
+		w->st.stored_bytes += flen;
+		w->st.net_sends++;
+		return 0;
+	}
+	if (!ret && !has_credit(c, flen)) {
+		w->st.net_credit_waits++;
+		ret = wait_for(n, c, has_credit, flen, "no credit returned "
+			       "within the timeout (worker stalled?)");
+	}
+	if (!ret)
+		ret = ring_op_get(w->ring, &op);
+	if (ret) {
+		writer_frame_done(w, b, mem);
+		return c->err ? c->err : ret;
+	}
+	bool zc = w->o.send_zc == 1 || (c->zc && flen >= n->threshold);
+	op->kind = zc ? OP_SEND_ZC : OP_SEND;
+	op->cb = data_done;
+	op->owner = c;
+	op->buf = b;
+	op->addr = b ? b->data : mem;
+	op->len = flen;
+	op->fd = c->fd;
+	op->timeout_ms = n->timeout_ms;
+	conn_send(c, op);
+	c->unacked += flen;
+	w->st.stored_bytes += flen;
+	if (zc)
+		w->st.net_zc_sends++;
+	else
+		w->st.net_sends++;
+	return 0;
+}
+
+static void ctrl_done(struct ush_op *op, int res)
+{
+	struct conn *c = op->owner;
+	c->n->ctrl_inflight--;
+	if (res < 0)
+		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
+			  "sending MAPPER_END");
+	ush_free((void *)op->addr);
+}
+
+/* MAPPER_END for connection ci: its partitions with batches. */
+static int send_mapper_end(struct net *n, unsigned ci, const uint32_t *owner,
+			   uint32_t count)
+{
+	struct ush_writer *w = n->w;
+	struct conn *c = &n->c[ci];
+	if (count > USH_PROTO_CTRL_MAX / USH_PROTO_COUNT_LEN)
+		return ush_fail(-E2BIG, "net: worker %s: %u partitions with "
+				"data exceed one MAPPER_END", c->peer, count);
+	struct proto_count *e = ush_malloc((count ? count : 1) * sizeof(*e));
+	uint8_t *m = ush_malloc(proto_mapper_end_size(count));
+	struct ush_op *op = NULL;
+	int ret = e && m ? 0 : -ENOMEM;
+	if (!ret && !n->psync)
+		ret = ring_op_get(w->ring, &op);
+	if (ret) {
+		ush_free(e);
+		ush_free(m);
+		return ush_fail(ret, "net: MAPPER_END");
+	}
+	uint32_t k = 0;
+	for (uint32_t p = 0; p < w->o.partitions; p++)
+		if (owner[p] == ci && w->parts[p].st.batches)
+			e[k++] = (struct proto_count){p,
+						      w->parts[p].st.batches};
+	size_t len = proto_put_mapper_end(m, w->o.shuffle, w->o.map,
+					  w->o.attempt, w->o.partitions, e, k);
+	ush_free(e);
+	if (n->psync) {
+		ret = net_write(c->fd, m, len);
+		ush_free(m);
+		if (ret)
+			conn_dead(c, ret, "sending MAPPER_END");
+		return c->err;
+	}
+	op->kind = OP_SEND;
+	op->cb = ctrl_done;
+	op->owner = c;
+	op->addr = m;
+	op->len = (uint32_t)len;
+	op->fd = c->fd;
+	op->timeout_ms = n->timeout_ms;
+	n->ctrl_inflight++;
+	conn_send(c, op);
+	return 0;
+}
+
+static bool acked(struct conn *c, uint32_t unused)
+{
+	(void)unused;
+	return c->acked;
+}
+
+static int net_commit(struct ush_writer *w)
+{
+	struct net *n = w->sink_state;
+	uint32_t *owner = ush_malloc(w->o.partitions * sizeof(*owner));
+	uint32_t *count = ush_calloc(n->nc, sizeof(*count));
+	int ret = owner && count ? 0 : ush_fail(-ENOMEM, "net: commit");
+	for (uint32_t p = 0; !ret && p < w->o.partitions; p++) {
+		owner[p] = proto_worker_of(p, n->nc);
+		count[owner[p]] += w->parts[p].st.batches != 0;
+	}
+	/* Every worker learns of the commit, even one without data of
+	 * this map, so each can tell readers the map is complete. */
+	for (unsigned i = 0; !ret && i < n->nc; i++)
+		ret = n->c[i].err ? n->c[i].err :
+				    send_mapper_end(n, i, owner, count[i]);
+	ush_free(owner);
+	ush_free(count);
+	if (!ret)
+		ret = ring_submit(w->ring);
+	for (unsigned i = 0; !ret && i < n->nc; i++) {
+		if (n->psync)
+			psync_replies(&n->c[i], true, acked, 0);
+		ret = n->psync ? n->c[i].err :
+			wait_for(n, &n->c[i], acked, 0, "no commit ACK "
+				 "within the timeout (worker stalled?)");
+	}
+	for (unsigned i = 0; !ret && i < n->nc; i++)
+		if (n->c[i].status)
+			ret = ush_fail(n->c[i].status == USH_ECOMMITTED ?
+					       USH_ECOMMITTED : -EPROTO,
+				       "net: worker %s: map %u was committed "
+				       "by another attempt", n->c[i].peer,
+				       w->o.map);
+	if (ret)
+		return w->err && ret != USH_ECOMMITTED ?
+			       ush_fail_msg(w->err, w->errmsg) : ret;
+	close_all(n);
+	w->sink_state = NULL;
+	return 0;
+}
+
+static void net_abort(struct ush_writer *w)
+{
+	if (w->sink_state)
+		close_all(w->sink_state);
+	w->sink_state = NULL;
+}
+
+const struct ush_sink_ops ush_sink_net = {
+	.name = "net",
+	.open = net_open,
+	.submit = net_submit,
+	.commit = net_commit,
+	.abort = net_abort,
+};

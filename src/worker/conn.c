@@ -1,0 +1,401 @@
+/*
+ * One connection: reassembles frames from the multishot recv chunks,
+ * checks them (bounds before anything is allocated, then the CRC), and
+ * dispatches them by type. Malformed input gets an ERROR frame, one log
+ * line and a closed connection; nothing else is touched.
+ */
+#define _GNU_SOURCE
+#include "worker.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const char *type_name(unsigned type)
+{
+	static const char *names[] = {"?", "DATA", "HELLO", "MAPPER_END",
+				      "FETCH", "ACK", "ERROR", "DROP",
+				      "MANIFEST", "FETCH_END", "PAD"};
+	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
+}
+
+void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)
+{
+	struct wk_out *o = ush_malloc(sizeof(*o) + n);
+	if (!o) {
+		c->eof = true; /* cannot answer: drop the connection */
+		return;
+	}
+	o->next = NULL;
+	o->len = (uint32_t)n;
+	memcpy(o->data, frame, n);
+	if (c->out_tail)
+		c->out_tail->next = o;
+	else
+		c->out = o;
+	c->out_tail = o;
+}
+
+void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
+{
+	if (c->failed)
+		return;
+	char msg[USH_PROTO_ERRMSG_MAX];
+	uint8_t frame[USH_PROTO_ERROR_SIZE];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	wk_log(c->t->wk, 0, "peer %s: %s (%s); closing the connection",
+	       c->peer, msg, ush_err_name(code));
+	c->failed = true;
+	c->credit = 0;
+	wk_conn_send(c, frame, proto_put_error(frame, code, msg));
+}
+
+static void send_done(struct ush_op *op, int res)
+{
+	struct wk_conn *c = op->owner;
+	struct wk_out *o = c->out;
+	c->out = o->next;
+	if (!c->out)
+		c->out_tail = NULL;
+	ush_free(o);
+	c->sending = false;
+	if (res < 0 && !c->eof) {
+		c->eof = true;
+		c->rerr = res;
+	}
+}
+
+void wk_conn_pump(struct wk_conn *c)
+{
+	if (c->sending || c->closed)
+		return;
+	if (!c->out && c->credit && !c->failed) {
+		/* Credits coalesce while a send is in flight. */
+		uint8_t b[USH_PROTO_SMALL];
+		struct proto_ack a = {USH_ACK_CREDIT, 0, c->credit};
+		c->credit = 0;
+		wk_conn_send(c, b, proto_put_ack(b, 0, 0, 0, &a));
+	}
+	if (!c->out && c->fetch && !c->failed)
+		wk_fetch_pump(c);
+	if (!c->out)
+		return;
+	struct ush_op *op;
+	if (ring_op_get(c->t->ring, &op)) {
+		c->eof = true;
+		return;
+	}
+	op->kind = OP_SEND;
+	op->cb = send_done;
+	op->owner = c;
+	op->addr = c->out->data;
+	op->len = c->out->len;
+	op->fd = c->fd;
+	op->timeout_ms = WK_SEND_TIMEOUT_MS;
+	c->sending = true;
+	ring_send(c->t->ring, op);
+}
+
+static void hello(struct wk_conn *c, const uint8_t *payload)
+{
+	struct ush_worker *wk = c->t->wk;
+	struct proto_hello h;
+	proto_get_hello(payload, &h);
+	if (h.version != USH_PROTO_VERSION) {
+		wk_conn_fail(c, USH_EVERSION, "protocol version %u is not "
+			     "supported; this worker speaks version %u",
+			     h.version, USH_PROTO_VERSION);
+		return;
+	}
+	if (h.role < USH_ROLE_WRITER || h.role > USH_ROLE_ADMIN) {
+		wk_conn_fail(c, -EPROTO, "HELLO with unknown role %u", h.role);
+		return;
+	}
+	c->role = h.role;
+	struct proto_hello r = {USH_PROTO_VERSION, h.role, wk->o.window,
+				wk->o.max_frame};
+	uint8_t b[USH_PROTO_SMALL];
+	wk_conn_send(c, b, proto_put_hello(b, &r));
+	wk_log(wk, 2, "peer %s: HELLO as %s", c->peer,
+	       h.role == USH_ROLE_WRITER ? "writer" :
+	       h.role == USH_ROLE_READER ? "reader" : "admin");
+}
+
+static void ack(struct wk_conn *c, const struct ush_frame *f, uint32_t kind,
+		int status)
+{
+	uint8_t b[USH_PROTO_SMALL];
+	struct proto_ack a = {kind, status, 0};
+	wk_conn_send(c, b, proto_put_ack(b, f->shuffle, f->map, f->attempt,
+					 &a));
+}
+
+/* MAPPER_END: make the attempt's frames durable, log, then ACK. */
+static void commit(struct wk_conn *c, const struct ush_frame *f,
+		   const uint8_t *frame)
+{
+	struct wk_thread *t = c->t;
+	struct ush_worker *wk = t->wk;
+	if (proto_check_mapper_end(frame + USH_FRAME_HDR_SIZE, f)) {
+		wk_conn_fail(c, USH_ECORRUPT, "MAPPER_END of shuffle %u map "
+			     "%u: partitions not ascending below %u",
+			     f->shuffle, f->map, f->partition);
+		return;
+	}
+	pthread_mutex_lock(&wk->lock);
+	int64_t a = wk_committed(wk, f->shuffle, f->map);
+	pthread_mutex_unlock(&wk->lock);
+	int status = 0, ret = 0;
+	if (a < 0)
+		ret = wk_store_sync(t);
+	if (ret) {
+		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
+			     "%u map %u: %s", f->shuffle, f->map,
+			     ush_strerror(ret));
+		return;
+	}
+	pthread_mutex_lock(&wk->lock);
+	a = wk_committed(wk, f->shuffle, f->map);
+	if (a < 0) {
+		ret = wk_log_append(t, frame, proto_size(f));
+		if (!ret)
+			ret = wk_commit_apply(wk, f, frame + USH_FRAME_HDR_SIZE);
+	} else if (a != f->attempt) {
+		status = USH_ECOMMITTED;
+	}
+	pthread_mutex_unlock(&wk->lock);
+	if (ret) {
+		wk_conn_fail(c, ret, "commit log: %s", ush_strerror(ret));
+		return;
+	}
+	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u %s", c->peer,
+	       f->shuffle, f->map, f->attempt,
+	       status ? "refused: another attempt committed" : "committed");
+	ack(c, f, USH_ACK_COMMIT, status);
+}
+
+static void unlink_shuffle(struct ush_worker *wk, uint32_t shuffle)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/s%u", wk->dir, shuffle);
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			unlinkat(dirfd(d), de->d_name, 0);
+	closedir(d);
+	rmdir(path);
+}
+
+static void drop(struct wk_conn *c, const struct ush_frame *f,
+		 const uint8_t *frame)
+{
+	struct wk_thread *t = c->t;
+	struct ush_worker *wk = t->wk;
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_log_append(t, frame, proto_size(f));
+	uint32_t *d = ret ? NULL :
+		      ush_malloc((wk->ndrops + 1) * sizeof(*d));
+	if (d) {
+		if (wk->ndrops)
+			memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
+		d[wk->ndrops++] = f->shuffle;
+		ush_free(wk->drops);
+		wk->drops = d;
+		wk_commit_apply(wk, f, NULL);
+		atomic_fetch_add(&wk->drop_epoch, 1);
+	} else if (!ret) {
+		ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&wk->lock);
+	if (ret) {
+		wk_conn_fail(c, ret, "DROP of shuffle %u: %s", f->shuffle,
+			     ush_strerror(ret));
+		return;
+	}
+	wk_store_drop(t, f->shuffle);
+	unlink_shuffle(wk, f->shuffle);
+	wk_log(wk, 1, "peer %s: dropped shuffle %u", c->peer, f->shuffle);
+	ack(c, f, USH_ACK_DROP, 0);
+}
+
+static bool role_ok(const struct wk_conn *c, unsigned type)
+{
+	switch (type) {
+	case USH_FRAME_DATA:
+	case USH_FRAME_MAPPER_END:
+		return c->role == USH_ROLE_WRITER;
+	case USH_FRAME_FETCH:
+		return c->role == USH_ROLE_READER && !c->fetch;
+	case USH_FRAME_DROP:
+		return c->role == USH_ROLE_WRITER || c->role == USH_ROLE_ADMIN;
+	}
+	return false;
+}
+
+static void dispatch(struct wk_conn *c, const struct ush_frame *f,
+		     const uint8_t *frame)
+{
+	if (frame_check(frame, f)) {
+		wk_conn_fail(c, USH_ECRC, "%s frame (shuffle %u partition %u "
+			     "seq %llu): CRC32C mismatch", type_name(f->type),
+			     f->shuffle, f->partition,
+			     (unsigned long long)f->seq);
+		return;
+	}
+	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
+	if (!c->role) {
+		if (f->type == USH_FRAME_HELLO)
+			hello(c, payload);
+		else
+			wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
+				     type_name(f->type));
+		return;
+	}
+	if (!role_ok(c, f->type)) {
+		wk_conn_fail(c, -EPROTO, "unexpected %s frame", 
+			     type_name(f->type));
+		return;
+	}
+	int ret;
+	switch (f->type) {
+	case USH_FRAME_DATA:
+		ret = wk_store_append(c->t, f, frame);
+		if (ret)
+			wk_conn_fail(c, ret, "storing shuffle %u partition %u: "
+				     "%s", f->shuffle, f->partition,
+				     ush_strerror(ret));
+		else
+			c->credit += proto_size(f);
+		break;
+	case USH_FRAME_MAPPER_END:
+		commit(c, f, frame);
+		break;
+	case USH_FRAME_FETCH:
+		ret = wk_fetch_start(c, f, payload);
+		if (ret)
+			wk_conn_fail(c, ret, "FETCH of shuffle %u partition "
+				     "%u: %s", f->shuffle, f->partition,
+				     ush_strerror(ret));
+		break;
+	case USH_FRAME_DROP:
+		drop(c, f, frame);
+		break;
+	}
+}
+
+/* Parses a complete header; fails the connection if it breaks a rule. */
+static bool header_ok(struct wk_conn *c, const uint8_t *h)
+{
+	const char *why;
+	int ret = proto_header(h, &c->f, c->t->wk->o.max_frame, false, &why);
+	if (ret)
+		wk_conn_fail(c, ret, "bad frame header: %s", why);
+	return !ret;
+}
+
+static bool stage_start(struct wk_conn *c, const uint8_t *h)
+{
+	size_t need = proto_size(&c->f);
+	if (need > c->scap) {
+		/* Bounded by proto_header: max_frame or the control limit. */
+		uint8_t *s = ush_malloc(need);
+		if (!s) {
+			wk_conn_fail(c, -ENOMEM, "no memory for a %zu-byte "
+				     "frame", need);
+			return false;
+		}
+		ush_free(c->stage);
+		c->stage = s;
+		c->scap = need;
+	}
+	memcpy(c->stage, h, USH_FRAME_HDR_SIZE);
+	c->sgot = USH_FRAME_HDR_SIZE;
+	c->sneed = need;
+	return true;
+}
+
+/* Consumes n bytes of the stream. */
+static void feed(struct wk_conn *c, const uint8_t *p, size_t n)
+{
+	while (n && !c->failed) {
+		if (c->sneed) {
+			size_t k = c->sneed - c->sgot;
+			k = k < n ? k : n;
+			memcpy(c->stage + c->sgot, p, k);
+			c->sgot += k;
+			p += k;
+			n -= k;
+			if (c->sgot == c->sneed) {
+				c->sneed = 0;
+				dispatch(c, &c->f, c->stage);
+			}
+			continue;
+		}
+		const uint8_t *h = p;
+		if (c->hlen || n < USH_FRAME_HDR_SIZE) {
+			size_t k = USH_FRAME_HDR_SIZE - c->hlen;
+			k = k < n ? k : n;
+			memcpy(c->hdr + c->hlen, p, k);
+			c->hlen += (uint32_t)k;
+			p += k;
+			n -= k;
+			if (c->hlen < USH_FRAME_HDR_SIZE)
+				return;
+			c->hlen = 0;
+			h = c->hdr;
+		} else {
+			p += USH_FRAME_HDR_SIZE;
+			n -= USH_FRAME_HDR_SIZE;
+		}
+		if (!header_ok(c, h))
+			return;
+		size_t plen = c->f.payload_len;
+		if (h != c->hdr && plen <= n) {
+			/* The whole frame is in this chunk: no staging. */
+			dispatch(c, &c->f, h);
+			p += plen;
+			n -= plen;
+		} else if (!plen) {
+			dispatch(c, &c->f, h);
+		} else if (!stage_start(c, h)) {
+			return;
+		}
+	}
+}
+
+static void give_back(struct wk_thread *t, uint16_t bid)
+{
+	io_uring_buf_ring_add(t->br, t->bufs + (size_t)bid * WK_BUF_SIZE,
+			      WK_BUF_SIZE, bid, io_uring_buf_ring_mask(WK_BUFS),
+			      0);
+	io_uring_buf_ring_advance(t->br, 1);
+}
+
+void wk_conn_process(struct wk_conn *c)
+{
+	struct wk_thread *t = c->t;
+	while (c->qn) {
+		struct wk_chunk ch = c->q[c->qhead];
+		c->qhead = (c->qhead + 1) % WK_BUFS;
+		c->qn--;
+		if (!c->failed && !c->closed)
+			feed(c, t->bufs + (size_t)ch.bid * WK_BUF_SIZE, ch.len);
+		give_back(t, ch.bid);
+	}
+	if (c->eof && c->rerr && c->rerr != -ECONNRESET && !c->failed)
+		wk_log(t->wk, 1, "peer %s: %s", c->peer, ush_strerror(c->rerr));
+	else if (c->eof && (c->hlen || c->sneed) && !c->failed)
+		wk_log(t->wk, 1, "peer %s: closed in the middle of a frame",
+		       c->peer);
+	if (c->eof)
+		c->rerr = 0, c->hlen = 0, c->sneed = 0;
+}

@@ -1,0 +1,231 @@
+/*
+ * FETCH: a MANIFEST of the shuffle's committed map outputs (with their
+ * batch counts of the partition), then the committed frames of every
+ * thread's file of the partition exactly as stored, then FETCH_END. The
+ * stream is produced a chunk at a time, only when the previous send has
+ * completed, so a slow reader costs one chunk of memory.
+ */
+#define _GNU_SOURCE
+#include "worker.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void wk_fetch_free(struct wk_fetch *fe)
+{
+	if (!fe)
+		return;
+	if (fe->fd >= 0)
+		close(fe->fd);
+	for (unsigned i = 0; i < fe->nfiles; i++)
+		ush_free(fe->files[i]);
+	ush_free(fe->files);
+	ush_free(fe->m);
+	ush_free(fe);
+}
+
+static int list_files(struct ush_worker *wk, struct wk_fetch *fe)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/s%u", wk->dir, fe->shuffle);
+	DIR *d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	struct dirent *de;
+	int ret = 0;
+	while (!ret && (de = readdir(d))) {
+		unsigned p, t;
+		char tail[8];
+		if (sscanf(de->d_name, "p%u.t%u.%7s", &p, &t, tail) != 3 ||
+		    p != fe->partition || strcmp(tail, "data"))
+			continue;
+		char **nf = ush_malloc((fe->nfiles + 1) * sizeof(*nf));
+		char *s = ush_malloc(strlen(path) + strlen(de->d_name) + 2);
+		if (!nf || !s) {
+			ush_free(nf);
+			ush_free(s);
+			ret = -ENOMEM;
+			break;
+		}
+		sprintf(s, "%s/%s", path, de->d_name);
+		if (fe->nfiles)
+			memcpy(nf, fe->files, fe->nfiles * sizeof(*nf));
+		ush_free(fe->files);
+		fe->files = nf;
+		fe->files[fe->nfiles++] = s;
+	}
+	closedir(d);
+	return ret;
+}
+
+int wk_fetch_start(struct wk_conn *c, const struct ush_frame *f,
+		   const uint8_t *payload)
+{
+	struct ush_worker *wk = c->t->wk;
+	struct wk_fetch *fe = ush_calloc(1, sizeof(*fe));
+	if (!fe)
+		return -ENOMEM;
+	fe->fd = -1;
+	fe->shuffle = f->shuffle;
+	fe->partition = f->partition;
+	fe->skip = proto_get_u64(payload);
+	int ret = wk_manifest(wk, f->shuffle, f->partition, &fe->m, &fe->nm);
+	if (!ret)
+		ret = list_files(wk, fe);
+	uint8_t *b = ret ? NULL : ush_malloc(proto_manifest_size(fe->nm));
+	if (!ret && !b)
+		ret = -ENOMEM;
+	if (ret) {
+		wk_fetch_free(fe);
+		return ret;
+	}
+	size_t n = proto_put_manifest(b, f->shuffle, f->partition, fe->m,
+				      fe->nm);
+	wk_conn_send(c, b, n);
+	ush_free(b);
+	c->fetch = fe;
+	wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u committed "
+	       "maps, %u files", c->peer, f->shuffle, f->partition, fe->nm,
+	       fe->nfiles);
+	return 0;
+}
+
+static bool committed(const struct wk_fetch *fe, const struct ush_frame *f)
+{
+	uint32_t lo = 0, hi = fe->nm;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (fe->m[mid].map < f->map)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < fe->nm && fe->m[lo].map == f->map &&
+	       fe->m[lo].attempt == f->attempt;
+}
+
+static int read_at(int fd, void *p, size_t n, uint64_t off)
+{
+	uint8_t *b = p;
+	while (n) {
+		ssize_t r = pread(fd, b, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : USH_ECORRUPT;
+		b += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* The next committed frame's header into *f, or 0 at the end of all
+ * files. Returns 1, 0 or an error. */
+static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
+		      struct ush_frame *f, uint64_t *fsize)
+{
+	uint8_t h[USH_FRAME_HDR_SIZE];
+	const char *why;
+	for (;;) {
+		if (fe->fd < 0) {
+			if (fe->fi == fe->nfiles)
+				return 0;
+			fe->fd = open(fe->files[fe->fi++], O_RDONLY | O_CLOEXEC);
+			if (fe->fd < 0)
+				return -errno;
+			fe->off = 0;
+		}
+		struct stat st;
+		if (fstat(fe->fd, &st))
+			return -errno;
+		*fsize = (uint64_t)st.st_size;
+		if (*fsize - fe->off < USH_FRAME_HDR_SIZE ||
+		    read_at(fe->fd, h, sizeof(h), fe->off) ||
+		    proto_header(h, f, wk->o.max_frame, true, &why) ||
+		    proto_size(f) > *fsize - fe->off) {
+			/* The end of this file's complete frames. */
+			close(fe->fd);
+			fe->fd = -1;
+			continue;
+		}
+		if (f->type == USH_FRAME_DATA && committed(fe, f))
+			return 1;
+		fe->off += proto_size(f);
+	}
+}
+
+void wk_fetch_pump(struct wk_conn *c)
+{
+	struct ush_worker *wk = c->t->wk;
+	struct wk_fetch *fe = c->fetch;
+	struct wk_out *o = NULL;
+	size_t cap = 0;
+	int ret = 0;
+	while (!fe->done) {
+		struct ush_frame f;
+		uint64_t fsize;
+		ret = next_frame(wk, fe, &f, &fsize);
+		if (ret < 0)
+			break;
+		size_t n = ret ? proto_size(&f) : USH_PROTO_SMALL;
+		if (ret && fe->skip) {
+			if (fe->skip < n) {
+				ret = -EINVAL;
+				break;
+			}
+			fe->skip -= n;
+			fe->off += n;
+			continue;
+		}
+		if (o && o->len + n > cap)
+			break;
+		if (!o) {
+			cap = n > WK_FETCH_CHUNK ? n : WK_FETCH_CHUNK;
+			o = ush_malloc(sizeof(*o) + cap + USH_PROTO_SMALL);
+			if (!o) {
+				ret = -ENOMEM;
+				break;
+			}
+			o->next = NULL;
+			o->len = 0;
+		}
+		if (!ret) {
+			o->len += (uint32_t)proto_put_fetch_end(
+				o->data + o->len, fe->shuffle, fe->partition,
+				fe->frames, fe->bytes);
+			fe->done = true;
+			break;
+		}
+		ret = read_at(fe->fd, o->data + o->len, n, fe->off);
+		if (ret)
+			break;
+		o->len += (uint32_t)n;
+		fe->off += n;
+		fe->frames++;
+		fe->bytes += n;
+	}
+	if (ret < 0) {
+		ush_free(o);
+		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
+			     fe->shuffle, fe->partition,
+			     ret == -EINVAL ? "offset inside a frame" :
+			     ush_strerror(ret));
+		return;
+	}
+	if (o) {
+		if (c->out_tail)
+			c->out_tail->next = o;
+		else
+			c->out = o;
+		c->out_tail = o;
+	}
+	if (fe->done) {
+		wk_fetch_free(fe);
+		c->fetch = NULL;
+	}
+}

@@ -1,0 +1,274 @@
+/* The worker object: options, listeners, threads; see worker.h. */
+#define _GNU_SOURCE
+#include "worker.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void ush_worker_opts_init(struct ush_worker_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen = "127.0.0.1:7337";
+	o->log_level = 1;
+	o->window = 4u << 20;
+	o->max_frame = 64u << 20;
+	o->pool_bytes = 32u << 20;
+	o->flush_size = 256u << 10;
+	o->hello_timeout_ms = 10000;
+}
+
+void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
+{
+	if (level > wk->o.log_level)
+		return;
+	char msg[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ush_warn("ushuffled: %s", msg);
+}
+
+uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers)
+{
+	return proto_worker_of(partition, nworkers);
+}
+
+/* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
+static int split_hostport(const char *s, char *host, size_t n, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s)
+		return -EINVAL;
+	size_t hl = (size_t)(colon - s);
+	if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') {
+		s++;
+		hl -= 2;
+	}
+	char *end;
+	long p = strtol(colon + 1, &end, 10);
+	if (hl >= n || *end || end == colon + 1 || p < 0 || p > 65535)
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = 0;
+	*port = (int)p;
+	return 0;
+}
+
+static int listen_one(struct ush_worker *wk, const struct addrinfo *ai,
+		      int port)
+{
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one))) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	struct sockaddr_storage ss;
+	memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port =
+			htons((uint16_t)port);
+	if (bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) ||
+	    listen(fd, 1024)) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	(void)wk;
+	return fd;
+}
+
+/* Binds one listener per thread on the same port; the first one picks
+ * the port when it is 0. */
+static int bind_all(struct ush_worker *wk, int port)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+			*ai;
+	char ps[16];
+	snprintf(ps, sizeof(ps), "%d", port);
+	int ret = getaddrinfo(wk->host, ps, &hints, &ai);
+	if (ret)
+		return ush_fail(-EINVAL, "worker: resolve %s: %s", wk->host,
+				gai_strerror(ret));
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		int fd = listen_one(wk, ai, port);
+		if (fd < 0) {
+			freeaddrinfo(ai);
+			return ush_fail(fd, "worker: listen on %s:%d", wk->host,
+					port);
+		}
+		wk->threads[i].lfd = fd;
+		if (port == 0) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			getsockname(fd, (struct sockaddr *)&ss, &sl);
+			port = ntohs(ss.ss_family == AF_INET ?
+				     ((struct sockaddr_in *)&ss)->sin_port :
+				     ((struct sockaddr_in6 *)&ss)->sin6_port);
+		}
+	}
+	freeaddrinfo(ai);
+	wk->port = port;
+	return 0;
+}
+
+int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
+{
+	struct ush_worker_opts def;
+	*out = NULL;
+	ush_worker_opts_init(&def);
+	if (!opts)
+		opts = &def;
+	struct ush_worker *wk = ush_calloc(1, sizeof(*wk));
+	if (!wk)
+		return ush_fail(-ENOMEM, "worker: allocation");
+	wk->o = *opts;
+	/* Zero fields take the defaults, like a zeroed writer opts. */
+	if (!wk->o.listen)
+		wk->o.listen = def.listen;
+	if (!wk->o.window)
+		wk->o.window = def.window;
+	if (!wk->o.max_frame)
+		wk->o.max_frame = def.max_frame;
+	if (!wk->o.pool_bytes)
+		wk->o.pool_bytes = def.pool_bytes;
+	if (!wk->o.flush_size)
+		wk->o.flush_size = def.flush_size;
+	if (!wk->o.hello_timeout_ms)
+		wk->o.hello_timeout_ms = def.hello_timeout_ms;
+	pthread_mutex_init(&wk->lock, NULL);
+	int port = 0, ret = 0;
+	char host[256];
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	wk->nthreads = wk->o.threads ? wk->o.threads :
+		       (unsigned)(ncpu > 0 ? ncpu : 1);
+	uint32_t fs = wk->o.flush_size;
+	if (!opts->dir)
+		ret = ush_fail(-EINVAL, "worker: needs a directory");
+	else if (wk->nthreads > 1024)
+		ret = ush_fail(-EINVAL, "worker: %u threads", wk->nthreads);
+	else if (fs < 16384 || (fs & (fs - 1)) ||
+		 wk->o.pool_bytes < 2 * (size_t)fs)
+		ret = ush_fail(-EINVAL, "worker: flush size %u must be a "
+			       "power of two >= 16 KiB, pool two of them", fs);
+	else if (wk->o.max_frame < 4096 || wk->o.max_frame > (1u << 30))
+		ret = ush_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
+	else if (split_hostport(wk->o.listen, host, sizeof(host), &port))
+		ret = ush_fail(-EINVAL, "worker: --listen=%s is not HOST:PORT",
+			       wk->o.listen);
+	if (ret) {
+		ush_free(wk);
+		return ret;
+	}
+	wk->dir = ush_strdup(opts->dir);
+	wk->host = ush_strdup(host);
+	wk->threads = ush_calloc(wk->nthreads, sizeof(*wk->threads));
+	if (!wk->dir || !wk->host || !wk->threads) {
+		ush_worker_free(wk);
+		return ush_fail(-ENOMEM, "worker: allocation");
+	}
+	wk->o.dir = wk->dir;
+	wk->o.listen = NULL;
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		wk->threads[i].wk = wk;
+		wk->threads[i].idx = i;
+		wk->threads[i].lfd = -1;
+		wk->threads[i].log_fd = -1;
+	}
+	if (mkdir(wk->dir, 0755) && errno != EEXIST)
+		ret = ush_fail(-errno, "worker: mkdir %s", wk->dir);
+	if (!ret)
+		ret = wk_commit_replay(wk);
+	if (!ret)
+		ret = bind_all(wk, port);
+	if (ret) {
+		ush_worker_free(wk);
+		return ret;
+	}
+	*out = wk;
+	return 0;
+}
+
+int ush_worker_port(const ush_worker *wk)
+{
+	return wk->port;
+}
+
+int ush_worker_start(ush_worker *wk)
+{
+	if (wk->started)
+		return ush_fail(USH_ESTATE, "worker: already started");
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		int ret = -pthread_create(&wk->threads[i].tid, NULL,
+					  wk_thread_main, &wk->threads[i]);
+		if (ret) {
+			atomic_store(&wk->stop, 1);
+			for (unsigned j = 0; j < i; j++)
+				pthread_join(wk->threads[j].tid, NULL);
+			return ush_fail(ret, "worker: thread %u", i);
+		}
+	}
+	wk->started = true;
+	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s", wk->host,
+	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir);
+	return 0;
+}
+
+void ush_worker_stop(ush_worker *wk)
+{
+	atomic_store(&wk->stop, 1);
+}
+
+int ush_worker_wait(ush_worker *wk)
+{
+	if (!wk->started)
+		return 0;
+	for (unsigned i = 0; i < wk->nthreads; i++)
+		pthread_join(wk->threads[i].tid, NULL);
+	wk->started = false;
+	for (unsigned i = 0; i < wk->nthreads; i++)
+		if (wk->threads[i].err && !wk->err)
+			wk->err = wk->threads[i].err;
+	return wk->err;
+}
+
+int ush_worker_run(ush_worker *wk)
+{
+	int ret = ush_worker_start(wk);
+	return ret ? ret : ush_worker_wait(wk);
+}
+
+void ush_worker_free(ush_worker *wk)
+{
+	if (!wk)
+		return;
+	ush_worker_stop(wk);
+	ush_worker_wait(wk);
+	for (unsigned i = 0; wk->threads && i < wk->nthreads; i++) {
+		if (wk->threads[i].lfd >= 0)
+			close(wk->threads[i].lfd);
+		if (wk->threads[i].log_fd >= 0)
+			close(wk->threads[i].log_fd);
+	}
+	wk_commit_free(wk);
+	pthread_mutex_destroy(&wk->lock);
+	ush_free(wk->threads);
+	ush_free(wk->dir);
+	ush_free(wk->host);
+	ush_free(wk);
+}

@@ -1,0 +1,215 @@
+/*
+ * Helpers of the tests/test_net_*.c programs: real ushuffled processes on
+ * loopback, pushes and verified reads of deterministic records. Static
+ * functions in a header so that tests/CMakeLists.txt needs no change.
+ */
+#ifndef USH_TEST_NET_HELPERS_H
+#define USH_TEST_NET_HELPERS_H
+
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Workers still running when the test exits (a failed assertion skips
+ * its teardown) are killed then. */
+static pid_t th_spawned[64];
+
+static void th_kill_spawned(void)
+{
+	for (unsigned i = 0; i < 64; i++)
+		if (th_spawned[i] > 0)
+			kill(th_spawned[i], SIGKILL);
+}
+
+static inline void th_track(pid_t old, pid_t pid)
+{
+	static int registered;
+	if (!registered && (registered = 1))
+		atexit(th_kill_spawned);
+	for (unsigned i = 0; i < 64; i++)
+		if (th_spawned[i] == old) {
+			th_spawned[i] = pid;
+			return;
+		}
+}
+
+struct th_worker {
+	pid_t pid;
+	int port;
+	char dir[512];
+	char addr[64];
+	char ns[32]; /* network namespace to run in, or "" */
+	const char *extra; /* one more ushuffled option, or NULL */
+};
+
+/* Starts ushuffled on host:port (port 0: any) over dir; waits for its
+ * "ushuffled: port N" line. With ns set, runs it in that namespace. */
+static inline void th_worker_spawn(struct th_worker *w, const char *host, int port,
+			    unsigned threads)
+{
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	char listen[96], dir[600], thr[32];
+	snprintf(listen, sizeof(listen), "--listen=%s:%d", host, port);
+	snprintf(dir, sizeof(dir), "--dir=%s", w->dir);
+	snprintf(thr, sizeof(thr), "--threads=%u", threads);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		close(pfd[1]);
+		if (w->ns[0])
+			execlp("ip", "ip", "netns", "exec", w->ns,
+			       USH_USHUFFLED_PATH, listen, dir, thr,
+			       "--log-level=info", w->extra, (char *)NULL);
+		else
+			execl(USH_USHUFFLED_PATH, "ushuffled", listen, dir, thr,
+			      "--log-level=info", w->extra, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	FILE *f = fdopen(pfd[0], "r");
+	char line[128] = "";
+	int got = fgets(line, sizeof(line), f) &&
+		  sscanf(line, "ushuffled: port %d", &w->port) == 1;
+	fclose(f);
+	if (!got) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		fail_msg("ushuffled did not start (line '%s')", line);
+	}
+	w->pid = pid;
+	th_track(0, pid);
+	snprintf(w->addr, sizeof(w->addr), "%s:%d", host, w->port);
+}
+
+/* SIGTERM; asserts a clean exit 0. */
+static inline void th_worker_stop(struct th_worker *w)
+{
+	int st;
+	if (w->pid <= 0)
+		return; /* never kill(0): that is our process group */
+	kill(w->pid, SIGTERM);
+	assert_int_equal(waitpid(w->pid, &st, 0), w->pid);
+	th_track(w->pid, 0);
+	w->pid = 0;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("ushuffled exited with status 0x%x", st);
+}
+
+static inline void th_worker_kill(struct th_worker *w)
+{
+	int st;
+	if (w->pid <= 0)
+		return;
+	kill(w->pid, SIGKILL);
+	waitpid(w->pid, &st, 0);
+	th_track(w->pid, 0);
+	w->pid = 0;
+}
+
+/* Is the worker process still running? */
+static inline int th_worker_alive(struct th_worker *w)
+{
+	int st;
+	return w->pid > 0 && waitpid(w->pid, &st, WNOHANG) == 0;
+}
+
+/* Record i of map m: 8 bytes of (m, i), then bytes from th_fill. */
+static inline size_t th_rec(uint8_t *buf, uint32_t m, uint32_t i)
+{
+	size_t len = 8 + (i * 37u + m * 11u) % 700u;
+	uint64_t id = (uint64_t)m << 32 | i;
+	memcpy(buf, &id, 8);
+	th_fill(buf + 8, len - 8, id * 2654435761u + 1);
+	return len;
+}
+
+struct th_job {
+	const char *workers;
+	uint32_t shuffle, partitions, maps, records;
+	enum ush_codec codec;
+	uint32_t timeout_ms;
+	int send_zc;
+	enum ush_ioengine ioengine;
+};
+
+/* Pushes map m (attempt a) of job; returns commit's result. */
+static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
+		       struct ush_writer_stats *st)
+{
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.codec = j->codec;
+	ro.pool_bytes = 8u << 20;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {
+		.shuffle = j->shuffle, .map = m, .attempt = a,
+		.partitions = j->partitions, .target = USH_TARGET_NET,
+		.workers = j->workers, .timeout_ms = j->timeout_ms,
+		.send_zc = j->send_zc, .ioengine = j->ioengine,
+	};
+	ush_writer *w;
+	int ret = ush_writer_open(&w, ring, &wo);
+	uint8_t buf[1024];
+	for (uint32_t i = 0; !ret && i < j->records; i++) {
+		size_t len = th_rec(buf, m, i);
+		ret = ush_writer_write(w, i % j->partitions, buf, len);
+	}
+	if (!ret)
+		ret = ush_writer_commit(w, NULL);
+	if (st && w)
+		ush_writer_stats(w, st);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	return ret;
+}
+
+/* Reads every partition back and checks each record exactly once. */
+static inline void th_verify(const struct th_job *j)
+{
+	uint64_t total = 0;
+	uint8_t exp[1024];
+	uint8_t *seen = calloc((size_t)j->maps * j->records, 1);
+	for (uint32_t p = 0; p < j->partitions; p++) {
+		struct ush_reader_opts ro = {
+			.shuffle = j->shuffle, .partition = p, .maps = j->maps,
+			.workers = j->workers, .timeout_ms = 20000,
+		};
+		ush_reader *r;
+		th_ok(ush_reader_open(&r, &ro));
+		const void *rec;
+		size_t len;
+		int ret;
+		while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+			uint64_t id;
+			assert_true(len >= 8);
+			memcpy(&id, rec, 8);
+			uint32_t m = (uint32_t)(id >> 32), i = (uint32_t)id;
+			assert_true(m < j->maps && i < j->records);
+			assert_int_equal(i % j->partitions, p);
+			assert_int_equal(th_rec(exp, m, i), len);
+			assert_memory_equal(exp, rec, len);
+			assert_int_equal(seen[(size_t)m * j->records + i], 0);
+			seen[(size_t)m * j->records + i] = 1;
+			total++;
+		}
+		if (ret)
+			fail_msg("reader partition %u: %d %s: %s", p, ret,
+				 ush_err_name(ret), ush_last_error());
+		ush_reader_free(r);
+	}
+	free(seen);
+	assert_int_equal(total, (uint64_t)j->maps * j->records);
+}
+
+#endif

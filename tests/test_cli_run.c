@@ -1,0 +1,341 @@
+/*
+ * Short ushuffle runs, checked through the JSON report: every target x rw
+ * mode x codec with --verify=crc32c, the A/B switches, the staging and
+ * oversized-record paths, time-based runs, --keep, the normal report,
+ * the status line, and Ctrl-C (exit 130, partial report, files removed).
+ */
+#include "cli_run.h"
+
+#include <dirent.h>
+#include <time.h>
+
+#define SIZE "192k"
+#define SIZE_BYTES (192 * 1024)
+
+/* Sums of the per-thread report objects. */
+struct sums {
+	uint64_t wrec, rrec, wbytes, rbytes, verified, errors;
+	size_t jobs;
+};
+
+static void check_lat(json_object *dir, const char *name)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "%s/N", name);
+	assert_true(jint(dir, path) > 0);
+	snprintf(path, sizeof(path), "%s/percentile/99.000000", name);
+	uint64_t p99 = jint(dir, path);
+	snprintf(path, sizeof(path), "%s/percentile/1.000000", name);
+	assert_true(jint(dir, path) <= p99);
+	snprintf(path, sizeof(path), "%s/max", name);
+	assert_true(p99 <= jint(dir, path));
+	snprintf(path, sizeof(path), "%s/percentile/99.990000", name);
+	jget(dir, path);
+}
+
+static struct sums summarize(json_object *j)
+{
+	struct sums s = {0};
+	json_object *jobs = jget(j, "jobs");
+	s.jobs = json_object_array_length(jobs);
+	for (size_t i = 0; i < s.jobs; i++) {
+		json_object *o = json_object_array_get_idx(jobs, i);
+		assert_int_equal(jint(o, "error"), 0);
+		s.wrec += jint(o, "write/records");
+		s.rrec += jint(o, "read/records");
+		s.wbytes += jint(o, "write/io_bytes");
+		s.rbytes += jint(o, "read/io_bytes");
+		s.verified += jint(o, "verify/records");
+		s.errors += jint(o, "verify/errors");
+		jget(o, "usr_cpu");
+		jget(o, "sys_cpu");
+		if (jint(o, "write/records")) {
+			assert_true(jint(o, "write/total_ios") > 0);
+			assert_true(jint(o, "write/bw_bytes") > 0);
+			check_lat(jget(o, "write"), "handoff_ns");
+		}
+		if (jint(o, "read/records")) {
+			assert_true(jint(o, "read/total_ios") > 0);
+			check_lat(jget(o, "read"), "clat_ns");
+		}
+	}
+	return s;
+}
+
+static bool dir_is_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	bool empty = true;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			empty = false;
+	if (d)
+		closedir(d);
+	return empty;
+}
+
+static void every_target_rw_codec(void **state)
+{
+	(void)state;
+	static const char *const codecs[] = {"none", "lz4", "zstd"};
+	static const char *const targets[] = {"null", "disk"};
+	static const char *const rws[] = {"write", "read", "shuffle"};
+	const char *dir = th_tmpdir("climatrix");
+	char dirarg[600], name[64], sdir[600], sdirarg[640];
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	snprintf(sdir, sizeof(sdir), "%s/shuffles", dir);
+	snprintf(sdirarg, sizeof(sdirarg), "--dir=%s", sdir);
+	for (size_t c = 0; c < 3; c++)
+	for (size_t t = 0; t < 2; t++) {
+		uint64_t written = 0;
+		for (size_t m = 0; m < 3; m++) {
+			char codec[32], target[32], rw[32];
+			snprintf(name, sizeof(name), "--name=m-%s-%s",
+				 targets[t], codecs[c]);
+			snprintf(codec, sizeof(codec), "--codec=%s", codecs[c]);
+			snprintf(target, sizeof(target), "--target=%s",
+				 targets[t]);
+			snprintf(rw, sizeof(rw), "--rw=%s", rws[m]);
+			bool shuffle = m == 2;
+			struct cli_out r = cli_run(
+				NULL, name, codec, target, rw,
+				shuffle ? sdirarg : dirarg, "--size=" SIZE,
+				"--numjobs=2", "--partitions=8",
+				"--verify=crc32c", "--output-format=json",
+				"--eta=never");
+			if (t == 0 && m == 1) { /* nothing to read back */
+				cli_expect(&r, 2);
+				cli_has(r.err, "--rw=read with --target=null");
+				cli_free(&r);
+				continue;
+			}
+			cli_expect(&r, 0);
+			json_object *j = cli_json(&r);
+			struct sums s = summarize(j);
+			assert_int_equal(s.jobs, 2);
+			assert_int_equal(s.errors, 0);
+			json_object *j0 = json_object_array_get_idx(
+				jget(j, "jobs"), 0);
+			const char *vs = jstr(j0, "verify/status");
+			bool reads = t == 1 && m > 0;
+			assert_string_equal(vs, reads ? "ok" : "not-read");
+			if (m != 1) { /* it wrote */
+				assert_true(s.wbytes >= 2 * SIZE_BYTES);
+				uint64_t raw = jint(j0, "write/raw_bytes");
+				uint64_t frames = jint(j0, "write/frame_bytes");
+				if (c == 0)
+					assert_true(frames > raw);
+				else /* half of each record compresses */
+					assert_true(frames < raw * 9 / 10);
+			}
+			if (m == 0)
+				written = s.wrec;
+			if (reads) {
+				uint64_t want = m == 1 ? written : s.wrec;
+				assert_int_equal(s.rrec, want);
+				assert_int_equal(s.verified, want);
+				if (m == 2)
+					assert_int_equal(s.rbytes, s.wbytes);
+			} else {
+				assert_int_equal(s.rrec, 0);
+			}
+			json_object_put(j);
+			cli_free(&r);
+		}
+	}
+	/* shuffles remove their files; write jobs leave theirs */
+	assert_true(dir_is_empty(sdir));
+	assert_false(dir_is_empty(dir));
+	/* the net target arrives with the worker: until then, exit 2 */
+	for (size_t m = 0; m < 3; m++) {
+		char rw[32];
+		snprintf(rw, sizeof(rw), "--rw=%s", rws[m]);
+		struct cli_out r = cli_run(NULL, "--target=net", rw, dirarg,
+					   "--workers=127.0.0.1:7777");
+		cli_expect(&r, 2);
+		cli_has(r.err, "--target=net: not available yet");
+		cli_free(&r);
+	}
+	th_rmrf(dir);
+}
+
+/* Runs one disk shuffle with extra arguments; all records verified. */
+static void shuffle_ok(const char *dir, const char *const *extra)
+{
+	const char *args[48] = {"--rw=shuffle", "--target=disk", "--numjobs=2",
+				"--verify=crc32c", "--output-format=json",
+				"--eta=never"};
+	char dirarg[600];
+	size_t n = 6;
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	args[n++] = dirarg;
+	while (*extra && n < 46)
+		args[n++] = *extra++;
+	args[n] = NULL;
+	struct cli_out r = cli_runv(NULL, args);
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	struct sums s = summarize(j);
+	assert_true(s.wrec > 0);
+	assert_int_equal(s.rrec, s.wrec);
+	assert_int_equal(s.verified, s.wrec);
+	assert_int_equal(s.errors, 0);
+	assert_string_equal(jstr(json_object_array_get_idx(jget(j, "jobs"), 0),
+				 "verify/status"), "ok");
+	json_object_put(j);
+	cli_free(&r);
+	assert_true(dir_is_empty(dir));
+}
+
+static void ab_switches_and_paths(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("cliab");
+	static const char *const runs[][8] = {
+		{"--handoff=copy", "--size=256k", NULL},
+		{"--ioengine=psync", "--size=256k", NULL},
+		{"--ioengine=psync", "--handoff=copy", "--codec=zstd:5",
+		 "--size=256k", NULL},
+		{"--direct=0", "--fixedbufs=0", "--size=256k", NULL},
+		{"--sqpoll=1", "--iodepth=4", "--size=256k", NULL},
+		/* more partitions than staged buffers: round-robin eviction */
+		{"--bs=8m", "--partitions=50", "--iodepth=4", "--fixedbufs=0",
+		 "--size=2m", NULL},
+		/* records above the push buffer go out alone, in order */
+		{"--record-size=16-200k", "--bs=64k", "--size=2m",
+		 "--partitions=4", NULL},
+		{"--record-size=16", "--bs=4k", "--size=128k", NULL},
+		{"--group_reporting", "--size=128k", "--numjobs=3", NULL},
+		{"--buffer_compress_percentage=0", "--size=128k", NULL},
+		{"--buffer_compress_percentage=100", "--size=128k", NULL},
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+		shuffle_ok(dir, runs[i]);
+	th_rmrf(dir);
+}
+
+static void time_based_keep_and_grouping(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("clitime");
+	char dirarg[600];
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	/* --time_based writes past --size until --runtime is up */
+	struct cli_out r = cli_run(NULL, "--target=null", "--size=64k",
+				   "--runtime=1", "--time_based", "--numjobs=2",
+				   "--group_reporting", "--output-format=json");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	struct sums s = summarize(j);
+	assert_int_equal(s.jobs, 1);
+	assert_int_equal(jint(json_object_array_get_idx(jget(j, "jobs"), 0),
+			      "threads"), 2);
+	assert_true(s.wbytes > 4 * 64 * 1024);
+	json_object_put(j);
+	cli_free(&r);
+	/* --keep: a shuffle leaves its output, a later read checks it */
+	r = cli_run(NULL, "--name=kept", dirarg, "--size=128k", "--keep",
+		    "--numjobs=2", "--output-format=json");
+	cli_expect(&r, 0);
+	j = cli_json(&r);
+	uint64_t wrec = summarize(j).wrec;
+	json_object_put(j);
+	cli_free(&r);
+	assert_false(dir_is_empty(dir));
+	r = cli_run(NULL, "--name=kept", dirarg, "--rw=read", "--numjobs=3",
+		    "--output-format=json");
+	cli_expect(&r, 0);
+	j = cli_json(&r);
+	s = summarize(j);
+	assert_int_equal(s.jobs, 3);
+	assert_int_equal(s.rrec, wrec);
+	assert_int_equal(s.verified, wrec);
+	json_object_put(j);
+	cli_free(&r);
+	/* a read of a job nobody wrote: run-time failure, not bad input */
+	r = cli_run(NULL, "--name=never-written", dirarg, "--rw=read");
+	cli_expect(&r, 1);
+	cli_has(r.err, "no output of job 'never-written'");
+	cli_free(&r);
+	th_rmrf(dir);
+}
+
+static void normal_report_to_file(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("clinormal");
+	char dirarg[600], out[600], outarg[640];
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	snprintf(out, sizeof(out), "%s/report.txt", dir);
+	snprintf(outarg, sizeof(outarg), "--output=%s", out);
+	struct cli_out r = cli_run(NULL, dirarg, outarg, "--size=256k",
+				   "--numjobs=2", "--eta=never");
+	cli_expect(&r, 0);
+	assert_string_equal(r.out, "");
+	cli_free(&r);
+	FILE *f = fopen(out, "r");
+	assert_non_null(f);
+	static char text[1 << 16];
+	text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+	fclose(f);
+	static const char *const want[] = {
+		"ushuffle: (g=0): rw=shuffle", "Starting 2 threads",
+		"ushuffle: (groupid=0, jobs=1): err= 0",
+		"  write: batches/s=", "  read: batches/s=", "MiB/s (",
+		"MB/s)", "records/s=", "    handoff (", "handoff percentiles",
+		"    clat (", "clat percentiles", " 1.00th=[", "99.50th=[",
+		"99.99th=[", "    bytes        : logical=", "stored=",
+		"(ratio ", "    allocs/batch : ", "  cpu          : usr=",
+		"sys=", "ctx=", "  verify       : crc32c: ", "errors (ok)",
+		"Run status group 0 (all jobs):", "WRITE: bw=", "READ: bw="};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cli_has(text, want[i]);
+	unlink(out);
+	assert_true(dir_is_empty(dir));
+	th_rmrf(dir);
+}
+
+static void status_line_and_ctrl_c(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("cliint");
+	char dirarg[600];
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	struct cli_proc p = cli_start(NULL, (const char *const[]){
+		dirarg, "--runtime=60", "--time_based", "--numjobs=2",
+		"--eta=always", "--group_reporting", NULL});
+	/* wait for the first status line, then interrupt */
+	for (int i = 0; i < 200; i++) {
+		char buf[4096] = "";
+		fflush(p.err);
+		ssize_t n = pread(fileno(p.err), buf, sizeof(buf) - 1, 0);
+		buf[n > 0 ? n : 0] = '\0';
+		if (strstr(buf, "[eta "))
+			break;
+		nanosleep(&(struct timespec){0, 50000000}, NULL);
+	}
+	kill(p.pid, SIGINT);
+	struct cli_out r = cli_wait(&p);
+	cli_expect(&r, 130);
+	cli_has(r.err, "Jobs: 2 (f=2): [W(2)][");
+	cli_has(r.err, "%][w=");
+	cli_has(r.err, "interrupted; the report is partial");
+	cli_has(r.out, "  write: batches/s=");
+	cli_has(r.out, "(partial)");
+	cli_free(&r);
+	assert_true(dir_is_empty(dir)); /* no spill file left behind */
+	th_rmrf(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(every_target_rw_codec),
+		cmocka_unit_test(ab_switches_and_paths),
+		cmocka_unit_test(time_based_keep_and_grouping),
+		cmocka_unit_test(normal_report_to_file),
+		cmocka_unit_test(status_line_and_ctrl_c),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

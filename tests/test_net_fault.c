@@ -1,0 +1,141 @@
+/*
+ * Faults with real processes: a ushuffled killed (SIGKILL) or stopped
+ * (SIGSTOP) in the middle of a push becomes a writer error naming it
+ * within the writer's timeout, never a hang; a worker restarted on the
+ * same --dir serves every shuffle committed before, byte for byte, and
+ * nothing that was not committed.
+ */
+#include "net_helpers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define TIMEOUT_MS 3000u
+
+struct pusher {
+	const char *workers;
+	atomic_ulong records;
+	int ret;
+	char msg[512];
+	uint64_t t_end;
+};
+
+static void *push_forever(void *p)
+{
+	struct pusher *a = p;
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 8u << 20;
+	a->ret = ush_ring_create(&ring, &ro);
+	if (a->ret)
+		return NULL;
+	struct ush_writer_opts wo = {.shuffle = 2, .partitions = 8,
+				     .target = USH_TARGET_NET,
+				     .workers = a->workers,
+				     .timeout_ms = TIMEOUT_MS};
+	ush_writer *w = NULL;
+	uint8_t buf[1024];
+	a->ret = ush_writer_open(&w, ring, &wo);
+	for (uint32_t i = 0; !a->ret; i++) {
+		size_t len = th_rec(buf, 0, i);
+		a->ret = ush_writer_write(w, i % 8, buf, len);
+		atomic_fetch_add(&a->records, 1);
+	}
+	snprintf(a->msg, sizeof(a->msg), "%s", ush_last_error());
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	a->t_end = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Pushes against w until it is well under way, then signals it with sig
+ * and checks the writer fails naming it. */
+static void fault_mid_push(struct th_worker *w, int sig)
+{
+	struct pusher a = {.workers = w->addr};
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, push_forever, &a), 0);
+	while (atomic_load(&a.records) < 200000 && !a.t_end)
+		usleep(1000);
+	uint64_t t0 = now_ms();
+	if (sig == SIGKILL)
+		th_worker_kill(w);
+	else
+		kill(w->pid, sig);
+	pthread_join(tid, NULL);
+	assert_true(a.ret < 0);
+	if (!strstr(a.msg, w->addr))
+		fail_msg("writer error does not name %s: %s", w->addr, a.msg);
+	/* Generous: the writer's own timeout plus scheduling slack. */
+	if (a.t_end - t0 > 10u * TIMEOUT_MS)
+		fail_msg("writer took %llu ms to fail",
+			 (unsigned long long)(a.t_end - t0));
+	print_message("writer error after %llu ms: %s\n",
+		      (unsigned long long)(a.t_end - t0), a.msg);
+}
+
+static void killed_then_restarted(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netkill"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	struct th_job j = {.workers = w.addr, .shuffle = 1, .partitions = 11,
+			   .maps = 3, .records = 30000, .codec = USH_CODEC_ZSTD};
+	for (uint32_t m = 0; m < j.maps; m++)
+		th_ok(th_push_map(&j, m, 0, NULL));
+	struct th_job j4 = j;
+	j4.shuffle = 4;
+	j4.maps = 1;
+	th_ok(th_push_map(&j4, 0, 0, NULL));
+	fault_mid_push(&w, SIGKILL);
+
+	/* Same --dir, same port: everything committed is served. */
+	int port = w.port;
+	th_worker_spawn(&w, "127.0.0.1", port, 1);
+	th_verify(&j);
+	th_verify(&j4);
+	/* Shuffle 2 was never committed. */
+	struct ush_reader_opts ro = {.shuffle = 2, .partition = 0, .maps = 1,
+				     .workers = w.addr};
+	ush_reader *r;
+	assert_int_equal(ush_reader_open(&r, &ro), USH_ENOTCOMMITTED);
+	/* And after a clean stop and a second restart, still. */
+	th_worker_stop(&w);
+	th_worker_spawn(&w, "127.0.0.1", port, 3);
+	th_verify(&j);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
+static void stalled_worker(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netstall"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	fault_mid_push(&w, SIGSTOP);
+	kill(w.pid, SIGCONT);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(killed_then_restarted),
+		cmocka_unit_test(stalled_worker),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

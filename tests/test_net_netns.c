@@ -1,0 +1,109 @@
+/*
+ * Multi-host: two ushuffled processes, each in a network namespace of
+ * its own joined to this one by a veth pair with addresses from the
+ * benchmarking range 198.18.0.0/15. The test creates and removes the
+ * namespaces itself and sends nowhere else. Skips (exit 77) where
+ * namespaces cannot be created (no CAP_NET_ADMIN, no ip(8)).
+ */
+#include "net_helpers.h"
+
+static char ns[2][32], veth[2][16], addr[2][32];
+static struct th_worker wk[2];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+static void cleanup(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (wk[i].pid)
+			th_worker_kill(&wk[i]);
+		/* Deleting the namespace deletes its end of the veth pair,
+		 * and with it ours. */
+		if (ns[i][0])
+			sh("ip netns del %s 2>/dev/null", ns[i]);
+		sh("ip link del %s 2>/dev/null", veth[i]);
+	}
+}
+
+/* Returns 0, or -1 when this host cannot make namespaces. */
+static int make_hosts(void)
+{
+	unsigned k = (unsigned)getpid() % 250;
+	for (int i = 0; i < 2; i++) {
+		snprintf(ns[i], sizeof(ns[i]), "ush-t%d-%d", (int)getpid(), i);
+		snprintf(veth[i], sizeof(veth[i]), "ush%d%c",
+			 (int)getpid() % 100000, 'a' + i);
+		if (sh("ip netns add %s 2>/dev/null", ns[i])) {
+			ns[i][0] = 0;
+			return -1;
+		}
+		snprintf(addr[i], sizeof(addr[i]), "198.18.%u.%d", k,
+			 4 * i + 2);
+		if (sh("ip link add %s type veth peer name p0 netns %s",
+		       veth[i], ns[i]) ||
+		    sh("ip addr add 198.18.%u.%d/30 dev %s", k, 4 * i + 1,
+		       veth[i]) ||
+		    sh("ip link set %s up", veth[i]) ||
+		    sh("ip -n %s addr add %s/30 dev p0", ns[i], addr[i]) ||
+		    sh("ip -n %s link set p0 up", ns[i]) ||
+		    sh("ip -n %s link set lo up", ns[i]))
+			return -1;
+	}
+	return 0;
+}
+
+static void two_hosts(void **state)
+{
+	(void)state;
+	char list[128];
+	for (int i = 0; i < 2; i++) {
+		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s",
+			 th_tmpdir("netns"));
+		snprintf(wk[i].ns, sizeof(wk[i].ns), "%s", ns[i]);
+		th_worker_spawn(&wk[i], addr[i], 7337, 2);
+	}
+	snprintf(list, sizeof(list), "%s,%s", wk[0].addr, wk[1].addr);
+	struct th_job j = {.workers = list, .shuffle = 6, .partitions = 9,
+			   .maps = 2, .records = 30000};
+	for (uint32_t m = 0; m < j.maps; m++) {
+		struct ush_writer_stats st;
+		th_ok(th_push_map(&j, m, 0, &st));
+		assert_int_equal(st.net_workers, 2);
+	}
+	th_verify(&j);
+	for (int i = 0; i < 2; i++) {
+		th_worker_stop(&wk[i]);
+		th_rmrf(wk[i].dir);
+	}
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	cleanup();
+	return 0;
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (make_hosts()) {
+		cleanup();
+		printf("skipped: cannot create network namespaces and veth "
+		       "pairs here (needs ip(8) and CAP_NET_ADMIN)\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(two_hosts),
+	};
+	return cmocka_run_group_tests(tests, NULL, teardown);
+}

@@ -1,0 +1,115 @@
+/* Writer -> ushuffled (real processes, loopback) -> reader, verified. */
+#include "net_helpers.h"
+
+static const char *worker_opt; /* one more ushuffled option */
+
+static void run_job(unsigned nworkers, unsigned threads, enum ush_codec codec,
+		    int send_zc, enum ush_ioengine engine)
+{
+	struct th_worker w[3] = {0};
+	char list[256] = "";
+	for (unsigned i = 0; i < nworkers; i++) {
+		w[i].extra = worker_opt;
+		snprintf(w[i].dir, sizeof(w[i].dir), "%s", th_tmpdir("netw"));
+		th_worker_spawn(&w[i], "127.0.0.1", 0, threads);
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i ? "," : "", w[i].addr);
+	}
+	struct th_job j = {.workers = list, .shuffle = 5, .partitions = 13,
+			   .maps = 3, .records = 20000, .codec = codec,
+			   .send_zc = send_zc, .ioengine = engine};
+	for (uint32_t m = 0; m < j.maps; m++) {
+		struct ush_writer_stats st;
+		th_ok(th_push_map(&j, m, 0, &st));
+		assert_int_equal(st.net_workers, nworkers);
+		assert_true(st.net_sends + st.net_zc_sends == st.batches);
+		/* Only notified sends can be counted as copied. */
+		assert_true(st.net_zc_copied <= st.net_zc_notifs);
+	}
+	th_verify(&j);
+	/* DROP removes the shuffle everywhere: nothing is served after. */
+	th_ok(ush_net_drop(list, j.shuffle, 0));
+	struct ush_reader_opts ro = {.shuffle = j.shuffle, .partition = 0,
+				     .maps = 1, .workers = list};
+	ush_reader *r;
+	assert_int_equal(ush_reader_open(&r, &ro), USH_ENOTCOMMITTED);
+	for (unsigned i = 0; i < nworkers; i++) {
+		th_worker_stop(&w[i]);
+		th_rmrf(w[i].dir);
+	}
+}
+
+static void one_worker(void **state)
+{
+	(void)state;
+	run_job(1, 2, USH_CODEC_NONE, 0, USH_IOENGINE_URING);
+}
+
+static void three_workers_lz4(void **state)
+{
+	(void)state;
+	run_job(3, 1, USH_CODEC_LZ4, 0, USH_IOENGINE_URING);
+}
+
+static void zero_copy_always(void **state)
+{
+	(void)state;
+	run_job(1, 1, USH_CODEC_NONE, 1, USH_IOENGINE_URING);
+}
+
+/* O_DIRECT partition files: partial flushes padded with PAD frames. */
+static void direct_worker(void **state)
+{
+	(void)state;
+	worker_opt = "--direct=1";
+	run_job(1, 2, USH_CODEC_NONE, 0, USH_IOENGINE_URING);
+	worker_opt = NULL;
+}
+
+static void psync_baseline(void **state)
+{
+	(void)state;
+	run_job(2, 1, USH_CODEC_NONE, 0, USH_IOENGINE_PSYNC);
+}
+
+/* The embedded worker, as the CLI runs it: same process, port 0. */
+static void embedded_worker(void **state)
+{
+	(void)state;
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	o.dir = th_tmpdir("netemb");
+	o.threads = 2;
+	o.log_level = 0;
+	ush_worker *wk;
+	th_ok(ush_worker_create(&wk, &o));
+	th_ok(ush_worker_start(wk));
+	char list[64];
+	snprintf(list, sizeof(list), "127.0.0.1:%d", ush_worker_port(wk));
+	struct th_job j = {.workers = list, .shuffle = 9, .partitions = 4,
+			   .maps = 2, .records = 5000};
+	for (uint32_t m = 0; m < j.maps; m++)
+		th_ok(th_push_map(&j, m, 0, NULL));
+	/* A second attempt of map 0 cannot commit over the first. */
+	assert_int_equal(th_push_map(&j, 0, 1, NULL), USH_ECOMMITTED);
+	th_verify(&j);
+	ush_worker_stop(wk);
+	th_ok(ush_worker_wait(wk));
+	ush_worker_free(wk);
+	th_rmrf(o.dir);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(one_worker),
+		cmocka_unit_test(three_workers_lz4),
+		cmocka_unit_test(zero_copy_always),
+		cmocka_unit_test(psync_baseline),
+		cmocka_unit_test(direct_worker),
+		cmocka_unit_test(embedded_worker),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,316 @@
+/*
+ * Swap hand-off: 1,000 push buffers filled by the caller and swapped. Every
+ * swap must return a different buffer of the same capacity, and the disk
+ * sink must store every batch intact, in hand-off order, with sequence
+ * numbers 0..999. The data file and index are parsed here directly, then
+ * read back through ush_reader.
+ */
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include "frame.h"
+#include "spill.h"
+#include "writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NBATCH 1000
+#define SHUFFLE 7
+#define MAP 0
+#define NPARTS 3
+#define PART 1
+#define PUSH (64u << 10)
+
+/* The running test's scratch directory, removed even when it fails. */
+static const char *scratch;
+
+static int cleanup(void **state)
+{
+	(void)state;
+	if (scratch)
+		th_rmrf(scratch);
+	scratch = NULL;
+	return 0;
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fail_msg("open %s: %s", path, strerror(errno));
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	size_t n = (size_t)st.st_size;
+	uint8_t *p = malloc(n ? n : 1);
+	assert_non_null(p);
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(fd, p + got, n - got, (off_t)got);
+		assert_true(r > 0);
+		got += (size_t)r;
+	}
+	close(fd);
+	*len = n;
+	return p;
+}
+
+/* Whether dir's file system accepts O_DIRECT (tmpfs does not). */
+static int direct_ok(const char *dir)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/.direct-probe", dir);
+	int fd = open(p, O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		close(fd);
+		unlink(p);
+	}
+	return fd >= 0;
+}
+
+/*
+ * Fills batch i: a 4-byte record holding i, then records whose lengths and
+ * bytes derive from (i, j). Every 4th batch is filled to the last byte,
+ * a few stay empty, the others stop at a length that depends on i.
+ * Returns the batch bytes; *nrec gets the record count.
+ */
+static size_t fill_batch(uint8_t *buf, size_t cap, uint32_t i, uint32_t *nrec)
+{
+	*nrec = 0;
+	if (i % 250 == 123)
+		return 0;
+	uint8_t le[4] = {(uint8_t)i, (uint8_t)(i >> 8), (uint8_t)(i >> 16),
+			 (uint8_t)(i >> 24)};
+	size_t off = ush_record_put(buf, le, 4);
+	size_t target = i % 4 == 0 ? cap : cap / 4 * (i % 4) + i % 1009;
+	*nrec = 1;
+	for (uint32_t j = 1;; j++) {
+		size_t len = (i * 31u + j * 17u) % 1500u;
+		if (off + USH_RECORD_HDR_SIZE + len > target) {
+			/* Full batches: one last record to the last byte. */
+			if (i % 4 || target - off < USH_RECORD_HDR_SIZE)
+				break;
+			len = target - off - USH_RECORD_HDR_SIZE;
+		}
+		uint8_t *d = buf + off;
+		d[0] = (uint8_t)len;
+		d[1] = (uint8_t)(len >> 8);
+		d[2] = (uint8_t)(len >> 16);
+		d[3] = (uint8_t)(len >> 24);
+		th_fill(d + USH_RECORD_HDR_SIZE, len, (uint64_t)i << 20 | j);
+		off += USH_RECORD_HDR_SIZE + len;
+		(*nrec)++;
+	}
+	return off;
+}
+
+/* Sum of record lengths of a batch built by fill_batch. */
+static uint64_t batch_rec_bytes(size_t len, uint32_t nrec)
+{
+	return len - (uint64_t)nrec * USH_RECORD_HDR_SIZE;
+}
+
+static void swap_direct(int direct)
+{
+	const char *dir = scratch = th_tmpdir("swap");
+	int padded = direct && direct_ok(dir);
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.push_size = PUSH;
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.shuffle = SHUFFLE, .map = MAP,
+				     .partitions = NPARTS,
+				     .target = USH_TARGET_DISK, .dir = dir,
+				     .direct = direct};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+
+	void *buf;
+	size_t cap;
+	th_ok(ush_writer_acquire(w, &buf, &cap));
+	assert_int_equal(cap, PUSH - USH_FRAME_HDR_SIZE);
+
+	/* A refused swap hands nothing over: the caller keeps its buffer. */
+	void *same = buf;
+	assert_int_equal(ush_writer_swap(w, NPARTS, &buf, 0, 0), -EINVAL);
+	assert_ptr_equal(buf, same);
+	assert_int_equal(ush_writer_swap(w, PART, &buf, cap + 1, 1), -EINVAL);
+	assert_ptr_equal(buf, same);
+	/* 2 records need at least 8 bytes of length prefixes. */
+	assert_int_equal(ush_writer_swap(w, PART, &buf, 7, 2), -EINVAL);
+	assert_ptr_equal(buf, same);
+
+	static size_t lens[NBATCH];
+	static uint32_t nrecs[NBATCH];
+	uint64_t recs = 0, bytes = 0, raw = 0;
+	struct ush_pool *pool = &ring->pool;
+	for (uint32_t i = 0; i < NBATCH; i++) {
+		lens[i] = fill_batch(buf, cap, i, &nrecs[i]);
+		assert_true(lens[i] <= cap);
+		void *old = buf;
+		th_ok(ush_writer_swap(w, PART, &buf, lens[i], nrecs[i]));
+		/* A different buffer, now the caller's, of the same size;
+		 * the old one is no longer the caller's. */
+		assert_ptr_not_equal(buf, old);
+		struct ush_buf *nb =
+			pool_lookup(pool, (uint8_t *)buf - USH_FRAME_HDR_SIZE);
+		assert_int_equal(nb->state, BUF_USER);
+		assert_int_equal(nb->cap, PUSH);
+		size_t oi = (size_t)((uint8_t *)old - USH_FRAME_HDR_SIZE -
+				     pool->arena) / USH_BUF_MIN;
+		assert_int_not_equal(pool->descs[oi].state, BUF_USER);
+		recs += nrecs[i];
+		bytes += batch_rec_bytes(lens[i], nrecs[i]);
+		raw += lens[i];
+	}
+	th_ok(ush_writer_release(w, buf));
+
+	struct ush_part_stats parts[NPARTS];
+	th_ok(ush_writer_commit(w, parts));
+	assert_int_equal(parts[PART].records, recs);
+	assert_int_equal(parts[PART].bytes, bytes);
+	assert_int_equal(parts[PART].batches, NBATCH);
+	for (uint32_t p = 0; p < NPARTS; p++) {
+		if (p == PART)
+			continue;
+		assert_int_equal(parts[p].records, 0);
+		assert_int_equal(parts[p].batches, 0);
+	}
+	struct ush_writer_stats st;
+	ush_writer_stats(w, &st);
+	assert_int_equal(st.batches, NBATCH);
+	assert_int_equal(st.records, recs);
+	assert_int_equal(st.raw_bytes, raw);
+	assert_int_equal(st.frame_bytes, raw + NBATCH * USH_FRAME_HDR_SIZE);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+
+	/* The committed index: one entry per batch, in hand-off order. */
+	char dpath[PATH_MAX], ipath[PATH_MAX], tpath[PATH_MAX];
+	spill_data(dpath, sizeof(dpath), dir, SHUFFLE, MAP, 0);
+	spill_index(ipath, sizeof(ipath), dir, SHUFFLE, MAP);
+	snprintf(tpath, sizeof(tpath), "%s/s%u/m%u.a0.index.tmp", dir, SHUFFLE,
+		 MAP);
+	assert_int_equal(access(tpath, F_OK), -1);
+	size_t ilen, dlen;
+	uint8_t *idx = read_file(ipath, &ilen);
+	uint8_t *data = read_file(dpath, &dlen);
+	assert_int_equal(ilen, NBATCH * USH_INDEX_ENTRY + USH_INDEX_TRAILER);
+	struct spill_trailer t;
+	uint32_t crc = spill_crc(0xffffffffu, idx, NBATCH * USH_INDEX_ENTRY);
+	th_ok(spill_trailer_get(idx + NBATCH * USH_INDEX_ENTRY, &t, crc));
+	assert_int_equal(t.flags, padded ? USH_INDEX_PADDED : 0);
+	assert_int_equal(t.shuffle, SHUFFLE);
+	assert_int_equal(t.map, MAP);
+	assert_int_equal(t.attempt, 0);
+	assert_int_equal(t.partitions, NPARTS);
+	assert_int_equal(t.entries, NBATCH);
+	assert_int_equal(t.data_bytes, dlen);
+	assert_int_equal(st.stored_bytes, dlen);
+
+	uint8_t *want = malloc(PUSH);
+	assert_non_null(want);
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < NBATCH; i++) {
+		struct spill_entry e;
+		spill_entry_get(idx + i * USH_INDEX_ENTRY, &e);
+		size_t flen = ush_frame_size(lens[i]);
+		assert_int_equal(e.off, off);
+		assert_int_equal(e.len, flen);
+		assert_int_equal(e.partition, PART);
+		assert_true(off + flen <= dlen);
+		struct ush_frame f;
+		th_ok(frame_decode(data + off, &f));
+		th_ok(frame_check(data + off, &f));
+		assert_int_equal(f.type, USH_FRAME_DATA);
+		assert_int_equal(f.codec, USH_CODEC_NONE);
+		assert_int_equal(f.shuffle, SHUFFLE);
+		assert_int_equal(f.map, MAP);
+		assert_int_equal(f.attempt, 0);
+		assert_int_equal(f.partition, PART);
+		assert_int_equal(f.seq, i);
+		assert_int_equal(f.raw_len, lens[i]);
+		assert_int_equal(f.payload_len, lens[i]);
+		assert_int_equal(f.nrec, nrecs[i]);
+		uint32_t n;
+		size_t len = fill_batch(want, PUSH - USH_FRAME_HDR_SIZE, i, &n);
+		assert_int_equal(len, lens[i]);
+		assert_memory_equal(data + off + USH_FRAME_HDR_SIZE, want, len);
+		size_t slot = padded ? ALIGN_UP(flen, USH_ALIGN) : flen;
+		/* O_DIRECT padding is zeroed, never stale pool bytes. */
+		for (size_t k = flen; k < slot; k++)
+			if (data[off + k])
+				fail_msg("batch %u: padding byte %zu is %u", i,
+					 k, data[off + k]);
+		off += slot;
+	}
+	assert_int_equal(off, dlen);
+	free(idx);
+	free(data);
+
+	/* Through the reader: every record of every batch, in order. */
+	struct ush_reader_opts rop = {.dir = dir, .shuffle = SHUFFLE,
+				      .partition = PART, .maps = 1};
+	ush_reader *r;
+	const void *rec;
+	size_t rlen;
+	th_ok(ush_reader_open(&r, &rop));
+	uint64_t got = 0;
+	for (uint32_t i = 0; i < NBATCH; i++) {
+		uint32_t n;
+		size_t blen = fill_batch(want, PUSH - USH_FRAME_HDR_SIZE, i,
+					 &n);
+		size_t boff = 0;
+		const void *wrec;
+		size_t wlen;
+		while (records_next(want, blen, &boff, &wrec, &wlen) == 1) {
+			int ret = ush_reader_next(r, &rec, &rlen);
+			if (ret != 1)
+				fail_msg("batch %u: next = %d: %s", i, ret,
+					 ush_last_error());
+			assert_int_equal(rlen, wlen);
+			assert_memory_equal(rec, wrec, wlen);
+			got++;
+		}
+	}
+	assert_int_equal(ush_reader_next(r, &rec, &rlen), 0);
+	assert_int_equal(got, recs);
+	ush_reader_free(r);
+
+	/* The other partitions are empty. */
+	rop.partition = 0;
+	th_ok(ush_reader_open(&r, &rop));
+	assert_int_equal(ush_reader_next(r, &rec, &rlen), 0);
+	ush_reader_free(r);
+
+	free(want);
+	th_rmrf(dir);
+}
+
+static void swap_buffered(void **state)
+{
+	(void)state;
+	swap_direct(0);
+}
+
+static void swap_o_direct(void **state)
+{
+	(void)state;
+	swap_direct(1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(swap_buffered, cleanup),
+		cmocka_unit_test_teardown(swap_o_direct, cleanup),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
