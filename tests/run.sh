@@ -1,19 +1,26 @@
 #!/bin/sh
-# Builds ushuffle with -Werror and runs every test twice: in a normal
-# build and under ASan+UBSan. Installs missing packages first.
+# Builds ushuffle with -Werror and runs the tests three ways: every test
+# in a normal build and under ASan+UBSan, and the multi-threaded ones
+# (writer threads, CLI jobs, worker threads) under TSan. Installs missing
+# packages first.
 set -eu
 cd "$(dirname "$0")/.."
 tests/bootstrap.sh
 jobs=$(nproc)
+# run DIR "CTEST ARGS" CMAKE ARGS...
 run() {
 	dir=$1
-	shift
+	sel=$2
+	shift 2
 	cmake -S . -B "$dir" -DUSH_WERROR=ON "$@" >/dev/null
 	cmake --build "$dir" -j "$jobs"
-	(cd "$dir" && ctest --output-on-failure -j "$jobs")
+	# shellcheck disable=SC2086
+	(cd "$dir" && ctest --output-on-failure -j "$jobs" $sel)
 }
-run build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run build-test "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	run build-asan -DCMAKE_BUILD_TYPE=Debug "-DUSH_SANITIZE=address;undefined"
-echo "all tests passed (normal and ASan+UBSan builds)"
+	run build-asan "" -DCMAKE_BUILD_TYPE=Debug "-DUSH_SANITIZE=address;undefined"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	run build-tsan "-R roundtrip|cli_run|net_" -DCMAKE_BUILD_TYPE=Debug -DUSH_SANITIZE=thread
+echo "all tests passed (normal, ASan+UBSan, TSan builds)"
