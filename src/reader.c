@@ -242,8 +242,11 @@ static int load_frame(struct ush_reader *r)
 
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 {
-	if (r->net)
-		return reader_net_next(r->net, rec, len);
+	if (r->net) {
+		int ret = reader_net_next(r->net, rec, len);
+		r->st.records += ret == 1;
+		return ret;
+	}
 	if (r->err)
 		return r->err;
 	for (;;) {
@@ -311,6 +314,11 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *o)
 
 void ush_reader_stats(const ush_reader *r, struct ush_reader_stats *st)
 {
+	if (r->net) {
+		reader_net_stats(r->net, st);
+		st->records = r->st.records;
+		return;
+	}
 	*st = r->st;
 }
 

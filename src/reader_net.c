@@ -30,6 +30,7 @@ struct reader_net {
 	uint64_t frames, bytes;
 	bool ended;
 	int err;
+	struct ush_reader_stats st;
 };
 
 static int grow(uint8_t **p, size_t *cap, size_t n)
@@ -127,6 +128,7 @@ int reader_net_open(struct reader_net **out, const struct ush_reader_opts *o)
 		return ush_fail(-ENOMEM, "reader: allocation");
 	}
 	r->fd = -1;
+	ush_lat_init(&r->st.load_lat);
 	r->shuffle = o->shuffle;
 	r->partition = o->partition;
 	r->maps = o->maps;
@@ -208,6 +210,7 @@ static int load(struct reader_net *r)
 {
 	for (;;) {
 		struct ush_frame f;
+		uint64_t t0 = ush_now_ns();
 		int ret = read_frame(r, &f);
 		if (ret)
 			return ret;
@@ -217,13 +220,16 @@ static int load(struct reader_net *r)
 			return fail_at(r, -EPROTO, "unexpected frame type");
 		r->frames++;
 		r->bytes += proto_size(&f);
+		r->st.stored_bytes += proto_size(&f);
 		if (f.shuffle != r->shuffle || f.partition != r->partition)
 			return fail_at(r, USH_ECORRUPT, "frame of another "
 				       "shuffle or partition");
 		if (f.map >= r->maps || r->attempt[f.map] != f.attempt)
 			continue; /* not a committed attempt */
-		if (f.seq < r->next_seq[f.map])
+		if (f.seq < r->next_seq[f.map]) {
+			r->st.dup_batches++;
 			continue; /* a duplicate batch */
+		}
 		r->next_seq[f.map] = f.seq + 1;
 		r->got[f.map]++;
 		const uint8_t *payload = r->fbuf + USH_FRAME_HDR_SIZE;
@@ -242,6 +248,9 @@ static int load(struct reader_net *r)
 		r->batch = payload;
 		r->blen = f.raw_len;
 		r->boff = 0;
+		r->st.batches++;
+		r->st.raw_bytes += f.raw_len;
+		ush_lat_add(&r->st.load_lat, ush_now_ns() - t0);
 		return 1;
 	}
 }
@@ -265,6 +274,11 @@ int reader_net_next(struct reader_net *r, const void **rec, size_t *len)
 		if (ret == 0)
 			return 0;
 	}
+}
+
+void reader_net_stats(const struct reader_net *r, struct ush_reader_stats *st)
+{
+	*st = r->st;
 }
 
 void reader_net_free(struct reader_net *r)

@@ -9,5 +9,7 @@ struct reader_net;
 int reader_net_open(struct reader_net **out, const struct ush_reader_opts *o);
 int reader_net_next(struct reader_net *r, const void **rec, size_t *len);
 void reader_net_free(struct reader_net *r);
+/* Frame totals so far (records are counted by ush_reader). */
+void reader_net_stats(const struct reader_net *r, struct ush_reader_stats *st);
 
 #endif

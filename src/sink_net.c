@@ -106,6 +106,10 @@ static void sent(struct ush_op *op, int res)
 	struct conn *c = op->owner;
 	struct ush_op *next = c->qhead;
 	(void)res; /* the op's own callback reports errors */
+	/* Sent, but the kernel may still read the pages: the buffer goes
+	 * idle only at the notification (data_done). */
+	if (op->buf && op->notifs)
+		buf_move(op->buf, BUF_INFLIGHT, BUF_ZC_PENDING);
 	if (!next) {
 		c->busy = false;
 		return;

@@ -185,8 +185,6 @@ static void bad_input_exits_2(void **state)
 		{"--name=", "--name=: empty", "non-empty string"},
 		{"--target=ftp", "--target=ftp: unknown value",
 		 "null, disk or net"},
-		{"--target=net", "--target=net: not available yet",
-		 "null or disk"},
 		{"--output=/nonexistent/dir/x", "--output=/nonexistent/dir/x",
 		 "accepted"},
 		{"/nonexistent/job.ini", "/nonexistent/job.ini: cannot read",
@@ -319,8 +317,6 @@ static void job_file_errors_exit_2(void **state)
 		{"[a]\nsize=1m\n[b\n", ":3: syntax error", "accepted"},
 		{"[global]\n[a]\neta=never\n", ":3: eta=never: a global option",
 		 "accepted: in [global] or on the command line"},
-		{"[a]\ntarget=net\n", "job 'a': --target=net: not available",
-		 "accepted"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char name[32], want[160];

@@ -151,9 +151,9 @@ void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
 struct part_check {
 	const struct rec_gen *g;
 	uint32_t part, maps;
-	uint32_t cur_map;
-	bool have_seq;
-	uint64_t last_seq;
+	/* Records of one map come in order, but maps may interleave (a
+	 * worker stores frames as they arrive). */
+	uint64_t *next;  /* per map: lowest sequence still acceptable */
 	uint64_t *count; /* per map: good records seen */
 	uint64_t bad;    /* records that failed their check */
 };
@@ -250,6 +250,12 @@ struct job_ctx {
 	uint64_t alloc_at[4];    /* ush_alloc_count() at the marks */
 	atomic_uint parts_done;  /* partitions read to the end */
 	pthread_mutex_t lock;
+	/* net: the workers the threads push to and fetch from: --workers,
+	 * or the embedded worker this job started on loopback. */
+	char workers[1024];
+	ush_worker *embedded;
+	char wdir[PATH_MAX + 32]; /* the embedded worker's storage */
+	bool wdir_tmp;           /* removed when the job ends */
 };
 
 struct thread_ctx {

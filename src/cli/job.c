@@ -16,12 +16,14 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,7 +118,7 @@ static void *thread_main(void *arg)
 	uint64_t t0 = now_ns();
 	if (o->rw != RW_READ)
 		write_phase(t);
-	if (o->rw != RW_WRITE && o->target == TARGET_DISK)
+	if (o->rw != RW_WRITE && o->target != TARGET_NULL)
 		read_phase(t);
 	getrusage(RUSAGE_THREAD, &r1);
 	struct thread_result *r = t->res;
@@ -263,9 +265,9 @@ static void finish(struct job_ctx *j, struct job_result *res)
 	res->interrupted = atomic_load(&cli_stop);
 	bool ok = !res->err && !res->interrupted;
 	res->verify_done = ok && o->rw != RW_WRITE &&
-			   o->target == TARGET_DISK &&
+			   o->target != TARGET_NULL &&
 			   atomic_load(&j->parts_done) >= j->partitions;
-	if (o->target != TARGET_DISK || o->rw == RW_READ)
+	if (o->target == TARGET_NULL || o->rw == RW_READ)
 		return;
 	if (ok && (o->rw == RW_WRITE || o->keep)) {
 		j->expect.shuffle = j->shuffle;
@@ -280,6 +282,62 @@ static void finish(struct job_ctx *j, struct job_result *res)
 	}
 	if (!ok || (o->rw == RW_SHUFFLE && !o->keep))
 		spill_clean(o->dir, j->shuffle);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+		    struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+/*
+ * --target=net without --workers: a worker in this process on a free
+ * loopback port, so the job needs nothing else running. Its storage is
+ * <dir>/ushuffled, kept for a later --rw=read, or a directory of its own
+ * that goes away with a shuffle job that keeps nothing.
+ */
+static int net_setup(struct job_ctx *j, struct job_result *res)
+{
+	const struct job_opts *o = j->o;
+	if (o->target != TARGET_NET)
+		return 0;
+	if (o->workers[0]) {
+		snprintf(j->workers, sizeof(j->workers), "%s", o->workers);
+		return 0;
+	}
+	j->wdir_tmp = o->rw == RW_SHUFFLE && !o->keep;
+	if (j->wdir_tmp)
+		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled.%d", o->dir,
+			 (int)getpid());
+	else
+		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled", o->dir);
+	mkdir(o->dir, 0755); /* the worker makes only its own directory */
+	struct ush_worker_opts wo;
+	ush_worker_opts_init(&wo);
+	wo.listen = "127.0.0.1:0";
+	wo.dir = j->wdir;
+	wo.direct = o->direct;
+	wo.log_level = 0;
+	int ret = ush_worker_create(&j->embedded, &wo);
+	if (!ret)
+		ret = ush_worker_start(j->embedded);
+	if (ret) {
+		snprintf(res->errmsg, sizeof(res->errmsg), "embedded worker "
+			 "in %.200s: %.250s", j->wdir, ush_last_error());
+		return ret;
+	}
+	snprintf(j->workers, sizeof(j->workers), "127.0.0.1:%d",
+		 ush_worker_port(j->embedded));
+	return 0;
+}
+
+static void net_teardown(struct job_ctx *j)
+{
+	ush_worker_free(j->embedded); /* stops, drains, syncs */
+	j->embedded = NULL;
+	if (j->wdir_tmp)
+		nftw(j->wdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int job_run(const struct job_opts *o, struct job_result *res, int eta)
@@ -307,6 +365,8 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 	}
 	if (!ret)
 		ret = res->err = prepare(&j, res);
+	if (!ret)
+		ret = res->err = net_setup(&j, res);
 	if (!ret) {
 		pthread_barrier_init(&j.bar, NULL, res->nthreads);
 		j.t_start = now_ns();
@@ -334,6 +394,7 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 	} else if (!res->err) {
 		res->err = -EINVAL;
 	}
+	net_teardown(&j);
 	manifest_free(&j.expect);
 	pthread_mutex_destroy(&j.lock);
 	free(tc);

@@ -194,12 +194,6 @@ static int check_job(const struct job_opts *j, bool named)
 	char pre[160] = "", v[64];
 	if (named)
 		snprintf(pre, sizeof(pre), "job '%s': ", j->name);
-	if (j->target == TARGET_NET) {
-		usage_error("%s--target=net: not available yet: the network "
-			    "target arrives with the shuffle worker "
-			    "(ushuffled); accepted for now: null or disk", pre);
-		return -1;
-	}
 	if (j->rw == RW_READ && j->target == TARGET_NULL) {
 		usage_error("%s--rw=read with --target=null: the null target "
 			    "keeps nothing to read back; accepted: --rw=read "

@@ -10,6 +10,7 @@
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MANIFEST "ushuffle-job.json"
@@ -57,6 +58,10 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 			       u64_matrix(m->records, m->maps, m->partitions));
 	json_object_object_add(j, "bytes",
 			       u64_matrix(m->bytes, m->maps, m->partitions));
+	/* The disk target made these; a net job's spill lives elsewhere. */
+	snprintf(tmp, sizeof(tmp), "%s/s%u", o->dir, m->shuffle);
+	mkdir(o->dir, 0755);
+	mkdir(tmp, 0755);
 	manifest_path(path, sizeof(path), o->dir, m->shuffle);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	int ret = json_object_to_file_ext(tmp, j, JSON_C_TO_STRING_PLAIN);

@@ -90,15 +90,17 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 	const struct job_opts *o = j->o;
 	struct dir_stats *d = &t->res->r;
 	struct ush_reader_opts ro = {.dir = o->dir, .shuffle = j->shuffle,
-				     .partition = part, .maps = j->maps};
+				     .partition = part, .maps = j->maps,
+				     .workers = j->workers[0] ? j->workers
+							      : NULL};
 	struct part_check c = {.g = &j->gen, .part = part, .maps = j->maps,
-			       .count = count};
+			       .count = count, .next = count + j->maps};
 	ush_reader *r = NULL;
 	const void *rec;
 	size_t len;
 	bool go_on = true;
 	uint64_t n = 0, bytes = 0;
-	memset(count, 0, j->maps * sizeof(*count));
+	memset(count, 0, 2 * j->maps * sizeof(*count));
 	int ret = ush_reader_open(&r, &ro);
 	while (!ret && (ret = ush_reader_next(r, &rec, &len)) == 1) {
 		n++;
@@ -146,7 +148,7 @@ void read_phase(struct thread_ctx *t)
 {
 	struct job_ctx *j = t->job;
 	const struct job_opts *o = j->o;
-	uint64_t *count = calloc(j->maps, sizeof(*count));
+	uint64_t *count = calloc(2 * (size_t)j->maps, sizeof(*count));
 	if (!count)
 		job_fail(t, -ENOMEM, "read: out of memory");
 	phase_barrier(t, 2);

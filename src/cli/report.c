@@ -63,7 +63,7 @@ const char *verify_status(const struct job_result *r)
 		return "off";
 	if (atomic_load(&r->vlog.errors))
 		return "failed";
-	if (o->rw == RW_WRITE || o->target != TARGET_DISK)
+	if (o->rw == RW_WRITE || o->target == TARGET_NULL)
 		return "not-read";
 	return r->verify_done ? "ok" : "partial";
 }

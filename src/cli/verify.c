@@ -131,9 +131,8 @@ int rec_check(struct part_check *c, struct verify_log *log,
 {
 	const struct rec_gen *g = c->g;
 	if (len < REC_HDR)
-		return mismatch(c, log, c->cur_map, c->last_seq, "a %zu-byte "
-				"record after it, shorter than the %u-byte "
-				"verify header", len, REC_HDR);
+		return mismatch(c, log, 0, 0, "a %zu-byte record, shorter "
+				"than the %u-byte verify header", len, REC_HDR);
 	uint32_t crc = crc32_iscsi((uint8_t *)rec + 4, (int)(len - 4), g->job);
 	uint32_t map = get32(rec + 4);
 	uint64_t seq = get32(rec + 8) | (uint64_t)get32(rec + 12) << 32;
@@ -150,14 +149,11 @@ int rec_check(struct part_check *c, struct verify_log *log,
 	if (rec_len(g, h) != len)
 		return mismatch(c, log, map, seq, "%zu bytes, expected %u", len,
 				rec_len(g, h));
-	if (map < c->cur_map ||
-	    (map == c->cur_map && c->have_seq && seq <= c->last_seq))
+	if (seq < c->next[map])
 		return mismatch(c, log, map, seq, "duplicate or out of order: "
-				"after map %u seq %llu", c->cur_map,
-				(unsigned long long)c->last_seq);
-	c->cur_map = map;
-	c->last_seq = seq;
-	c->have_seq = true;
+				"map %u is at seq %llu already", map,
+				(unsigned long long)c->next[map]);
+	c->next[map] = seq + 1;
 	c->count[map]++;
 	return 0;
 }

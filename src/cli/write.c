@@ -242,9 +242,11 @@ void write_phase(struct thread_ctx *t)
 	struct ush_writer_opts wo = {
 		.shuffle = j->shuffle, .map = t->index,
 		.partitions = j->partitions,
-		.target = o->target == TARGET_DISK ? USH_TARGET_DISK
-						   : USH_TARGET_NULL,
+		.target = o->target == TARGET_DISK  ? USH_TARGET_DISK
+			  : o->target == TARGET_NET ? USH_TARGET_NET
+						    : USH_TARGET_NULL,
 		.dir = o->dir, .direct = o->direct,
+		.workers = j->workers[0] ? j->workers : NULL,
 		.ioengine = (enum ush_ioengine)o->ioengine,
 	};
 	ush_ring *ring = NULL;

@@ -30,10 +30,13 @@ static void on_accept(struct ush_op *op, int res)
 		return;
 	}
 	/* Set up in the loop: a callback never takes ops. */
-	if (t->naccepted < WK_MAX_CONNS)
+	if (t->naccepted + t->nconns < WK_MAX_CONNS) {
 		t->accepted[t->naccepted++] = res;
-	else
+	} else {
+		wk_log(t->wk, 0, "thread %u: %u connections, refusing more",
+		       t->idx, WK_MAX_CONNS);
 		close(res);
+	}
 }
 
 static void on_recv(struct ush_op *op, int res)

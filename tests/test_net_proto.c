@@ -1,0 +1,134 @@
+/* The worker protocol's frames: bounds before use, round trips, and the
+ * partition -> worker hash. */
+#include "helpers.h"
+#include "proto.h"
+
+#include <errno.h>
+
+static void control_round_trips(void **state)
+{
+	(void)state;
+	uint8_t b[USH_PROTO_ERROR_SIZE + 64];
+	struct ush_frame f;
+	const char *why;
+	struct proto_hello h = {1, USH_ROLE_READER, 4096, 1u << 20}, h2;
+	assert_int_equal(proto_put_hello(b, &h), 64);
+	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
+	assert_int_equal(frame_check(b, &f), 0);
+	proto_get_hello(b + USH_FRAME_HDR_SIZE, &h2);
+	assert_memory_equal(&h, &h2, sizeof(h));
+
+	struct proto_ack a = {USH_ACK_COMMIT, USH_ECOMMITTED, 12345}, a2;
+	proto_put_ack(b, 1, 2, 3, &a);
+	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
+	proto_get_ack(b + USH_FRAME_HDR_SIZE, &a2);
+	assert_int_equal(a2.status, USH_ECOMMITTED);
+	assert_int_equal(a2.value, 12345);
+	assert_int_equal(f.map, 2);
+
+	char msg[USH_PROTO_ERRMSG_MAX];
+	char longmsg[2000];
+	memset(longmsg, 'z', sizeof(longmsg) - 1);
+	longmsg[sizeof(longmsg) - 1] = 0;
+	size_t n = proto_put_error(b, -EPROTO, longmsg);
+	assert_int_equal(n, USH_PROTO_ERROR_SIZE); /* truncated to the bound */
+	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
+	assert_int_equal(proto_get_error(b + USH_FRAME_HDR_SIZE,
+					 f.payload_len, msg, sizeof(msg)),
+			 -EPROTO);
+	assert_int_equal(strlen(msg), sizeof(msg) - 1);
+
+	struct proto_count e[3] = {{1, 5}, {4, 1}, {9, 70}}, e2;
+	uint8_t m[256];
+	proto_put_mapper_end(m, 7, 3, 1, 10, e, 3);
+	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
+	assert_int_equal(proto_check_mapper_end(m + USH_FRAME_HDR_SIZE, &f), 0);
+	proto_get_count(m + USH_FRAME_HDR_SIZE, 2, &e2);
+	assert_int_equal(e2.partition, 9);
+	assert_int_equal(e2.batches, 70);
+	/* Not ascending, or not below the partition count: refused. */
+	e[1].partition = 1;
+	proto_put_mapper_end(m, 7, 3, 1, 10, e, 3);
+	proto_header(m, &f, 1u << 20, false, &why);
+	assert_int_equal(proto_check_mapper_end(m + USH_FRAME_HDR_SIZE, &f),
+			 USH_ECORRUPT);
+	e[1].partition = 4;
+	proto_put_mapper_end(m, 7, 3, 1, 9, e, 3);
+	proto_header(m, &f, 1u << 20, false, &why);
+	assert_int_equal(proto_check_mapper_end(m + USH_FRAME_HDR_SIZE, &f),
+			 USH_ECORRUPT);
+}
+
+/* Every length rule refuses from the 48 header bytes alone. */
+static void bounds(void **state)
+{
+	(void)state;
+	uint8_t b[64] = {0};
+	struct ush_frame f;
+	const char *why;
+	struct { uint8_t type; uint32_t len; uint64_t seq; } bad[] = {
+		{USH_FRAME_HELLO, 15, 0},
+		{USH_FRAME_ACK, 17, 0},
+		{USH_FRAME_FETCH, 0, 0},
+		{USH_FRAME_FETCH_END, 9, 0},
+		{USH_FRAME_DROP, 1, 0},
+		{USH_FRAME_ERROR, 7, 0},
+		{USH_FRAME_ERROR, 8 + USH_PROTO_ERRMSG_MAX + 1, 0},
+		{USH_FRAME_MAPPER_END, 12, 2},
+		{USH_FRAME_MAPPER_END, 0, 1ull << 62}, /* no overflow */
+		{USH_FRAME_MANIFEST, 16, 0},
+		{USH_FRAME_PAD, 0, 0}, /* never on the wire */
+		{11, 0, 0},
+		{0, 0, 0},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		struct ush_frame g = {.type = bad[i].type, .seq = bad[i].seq};
+		frame_encode(b, &g);
+		put_le32(b + 32, bad[i].len);
+		put_le32(b + 36, bad[i].len);
+		if (proto_header(b, &f, 1u << 20, false, &why) != USH_ECORRUPT)
+			fail_msg("case %zu (type %u len %u) accepted", i,
+				 bad[i].type, bad[i].len);
+	}
+	/* DATA above the worker's maximum. */
+	struct ush_frame d = {.type = USH_FRAME_DATA, .nrec = 1};
+	frame_encode(b, &d);
+	put_le32(b + 32, 5000);
+	put_le32(b + 36, 5000);
+	assert_int_equal(proto_header(b, &f, 4096, false, &why), USH_ECORRUPT);
+	assert_int_equal(proto_header(b, &f, 8192, false, &why), 0);
+	/* Bad magic and a frame version from the future. */
+	b[0] ^= 1;
+	assert_int_equal(proto_header(b, &f, 8192, false, &why), USH_ECORRUPT);
+	b[0] ^= 1;
+	b[4] = 9;
+	assert_int_equal(proto_header(b, &f, 8192, false, &why), USH_ECORRUPT);
+}
+
+/* Jump hash: in range, balanced, and a new worker only takes
+ * partitions, never shuffles them among the old ones. */
+static void worker_hash(void **state)
+{
+	(void)state;
+	unsigned count[8] = {0};
+	for (uint32_t p = 0; p < 80000; p++) {
+		uint32_t w7 = ush_net_worker_of(p, 7);
+		uint32_t w8 = ush_net_worker_of(p, 8);
+		assert_true(w7 < 7 && w8 < 8);
+		assert_true(w8 == w7 || w8 == 7);
+		count[w8]++;
+	}
+	for (int i = 0; i < 8; i++)
+		assert_true(count[i] > 9000 && count[i] < 11000);
+	assert_int_equal(ush_net_worker_of(12345, 1), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(control_round_trips),
+		cmocka_unit_test(bounds),
+		cmocka_unit_test(worker_hash),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
