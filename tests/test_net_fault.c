@@ -17,7 +17,7 @@ struct pusher {
 	atomic_ulong records;
 	int ret;
 	char msg[512];
-	uint64_t t_end;
+	_Atomic uint64_t t_end; /* polled by the main thread */
 };
 
 static void *push_forever(void *p)
@@ -130,12 +130,29 @@ static void stalled_worker(void **state)
 	th_rmrf(w.dir);
 }
 
+/* SIGINT drains and exits 0 like SIGTERM. */
+static void sigint_exits_cleanly(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	int st;
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netint"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	kill(w.pid, SIGINT);
+	assert_int_equal(waitpid(w.pid, &st, 0), w.pid);
+	th_track(w.pid, 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	th_rmrf(w.dir);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(killed_then_restarted),
 		cmocka_unit_test(stalled_worker),
+		cmocka_unit_test(sigint_exits_cleanly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
