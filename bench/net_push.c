@@ -35,7 +35,7 @@ int main(int argc, char **argv)
 {
 	const char *workers = NULL;
 	size_t push_kib = 64, total_mib = 2048;
-	int zc = 0, psync = 0;
+	int zc = 0, psync = 0, readback = 0;
 	uint32_t parts = 64, shuffle = (uint32_t)time(NULL);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -57,10 +57,13 @@ int main(int argc, char **argv)
 			psync = 1;
 		else if (!strcmp(a, "--engine=uring"))
 			psync = 0;
+		else if (!strcmp(a, "--read"))
+			readback = 1;
 		else {
 			fprintf(stderr, "usage: %s --workers=H:P,... [--push=KiB]"
 				" [--size=MiB] [--partitions=N] "
-				"[--zc=auto|on|off] [--engine=uring|psync]\n",
+				"[--zc=auto|on|off] [--engine=uring|psync] "
+				"[--read]\n",
 				argv[0]);
 			return 2;
 		}
@@ -87,9 +90,21 @@ int main(int argc, char **argv)
 	size_t cap;
 	int ret = ush_writer_acquire(w, &buf, &cap);
 	uint64_t n = ((uint64_t)total_mib << 20) / cap;
+	/* Whole buffers of 1 KiB records; with --read every buffer gets them
+	 * written (a fresh pool buffer holds zeros), which the push figures
+	 * then include. */
+	uint32_t nrec = 0;
+	size_t len = 0;
+	static char rec[1020];
+	while (len + 4 + sizeof(rec) <= cap)
+		len += ush_record_put((char *)buf + len, rec, sizeof(rec)),
+			nrec++;
 	double t0 = now(), c0 = cpu();
-	for (uint64_t i = 0; !ret && i < n; i++)
-		ret = ush_writer_swap(w, (uint32_t)(i % parts), &buf, cap, 0);
+	for (uint64_t i = 0; !ret && i < n; i++) {
+		ret = ush_writer_swap(w, (uint32_t)(i % parts), &buf, len, nrec);
+		for (size_t o = 0; !ret && readback && o < len;)
+			o += ush_record_put((char *)buf + o, rec, sizeof(rec));
+	}
 	if (!ret) {
 		ush_writer_release(w, buf);
 		ret = ush_writer_commit(w, NULL);
@@ -112,6 +127,35 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.net_credit_waits);
 	ush_writer_free(w);
 	ush_ring_free(ring);
+	if (readback) {
+		/* Fetch every partition back: the reduce side's throughput. */
+		uint64_t bytes = 0;
+		t0 = now();
+		c0 = cpu();
+		for (uint32_t p = 0; p < parts; p++) {
+			struct ush_reader_opts rdo = {.shuffle = shuffle,
+						      .partition = p, .maps = 1,
+						      .workers = workers};
+			ush_reader *r;
+			const void *got;
+			size_t glen;
+			if (ush_reader_open(&r, &rdo))
+				return fprintf(stderr, "%s\n",
+					       ush_last_error()), 1;
+			while ((ret = ush_reader_next(r, &got, &glen)) == 1)
+				bytes += glen;
+			ush_reader_free(r);
+			if (ret)
+				return fprintf(stderr, "%s\n",
+					       ush_last_error()), 1;
+		}
+		t = now() - t0;
+		c = cpu() - c0;
+		printf("read back %.2f GiB of records in %.2f s = %.2f GiB/s, "
+		       "reader CPU %.3f s/GiB\n", (double)bytes / (1u << 30),
+		       t, (double)bytes / (1u << 30) / t,
+		       c / ((double)bytes / (1u << 30)));
+	}
 	ush_net_drop(workers, shuffle, 0);
 	return 0;
 }

@@ -197,6 +197,77 @@ static void silent_peer(void **state)
 	expect_error(fd, NULL); /* closed (after an ERROR) for silence */
 }
 
+/* A one-record DATA frame of shuffle s, map 0, partition 0, seq. */
+static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r)
+{
+	uint32_t n = (uint32_t)strlen(r);
+	struct ush_frame f = {.type = USH_FRAME_DATA, .shuffle = s,
+			      .seq = seq, .raw_len = 4 + n,
+			      .payload_len = 4 + n, .nrec = 1};
+	put_le32(b + USH_FRAME_HDR_SIZE, n);
+	memcpy(b + USH_FRAME_HDR_SIZE + 4, r, n);
+	frame_encode(b, &f);
+	return USH_FRAME_HDR_SIZE + 4 + n;
+}
+
+/* Pushes frames by hand, commits claiming `claimed` batches, and waits
+ * for the commit ACK. */
+static void raw_push(uint32_t s, uint64_t claimed)
+{
+	uint8_t b[256];
+	int fd = raw_connect();
+	hello(fd, USH_PROTO_VERSION);
+	send_all(fd, b, rec_frame(b, s, 0, "first"));
+	send_all(fd, b, rec_frame(b, s, 0, "first")); /* a duplicate */
+	send_all(fd, b, rec_frame(b, s, 1, "second"));
+	struct proto_count e = {0, claimed};
+	send_all(fd, b, proto_put_mapper_end(b, s, 0, 0, 1, &e, 1));
+	for (;;) {
+		struct ush_frame f;
+		const char *why;
+		struct proto_ack a;
+		assert_int_equal(recv(fd, b, 64, MSG_WAITALL), 64);
+		assert_int_equal(proto_header(b, &f, 4096, false, &why), 0);
+		if (f.type == USH_FRAME_HELLO)
+			continue; /* the reply to ours, 64 bytes too */
+		assert_int_equal(f.type, USH_FRAME_ACK);
+		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
+		if (a.kind == USH_ACK_COMMIT) {
+			assert_int_equal(a.status, 0);
+			break;
+		}
+	}
+	close(fd);
+}
+
+static void duplicates_and_counts(void **state)
+{
+	(void)state;
+	const void *rec;
+	size_t len;
+	ush_reader *r;
+	raw_push(50, 2);
+	struct ush_reader_opts ro = {.shuffle = 50, .partition = 0,
+				     .maps = 1, .workers = wk.addr};
+	th_ok(ush_reader_open(&r, &ro));
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	assert_memory_equal(rec, "first", len);
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	assert_memory_equal(rec, "second", len);
+	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
+	ush_reader_free(r);
+	/* A MAPPER_END that claims a batch that never came. */
+	raw_push(51, 3);
+	ro.shuffle = 51;
+	th_ok(ush_reader_open(&r, &ro));
+	int ret;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+		;
+	assert_int_equal(ret, USH_ECORRUPT);
+	assert_non_null(strstr(ush_last_error(), "MAPPER_END says 3"));
+	ush_reader_free(r);
+}
+
 struct job_arg {
 	struct th_job j;
 	int ret[2];
@@ -263,6 +334,7 @@ int main(void)
 		cmocka_unit_test(wrong_version),
 		cmocka_unit_test(data_before_hello),
 		cmocka_unit_test(silent_peer),
+		cmocka_unit_test(duplicates_and_counts),
 		cmocka_unit_test(all_at_once),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -139,11 +139,14 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 			if (fe->fd < 0)
 				return -errno;
 			fe->off = 0;
+			/* Committed frames are all below the size now: the
+			 * commit table was read before the file opened. */
+			struct stat st;
+			if (fstat(fe->fd, &st))
+				return -errno;
+			fe->size = (uint64_t)st.st_size;
 		}
-		struct stat st;
-		if (fstat(fe->fd, &st))
-			return -errno;
-		*fsize = (uint64_t)st.st_size;
+		*fsize = fe->size;
 		if (*fsize - fe->off < USH_FRAME_HDR_SIZE ||
 		    read_at(fe->fd, h, sizeof(h), fe->off) ||
 		    proto_header(h, f, wk->o.max_frame, true, &why) ||

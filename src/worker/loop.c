@@ -239,6 +239,10 @@ void *wk_thread_main(void *arg)
 	struct wk_thread *t = arg;
 	struct ush_worker *wk = t->wk;
 	int ret = setup(t);
+	if (ret)
+		snprintf(t->errmsg, sizeof(t->errmsg), "%s", ush_last_error());
+	t->err = ret;
+	atomic_store(&t->ready, ret ? -1 : 1);
 	bool stopping = false;
 	unsigned stop_ticks = 0;
 	while (!ret) {

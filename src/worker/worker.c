@@ -224,6 +224,21 @@ int ush_worker_start(ush_worker *wk)
 		}
 	}
 	wk->started = true;
+	/* Report a thread that cannot serve (no io_uring, no memory) here,
+	 * not as a port that accepts and never answers. */
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		while (!atomic_load(&wk->threads[i].ready))
+			usleep(1000);
+		if (atomic_load(&wk->threads[i].ready) < 0) {
+			struct wk_thread *t = &wk->threads[i];
+			char msg[sizeof(t->errmsg)];
+			int err = t->err;
+			memcpy(msg, t->errmsg, sizeof(msg));
+			ush_worker_stop(wk);
+			ush_worker_wait(wk);
+			return ush_fail_msg(err, msg);
+		}
+	}
 	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s", wk->host,
 	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir);
 	return 0;

@@ -78,7 +78,7 @@ struct wk_fetch {
 	char **files;
 	unsigned nfiles, fi;
 	int fd;
-	uint64_t off;
+	uint64_t off, size;
 	uint64_t frames, bytes;
 	bool done;
 };
@@ -134,6 +134,9 @@ struct wk_thread {
 	uint64_t log_off;
 	bool dir_unsynced;
 	unsigned drop_seen;
+	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
+	char errmsg[512];      /* why setup failed (ush_last_error is
+				  per thread) */
 	int err;
 };
 
