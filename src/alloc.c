@@ -1,6 +1,7 @@
 /* Counted allocation: lets callers and tests see allocations per batch. */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -45,4 +46,18 @@ char *ush_strdup(const char *s)
 void ush_free(void *p)
 {
 	free(p);
+}
+
+int ush_grow(uint8_t **p, size_t *cap, size_t n)
+{
+	if (n <= *cap)
+		return 0;
+	size_t c = pow2_ceil(n);
+	uint8_t *q = ush_malloc(c);
+	if (!q)
+		return -ENOMEM;
+	ush_free(*p);
+	*p = q;
+	*cap = c;
+	return 0;
 }

@@ -112,6 +112,17 @@ int records_next(const uint8_t *batch, size_t n, size_t *off,
 	return 1;
 }
 
+int records_check(const uint8_t *batch, size_t n, uint32_t nrec)
+{
+	size_t off = 0, len;
+	const void *rec;
+	uint32_t count = 0;
+	int ret;
+	while ((ret = records_next(batch, n, &off, &rec, &len)) == 1)
+		count++;
+	return ret == 0 && count == nrec ? 0 : USH_ECORRUPT;
+}
+
 size_t ush_frame_size(size_t stored_len)
 {
 	return USH_FRAME_HDR_SIZE + stored_len;

@@ -43,4 +43,8 @@ int frame_check(const uint8_t *hdr, const struct ush_frame *f);
 int records_next(const uint8_t *batch, size_t n, size_t *off,
 		 const void **rec, size_t *len);
 
+/* Checks that a batch of n bytes holds exactly nrec well-formed records:
+ * 0 or USH_ECORRUPT. Readers call it before yielding any record. */
+int records_check(const uint8_t *batch, size_t n, uint32_t nrec);
+
 #endif

@@ -37,6 +37,9 @@ void *ush_calloc(size_t n, size_t size);
 void *ush_aligned_alloc(size_t n); /* USH_ALIGN-aligned */
 char *ush_strdup(const char *s);
 void ush_free(void *p);
+/* Makes *p (of *cap bytes) hold n bytes, replacing it by a power-of-two
+ * sized block when it is smaller; the contents are not kept. */
+int ush_grow(uint8_t **p, size_t *cap, size_t n);
 
 static inline void put_le16(uint8_t *p, uint16_t v)
 {

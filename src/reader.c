@@ -35,20 +35,6 @@ struct ush_reader {
 	struct ush_reader_stats st;
 };
 
-static int grow(uint8_t **p, size_t *cap, size_t n)
-{
-	if (n <= *cap)
-		return 0;
-	size_t c = pow2_ceil(n);
-	uint8_t *q = ush_malloc(c);
-	if (!q)
-		return -ENOMEM;
-	ush_free(*p);
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
 static int read_all(int fd, void *p, size_t n, uint64_t off)
 {
 	uint8_t *b = p;
@@ -161,17 +147,6 @@ static int open_map(struct ush_reader *r, uint32_t map)
 }
 
 /* Validates the records of a batch before any is yielded. */
-static int check_records(const uint8_t *b, size_t n, uint32_t nrec)
-{
-	size_t off = 0, len;
-	const void *rec;
-	uint32_t count = 0;
-	int ret;
-	while ((ret = records_next(b, n, &off, &rec, &len)) == 1)
-		count++;
-	return ret == 0 && count == nrec ? 0 : USH_ECORRUPT;
-}
-
 /* Loads the next frame of the current map into r->batch. Returns 1 when
  * loaded, 0 when the map has no more, or an error. */
 static int load_frame(struct ush_reader *r)
@@ -181,7 +156,7 @@ static int load_frame(struct ush_reader *r)
 		uint64_t t0 = ush_now_ns();
 		struct ush_frame f;
 		const char *what = "frame";
-		int ret = grow(&r->fbuf, &r->fcap, e->len);
+		int ret = ush_grow(&r->fbuf, &r->fcap, e->len);
 		if (!ret)
 			ret = read_all(r->fd, r->fbuf, e->len, e->off);
 		if (!ret && (ret = frame_decode(r->fbuf, &f)))
@@ -197,7 +172,7 @@ static int load_frame(struct ush_reader *r)
 			what = "frame";
 		const uint8_t *payload = r->fbuf + USH_FRAME_HDR_SIZE;
 		if (!ret && f.codec != USH_CODEC_NONE) {
-			ret = grow(&r->rbuf, &r->rcap, f.raw_len ? f.raw_len : 1);
+			ret = ush_grow(&r->rbuf, &r->rcap, f.raw_len ? f.raw_len : 1);
 			if (!ret)
 				ret = codec_decompress(&r->codec, f.codec,
 						       payload, f.payload_len,
@@ -205,7 +180,7 @@ static int load_frame(struct ush_reader *r)
 			what = "decompressing frame";
 			payload = r->rbuf;
 		}
-		if (!ret && (ret = check_records(payload, f.raw_len, f.nrec)))
+		if (!ret && (ret = records_check(payload, f.raw_len, f.nrec)))
 			what = "records of frame";
 		if (ret)
 			return ush_fail(ret, "reader: %s offset %llu partition "

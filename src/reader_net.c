@@ -33,20 +33,6 @@ struct reader_net {
 	struct ush_reader_stats st;
 };
 
-static int grow(uint8_t **p, size_t *cap, size_t n)
-{
-	if (n <= *cap)
-		return 0;
-	size_t c = pow2_ceil(n);
-	uint8_t *q = ush_malloc(c);
-	if (!q)
-		return -ENOMEM;
-	ush_free(*p);
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
 /* Reads one whole frame into fbuf, bounded before it is allocated. */
 static int read_frame(struct reader_net *r, struct ush_frame *f)
 {
@@ -57,7 +43,7 @@ static int read_frame(struct reader_net *r, struct ush_frame *f)
 	if (ret == -EPIPE)
 		why = ": the worker closed the stream";
 	if (!ret && (ret = proto_header(h, f, r->max_frame, false, &why)) == 0)
-		ret = grow(&r->fbuf, &r->fcap, proto_size(f));
+		ret = ush_grow(&r->fbuf, &r->fcap, proto_size(f));
 	if (!ret)
 		memcpy(r->fbuf, h, USH_FRAME_HDR_SIZE);
 	if (!ret)
@@ -176,17 +162,6 @@ fail:
 	return ret;
 }
 
-static int check_records(const uint8_t *b, size_t n, uint32_t nrec)
-{
-	size_t off = 0, len;
-	const void *rec;
-	uint32_t count = 0;
-	int ret;
-	while ((ret = records_next(b, n, &off, &rec, &len)) == 1)
-		count++;
-	return ret == 0 && count == nrec ? 0 : USH_ECORRUPT;
-}
-
 static int end(struct reader_net *r, const struct ush_frame *f)
 {
 	uint64_t bytes = proto_get_u64(r->fbuf + USH_FRAME_HDR_SIZE);
@@ -234,7 +209,7 @@ static int load(struct reader_net *r)
 		r->got[f.map]++;
 		const uint8_t *payload = r->fbuf + USH_FRAME_HDR_SIZE;
 		if (f.codec != USH_CODEC_NONE) {
-			ret = grow(&r->rbuf, &r->rcap, f.raw_len ? f.raw_len : 1);
+			ret = ush_grow(&r->rbuf, &r->rcap, f.raw_len ? f.raw_len : 1);
 			if (!ret)
 				ret = codec_decompress(&r->codec, f.codec,
 						       payload, f.payload_len,
@@ -243,7 +218,7 @@ static int load(struct reader_net *r)
 				return fail_at(r, ret, "decompressing frame");
 			payload = r->rbuf;
 		}
-		if (check_records(payload, f.raw_len, f.nrec))
+		if (records_check(payload, f.raw_len, f.nrec))
 			return fail_at(r, USH_ECORRUPT, "records of frame");
 		r->batch = payload;
 		r->blen = f.raw_len;

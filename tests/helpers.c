@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,42 @@ const char *th_tmpdir(const char *tag)
 	th_rmrf(p);
 	if (mkdir(p, 0755))
 		fail_msg("mkdir %s failed", p);
+	return p;
+}
+
+static const char *scratch;
+
+const char *th_scratch(const char *tag)
+{
+	return scratch = th_tmpdir(tag);
+}
+
+int th_teardown(void **state)
+{
+	(void)state;
+	if (scratch)
+		th_rmrf(scratch);
+	scratch = NULL;
+	return 0;
+}
+
+void *th_read_file(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fail_msg("open %s: %s", path, strerror(errno));
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	size_t n = (size_t)st.st_size;
+	uint8_t *p = malloc(n ? n : 1);
+	assert_non_null(p);
+	for (size_t got = 0; got < n;) {
+		ssize_t r = pread(fd, p + got, n - got, (off_t)got);
+		assert_true(r > 0);
+		got += (size_t)r;
+	}
+	close(fd);
+	*len = n;
 	return p;
 }
 

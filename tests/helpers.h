@@ -14,6 +14,13 @@
  * directory, a real disk; /tmp may be tmpfs) and returns its path
  * (static storage, one per call slot). */
 const char *th_tmpdir(const char *tag);
+/* th_tmpdir() for the running test, removed by th_teardown() even when
+ * the test fails: cmocka_unit_test_teardown(test, th_teardown). */
+const char *th_scratch(const char *tag);
+int th_teardown(void **state);
+/* A whole file in malloc'd memory (the caller frees it); fails the test
+ * if it cannot be read. */
+void *th_read_file(const char *path, size_t *len);
 /* Removes path recursively. */
 void th_rmrf(const char *path);
 /* Fills buf with len bytes derived from seed (deterministic). */

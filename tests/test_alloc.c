@@ -40,18 +40,6 @@
 #define PUSH (16u << 10)
 #define NPARTS 16
 
-/* The running test's scratch directory, removed even when it fails. */
-static const char *scratch;
-
-static int cleanup(void **state)
-{
-	(void)state;
-	if (scratch)
-		th_rmrf(scratch);
-	scratch = NULL;
-	return 0;
-}
-
 static atomic_ulong heap_allocs, heap_frees;
 
 #if !SANITIZED
@@ -213,7 +201,7 @@ static void drive(struct run *r, uint64_t n)
 static void steady_state(enum ush_target target, enum ush_codec codec,
 			 enum mode mode)
 {
-	const char *dir = scratch = th_tmpdir("alloc");
+	const char *dir = th_scratch("alloc");
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.push_size = PUSH;
@@ -330,13 +318,13 @@ int main(void)
 {
 	make_src();
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(interposer_counts, cleanup),
-		cmocka_unit_test_teardown(null_none, cleanup),
-		cmocka_unit_test_teardown(null_lz4, cleanup),
-		cmocka_unit_test_teardown(null_zstd, cleanup),
-		cmocka_unit_test_teardown(disk_none, cleanup),
-		cmocka_unit_test_teardown(disk_lz4, cleanup),
-		cmocka_unit_test_teardown(disk_zstd, cleanup),
+		cmocka_unit_test_teardown(interposer_counts, th_teardown),
+		cmocka_unit_test_teardown(null_none, th_teardown),
+		cmocka_unit_test_teardown(null_lz4, th_teardown),
+		cmocka_unit_test_teardown(null_zstd, th_teardown),
+		cmocka_unit_test_teardown(disk_none, th_teardown),
+		cmocka_unit_test_teardown(disk_lz4, th_teardown),
+		cmocka_unit_test_teardown(disk_zstd, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

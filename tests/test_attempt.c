@@ -26,18 +26,6 @@
 #define NREC 300 /* per partition and attempt */
 #define PUSH 4096u
 
-/* The running test's scratch directory, removed even when it fails. */
-static const char *scratch;
-
-static int cleanup(void **state)
-{
-	(void)state;
-	if (scratch)
-		th_rmrf(scratch);
-	scratch = NULL;
-	return 0;
-}
-
 static uint64_t rec_seed(uint32_t attempt, uint32_t part, uint32_t i)
 {
 	return (uint64_t)attempt << 40 | (uint64_t)part << 20 | i;
@@ -166,7 +154,7 @@ static void retry_commits(const char *dir)
 static void aborted_attempt(void **state)
 {
 	(void)state;
-	const char *dir = scratch = th_tmpdir("attempt-abort");
+	const char *dir = th_scratch("attempt-abort");
 	char data[PATH_MAX], tmp[PATH_MAX], index[PATH_MAX];
 	paths(dir, 0, data, tmp, index);
 	ush_ring *ring = new_ring();
@@ -194,7 +182,7 @@ static void aborted_attempt(void **state)
 static void crashed_attempt(void **state)
 {
 	(void)state;
-	const char *dir = scratch = th_tmpdir("attempt-crash");
+	const char *dir = th_scratch("attempt-crash");
 	char data[PATH_MAX], tmp[PATH_MAX], index[PATH_MAX];
 	paths(dir, 0, data, tmp, index);
 	fflush(NULL);
@@ -239,7 +227,7 @@ static void crashed_attempt(void **state)
  * first and wins; the other's commit fails and its files go. */
 static void both_commit(uint32_t first)
 {
-	const char *dir = scratch = th_tmpdir("attempt-race");
+	const char *dir = th_scratch("attempt-race");
 	uint32_t second = 1 - first;
 	char data[2][PATH_MAX], tmp[2][PATH_MAX], index[PATH_MAX];
 	paths(dir, 0, data[0], tmp[0], index);
@@ -280,20 +268,6 @@ static void second_of_two_wins(void **state)
 	both_commit(1);
 }
 
-static void *read_file(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	struct stat st;
-	assert_int_equal(fstat(fd, &st), 0);
-	uint8_t *p = malloc((size_t)st.st_size);
-	assert_non_null(p);
-	assert_int_equal(pread(fd, p, (size_t)st.st_size, 0), st.st_size);
-	close(fd);
-	*len = (size_t)st.st_size;
-	return p;
-}
-
 static void write_index(const char *path, const uint8_t *b, size_t entries)
 {
 	int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -311,7 +285,7 @@ static void write_index(const char *path, const uint8_t *b, size_t entries)
 static void duplicate_batch(void **state)
 {
 	(void)state;
-	const char *dir = scratch = th_tmpdir("attempt-dup");
+	const char *dir = th_scratch("attempt-dup");
 	char data[PATH_MAX], tmp[PATH_MAX], index[PATH_MAX];
 	paths(dir, 0, data, tmp, index);
 	ush_ring *ring = new_ring();
@@ -322,7 +296,7 @@ static void duplicate_batch(void **state)
 	ush_ring_free(ring);
 
 	size_t ilen;
-	uint8_t *old = read_file(index, &ilen);
+	uint8_t *old = th_read_file(index, &ilen);
 	size_t n = (ilen - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
 	struct spill_trailer t;
 	th_ok(spill_trailer_get(old + n * USH_INDEX_ENTRY, &t,
@@ -394,11 +368,11 @@ static void duplicate_batch(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(aborted_attempt, cleanup),
-		cmocka_unit_test_teardown(crashed_attempt, cleanup),
-		cmocka_unit_test_teardown(first_of_two_wins, cleanup),
-		cmocka_unit_test_teardown(second_of_two_wins, cleanup),
-		cmocka_unit_test_teardown(duplicate_batch, cleanup),
+		cmocka_unit_test_teardown(aborted_attempt, th_teardown),
+		cmocka_unit_test_teardown(crashed_attempt, th_teardown),
+		cmocka_unit_test_teardown(first_of_two_wins, th_teardown),
+		cmocka_unit_test_teardown(second_of_two_wins, th_teardown),
+		cmocka_unit_test_teardown(duplicate_batch, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,18 +31,6 @@
 #define NREC_OTHER 20
 #define MAXF 64
 
-/* The running test's scratch directory, removed even when it fails. */
-static const char *scratch;
-
-static int cleanup(void **state)
-{
-	(void)state;
-	if (scratch)
-		th_rmrf(scratch);
-	scratch = NULL;
-	return 0;
-}
-
 static uint64_t rec_seed(uint32_t map, uint32_t part, uint32_t i)
 {
 	return (uint64_t)map << 40 | (uint64_t)part << 20 | i;
@@ -65,27 +53,6 @@ static void rec_fill(uint8_t *buf, uint32_t len, uint64_t seed)
 	th_fill(buf, pat, seed);
 	for (uint32_t k = pat; k < len; k++)
 		buf[k] = buf[k - pat];
-}
-
-static void *read_file(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fail_msg("open %s: %s", path, strerror(errno));
-	struct stat st;
-	assert_int_equal(fstat(fd, &st), 0);
-	size_t n = (size_t)st.st_size;
-	uint8_t *p = malloc(n ? n : 1);
-	assert_non_null(p);
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = pread(fd, p + got, n - got, (off_t)got);
-		assert_true(r > 0);
-		got += (size_t)r;
-	}
-	close(fd);
-	*len = n;
-	return p;
 }
 
 static void write_file(const char *path, const void *p, size_t n)
@@ -113,7 +80,7 @@ struct fx {
 static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 {
 	memset(fx, 0, sizeof(*fx));
-	fx->dir = scratch = th_tmpdir("corrupt");
+	fx->dir = th_scratch("corrupt");
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.push_size = 4096; /* many small frames */
@@ -144,8 +111,8 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 
 	spill_data(fx->data, sizeof(fx->data), fx->dir, SHUFFLE, BAD_MAP, 0);
 	spill_index(fx->index, sizeof(fx->index), fx->dir, SHUFFLE, BAD_MAP);
-	fx->pdata = read_file(fx->data, &fx->dlen);
-	fx->pindex = read_file(fx->index, &fx->ilen);
+	fx->pdata = th_read_file(fx->data, &fx->dlen);
+	fx->pindex = th_read_file(fx->index, &fx->ilen);
 	fx->nidx = (fx->ilen - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
 	for (size_t i = 0; i < fx->nidx; i++) {
 		struct spill_entry e;
@@ -547,10 +514,10 @@ static void corrupt_zstd(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(corrupt_none_direct, cleanup),
-		cmocka_unit_test_teardown(corrupt_none_buffered, cleanup),
-		cmocka_unit_test_teardown(corrupt_lz4, cleanup),
-		cmocka_unit_test_teardown(corrupt_zstd, cleanup),
+		cmocka_unit_test_teardown(corrupt_none_direct, th_teardown),
+		cmocka_unit_test_teardown(corrupt_none_buffered, th_teardown),
+		cmocka_unit_test_teardown(corrupt_lz4, th_teardown),
+		cmocka_unit_test_teardown(corrupt_zstd, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,18 +21,6 @@
 #define PUSH (64u << 10)
 #define REC_MAX (100u << 10)
 
-/* The running test's scratch directory, removed even when it fails. */
-static const char *scratch;
-
-static int cleanup(void **state)
-{
-	(void)state;
-	if (scratch)
-		th_rmrf(scratch);
-	scratch = NULL;
-	return 0;
-}
-
 /* Sizes around every boundary: empty, tiny, a 4 KiB buffer filled to the
  * byte (4096 - 48 - 4), push_size - 52 (the largest record a push buffer
  * holds), one more (goes out alone), the push size and far above it. */
@@ -303,7 +291,7 @@ static uint64_t check_partition(const char *dir, uint32_t part, uint8_t *tmp,
 
 static void roundtrip(enum ush_codec codec, int direct)
 {
-	const char *dir = scratch = th_tmpdir("roundtrip");
+	const char *dir = th_scratch("roundtrip");
 	pthread_barrier_t bar;
 	pthread_t th[NTHREADS];
 	struct job jobs[NTHREADS];
@@ -374,12 +362,12 @@ RT(zstd_direct, USH_CODEC_ZSTD, 1)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(none_buffered, cleanup),
-		cmocka_unit_test_teardown(none_direct, cleanup),
-		cmocka_unit_test_teardown(lz4_buffered, cleanup),
-		cmocka_unit_test_teardown(lz4_direct, cleanup),
-		cmocka_unit_test_teardown(zstd_buffered, cleanup),
-		cmocka_unit_test_teardown(zstd_direct, cleanup),
+		cmocka_unit_test_teardown(none_buffered, th_teardown),
+		cmocka_unit_test_teardown(none_direct, th_teardown),
+		cmocka_unit_test_teardown(lz4_buffered, th_teardown),
+		cmocka_unit_test_teardown(lz4_direct, th_teardown),
+		cmocka_unit_test_teardown(zstd_buffered, th_teardown),
+		cmocka_unit_test_teardown(zstd_direct, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,39 +28,6 @@
 #define PART 1
 #define PUSH (64u << 10)
 
-/* The running test's scratch directory, removed even when it fails. */
-static const char *scratch;
-
-static int cleanup(void **state)
-{
-	(void)state;
-	if (scratch)
-		th_rmrf(scratch);
-	scratch = NULL;
-	return 0;
-}
-
-static void *read_file(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fail_msg("open %s: %s", path, strerror(errno));
-	struct stat st;
-	assert_int_equal(fstat(fd, &st), 0);
-	size_t n = (size_t)st.st_size;
-	uint8_t *p = malloc(n ? n : 1);
-	assert_non_null(p);
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = pread(fd, p + got, n - got, (off_t)got);
-		assert_true(r > 0);
-		got += (size_t)r;
-	}
-	close(fd);
-	*len = n;
-	return p;
-}
-
 /* Whether dir's file system accepts O_DIRECT (tmpfs does not). */
 static int direct_ok(const char *dir)
 {
@@ -118,7 +85,7 @@ static uint64_t batch_rec_bytes(size_t len, uint32_t nrec)
 
 static void swap_direct(int direct)
 {
-	const char *dir = scratch = th_tmpdir("swap");
+	const char *dir = th_scratch("swap");
 	int padded = direct && direct_ok(dir);
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
@@ -200,8 +167,8 @@ static void swap_direct(int direct)
 		 MAP);
 	assert_int_equal(access(tpath, F_OK), -1);
 	size_t ilen, dlen;
-	uint8_t *idx = read_file(ipath, &ilen);
-	uint8_t *data = read_file(dpath, &dlen);
+	uint8_t *idx = th_read_file(ipath, &ilen);
+	uint8_t *data = th_read_file(dpath, &dlen);
 	assert_int_equal(ilen, NBATCH * USH_INDEX_ENTRY + USH_INDEX_TRAILER);
 	struct spill_trailer t;
 	uint32_t crc = spill_crc(0xffffffffu, idx, NBATCH * USH_INDEX_ENTRY);
@@ -309,8 +276,8 @@ static void swap_o_direct(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(swap_buffered, cleanup),
-		cmocka_unit_test_teardown(swap_o_direct, cleanup),
+		cmocka_unit_test_teardown(swap_buffered, th_teardown),
+		cmocka_unit_test_teardown(swap_o_direct, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
