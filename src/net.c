@@ -211,6 +211,10 @@ static int small_reply(int fd, const char *peer, uint8_t *b,
 	int ret = net_read(fd, b, USH_FRAME_HDR_SIZE);
 	if (!ret)
 		ret = proto_header(b, f, USH_PROTO_ERROR_SIZE, false, &why);
+	/* b holds an ERROR at most: control frames such as MANIFEST pass
+	 * proto_header() with payloads of up to USH_PROTO_CTRL_MAX. */
+	if (!ret && f->type != USH_FRAME_ACK && f->type != USH_FRAME_ERROR)
+		ret = USH_ECORRUPT, why = "neither ACK nor ERROR";
 	if (!ret)
 		ret = net_read(fd, b + USH_FRAME_HDR_SIZE, f->payload_len);
 	if (!ret && frame_check(b, f))

@@ -30,6 +30,8 @@ struct disk {
 	unsigned ichunk_n; /* entries in ichunk */
 	uint8_t *copy;     /* psync: the private copy of each frame */
 	size_t copy_cap;
+	bool prealloc;      /* O_DIRECT and the file system can fallocate */
+	uint64_t alloc_end; /* bytes preallocated */
 	uint8_t ichunk[USH_ALIGN];
 };
 
@@ -44,6 +46,7 @@ static int open_data(struct ush_writer *w, struct disk *d)
 		d->direct = false;
 		d->fd = open(d->data, flags, 0644);
 	}
+	d->prealloc = d->direct;
 	if (d->fd < 0)
 		return ush_fail(-errno, "disk: open %s", d->data);
 	return 0;
@@ -169,12 +172,33 @@ static int psync_write(struct ush_writer *w, struct disk *d,
 	return 0;
 }
 
+/*
+ * O_DIRECT writes that extend a file are serialised (ext4 punts them to
+ * io_uring's workers, one at a time under the inode lock): preallocate
+ * ahead of the write offset so writes land inside the file, and trim to
+ * the bytes written at commit. A file system without fallocate just
+ * appends.
+ */
+#define USH_PREALLOC (64ull << 20)
+
+static void prealloc(struct disk *d, uint32_t len)
+{
+	while (d->prealloc && d->off + len > d->alloc_end) {
+		if (fallocate(d->fd, 0, (off_t)d->alloc_end, USH_PREALLOC)) {
+			d->prealloc = false;
+			return;
+		}
+		d->alloc_end += USH_PREALLOC;
+	}
+}
+
 static int disk_submit(struct ush_writer *w, struct ush_buf *b, uint8_t *mem,
 		       uint32_t flen, uint32_t partition)
 {
 	struct disk *d = w->sink_state;
 	uint8_t *p = b ? b->data : mem;
 	uint32_t len = d->direct ? ALIGN_UP(flen, USH_ALIGN) : flen;
+	prealloc(d, len);
 	struct ush_op *op = NULL;
 	int ret = d->ichunk_n == ICHUNK_ENTRIES ? flush_index(d) : 0;
 	if (!ret && !d->copy)
@@ -218,6 +242,9 @@ static int sync_dir(const char *path)
 static int disk_commit(struct ush_writer *w)
 {
 	struct disk *d = w->sink_state;
+	if (d->alloc_end && ftruncate(d->fd, (off_t)d->off))
+		return ush_fail(-errno, "disk: truncate %s to %llu bytes",
+				d->data, (unsigned long long)d->off);
 	if (fdatasync(d->fd))
 		return ush_fail(-errno, "disk: fdatasync %s", d->data);
 	int ret = flush_index(d);
@@ -249,7 +276,16 @@ static int disk_commit(struct ush_writer *w)
 				d->index);
 	}
 	ret = sync_dir(d->sdir);
+	/* The shuffle directory may be new (this writer's mkdir or another
+	 * one's): its entry must be durable too, or a crash loses it. */
+	if (!ret)
+		ret = sync_dir(w->o.dir);
 	disk_close(w, d);
+	/* Published, but perhaps not durable; the sink is gone, so no call
+	 * may reach it again (a retried commit or a write would find no
+	 * state): the error is sticky. */
+	if (ret)
+		writer_error(w, ret, "disk: commit of map %u", w->o.map);
 	return ret;
 }
 

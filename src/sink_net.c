@@ -127,6 +127,15 @@ static void conn_dead(struct conn *c, int err, const char *what)
 		return;
 	c->err = err;
 	writer_error(c->n->w, err, "net: worker %s: %s", c->peer, what);
+	/* Reset the connection now, keeping the fd (queued ops still name
+	 * it; close_all closes it). Bytes a stalled worker never takes stay
+	 * in the send queue, and with them the pages of zero-copy sends:
+	 * their notifications, which drain() waits for, would never come.
+	 * connect(AF_UNSPEC) is tcp_disconnect(): it purges the queue. */
+	if (c->fd >= 0) {
+		struct sockaddr sa = {.sa_family = AF_UNSPEC};
+		connect(c->fd, &sa, sizeof(sa));
+	}
 }
 
 static void handle(struct conn *c, const struct ush_frame *f,
@@ -165,9 +174,13 @@ static void parse(struct conn *c)
 		struct ush_frame f;
 		const char *why;
 		const uint8_t *h = c->rbuf + off;
-		if (proto_header(h, &f, RBUF, false, &why) ||
-		    proto_size(&f) > RBUF) {
+		if (proto_header(h, &f, RBUF, false, &why)) {
 			conn_dead(c, -EPROTO, why);
+			return;
+		}
+		/* Control frames pass proto_header() up to 16 MiB. */
+		if (proto_size(&f) > RBUF) {
+			conn_dead(c, -EPROTO, "reply larger than any it may send");
 			return;
 		}
 		if (c->rlen - off < proto_size(&f))
@@ -250,6 +263,14 @@ static int net_open(struct ush_writer *w)
 	unsigned nc = net_count_workers(o->workers);
 	if (!nc)
 		return ush_fail(-EINVAL, "net: no workers given");
+	/* Each connection keeps a receive op armed for good; with no op
+	 * left over, the first send would wait for one forever. */
+	struct ush_ring *r = w->ring;
+	if (o->ioengine != USH_IOENGINE_PSYNC &&
+	    r->armed + nc >= r->opts.iodepth)
+		return ush_fail(-EINVAL, "net: %u workers need an iodepth "
+				"above %u (each holds a receive), this ring "
+				"has %u", nc, r->armed + nc, r->opts.iodepth);
 	struct net *n = ush_calloc(1, sizeof(*n));
 	struct conn *c = n ? ush_calloc(nc, sizeof(*c)) : NULL;
 	char (*peers)[USH_NET_PEER] = ush_calloc(nc, USH_NET_PEER);
@@ -351,6 +372,39 @@ static int wait_for(struct net *n, struct conn *c,
 			return ret;
 	}
 	return c->err;
+}
+
+/*
+ * Waits until none of the writer's frames is in flight. A zero-copy send
+ * is complete only at its notification, which comes once the worker has
+ * taken the bytes: a worker that takes nothing for timeout_ms has its
+ * connection reset (conn_dead), which releases the pages.
+ */
+static int net_drain(struct ush_writer *w)
+{
+	struct net *n = w->sink_state;
+	struct ush_ring *r = w->ring;
+	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
+	uint64_t start = ush_now_ns();
+	unsigned seen = w->inflight;
+	while (w->inflight) {
+		uint64_t now = ush_now_ns();
+		if (w->inflight != seen) {
+			seen = w->inflight;
+			start = now;
+		}
+		if (now - start >= limit) {
+			for (unsigned i = 0; i < n->nc; i++)
+				conn_dead(&n->c[i], -ETIMEDOUT, "sends not taken "
+					  "within the timeout (worker stalled?)");
+			start = now;
+			continue;
+		}
+		int ret = ring_reap_timeout(r, 1, limit - (now - start));
+		if (ret && ret != -ETIME)
+			return ret;
+	}
+	return 0;
 }
 
 static bool has_credit(struct conn *c, uint32_t flen)
@@ -535,4 +589,5 @@ const struct ush_sink_ops ush_sink_net = {
 	.submit = net_submit,
 	.commit = net_commit,
 	.abort = net_abort,
+	.drain = net_drain,
 };

@@ -119,6 +119,10 @@ static int flush_queue(struct ush_writer *w)
 	while (w->qhead) {
 		struct ush_buf *b = w->qhead;
 		w->qhead = b->next;
+		/* Keep qtail valid if frame_submit fails: b is the sink's
+		 * now, and the next handoff must not link behind it. */
+		if (!w->qhead)
+			w->qtail = NULL;
 		w->qlen--;
 		b->next = NULL;
 		int ret = frame_submit(w, b);
@@ -159,18 +163,24 @@ static int handoff(struct ush_writer *w, struct ush_buf *b,
 
 static int close_part(struct ush_writer *w, uint32_t partition);
 
-/* Under memory pressure open batches go out early, round robin, so a
- * pool smaller than partitions x 4 KiB still makes progress. */
-static bool evict_one(struct ush_writer *w)
+/*
+ * Under memory pressure open batches go out early, so a pool smaller than
+ * partitions x 4 KiB still makes progress: every batch at least as full as
+ * the average open one, so frames stay as large as memory allows and one
+ * scan pays for many evictions. Returns false if no batch is open.
+ */
+static bool evict(struct ush_writer *w)
 {
-	for (uint32_t n = 0; n < w->o.partitions; n++) {
-		uint32_t i = w->evict++ % w->o.partitions;
+	uint64_t total = 0, open = 0;
+	for (uint32_t i = 0; i < w->o.partitions; i++)
 		if (w->parts[i].buf) {
-			close_part(w, i);
-			return true;
+			total += w->parts[i].len;
+			open++;
 		}
-	}
-	return false;
+	for (uint32_t i = 0; open && i < w->o.partitions; i++)
+		if (w->parts[i].buf && w->parts[i].len >= total / open)
+			close_part(w, i);
+	return open > 0;
 }
 
 /*
@@ -183,6 +193,9 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 {
 	struct ush_ring *r = w->ring;
 	for (;;) {
+		/* After an error nothing may be handed off (evict). */
+		if (w->err)
+			return sticky(w);
 		struct ush_buf *b = pool_get(&r->pool, order);
 		for (unsigned o = order; !b && o > min_order && !w->qhead &&
 					 !r->inflight;)
@@ -197,7 +210,7 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 			ret = flush_queue(w);
 		else if (r->inflight)
 			ret = ring_reap(r, 1);
-		else if (!evict_one(w))
+		else if (!evict(w))
 			return ush_fail(USH_EPOOL, "writer: the %zu KiB pool "
 					"has no idle %u KiB buffer and nothing "
 					"is in flight; raise the pool size",
@@ -447,7 +460,8 @@ static int drain(struct ush_writer *w)
 {
 	int ret = w->qhead ? flush_queue(w) : 0;
 	while (w->inflight) {
-		int r = ring_reap(w->ring, 1);
+		int r = w->sink->drain ? w->sink->drain(w) :
+					 ring_reap(w->ring, 1);
 		if (r) {
 			writer_error(w, r, "writer: reap");
 			return r;

@@ -22,6 +22,10 @@ struct ush_sink_ops {
 	int (*commit)(struct ush_writer *w);
 	/* Nothing is in flight: drop partial output. */
 	void (*abort)(struct ush_writer *w);
+	/* Optional: waits until w->inflight is 0 (called only while it is
+	 * not), for sinks whose completions a stalled peer can withhold.
+	 * Returns 0 or a ring error. Without it the writer reaps. */
+	int (*drain)(struct ush_writer *w);
 };
 
 extern const struct ush_sink_ops ush_sink_null;
@@ -47,7 +51,6 @@ struct ush_writer {
 	unsigned qlen;
 	unsigned inflight; /* this writer's ops in the ring */
 	unsigned push_order;
-	uint32_t evict; /* next partition evict_one() looks at */
 	enum ush_writer_state state;
 	int err; /* sticky */
 	char errmsg[256];

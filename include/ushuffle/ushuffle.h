@@ -140,7 +140,9 @@ USH_API const char *ush_codec_name(enum ush_codec codec);
 typedef struct ush_ring ush_ring;
 
 struct ush_ring_opts {
-	unsigned iodepth;   /* in-flight operations bound (default 64) */
+	unsigned iodepth;   /* in-flight operations bound (default 64); each
+			       connection of a net writer holds one, so
+			       it must exceed their number */
 	size_t pool_bytes;  /* registered buffer memory (default 64 MiB) */
 	size_t push_size;   /* push buffer size, power of two, 4 KiB..64 MiB
 			       (default 64 KiB) */

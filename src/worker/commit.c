@@ -265,7 +265,13 @@ int wk_commit_replay(struct ush_worker *wk)
 		ret = wk_commit_apply(wk, &f, h + USH_FRAME_HDR_SIZE);
 		last = recs[i].lsn;
 	}
-	atomic_store(&next_lsn, last + 1);
+	/* next_lsn is shared by every worker of the process: moving it
+	 * back would let a later record of another worker sort before its
+	 * earlier ones at replay (a DROP before the commits it undid). */
+	uint_fast64_t cur = atomic_load(&next_lsn);
+	while (cur < last + 1 &&
+	       !atomic_compare_exchange_weak(&next_lsn, &cur, last + 1))
+		;
 	if (nrec)
 		wk_log(wk, 1, "replayed %zu commit log records: %zu map "
 		       "outputs committed", nrec, wk->ncommits);

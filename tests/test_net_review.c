@@ -1,0 +1,364 @@
+/*
+ * Regressions from a review of the library's error paths: a stalled
+ * worker under SEND_ZC must not hang the writer's teardown, and a reply
+ * larger than expected must not overrun the client's buffer.
+ */
+#include "net_helpers.h"
+#include "net.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <stdatomic.h>
+
+#define TIMEOUT_MS 2000u
+
+struct zc_pusher {
+	const char *workers;
+	atomic_ulong records;
+	atomic_int done;
+	int ret;
+	char msg[512];
+};
+
+static void *zc_push(void *p)
+{
+	struct zc_pusher *a = p;
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 16u << 20;
+	a->ret = ush_ring_create(&ring, &ro);
+	if (a->ret) {
+		atomic_store(&a->done, 1);
+		return NULL;
+	}
+	struct ush_writer_opts wo = {.shuffle = 3, .partitions = 8,
+				     .target = USH_TARGET_NET,
+				     .workers = a->workers,
+				     .timeout_ms = TIMEOUT_MS, .send_zc = 1};
+	ush_writer *w = NULL;
+	uint8_t buf[1024];
+	a->ret = ush_writer_open(&w, ring, &wo);
+	for (uint32_t i = 0; !a->ret; i++) {
+		size_t len = th_rec(buf, 0, i);
+		a->ret = ush_writer_write(w, i % 8, buf, len);
+		atomic_fetch_add(&a->records, 1);
+	}
+	snprintf(a->msg, sizeof(a->msg), "%s", ush_last_error());
+	/* The teardown waits for every zero-copy notification. */
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/* A worker stopped mid-push leaves zero-copy sends whose notifications
+ * only come once the socket lets go of their pages: the writer must fail
+ * and free within its timeout, not wait for them forever. */
+static void zc_stalled_worker(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netzcstall"));
+	/* A window beyond what the socket buffers hold: the stalled
+	 * worker's unread bytes stay in the writer's send queue. */
+	w.extra = "--window=1073741824";
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct zc_pusher a = {.workers = w.addr};
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, zc_push, &a), 0);
+	while (atomic_load(&a.records) < 200000 && !atomic_load(&a.done))
+		usleep(1000);
+	kill(w.pid, SIGSTOP);
+	unsigned waited = 0;
+	while (!atomic_load(&a.done) && waited < 20u * TIMEOUT_MS) {
+		usleep(10000);
+		waited += 10;
+	}
+	int done = atomic_load(&a.done);
+	kill(w.pid, SIGCONT);
+	if (!done) {
+		print_message("writer stuck after: %s\n", a.msg);
+		/* Let it finish so the thread can be joined. */
+		th_worker_kill(&w);
+		pthread_join(tid, NULL);
+		fail_msg("writer teardown hung on a stalled worker (SEND_ZC)");
+	}
+	pthread_join(tid, NULL);
+	assert_true(a.ret < 0);
+	print_message("writer error: %s\n", a.msg);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
+struct zc_committer {
+	const char *workers;
+	atomic_int opened, stopped, done;
+	int ret;
+	char msg[512];
+};
+
+static void *zc_commit(void *p)
+{
+	struct zc_committer *a = p;
+	ush_ring *ring = NULL;
+	ush_writer *w = NULL;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 16u << 20;
+	a->ret = ush_ring_create(&ring, &ro);
+	struct ush_writer_opts wo = {.shuffle = 4, .partitions = 8,
+				     .target = USH_TARGET_NET,
+				     .workers = a->workers,
+				     .timeout_ms = TIMEOUT_MS, .send_zc = 1};
+	if (!a->ret)
+		a->ret = ush_writer_open(&w, ring, &wo);
+	atomic_store(&a->opened, 1);
+	while (!a->ret && !atomic_load(&a->stopped))
+		usleep(1000);
+	/* Less than the socket buffers take: every send completes, and only
+	 * the zero-copy notifications wait for the stopped worker. */
+	uint8_t buf[1024];
+	for (uint32_t i = 0; !a->ret && i < 2000; i++)
+		a->ret = ush_writer_write(w, i % 8, buf, th_rec(buf, 0, i));
+	if (!a->ret)
+		a->ret = ush_writer_commit(w, NULL);
+	snprintf(a->msg, sizeof(a->msg), "%s", ush_last_error());
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/* The same, when the stall begins before the sends: commit must fail
+ * within the timeout rather than wait for notifications forever. */
+static void zc_commit_stalled(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netzccommit"));
+	w.extra = "--window=1073741824";
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct zc_committer a = {.workers = w.addr};
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, zc_commit, &a), 0);
+	while (!atomic_load(&a.opened))
+		usleep(1000);
+	kill(w.pid, SIGSTOP);
+	atomic_store(&a.stopped, 1);
+	unsigned waited = 0;
+	while (!atomic_load(&a.done) && waited < 20u * TIMEOUT_MS) {
+		usleep(10000);
+		waited += 10;
+	}
+	int done = atomic_load(&a.done);
+	kill(w.pid, SIGCONT);
+	if (!done) {
+		th_worker_kill(&w);
+		pthread_join(tid, NULL);
+		fail_msg("commit hung on a stalled worker (SEND_ZC)");
+	}
+	pthread_join(tid, NULL);
+	assert_true(a.ret < 0);
+	print_message("commit error after %u ms: %s\n", waited, a.msg);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
+/* A fake worker: answers HELLO, then answers whatever comes next with a
+ * MANIFEST of 300 entries (4800 payload bytes). */
+struct fake {
+	int lfd, port;
+	int eager; /* send the MANIFEST right after HELLO */
+};
+
+static void *fake_worker(void *p)
+{
+	struct fake *fk = p;
+	int fd = accept(fk->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	uint8_t in[USH_FRAME_HDR_SIZE + USH_PROTO_HELLO_LEN];
+	uint8_t out[USH_FRAME_HDR_SIZE + 300 * USH_PROTO_MANIFEST_LEN];
+	struct proto_manifest m[300] = {{0}};
+	if (net_read(fd, in, sizeof(in)) == 0) {
+		struct proto_hello h = {USH_PROTO_VERSION, USH_ROLE_ADMIN,
+					4u << 20, 64u << 20};
+		net_write(fd, out, proto_put_hello(out, &h));
+		/* The DROP: a bare header. */
+		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
+			net_write(fd, out, proto_put_manifest(out, 1, 0, m, 300));
+	}
+	usleep(100000);
+	close(fd);
+	return NULL;
+}
+
+static void fake_listen(struct fake *fk)
+{
+	fk->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(fk->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fk->lfd, 4), 0);
+	assert_int_equal(getsockname(fk->lfd, (struct sockaddr *)&a, &al), 0);
+	fk->port = ntohs(a.sin_port);
+}
+
+/* A reply larger than the net sink's receive buffer fails the connection
+ * with a message of its own (it used to print an unset pointer). */
+static void writer_reply_too_large(void **state)
+{
+	(void)state;
+	struct fake fk = {.eager = 1};
+	fake_listen(&fk);
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", fk.port);
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, NULL));
+	struct ush_writer_opts wo = {.shuffle = 1, .partitions = 1,
+				     .target = USH_TARGET_NET,
+				     .workers = addr, .timeout_ms = 5000};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	int ret = ush_writer_write(w, 0, "x", 1);
+	if (!ret)
+		ret = ush_writer_commit(w, NULL);
+	assert_int_equal(ret, -EPROTO);
+	const char *msg = ush_last_error();
+	if (!strstr(msg, "reply larger"))
+		fail_msg("unexpected error: %s", msg);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	pthread_join(tid, NULL);
+	close(fk.lfd);
+}
+
+/* ush_net_drop reads the reply into a buffer sized for an ERROR: a larger
+ * control frame is refused, not read past the buffer's end. */
+static void drop_reply_too_large(void **state)
+{
+	(void)state;
+	struct fake fk = {0};
+	fake_listen(&fk);
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", fk.port);
+	int ret = ush_net_drop(addr, 1, 5000);
+	pthread_join(tid, NULL);
+	close(fk.lfd);
+	assert_int_equal(ret, USH_ECORRUPT);
+	print_message("%s\n", ush_last_error());
+}
+
+static ush_worker *inproc_worker(const char *dir, char *addr, size_t n)
+{
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	o.dir = dir;
+	o.threads = 1;
+	o.log_level = 0;
+	ush_worker *w;
+	th_ok(ush_worker_create(&w, &o));
+	th_ok(ush_worker_start(w));
+	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(w));
+	return w;
+}
+
+/* Two workers in one process share the commit log sequence: a second
+ * worker replaying a shorter log must not move it back, or a DROP logged
+ * after it sorts before the commits it undid, and they come back at the
+ * next replay. */
+static void drop_after_second_worker(void **state)
+{
+	(void)state;
+	char d1[512], d2[512], a1[64], a2[64];
+	snprintf(d1, sizeof(d1), "%s", th_tmpdir("lsn1"));
+	snprintf(d2, sizeof(d2), "%s", th_tmpdir("lsn2"));
+	ush_worker *wa = inproc_worker(d1, a1, sizeof(a1));
+	struct th_job j9 = {.workers = a1, .shuffle = 9, .partitions = 2,
+			    .maps = 2, .records = 100};
+	struct th_job j1 = j9;
+	j1.shuffle = 1;
+	for (uint32_t m = 0; m < 2; m++)
+		th_ok(th_push_map(&j9, m, 0, NULL));
+	for (uint32_t m = 0; m < 2; m++)
+		th_ok(th_push_map(&j1, m, 0, NULL));
+	ush_worker *wb = inproc_worker(d2, a2, sizeof(a2));
+	th_ok(ush_net_drop(a1, 1, 0));
+	ush_worker_free(wa);
+	wa = inproc_worker(d1, a1, sizeof(a1));
+	struct ush_reader_opts ro = {.shuffle = 1, .partition = 0, .maps = 2,
+				     .workers = a1};
+	ush_reader *r;
+	int ret = ush_reader_open(&r, &ro);
+	if (!ret)
+		ush_reader_free(r);
+	assert_int_equal(ret, USH_ENOTCOMMITTED);
+	th_verify(&j9);
+	ush_worker_free(wb);
+	ush_worker_free(wa);
+	th_rmrf(d1);
+	th_rmrf(d2);
+}
+
+/* Each worker connection holds an armed receive op for good: a ring
+ * whose iodepth leaves no op for sends must be refused at open, not hang
+ * the first send waiting for a reply that needs data first. */
+static void iodepth_below_workers(void **state)
+{
+	(void)state;
+	char d[512], a[64];
+	snprintf(d, sizeof(d), "%s", th_tmpdir("iodepth"));
+	ush_worker *wk = inproc_worker(d, a, sizeof(a));
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.iodepth = 1;
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.shuffle = 1, .partitions = 1,
+				     .target = USH_TARGET_NET, .workers = a,
+				     .timeout_ms = 2000};
+	ush_writer *w = NULL;
+	int ret = ush_writer_open(&w, ring, &wo);
+	if (!ret) {
+		ret = ush_writer_write(w, 0, "x", 1);
+		if (!ret)
+			ret = ush_writer_commit(w, NULL);
+		ush_writer_free(w);
+	}
+	assert_int_equal(ret, -EINVAL);
+	print_message("%s\n", ush_last_error());
+	/* With one op to spare it works. */
+	ush_ring_free(ring);
+	ro.iodepth = 2;
+	th_ok(ush_ring_create(&ring, &ro));
+	th_ok(ush_writer_open(&w, ring, &wo));
+	th_ok(ush_writer_write(w, 0, "x", 1));
+	th_ok(ush_writer_commit(w, NULL));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	ush_worker_free(wk);
+	th_rmrf(d);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(zc_stalled_worker),
+		cmocka_unit_test(zc_commit_stalled),
+		cmocka_unit_test(drop_reply_too_large),
+		cmocka_unit_test(writer_reply_too_large),
+		cmocka_unit_test(drop_after_second_worker),
+		cmocka_unit_test(iodepth_below_workers),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
