@@ -21,6 +21,6 @@ run build-test "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	run build-asan "" -DCMAKE_BUILD_TYPE=Debug "-DUSH_SANITIZE=address;undefined"
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp \
 	run build-tsan "-R roundtrip|cli_run|net_" -DCMAKE_BUILD_TYPE=Debug -DUSH_SANITIZE=thread
 echo "all tests passed (normal, ASan+UBSan, TSan builds)"
