@@ -3,7 +3,10 @@
  * defined here win over libc's for every caller in the process, the
  * library's static objects and the shared lz4/zstd included; the real work
  * is done by glibc's exported __libc_* entry points, so pointers from
- * either side stay interchangeable.
+ * either side stay interchangeable. Under -fsanitize=address these
+ * definitions also displace ASan's allocator in these binaries (they still
+ * run; heap misuse is then not reported): the library's own ASan tests
+ * cover that.
  */
 #include "heapcount.h"
 
