@@ -1,0 +1,463 @@
+"""bench/report.py: tables, plots and docs/performance.md for bench/run.
+
+Reads the JSON that bench/run saved in a results directory; writes the
+plots (gnuplot, PNG) and replaces the generated blocks of the document,
+between <!-- bench:NAME:begin --> and <!-- bench:NAME:end --> markers,
+leaving the hand-written text around them alone.
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
+           "scaling", "partitions"]
+
+
+def log(msg):
+    print(f"[bench/run {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def median(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def machine_line(m):
+    return (f"{m['host']}: {m['nproc']} x {m['cpu']}, {m['mem_gib']} GiB, "
+            f"Linux {m['kernel']} ({m['virt']}), scratch {m['scratch_fs']} "
+            f"[{m['scratch_dev']}], {m['date']}, commit {m['commit']}"
+            f"{' + local changes' if m['dirty'] else ''}")
+
+
+def mib(x):
+    return f"{x / 2**20:,.0f} MiB/s"
+
+
+def ns_(x):
+    return f"{x / 1000:.2f} µs" if x >= 1000 else f"{x:.0f} ns"
+
+
+def met(ok):
+    return "**met**" if ok else "**not met**"
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def t_handoff(res, m):
+    j = res["raw"]
+    by = {x["buffer_bytes"] >> 10: x for x in j["results"]}
+    rows = []
+    for k, x in sorted(by.items()):
+        rows.append([f"{k} KiB hand-off (median call)",
+                     ns_(x["copy"]["median_ns"]), ns_(x["swap"]["median_ns"]),
+                     f"{x['copy']['median_ns'] / x['swap']['median_ns']:.1f}×",
+                     "≥ 10× at 256 KiB" if k == 256 else "—",
+                     met(x["copy"]["median_ns"] / x["swap"]["median_ns"] >= 10)
+                     if k == 256 else ""])
+        rows.append([f"{k} KiB incl. framing + CRC32C (amortized)",
+                     ns_(x["copy"]["amortized_ns"]),
+                     ns_(x["swap"]["amortized_ns"]),
+                     f"{x['copy']['amortized_ns'] / x['swap']['amortized_ns']:.2f}×",
+                     "—", ""])
+    if 64 in by and 256 in by:
+        # The clock ticks in 10 ns steps on some VMs: the queue-only
+        # calls' trimmed mean resolves a 40-50 ns call better than the
+        # median does.
+        key = "queue_only_trimmed_mean_ns"
+        a, b = by[64]["swap"][key], by[256]["swap"][key]
+        rows.append(["swap 256 KiB vs swap 64 KiB (queue-only calls, "
+                     "trimmed mean)", ns_(a), ns_(b), f"{b / a:.2f}×",
+                     "≤ 1.2×", met(b / a <= 1.2)])
+        a, b = by[64]["swap"]["median_ns"], by[256]["swap"]["median_ns"]
+        rows.append(["swap 256 KiB vs swap 64 KiB (median call)", ns_(a),
+                     ns_(b), f"{b / a:.2f}×", "≤ 1.2×", met(b / a <= 1.2)])
+    note = (f"Baseline: copy hand-off; ushuffle: swap. {j['rounds']} rounds × "
+            f"{j['buffers_per_round']} hand-offs per mode and size, "
+            f"alternating; null target, codec none.")
+    return table(["measure", "baseline (copy)", "ushuffle (swap)", "ratio",
+                  "target", ""], rows), note
+
+
+def t_alloc(res, m):
+    j = res["raw"]
+    rows = []
+    for x in j["results"]:
+        p = x["payload_bytes"]
+        b, cp, sw = x["baseline"], x["copy"], x["swap"]
+        ub = max(cp["heap_bytes_per_batch_max"], sw["heap_bytes_per_batch_max"])
+        rows.append([f"{p / 1024:.1f} KiB: heap bytes / batch",
+                     f"{b['heap_bytes_per_batch_median']:,.0f}",
+                     f"{ub:,.0f} (copy and swap, worst round)",
+                     "1 MiB → 0" if ub == 0 else
+                     f"{b['heap_bytes_per_batch_median'] / ub:.0f}×",
+                     "0 B", met(ub == 0)])
+        rows.append([f"{p / 1024:.1f} KiB: write time / batch",
+                     ns_(b["median_ns_per_batch"]),
+                     f"copy {ns_(cp['median_ns_per_batch'])}, swap "
+                     f"{ns_(sw['median_ns_per_batch'])}",
+                     f"{x['time_ratio_baseline_copy']:.1f}× / "
+                     f"{x['time_ratio_baseline_swap']:.1f}×", "—", ""])
+    note = (f"Baseline: calloc of a zeroed 1 MiB chunk per batch + memcpy + "
+            f"ush_writer_copy + free (Comet before #6985). {j['rounds']} rounds"
+            f" × {j['batches_per_round']} batches per mode, alternating; every "
+            f"malloc/calloc/realloc/memalign in the process counted.")
+    return table(["payload", "baseline (1 MiB chunk)", "ushuffle", "ratio",
+                  "target", ""], rows), note
+
+
+def t_ctx(res, m):
+    j = res["raw"]
+    rows = []
+    for x in j["results"]:
+        label = f"{x['codec']} {x['op']} {x['batch_bytes'] // 1024} KiB"
+        if "fresh" not in x:
+            rows.append([label, "—", ns_(x["reused"]["median_ns_per_batch"]),
+                         "—", x.get("note", ""), ""])
+            continue
+        f, r = x["fresh"], x["reused"]
+        rows.append([label,
+                     f"{ns_(f['median_ns_per_batch'])} "
+                     f"({f['heap_bytes_per_batch']:,.0f} B heap)",
+                     f"{ns_(r['median_ns_per_batch'])} "
+                     f"({r['heap_bytes_per_batch']:,.0f} B heap)",
+                     f"{x['ratio_fresh_reused']:.2f}×",
+                     "reuse never slower", met(x["ratio_fresh_reused"] >= 0.97)])
+    note = (f"Baseline: a context created and freed per batch; ushuffle: one "
+            f"context reused (reset per batch), as src/codec.c does. lz4 "
+            f"{j['lz4_version']}, zstd {j['zstd_version']} level "
+            f"{j['zstd_level']}; {j['rounds']} alternating rounds. "
+            f"Ratios within 3% count as equal (noise).")
+    return table(["batch", "baseline (fresh)", "ushuffle (reused)",
+                  "ratio", "target", ""], rows), note
+
+
+def t_disk(res, m):
+    rows = []
+    for bs, x in res["bs"].items():
+        mb = x["median_bw"]
+        rows.append([f"{bs}: vs fio io_uring --fixedbufs", mib(mb["fio"]),
+                     mib(mb["io_uring"]), f"{mb['io_uring'] / mb['fio']:.2f}×",
+                     "≥ 0.95×", met(mb["io_uring"] / mb["fio"] >= 0.95)])
+        rows.append([f"{bs}: vs ushuffle --ioengine=psync", mib(mb["psync"]),
+                     mib(mb["io_uring"]),
+                     f"{mb['io_uring'] / mb['psync']:.2f}×", "≥ 1.5×",
+                     met(mb["io_uring"] / mb["psync"] >= 1.5)])
+    note = (f"Medians of {res['rounds']} rounds of fio, ushuffle io_uring, "
+            f"ushuffle psync (alternating), {res['size']} each, iodepth "
+            f"{res['iodepth']}, O_DIRECT, same directory; bandwidth = bytes "
+            f"written to the file / runtime (ushuffle: frames incl. headers; "
+            f"fio with --end_fsync=1 as ushuffle's commit syncs).")
+    return table(["block size", "baseline", "ushuffle", "ratio", "target",
+                  ""], rows), note
+
+
+def t_net(res, m):
+    mb = res["median_bw"]
+    ref = min(mb["iperf3"], mb["fio"])
+    cpu = res["median_cpu_s_per_gib"]
+    rows = [["throughput vs min(iperf3 loopback, fio disk)",
+             f"{mib(ref)} (iperf3 {mib(mb['iperf3'])}, fio {mib(mb['fio'])})",
+             mib(mb["io_uring"]), f"{mb['io_uring'] / ref:.2f}×", "≥ 0.8×",
+             met(mb["io_uring"] / ref >= 0.8)],
+            ["CPU seconds per GiB vs psync", f"{cpu['psync']:.2f} s",
+             f"{cpu['io_uring']:.2f} s", f"{cpu['io_uring'] / cpu['psync']:.2f}×",
+             "≤ 0.7×", met(cpu["io_uring"] / cpu["psync"] <= 0.7)],
+            ["throughput vs psync", mib(mb["psync"]), mib(mb["io_uring"]),
+             f"{mb['io_uring'] / mb['psync']:.2f}×", "—", ""]]
+    note = (f"writer → ushuffled (loopback, O_DIRECT) → disk, {res['size']}, "
+            f"{res['rounds']} alternating rounds; CPU = writer + worker.")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
+def t_codec(res, m):
+    rows = []
+    for codec, x in res["codecs"].items():
+        r = x["ushuffle_bw"] / x["codec_bw"]
+        rows.append([f"--codec={codec}: CLI job (incl. record generation)",
+                     mib(x["codec_bw"]), mib(x["ushuffle_bw"]),
+                     f"{r:.2f}× ({(1 / r - 1) * 100:+.0f}% time)",
+                     "≥ 0.91× (≤ 10% added)", met(r >= 1 / 1.1)])
+        r = x["lib_bw"] / x["codec_bw"]
+        rows.append([f"--codec={codec}: library, batches copied in + swap",
+                     mib(x["codec_bw"]), mib(x["lib_bw"]),
+                     f"{r:.2f}× ({(1 / r - 1) * 100:+.0f}% time)", "—", ""])
+    rows.append(["--codec=none: CLI job (generation + transport, no codec)",
+                 "—", mib(res["none_bw"]), "—", "—", ""])
+    note = (f"Baseline: the codec's own single-thread speed "
+            f"(ush_bench_codec_speed: LZ4_compress_fast_extState / "
+            f"ZSTD_compressCCtx in a loop) on the very batches the CLI job "
+            f"writes (read from its --codec=none spill file). CLI job: "
+            f"`ushuffle --target=null --numjobs=1 --verify=none` of "
+            f"{res['size']}, raw batch bytes / runtime, which includes "
+            f"generating the records. Library: the same batches memcpy'ed "
+            f"into push buffers and swapped into a null-target writer with "
+            f"that codec (--via=lib). {res['rounds']} alternating rounds.")
+    return table(["codec", "codec alone", "ushuffle", "ratio", "target",
+                  ""], rows), note
+
+
+def t_scaling(res, m):
+    rows = []
+    for target, x in res["targets"].items():
+        b1 = x["median_bw"]["1"]
+        rounds = x["rounds"]
+        # Work per CPU second: flat when each job scales, whatever share
+        # of the cores other processes left to the jobs.
+        per_cpu = {n: median([q["raw_bytes"] / q["cpu_s"]
+                              for q in rounds[str(n)] if q["cpu_s"]])
+                   for n in res["numjobs"]}
+        for n in res["numjobs"]:
+            bn = x["median_bw"][str(n)]
+            eff = bn / (n * b1)
+            share = median([q["cpu_s"] / (q["runtime_s"] * n)
+                            for q in rounds[str(n)]])
+            lin = target == "null" and n > 1
+            rows.append([f"{target} ({x['codec']}), {n} jobs",
+                         mib(n * b1) + " (n × 1 job)",
+                         f"{mib(bn)} (CPU {share * 100:.0f}% of {n} "
+                         f"core{'s' if n > 1 else ''})",
+                         f"{eff:.2f}", "≥ 0.9 (near-linear)" if lin else "—",
+                         met(eff >= 0.9) if lin else ""])
+            if n > 1:
+                r = per_cpu[n] / per_cpu[1]
+                rows.append([f"{target} ({x['codec']}), {n} jobs: bytes per "
+                             f"CPU second", mib(per_cpu[1]).replace("/s", "")
+                             + " per CPU s (1 job)",
+                             mib(per_cpu[n]).replace("/s", "") + " per CPU s",
+                             f"{r:.2f}", "—", ""])
+    note = (f"numjobs 1..{max(res['numjobs'])} (the cores here), "
+            f"--group_reporting, {res['rounds']} rounds alternating the "
+            f"order; raw batch bytes / runtime. CPU: the process's user + "
+            f"system time / (runtime × jobs), from /usr/bin/time: below "
+            f"100% the jobs were not running, other processes were.")
+    return table(["target, jobs", "baseline (linear)", "ushuffle", "ratio",
+                  "target", ""], rows), note
+
+
+def t_parts(res, m):
+    rows = []
+    p0 = str(res["partitions"][0])
+    bw0, rss0 = res["median_bw"][p0], res["median_rss_kib"][p0]
+    for p in res["partitions"]:
+        bw, rss = res["median_bw"][str(p)], res["median_rss_kib"][str(p)]
+        rows.append([f"{p:,} partitions: throughput", mib(bw0), mib(bw),
+                     f"{bw / bw0:.2f}×", "—", ""])
+        rows.append([f"{p:,} partitions: peak RSS",
+                     f"{rss0 / 1024:.0f} MiB (a 64 KiB buffer per "
+                     f"partition: {p * 64 / 1024:,.0f} MiB)",
+                     f"{rss / 1024:.0f} MiB", f"{rss / rss0:.2f}×",
+                     "≤ RSS(10) + pool (64 MiB)",
+                     met(rss - rss0 <= 64 * 1024)])
+        amp = median([x["stored_bytes"] / x["logical_bytes"]
+                      for x in res["data"][str(p)]])
+        amp0 = median([x["stored_bytes"] / x["logical_bytes"]
+                       for x in res["data"][p0]])
+        rows.append([f"{p:,} partitions: bytes written / logical byte",
+                     f"{amp0:.2f}", f"{amp:.2f}", f"{amp / amp0:.2f}×", "—",
+                     ""])
+    ver = ", ".join(f"{k}: {v:,} records" for k, v in
+                    res.get("verified_records", {}).items())
+    note = (f"Baseline: {p0} partitions. --rw=write, disk target, default "
+            f"codec lz4 and O_DIRECT, {res['size']}, {res['rounds']} rounds "
+            f"alternating the order; logical bytes / runtime; peak RSS of the "
+            f"whole process from /usr/bin/time. Read back and verified "
+            f"(--rw=read, crc32c) after the last round: {ver or 'none'}.")
+    return table(["partitions", "baseline", "ushuffle", "ratio", "target",
+                  ""], rows), note
+
+
+TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
+          "disk": t_disk, "net": t_net, "codec": t_codec,
+          "scaling": t_scaling, "partitions": t_parts}
+TITLES = {"handoff": "1. Hand-off: swap vs copy",
+          "alloc": "2. Allocation per batch",
+          "ctx_reuse": "3. Context reuse",
+          "disk": "4. Disk spill vs fio",
+          "net": "5. Push to a worker",
+          "codec": "6. Codec cost",
+          "scaling": "7. Scaling",
+          "partitions": "8. Many partitions"}
+
+
+def gnuplot(script, png, dat):
+    if not shutil.which("gnuplot"):
+        return False
+    # A header line documents the columns; as a comment it is not a row.
+    if not re.match(r"[-0-9.]", dat):
+        dat = "# " + dat
+    with open(png + ".dat", "w") as f:
+        f.write(dat)
+    s = (f"set terminal pngcairo size 900,480 font ',10' noenhanced\n"
+         f"set output '{png}'\nset grid ytics\n"
+         f"set key outside bottom center horizontal\n"
+         f"set style data histograms\nset style histogram clustered gap 1\n"
+         f"set style fill solid 0.8 border -1\nset boxwidth 0.9\n"
+         f"DAT='{png}.dat'\n" + script)
+    p = subprocess.run(["gnuplot"], input=s, text=True, capture_output=True)
+    os.unlink(png + ".dat")
+    if p.returncode:
+        log(f"gnuplot failed for {png}: {p.stderr[-500:]}")
+    return p.returncode == 0
+
+
+def plot(name, res, img):
+    png = os.path.join(img, f"bench-{name}.png")
+    if name == "handoff":
+        dat = "size copy swap\n" + "".join(
+            f"{x['buffer_bytes'] >> 10}KiB {x['copy']['median_ns']} "
+            f"{x['swap']['median_ns']}\n" for x in res["raw"]["results"])
+        sc = ("set title 'Hand-off cost per buffer (median call, ns, log)'\n"
+              "set logscale y\nplot DAT using 2:xtic(1) title 'copy', "
+              "'' using 3 title 'swap'\n")
+    elif name == "alloc":
+        dat = "payload baseline copy swap\n" + "".join(
+            f"{x['payload_bytes'] / 1024:.1f}KiB "
+            f"{x['baseline']['median_ns_per_batch']} "
+            f"{x['copy']['median_ns_per_batch']} "
+            f"{x['swap']['median_ns_per_batch']}\n"
+            for x in res["raw"]["results"])
+        sc = ("set title 'Write time per batch (ns, log); baseline allocates "
+              "1 MiB per batch, ushuffle 0 B'\nset logscale y\n"
+              "plot DAT using 2:xtic(1) title 'baseline (1 MiB calloc)', "
+              "'' using 3 title 'copy', '' using 4 title 'swap'\n")
+    elif name == "ctx_reuse":
+        rows = [x for x in res["raw"]["results"] if "fresh" in x]
+        dat = "case fresh reused\n" + "".join(
+            f"\"{x['codec']} {x['op'][0]} {x['batch_bytes'] // 1024}K\" "
+            f"{x['fresh']['median_ns_per_batch']} "
+            f"{x['reused']['median_ns_per_batch']}\n" for x in rows)
+        sc = ("set title 'Time per batch: context per batch vs reused "
+              "(ns, log)'\nset logscale y\nplot DAT using 2:xtic(1) title "
+              "'fresh context', '' using 3 title 'reused'\n")
+    elif name == "disk":
+        dat = "bs fio io_uring psync\n" + "".join(
+            f"{bs} {x['median_bw']['fio'] / 2**20} "
+            f"{x['median_bw']['io_uring'] / 2**20} "
+            f"{x['median_bw']['psync'] / 2**20}\n"
+            for bs, x in res["bs"].items())
+        sc = ("set title 'Disk spill, O_DIRECT write bandwidth (MiB/s)'\n"
+              "set yrange [0:*]\nplot DAT using 2:xtic(1) title 'fio io_uring',"
+              " '' using 3 title 'ushuffle io_uring', '' using 4 title "
+              "'ushuffle psync'\n")
+    elif name == "net":
+        mb = res["median_bw"]
+        dat = "what MiBs\n" + "".join(f"{k} {v / 2**20}\n"
+                                      for k, v in mb.items())
+        sc = ("set title 'Push to a worker (MiB/s)'\nset yrange [0:*]\n"
+              "plot DAT using 2:xtic(1) title 'throughput'\n")
+    elif name == "codec":
+        dat = "codec alone lib job\n" + "".join(
+            f"{k} {x['codec_bw'] / 2**20} {x['lib_bw'] / 2**20} "
+            f"{x['ushuffle_bw'] / 2**20}\n"
+            for k, x in res["codecs"].items())
+        sc = ("set title 'Codec alone vs through ushuffle, null target "
+              "(MiB/s raw)'\nset yrange [0:*]\nplot DAT using 2:xtic(1) "
+              "title 'codec alone', '' using 3 title 'library (copy in + "
+              "swap)', '' using 4 title 'CLI job'\n")
+    elif name == "scaling":
+        ns = res["numjobs"]
+        t = res["targets"]
+        dat = "n " + " ".join(f"{k} {k}_linear" for k in t) + "\n" + "".join(
+            f"{n} " + " ".join(
+                f"{t[k]['median_bw'][str(n)] / 2**20} "
+                f"{n * t[k]['median_bw']['1'] / 2**20}" for k in t) + "\n"
+            for n in ns)
+        cols = []
+        for i, k in enumerate(t):
+            cols.append(f"DAT using 1:{2 + 2 * i} with linespoints lw 2 "
+                        f"title '{k}'")
+            cols.append(f"DAT using 1:{3 + 2 * i} with lines dt 2 "
+                        f"title '{k} linear'")
+        sc = ("set title 'Scaling with numjobs (MiB/s)'\nset xtics 1\n"
+              "set yrange [0:*]\nplot " + ", ".join(cols) + "\n")
+    elif name == "partitions":
+        dat = "".join(f"{p} {res['median_bw'][str(p)] / 2**20} "
+                      f"{res['median_rss_kib'][str(p)] / 1024}\n"
+                      for p in res["partitions"])
+        sc = ("set title 'Many partitions: write throughput and peak RSS'\n"
+              "set logscale x\nset ylabel 'MiB/s'\nset y2label 'peak RSS "
+              "(MiB)'\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\n"
+              "set xlabel 'partitions'\nplot DAT using 1:2 with linespoints "
+              "lw 2 title 'throughput', DAT using 1:3 axes x1y2 with "
+              "linespoints lw 2 title 'peak RSS'\n")
+    else:
+        return None
+    return os.path.basename(png) if gnuplot(sc, png, dat) else None
+
+
+def render(out, doc, img):
+    with open(os.path.join(out, "machine.json")) as f:
+        m = json.load(f)
+    os.makedirs(img, exist_ok=True)
+    try:
+        with open(doc) as f:
+            text = f.read()
+    except OSError:
+        text = "# Performance\n"
+    rel = os.path.relpath(out, ROOT)
+    summary = []
+    stamps, commits = set(), set()
+    for name in BENCHES:
+        try:
+            with open(os.path.join(out, f"{name}.json")) as f:
+                res = json.load(f)
+        except OSError:
+            continue
+        st = res.get("status")
+        stamps.add(res.get("utc", m["date"]))
+        commits.add(res.get("commit", m["commit"]))
+        mm = dict(m, date=res.get("utc", m["date"]),
+                  commit=res.get("commit", m["commit"]),
+                  dirty=res.get("dirty", m["dirty"]))
+        body = [f"*Run `{rel}`, mode {res.get('mode', '?')}, on "
+                f"{machine_line(mm)}.*", ""]
+        if st == "ok":
+            t, note = TABLES[name](res["result"], m)
+            body += [t, "", note]
+            # Rows with a verdict go to the summary at the top.
+            for line in t.splitlines()[2:]:
+                cells = [x.strip() for x in line.strip("|").split("|")]
+                if cells[-1]:
+                    summary.append([TITLES[name], cells[0], cells[3],
+                                    cells[4], cells[5]])
+            p = plot(name, res["result"], img)
+            if p:
+                body += ["", f"![{TITLES[name]}](img/{p})"]
+        elif st == "skipped":
+            body += [f"**skipped: {res['reason']}**"]
+        else:
+            body += [f"**failed: {res.get('reason', '?')}**"]
+        if st != "ok":
+            summary.append([TITLES[name], "—", "—", "—", f"**{st}**"])
+        block = "\n".join(body)
+        b, e = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
+        new = f"{b}\n{block}\n{e}"
+        if b in text and e in text:
+            text = re.sub(re.escape(b) + ".*?" + re.escape(e),
+                          lambda _: new, text, flags=re.S)
+        else:
+            text += f"\n## {TITLES[name]}\n\n{new}\n"
+    b, e = "<!-- bench:summary:begin -->", "<!-- bench:summary:end -->"
+    when = " – ".join(sorted({min(stamps), max(stamps)})) if stamps else ""
+    mm = dict(m, date=when, commit=", ".join(sorted(commits)) or m["commit"])
+    new = (f"{b}\n*Run `{rel}` on {machine_line(mm)}.*\n\n" +
+           table(["benchmark", "measure", "ratio", "target", ""], summary) +
+           f"\n{e}")
+    if b in text and e in text:
+        text = re.sub(re.escape(b) + ".*?" + re.escape(e), lambda _: new,
+                      text, flags=re.S)
+    with open(doc, "w") as f:
+        f.write(text)
+    log(f"wrote {doc} and plots in {img}")
+
+
