@@ -9,11 +9,13 @@
  * around that one call.
  *
  * Staging is bounded: at most STAGE_BYTES of buffers (at least 8), one per
- * partition while they fit. With more partitions than buffers, a
- * partition without one takes the next buffer round-robin, which is first
- * handed off as it is (a partial batch). A record that does not fit an
- * empty buffer goes out alone through ush_writer_write(), after its
- * partition's staged records, so each partition's order holds.
+ * partition. With more partitions than that, staging whole push buffers
+ * would hand most of them off nearly empty, so every record goes through
+ * ush_writer_write() instead: the library keeps small, growing partition
+ * buffers within its pool (the hand-off timed is then that call). A record
+ * that does not fit an empty buffer goes out alone through
+ * ush_writer_write(), after its partition's staged records, so each
+ * partition's order holds.
  */
 #include "cli.h"
 
@@ -39,7 +41,8 @@ struct stage {
 	struct slot *slots;
 	uint32_t nslots, nused, hand;
 	int32_t *slot_of; /* per partition: its slot, or -1 */
-	uint8_t *big;     /* a record above cap */
+	uint8_t *big;     /* a record above cap, or any record when through */
+	bool through;     /* more partitions than slots: ush_writer_write() */
 	bool oom;         /* a private buffer could not be allocated */
 	struct ush_lat *lat;
 };
@@ -106,7 +109,7 @@ static int put_record(struct stage *s, const struct rec_gen *g, uint32_t map,
 	size_t need = USH_RECORD_HDR_SIZE + (size_t)len;
 	struct slot *sl;
 	int ret;
-	if (need > s->cap) {
+	if (need > s->cap || s->through) {
 		int32_t i = s->slot_of[part];
 		if (i >= 0 && (ret = handoff(s, &s->slots[i])))
 			return ret;
@@ -146,8 +149,8 @@ static void ring_opts(const struct job_opts *o, uint32_t slots,
 {
 	ush_ring_opts_init(ro);
 	uint64_t bufs = QUEUE * 2 + o->iodepth + 2;
-	if (o->handoff == HANDOFF_SWAP)
-		bufs += slots;
+	if (o->handoff == HANDOFF_SWAP || o->partitions > slots)
+		bufs += slots; /* staged buffers, or the library's partitions */
 	ro->iodepth = (unsigned)o->iodepth;
 	ro->push_size = o->bs;
 	ro->pool_bytes = bufs * o->bs > POOL_MAX ? POOL_MAX : bufs * o->bs;
@@ -198,6 +201,7 @@ static int stage_init(struct stage *s, const struct job_opts *o,
 	s->swap = o->handoff == HANDOFF_SWAP;
 	s->cap = o->bs - USH_FRAME_HDR_SIZE;
 	s->nslots = slots;
+	s->through = o->partitions > slots;
 	s->lat = lat;
 	s->slots = calloc(slots, sizeof(*s->slots));
 	s->slot_of = malloc(o->partitions * sizeof(*s->slot_of));
