@@ -84,14 +84,6 @@ int pool_order(const struct ush_pool *p, size_t n)
 	return -1;
 }
 
-bool pool_has(const struct ush_pool *p, unsigned order)
-{
-	for (unsigned o = order; o <= p->max_order; o++)
-		if (p->idle[o])
-			return true;
-	return false;
-}
-
 struct ush_buf *pool_get(struct ush_pool *p, unsigned order)
 {
 	unsigned o = order;

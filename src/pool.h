@@ -55,8 +55,6 @@ struct ush_buf *pool_get(struct ush_pool *p, unsigned order);
 void pool_put(struct ush_pool *p, struct ush_buf *b);
 /* The buffer whose data starts at ptr; aborts if ptr is none. */
 struct ush_buf *pool_lookup(struct ush_pool *p, const void *ptr);
-/* The idle bytes available at order or above without waiting. */
-bool pool_has(const struct ush_pool *p, unsigned order);
 
 static inline void buf_move(struct ush_buf *b, enum ush_buf_state from,
 			    enum ush_buf_state to)
