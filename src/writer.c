@@ -63,55 +63,84 @@ static int check_open(struct ush_writer *w)
 	return 0;
 }
 
-/* Frames one handed-off buffer and gives it to the sink. */
-static int frame_submit(struct ush_writer *w, struct ush_buf *b)
+/* The DATA frame header of a batch of raw bytes, stored raw so far. */
+static struct ush_frame frame_of(const struct ush_writer *w,
+				 uint32_t partition, uint64_t seq, uint32_t raw,
+				 uint32_t nrec)
 {
-	struct ush_ring *r = w->ring;
-	struct ush_frame f = {
+	return (struct ush_frame){
 		.type = USH_FRAME_DATA,
 		.codec = USH_CODEC_NONE,
 		.shuffle = w->o.shuffle,
 		.map = w->o.map,
 		.attempt = w->o.attempt,
-		.partition = b->part,
-		.seq = b->seq,
-		.raw_len = b->len,
-		.payload_len = b->len,
-		.nrec = b->nrec,
+		.partition = partition,
+		.seq = seq,
+		.raw_len = raw,
+		.payload_len = raw,
+		.nrec = nrec,
 	};
-	struct ush_buf *out = b;
-	if (r->opts.codec != USH_CODEC_NONE && b->len) {
-		/* Compress into a buffer of the same class; the raw one goes
-		 * straight back to the pool. No idle buffer: store raw. */
-		struct ush_buf *c = pool_get(&r->pool, b->order);
-		long n = c ? codec_compress(&r->codec, r->opts.codec,
-					    r->opts.level,
-					    b->data + USH_FRAME_HDR_SIZE, b->len,
-					    c->data + USH_FRAME_HDR_SIZE,
-					    c->cap - USH_FRAME_HDR_SIZE)
-			   : 0;
-		if (n > 0) {
-			f.codec = (uint8_t)r->opts.codec;
-			f.payload_len = (uint32_t)n;
-			pool_put(&r->pool, b);
-			out = c;
-		} else {
-			if (c)
-				pool_put(&r->pool, c);
-			w->st.stored_raw++;
-		}
+}
+
+/*
+ * Compresses the batch behind src's header room into dst's (cap bytes).
+ * Returns true and updates f when it shrank; otherwise (or without a dst)
+ * the batch is stored raw.
+ */
+static bool compress(struct ush_writer *w, struct ush_frame *f,
+		     const uint8_t *src, uint8_t *dst, size_t cap)
+{
+	struct ush_ring *r = w->ring;
+	long n = dst ? codec_compress(&r->codec, r->opts.codec, r->opts.level,
+				      src + USH_FRAME_HDR_SIZE, f->raw_len,
+				      dst + USH_FRAME_HDR_SIZE, cap)
+		     : 0;
+	if (n <= 0) {
+		w->st.stored_raw++;
+		return false;
 	}
-	buf_move(out, out == b ? BUF_QUEUED : BUF_WRITER, BUF_INFLIGHT);
-	frame_encode(out->data, &f);
-	uint32_t flen = (uint32_t)ush_frame_size(f.payload_len);
+	f->codec = (uint8_t)r->opts.codec;
+	f->payload_len = (uint32_t)n;
+	return true;
+}
+
+/* Writes f's header in front of its payload (pool buffer b or heap frame
+ * mem), counts the frame and gives it to the sink. */
+static int submit(struct ush_writer *w, struct ush_frame *f,
+		  struct ush_buf *b, uint8_t *mem)
+{
+	frame_encode(b ? b->data : mem, f);
+	uint32_t flen = (uint32_t)ush_frame_size(f->payload_len);
 	w->st.frame_bytes += flen;
-	w->st.raw_bytes += f.raw_len;
+	w->st.raw_bytes += f->raw_len;
 	w->st.batches++;
 	w->inflight++;
-	int ret = w->sink->submit(w, out, NULL, flen, f.partition);
+	int ret = w->sink->submit(w, b, mem, flen, f->partition);
 	if (ret)
 		writer_error(w, ret, "writer: %s sink", w->sink->name);
 	return ret;
+}
+
+/* Frames one handed-off buffer and gives it to the sink. */
+static int frame_submit(struct ush_writer *w, struct ush_buf *b)
+{
+	struct ush_pool *pool = &w->ring->pool;
+	struct ush_frame f = frame_of(w, b->part, b->seq, b->len, b->nrec);
+	struct ush_buf *out = b;
+	if (w->ring->opts.codec != USH_CODEC_NONE && b->len) {
+		/* Compress into a buffer of the same class; the raw one goes
+		 * straight back to the pool. No idle buffer: store raw. */
+		struct ush_buf *c = pool_get(pool, b->order);
+		if (compress(w, &f, b->data, c ? c->data : NULL,
+			     b->cap - USH_FRAME_HDR_SIZE)) {
+			pool_put(pool, b);
+			out = c;
+		} else if (c) {
+			pool_put(pool, c);
+		}
+	}
+	buf_move(out, out == b ? BUF_QUEUED : BUF_WRITER, BUF_INFLIGHT);
+	return submit(w, &f, out, NULL);
 }
 
 static int flush_queue(struct ush_writer *w)
@@ -276,7 +305,6 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 static int write_alone(struct ush_writer *w, uint32_t partition,
 		       const void *rec, size_t len)
 {
-	struct ush_ring *r = w->ring;
 	size_t raw = USH_RECORD_HDR_SIZE + len;
 	/* Records written before this one come back before it: the open
 	 * batch takes the lower sequence number. Queued batches of this
@@ -293,45 +321,19 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	put_le32(m + USH_FRAME_HDR_SIZE, (uint32_t)len);
 	memcpy(m + USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE, rec, len);
 	struct ush_part *p = &w->parts[partition];
-	struct ush_frame f = {
-		.type = USH_FRAME_DATA,
-		.shuffle = w->o.shuffle,
-		.map = w->o.map,
-		.attempt = w->o.attempt,
-		.partition = partition,
-		.seq = p->seq++,
-		.raw_len = (uint32_t)raw,
-		.payload_len = (uint32_t)raw,
-		.nrec = 1,
-	};
-	if (r->opts.codec != USH_CODEC_NONE) {
+	struct ush_frame f = frame_of(w, partition, p->seq++, (uint32_t)raw, 1);
+	p->st.batches++;
+	if (w->ring->opts.codec != USH_CODEC_NONE) {
 		uint8_t *c = ush_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
-		long n = c ? codec_compress(&r->codec, r->opts.codec,
-					    r->opts.level,
-					    m + USH_FRAME_HDR_SIZE, raw,
-					    c + USH_FRAME_HDR_SIZE, raw)
-			   : 0;
-		if (n > 0) {
+		if (compress(w, &f, m, c, raw)) {
 			ush_free(m);
 			m = c;
-			f.codec = (uint8_t)r->opts.codec;
-			f.payload_len = (uint32_t)n;
 		} else {
 			ush_free(c);
-			w->st.stored_raw++;
 		}
 	}
-	frame_encode(m, &f);
-	uint32_t flen = (uint32_t)ush_frame_size(f.payload_len);
-	w->st.frame_bytes += flen;
-	w->st.raw_bytes += raw;
-	w->st.batches++;
-	p->st.batches++;
-	w->inflight++;
-	ret = w->sink->submit(w, NULL, m, flen, partition);
-	if (ret)
-		writer_error(w, ret, "writer: %s sink", w->sink->name);
-	return ret ? ret : ring_submit(r);
+	ret = submit(w, &f, NULL, m);
+	return ret ? ret : ring_submit(w->ring);
 }
 
 static int check_part(struct ush_writer *w, uint32_t partition)
@@ -354,20 +356,21 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 				USH_RECORD_MAX);
 	size_t need = USH_RECORD_HDR_SIZE + len;
 	struct ush_part *p = &w->parts[partition];
-	size_t push = w->ring->opts.push_size;
-	if (need > push - USH_FRAME_HDR_SIZE)
+	if (need > w->ring->opts.push_size - USH_FRAME_HDR_SIZE) {
 		ret = write_alone(w, partition, rec, len);
-	else if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
-		ret = make_room(w, partition, need);
+	} else {
+		if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
+			ret = make_room(w, partition, need);
+		if (!ret) {
+			uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
+			put_le32(d, (uint32_t)len);
+			memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+			p->len += (uint32_t)need;
+			p->nrec++;
+		}
+	}
 	if (ret)
 		return ret;
-	if (need <= push - USH_FRAME_HDR_SIZE) {
-		uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
-		put_le32(d, (uint32_t)len);
-		memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
-		p->len += (uint32_t)need;
-		p->nrec++;
-	}
 	p->st.records++;
 	p->st.bytes += len;
 	w->st.records++;
@@ -386,6 +389,27 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 	*buf = b->data + USH_FRAME_HDR_SIZE;
 	*cap = b->cap - USH_FRAME_HDR_SIZE;
 	return 0;
+}
+
+/* Every record has a 4-byte prefix: readers reject a batch of more. */
+static int check_nrec(size_t len, uint32_t nrecords)
+{
+	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
+		return ush_fail(-EINVAL, "writer: %u records cannot fit in "
+				"%zu bytes", nrecords, len);
+	return 0;
+}
+
+/* Counts a caller-made batch, then queues it (swap and copy). */
+static int handoff_batch(struct ush_writer *w, struct ush_buf *b,
+			 enum ush_buf_state from, uint32_t partition,
+			 size_t len, uint32_t nrecords)
+{
+	struct ush_part_stats *st = &w->parts[partition].st;
+	st->records += nrecords;
+	st->bytes += len - (size_t)nrecords * USH_RECORD_HDR_SIZE;
+	w->st.records += nrecords;
+	return handoff(w, b, from, partition, (uint32_t)len, nrecords);
 }
 
 static struct ush_buf *user_buf(struct ush_writer *w, const void *payload)
@@ -415,20 +439,13 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 	if (len > b->cap - USH_FRAME_HDR_SIZE)
 		return ush_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
-	/* Every record has a 4-byte prefix: readers reject such a frame. */
-	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
-		return ush_fail(-EINVAL, "writer: %u records cannot fit in "
-				"%zu bytes", nrecords, len);
 	/* Take the replacement first: on error nothing was handed over. */
-	ret = get_buf(w, b->order, b->order, &nb);
-	if (ret)
+	if ((ret = check_nrec(len, nrecords)) ||
+	    (ret = get_buf(w, b->order, b->order, &nb)))
 		return ret;
 	buf_move(nb, BUF_WRITER, BUF_USER);
-	w->parts[partition].st.records += nrecords;
-	w->parts[partition].st.bytes += len - nrecords * USH_RECORD_HDR_SIZE;
-	w->st.records += nrecords;
 	*buf = nb->data + USH_FRAME_HDR_SIZE;
-	return handoff(w, b, BUF_USER, partition, (uint32_t)len, nrecords);
+	return handoff_batch(w, b, BUF_USER, partition, len, nrecords);
 }
 
 int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
@@ -442,17 +459,11 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	if (order < 0)
 		return ush_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
-	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
-		return ush_fail(-EINVAL, "writer: %u records cannot fit in "
-				"%zu bytes", nrecords, len);
-	ret = get_buf(w, (unsigned)order, (unsigned)order, &b);
-	if (ret)
+	if ((ret = check_nrec(len, nrecords)) ||
+	    (ret = get_buf(w, (unsigned)order, (unsigned)order, &b)))
 		return ret;
 	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
-	w->parts[partition].st.records += nrecords;
-	w->parts[partition].st.bytes += len - nrecords * USH_RECORD_HDR_SIZE;
-	w->st.records += nrecords;
-	return handoff(w, b, BUF_WRITER, partition, (uint32_t)len, nrecords);
+	return handoff_batch(w, b, BUF_WRITER, partition, len, nrecords);
 }
 
 /* Waits until none of this writer's operations is in flight. */
