@@ -24,11 +24,12 @@ struct ush_reader {
 	char path[PATH_MAX];
 	struct spill_trailer t;
 	struct spill_entry *ents;  /* this partition's entries of the map */
-	size_t nents, ei, ecap;
+	size_t nents, ei, ecap;    /* ecap in bytes, as ush_grow() keeps it */
 	uint64_t next_seq;         /* lower sequence numbers are duplicates */
 	struct reader_net *net;    /* reading from a worker instead */
 	uint8_t *fbuf, *rbuf;      /* frame and decompressed batch */
-	size_t fcap, rcap;
+	uint8_t *ibuf;             /* the map's index file */
+	size_t fcap, rcap, icap;
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;
@@ -59,14 +60,15 @@ static int load_index(struct ush_reader *r, uint32_t map)
 	const struct ush_reader_opts *o = &r->o;
 	char ipath[PATH_MAX];
 	struct stat st = {0};
-	uint8_t *buf = NULL;
 	spill_index(ipath, sizeof(ipath), o->dir, o->shuffle, map);
 	int fd = open(ipath, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT
 			       ? ush_fail(USH_ENOTCOMMITTED, "reader: %s "
 					  "missing: map %u has no committed "
-					  "output", ipath, map)
+					  "output (not committed yet, or another "
+					  "dir or shuffle id than its writer's)",
+					  ipath, map)
 			       : ush_fail(-errno, "reader: open %s", ipath);
 	int ret = fstat(fd, &st) ? -errno : 0;
 	size_t size = (size_t)st.st_size;
@@ -74,12 +76,17 @@ static int load_index(struct ush_reader *r, uint32_t map)
 	if (!ret && (size < USH_INDEX_TRAILER ||
 		     (size - USH_INDEX_TRAILER) % USH_INDEX_ENTRY))
 		ret = USH_ECORRUPT;
-	if (!ret && !(buf = ush_malloc(size)))
-		ret = -ENOMEM;
+	size_t n = ret ? 0 : (size - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
+	/* Buffers are kept across maps: no allocation per map opened. */
 	if (!ret)
-		ret = read_all(fd, buf, size, 0);
+		ret = ush_grow(&r->ibuf, &r->icap, size);
+	if (!ret)
+		ret = ush_grow((uint8_t **)&r->ents, &r->ecap,
+			       n * sizeof(*r->ents));
+	const uint8_t *buf = r->ibuf;
+	if (!ret)
+		ret = read_all(fd, r->ibuf, size, 0);
 	close(fd);
-	size_t n = (size - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
 	if (!ret) {
 		bad = n * USH_INDEX_ENTRY; /* the trailer */
 		uint32_t crc = spill_crc(0xffffffffu, buf, n * USH_INDEX_ENTRY);
@@ -98,24 +105,9 @@ static int load_index(struct ush_reader *r, uint32_t map)
 			bad = i * USH_INDEX_ENTRY;
 			break;
 		}
-		if (e.partition != o->partition)
-			continue;
-		if (r->nents == r->ecap) {
-			size_t c = r->ecap ? 2 * r->ecap : 64;
-			struct spill_entry *ne = ush_malloc(c * sizeof(*ne));
-			if (!ne) {
-				ret = -ENOMEM;
-				break;
-			}
-			if (r->nents)
-				memcpy(ne, r->ents, r->nents * sizeof(*ne));
-			ush_free(r->ents);
-			r->ents = ne;
-			r->ecap = c;
-		}
-		r->ents[r->nents++] = e;
+		if (e.partition == o->partition)
+			r->ents[r->nents++] = e;
 	}
-	ush_free(buf);
 	if (ret)
 		return ush_fail(ret, "reader: index %s offset %zu partition %u",
 				ipath, bad, o->partition);
@@ -306,6 +298,7 @@ void ush_reader_free(ush_reader *r)
 	reader_net_free(r->net);
 	codec_destroy(&r->codec);
 	ush_free(r->ents);
+	ush_free(r->ibuf);
 	ush_free(r->fbuf);
 	ush_free(r->rbuf);
 	ush_free((void *)r->o.dir);
