@@ -230,6 +230,16 @@ static struct io_uring_sqe *get_sqe(struct ush_ring *r)
 	return sqe;
 }
 
+/* The part of every SQE the ring queues: file slot, op, count. */
+static void sqe_done(struct ush_ring *r, struct io_uring_sqe *sqe,
+		     struct ush_op *op)
+{
+	if (op->fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, op);
+	r->unsubmitted++;
+}
+
 static void prep_write(struct ush_ring *r, struct ush_op *op)
 {
 	struct io_uring_sqe *sqe = get_sqe(r);
@@ -240,17 +250,7 @@ static void prep_write(struct ush_ring *r, struct ush_op *op)
 					  op->buf->bufidx);
 	else
 		io_uring_prep_write(sqe, op->fd, a, n, op->off + op->done);
-	if (op->fixed_file)
-		sqe->flags |= IOSQE_FIXED_FILE;
-	io_uring_sqe_set_data(sqe, op);
-	r->unsubmitted++;
-}
-
-void ring_write(struct ush_ring *r, struct ush_op *op)
-{
-	r->inflight++;
-	op->t0 = ush_now_ns();
-	prep_write(r, op);
+	sqe_done(r, sqe, op);
 }
 
 /* The user_data of link timeouts: their CQEs carry no news of their own
@@ -275,10 +275,7 @@ static void prep_send(struct ush_ring *r, struct ush_op *op)
 				      IORING_SEND_ZC_REPORT_USAGE);
 	else
 		io_uring_prep_send(sqe, op->fd, a, n, MSG_NOSIGNAL);
-	if (op->fixed_file)
-		sqe->flags |= IOSQE_FIXED_FILE;
-	io_uring_sqe_set_data(sqe, op);
-	r->unsubmitted++;
+	sqe_done(r, sqe, op);
 	if (!op->timeout_ms)
 		return;
 	sqe->flags |= IOSQE_IO_LINK;
@@ -290,11 +287,30 @@ static void prep_send(struct ush_ring *r, struct ush_op *op)
 	r->unsubmitted++;
 }
 
-void ring_send(struct ush_ring *r, struct ush_op *op)
+/* (Re)queues the SQE of a write or send for what is left of op. */
+static void prep_again(struct ush_ring *r, struct ush_op *op)
+{
+	if (op->kind == OP_WRITE)
+		prep_write(r, op);
+	else
+		prep_send(r, op);
+}
+
+static void start(struct ush_ring *r, struct ush_op *op)
 {
 	r->inflight++;
 	op->t0 = ush_now_ns();
-	prep_send(r, op);
+	prep_again(r, op);
+}
+
+void ring_write(struct ush_ring *r, struct ush_op *op)
+{
+	start(r, op);
+}
+
+void ring_send(struct ush_ring *r, struct ush_op *op)
+{
+	start(r, op);
 }
 
 void ring_arm(struct ush_ring *r, struct ush_op *op)
@@ -320,11 +336,8 @@ void ring_arm(struct ush_ring *r, struct ush_op *op)
 	default:
 		ush_panic("ring: op kind %d cannot be armed", op->kind);
 	}
-	if (op->fixed_file)
-		sqe->flags |= IOSQE_FIXED_FILE;
-	io_uring_sqe_set_data(sqe, op);
+	sqe_done(r, sqe, op);
 	r->armed++;
-	r->unsubmitted++;
 }
 
 int ring_submit(struct ush_ring *r)
@@ -352,14 +365,6 @@ static void finish(struct ush_ring *r, struct ush_op *op, int res)
 	r->inflight--;
 	op->cb(op, res);
 	recycle(r, op);
-}
-
-static void prep_again(struct ush_ring *r, struct ush_op *op)
-{
-	if (op->kind == OP_WRITE)
-		prep_write(r, op);
-	else
-		prep_send(r, op);
 }
 
 /* Armed ops report every CQE; only the last one recycles the op. */
