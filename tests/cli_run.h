@@ -8,6 +8,7 @@
 
 #include "helpers.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -68,9 +69,11 @@ static inline struct cli_proc cli_start(const char *cwd,
 static inline struct cli_out cli_wait(struct cli_proc *p)
 {
 	struct cli_out r = {0};
-	int st;
+	int st = 0;
 	while (waitpid(p->pid, &st, 0) < 0)
-		;
+		if (errno != EINTR)
+			fail_msg("waitpid(%d): %s", (int)p->pid,
+				 strerror(errno));
 	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	r.out = cli_slurp(p->out);
 	r.err = cli_slurp(p->err);

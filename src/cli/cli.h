@@ -103,8 +103,7 @@ void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 void opts_defaults(struct job_opts *j);
 void opts_help(FILE *f);
 const char *choice_name(const struct opt_choice *c, int value);
-extern const struct opt_choice rw_choices[], target_choices[],
-	handoff_choices[], ioengine_choices[], verify_choices[];
+extern const struct opt_choice rw_choices[], verify_choices[];
 
 /* ------------------------------------------------------------ jobfile.c */
 
@@ -127,6 +126,13 @@ int cli_parse(int argc, char **argv, struct job_list *out);
 void job_list_free(struct job_list *l);
 
 /* -------------------------------------------------------------- verify.c */
+
+/* Little-endian 32-bit store: record length prefixes, verify headers. */
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
 
 /* Header of a verifiable record: CRC32C (seeded with the job id) of the
  * rest, map, sequence number. Shorter records carry filler only. */
@@ -200,6 +206,9 @@ struct dir_stats {
 	uint64_t phase_batches; /* batches of all threads in the phase */
 	struct ush_lat handoff, clat;
 };
+
+/* Zeroed, with empty histograms. */
+void dir_stats_init(struct dir_stats *d);
 
 struct thread_result {
 	struct dir_stats w, r;

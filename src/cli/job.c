@@ -356,12 +356,9 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 	if (ret)
 		snprintf(res->errmsg, sizeof(res->errmsg), "out of memory");
 	for (unsigned i = 0; !ret && i < res->nthreads; i++) {
-		struct thread_result *t = &res->t[i];
-		ush_lat_init(&t->w.handoff);
-		ush_lat_init(&t->w.clat);
-		ush_lat_init(&t->r.handoff);
-		ush_lat_init(&t->r.clat);
-		t->fixedbufs = -1;
+		dir_stats_init(&res->t[i].w);
+		dir_stats_init(&res->t[i].r);
+		res->t[i].fixedbufs = -1;
 	}
 	if (!ret)
 		ret = res->err = prepare(&j, res);

@@ -74,8 +74,8 @@ int main(int argc, char **argv)
 		report_normal(out, res, ran);
 	}
 	if (out != stdout ? fclose(out) : fflush(out)) {
-		fprintf(stderr, CLI_NAME ": writing the report: %s\n",
-			strerror(errno));
+		fprintf(stderr, CLI_NAME ": --output=%s: writing the report: "
+			"%s\n", l.global.output, strerror(errno));
 		status = status ? status : EXIT_RUN;
 	}
 	for (size_t i = 0; i < ran; i++)

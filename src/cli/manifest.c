@@ -64,6 +64,7 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 	mkdir(tmp, 0755);
 	manifest_path(path, sizeof(path), o->dir, m->shuffle);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	errno = 0; /* the mkdir()s above leave EEXIST */
 	int ret = json_object_to_file_ext(tmp, j, JSON_C_TO_STRING_PLAIN);
 	json_object_put(j);
 	if (ret || rename(tmp, path)) {
@@ -149,7 +150,9 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 	if (ret) {
 		ret = USH_ECORRUPT;
 		snprintf(err, n, "%s: not a manifest of job '%s' (corrupt or "
-			 "from another version)", path, o->name);
+			 "from another version); run --rw=write (or "
+			 "--rw=shuffle --keep) with the same --name and --dir "
+			 "again", path, o->name);
 		manifest_free(m);
 	}
 	return ret;

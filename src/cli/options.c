@@ -6,7 +6,6 @@
 #include "cli.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +20,11 @@
 
 const struct opt_choice rw_choices[] = {
 	{"write", RW_WRITE}, {"read", RW_READ}, {"shuffle", RW_SHUFFLE}, {0}};
-const struct opt_choice target_choices[] = {
+static const struct opt_choice target_choices[] = {
 	{"null", TARGET_NULL}, {"disk", TARGET_DISK}, {"net", TARGET_NET}, {0}};
-const struct opt_choice handoff_choices[] = {
+static const struct opt_choice handoff_choices[] = {
 	{"swap", HANDOFF_SWAP}, {"copy", HANDOFF_COPY}, {0}};
-const struct opt_choice ioengine_choices[] = {
+static const struct opt_choice ioengine_choices[] = {
 	{"io_uring", USH_IOENGINE_URING}, {"psync", USH_IOENGINE_PSYNC}, {0}};
 const struct opt_choice verify_choices[] = {
 	{"crc32c", VERIFY_CRC32C}, {"none", VERIFY_NONE}, {0}};
@@ -194,15 +193,25 @@ static int bad(const struct opt *o, char *err, size_t n, const char *fmt, ...)
 	return -1;
 }
 
+/* The leading digits of s into *v, *end after them. Too many digits
+ * saturate to UINT64_MAX, beyond every option's max ("out of range"). */
+static int parse_digits(const struct opt *o, const char *s, uint64_t *v,
+			char **end, char *err, size_t n)
+{
+	if (!isdigit((unsigned char)*s))
+		return bad(o, err, n, "not a number");
+	*v = strtoull(s, end, 10);
+	return 0;
+}
+
 /* Digits, then a k/m/g/t suffix (times 1024^i), optional "i" and "b". */
 static int parse_size(const struct opt *o, const char *s, uint64_t *out,
 		      char *err, size_t n)
 {
-	if (!isdigit((unsigned char)*s))
-		return bad(o, err, n, "not a number");
-	errno = 0;
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
+	char *end = NULL;
+	uint64_t v = 0;
+	if (parse_digits(o, s, &v, &end, err, n))
+		return -1;
 	const char *sfx = end;
 	unsigned shift = 0;
 	const char *p = strchr("kmgt", tolower((unsigned char)*end));
@@ -216,42 +225,25 @@ static int parse_size(const struct opt *o, const char *s, uint64_t *out,
 		end++;
 	if (*end)
 		return bad(o, err, n, "bad suffix '%s'", sfx);
-	if (errno == ERANGE || (shift && v > (UINT64_MAX >> shift)))
+	if (v > (UINT64_MAX >> shift))
 		return bad(o, err, n, "out of range");
-	*out = (uint64_t)v << shift;
+	*out = v << shift;
 	return 0;
 }
 
-static int parse_uint(const struct opt *o, const char *s, uint64_t *out,
-		      char *err, size_t n)
-{
-	if (!isdigit((unsigned char)*s))
-		return bad(o, err, n, "not a number");
-	errno = 0;
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (*end)
-		return bad(o, err, n, "bad suffix '%s'", end);
-	if (errno == ERANGE)
-		return bad(o, err, n, "out of range");
-	*out = v;
-	return 0;
-}
-
+/* Seconds, or with an s, m or h suffix; *out in ms. */
 static int parse_time(const struct opt *o, const char *s, uint64_t *out,
 		      char *err, size_t n)
 {
-	if (!isdigit((unsigned char)*s))
-		return bad(o, err, n, "not a number");
-	errno = 0;
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	uint64_t mul = 1;
+	char *end = NULL;
+	uint64_t v = 0, mul = 1;
+	if (parse_digits(o, s, &v, &end, err, n))
+		return -1;
 	if (*end && !end[1] && strchr("smh", *end))
 		mul = *end == 'h' ? 3600 : *end == 'm' ? 60 : 1, end++;
 	if (*end)
 		return bad(o, err, n, "bad suffix '%s'", end);
-	if (errno == ERANGE || v > o->max || v * mul > o->max)
+	if (v > o->max || v * mul > o->max)
 		return bad(o, err, n, "out of range");
 	*out = v * mul * 1000;
 	return 0;
@@ -279,15 +271,21 @@ int opt_set(const struct opt *o, struct job_opts *j, const char *v,
 			return bad(o, err, n, strlen(v) ? "too long" : "empty");
 		memcpy(field, v, strlen(v) + 1);
 		return 0;
-	case T_UINT:
+	case T_UINT: {
+		char *end = NULL;
 		if ((o->flags & OPT_AUTO) && !strcmp(v, "auto")) {
 			*(uint64_t *)field = 0;
 			return 0;
 		}
-		if (parse_uint(o, v, u, err, n) || check_range(o, u[0], err, n))
+		if (parse_digits(o, v, u, &end, err, n))
+			return -1;
+		if (*end)
+			return bad(o, err, n, "bad suffix '%s'", end);
+		if (check_range(o, u[0], err, n))
 			return -1;
 		*(uint64_t *)field = u[0];
 		return 0;
+	}
 	case T_SIZE:
 		if (parse_size(o, v, u, err, n) || check_range(o, u[0], err, n))
 			return -1;

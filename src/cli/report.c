@@ -31,13 +31,18 @@ static void agg_dir(struct dir_stats *a, const struct dir_stats *d)
 	ush_lat_merge(&a->clat, &d->clat);
 }
 
+void dir_stats_init(struct dir_stats *d)
+{
+	memset(d, 0, sizeof(*d));
+	ush_lat_init(&d->handoff);
+	ush_lat_init(&d->clat);
+}
+
 void agg_threads(struct agg *a, const struct thread_result *t, unsigned n)
 {
 	memset(a, 0, sizeof(*a));
-	ush_lat_init(&a->w.handoff);
-	ush_lat_init(&a->w.clat);
-	ush_lat_init(&a->r.handoff);
-	ush_lat_init(&a->r.clat);
+	dir_stats_init(&a->w);
+	dir_stats_init(&a->r);
 	for (unsigned i = 0; i < n; i++) {
 		agg_dir(&a->w, &t[i].w);
 		agg_dir(&a->r, &t[i].r);

@@ -47,12 +47,6 @@ uint32_t rec_len(const struct rec_gen *g, uint64_t h)
 	return g->min + (span ? (uint32_t)(h & 0xffffffffu) % span : 0);
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
-}
-
 static uint32_t get32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -65,9 +59,9 @@ void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
 	uint8_t *body = dst;
 	uint32_t blen = len;
 	if (len >= REC_HDR) {
-		put32(dst + 4, map);
-		put32(dst + 8, (uint32_t)seq);
-		put32(dst + 12, (uint32_t)(seq >> 32));
+		put_le32(dst + 4, map);
+		put_le32(dst + 8, (uint32_t)seq);
+		put_le32(dst + 12, (uint32_t)(seq >> 32));
 		body += REC_HDR;
 		blen -= REC_HDR;
 	}
@@ -85,7 +79,7 @@ void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
 	for (; i < blen; i++)
 		body[i] = (uint8_t)(word >> (8 * (i & 7)));
 	if (len >= REC_HDR)
-		put32(dst, crc32_iscsi(dst + 4, (int)(len - 4), g->job));
+		put_le32(dst, crc32_iscsi(dst + 4, (int)(len - 4), g->job));
 }
 
 void verify_log_init(struct verify_log *v)

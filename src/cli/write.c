@@ -94,12 +94,6 @@ static int get_slot(struct stage *s, uint32_t part, struct slot **out)
 	return 0;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static int put_record(struct stage *s, const struct rec_gen *g, uint32_t map,
 		      uint64_t seq, uint32_t *lenp)
 {
