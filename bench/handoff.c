@@ -38,6 +38,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "util.h"
+
+#define PROG "ush_bench_handoff"
+
 #ifdef USH_BENCH_JSON
 #include <json-c/json.h>
 #endif
@@ -93,16 +97,9 @@ static void fail(const char *fmt, ...)
 
 static _Noreturn void die(const char *what, int err)
 {
-	fprintf(stderr, "ush_bench_handoff: %s: %s (%s)\n", what,
+	fprintf(stderr, PROG ": %s: %s (%s)\n", what,
 		ush_last_error(), ush_err_name(err));
 	exit(1);
-}
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -570,17 +567,6 @@ static void usage(FILE *f)
 	);
 }
 
-static unsigned long num(const char *s, const char *opt)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-	if (end == s || *end) {
-		fprintf(stderr, "ush_bench_handoff: bad %s '%s'\n", opt, s);
-		exit(1);
-	}
-	return v;
-}
-
 static void parse(int argc, char **argv, struct cfg *c)
 {
 	static const struct option opts[] = {
@@ -605,7 +591,7 @@ static void parse(int argc, char **argv, struct cfg *c)
 			char *save, *tok, *s = optarg;
 			while ((tok = strtok_r(s, ",", &save))) {
 				s = NULL;
-				unsigned long k = num(tok, "--sizes");
+				unsigned long k = bench_num(PROG, tok, "--sizes");
 				if (c->nsizes == MAX_SIZES || k < 4 ||
 				    (k & (k - 1)) || k > (64 << 10)) {
 					fprintf(stderr, "ush_bench_handoff: "
@@ -619,19 +605,19 @@ static void parse(int argc, char **argv, struct cfg *c)
 			break;
 		}
 		case 'r':
-			c->rounds = (unsigned)num(optarg, "--rounds");
+			c->rounds = (unsigned)bench_num(PROG, optarg, "--rounds");
 			break;
 		case 'n':
-			c->buffers = (unsigned)num(optarg, "--buffers");
+			c->buffers = (unsigned)bench_num(PROG, optarg, "--buffers");
 			break;
 		case 'w':
-			c->warm = (unsigned)num(optarg, "--warmup");
+			c->warm = (unsigned)bench_num(PROG, optarg, "--warmup");
 			break;
 		case 'b':
-			c->record = (unsigned)num(optarg, "--record-size");
+			c->record = (unsigned)bench_num(PROG, optarg, "--record-size");
 			break;
 		case 'c':
-			c->cpu = (int)num(optarg, "--cpu");
+			c->cpu = (int)bench_num(PROG, optarg, "--cpu");
 			break;
 		case 'j':
 #ifdef USH_BENCH_JSON
