@@ -241,8 +241,11 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 			ret = ring_reap(r, 1);
 		else if (!evict(w))
 			return ush_fail(USH_EPOOL, "writer: the %zu KiB pool "
-					"has no idle %u KiB buffer and nothing "
-					"is in flight; raise the pool size",
+					"has no idle %u KiB buffer, nothing in "
+					"flight and no open batch to send: "
+					"release buffers taken with "
+					"ush_writer_acquire() or raise "
+					"ush_ring_opts.pool_bytes",
 					r->pool.bytes >> 10,
 					(USH_BUF_MIN << min_order) >> 10);
 		if (ret)
