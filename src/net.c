@@ -48,6 +48,8 @@ static int split(const char *peer, char *host, size_t hn, char *port,
 		 size_t pn)
 {
 	const char *colon = strrchr(peer, ':');
+	if (!colon)
+		return -EINVAL;
 	size_t hl = (size_t)(colon - peer);
 	if (peer[0] == '[' && hl >= 2 && peer[hl - 1] == ']') {
 		peer++;
@@ -129,34 +131,49 @@ int net_write(int fd, const void *buf, size_t n)
 	return 0;
 }
 
+/*
+ * Reads the worker's answer to req into b (USH_PROTO_ERROR_SIZE bytes):
+ * a frame of type want, or an ERROR, which becomes the error returned.
+ * b holds an ERROR at most: control frames such as MANIFEST pass
+ * proto_header() with payloads of up to USH_PROTO_CTRL_MAX, so any other
+ * type is refused before its payload is read.
+ */
+static int read_reply(int fd, const char *peer, const char *req,
+		      unsigned want, uint8_t *b, struct ush_frame *f)
+{
+	const char *why = "";
+	int ret = net_read(fd, b, USH_FRAME_HDR_SIZE);
+	if (ret)
+		return ush_fail(ret, "net: worker %s: no reply to %s", peer,
+				req);
+	ret = proto_header(b, f, USH_PROTO_ERROR_SIZE, false, &why);
+	if (!ret && f->type != want && f->type != USH_FRAME_ERROR)
+		ret = USH_ECORRUPT, why = "unexpected frame type";
+	if (!ret)
+		ret = net_read(fd, b + USH_FRAME_HDR_SIZE, f->payload_len);
+	if (!ret && frame_check(b, f))
+		ret = USH_ECRC, why = "CRC32C mismatch";
+	if (ret)
+		return ush_fail(ret, "net: worker %s: bad reply to %s%s%s", peer,
+				req, *why ? ": " : "", why);
+	if (f->type == USH_FRAME_ERROR) {
+		char msg[USH_PROTO_ERRMSG_MAX];
+		int code = proto_get_error(b + USH_FRAME_HDR_SIZE,
+					   f->payload_len, msg, sizeof(msg));
+		return ush_fail(code, "net: worker %s refused %s: %s", peer, req,
+				msg);
+	}
+	return 0;
+}
+
 /* Reads the worker's answer to HELLO: its HELLO or an ERROR. */
 static int hello_reply(int fd, const char *peer, struct proto_hello *h)
 {
 	uint8_t b[USH_PROTO_ERROR_SIZE];
 	struct ush_frame f;
-	const char *why = "";
-	int ret = net_read(fd, b, USH_FRAME_HDR_SIZE);
+	int ret = read_reply(fd, peer, "HELLO", USH_FRAME_HELLO, b, &f);
 	if (ret)
-		return ush_fail(ret, "net: worker %s: no HELLO reply", peer);
-	ret = proto_header(b, &f, USH_PROTO_ERROR_SIZE, false, &why);
-	if (!ret && f.type != USH_FRAME_HELLO && f.type != USH_FRAME_ERROR)
-		ret = USH_ECORRUPT, why = "neither HELLO nor ERROR";
-	if (!ret)
-		ret = net_read(fd, b + USH_FRAME_HDR_SIZE, f.payload_len);
-	if (!ret && frame_check(b, &f))
-		ret = USH_ECRC, why = "CRC32C mismatch";
-	if (ret)
-		return ush_fail(ret, "net: worker %s: bad HELLO reply %s", peer,
-				why);
-	if (f.type == USH_FRAME_ERROR) {
-		char msg[USH_PROTO_ERRMSG_MAX];
-		int code = proto_get_error(b + USH_FRAME_HDR_SIZE,
-					   f.payload_len, msg, sizeof(msg));
-		if (code >= 0 || code < -4999)
-			code = -EPROTO;
-		return ush_fail(code, "net: worker %s refused HELLO: %s", peer,
-				msg);
-	}
+		return ret;
 	proto_get_hello(b + USH_FRAME_HDR_SIZE, h);
 	if (h->version != USH_PROTO_VERSION)
 		return ush_fail(USH_EVERSION, "net: worker %s speaks protocol "
@@ -203,43 +220,17 @@ int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
 	return fd;
 }
 
-/* Reads one small reply frame (ACK or ERROR) into b. */
-static int small_reply(int fd, const char *peer, uint8_t *b,
-		       struct ush_frame *f)
-{
-	const char *why = "";
-	int ret = net_read(fd, b, USH_FRAME_HDR_SIZE);
-	if (!ret)
-		ret = proto_header(b, f, USH_PROTO_ERROR_SIZE, false, &why);
-	/* b holds an ERROR at most: control frames such as MANIFEST pass
-	 * proto_header() with payloads of up to USH_PROTO_CTRL_MAX. */
-	if (!ret && f->type != USH_FRAME_ACK && f->type != USH_FRAME_ERROR)
-		ret = USH_ECORRUPT, why = "neither ACK nor ERROR";
-	if (!ret)
-		ret = net_read(fd, b + USH_FRAME_HDR_SIZE, f->payload_len);
-	if (!ret && frame_check(b, f))
-		ret = USH_ECRC;
-	if (ret)
-		return ush_fail(ret, "net: worker %s: reply %s", peer, why);
-	if (f->type == USH_FRAME_ERROR) {
-		char msg[USH_PROTO_ERRMSG_MAX];
-		int code = proto_get_error(b + USH_FRAME_HDR_SIZE,
-					   f->payload_len, msg, sizeof(msg));
-		return ush_fail(code < 0 && code > -4999 ? code : -EPROTO,
-				"net: worker %s: %s", peer, msg);
-	}
-	return 0;
-}
-
 int ush_net_drop(const char *workers, uint32_t shuffle, uint32_t timeout_ms)
 {
 	unsigned n = net_count_workers(workers);
 	char (*peers)[USH_NET_PEER] = n ? ush_calloc(n, USH_NET_PEER) : NULL;
 	if (!peers)
-		return ush_fail(n ? -ENOMEM : -EINVAL, "net: drop: no workers");
+		return n ? ush_fail(-ENOMEM, "net: drop: %u workers", n) :
+			   ush_fail(-EINVAL, "net: drop: no workers given");
 	int ret = net_parse_workers(workers, peers, n);
 	if (ret < 0)
-		ush_fail(ret, "net: bad worker list '%s'", workers);
+		ush_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
+			 workers);
 	else
 		ret = 0;
 	for (unsigned i = 0; !ret && i < n; i++) {
@@ -257,10 +248,8 @@ int ush_net_drop(const char *workers, uint32_t shuffle, uint32_t timeout_ms)
 		if (ret)
 			ush_fail(ret, "net: worker %s: sending DROP", peers[i]);
 		else
-			ret = small_reply(fd, peers[i], b, &f);
-		if (!ret && f.type != USH_FRAME_ACK)
-			ret = ush_fail(-EPROTO, "net: worker %s: DROP answered "
-				       "with frame type %u", peers[i], f.type);
+			ret = read_reply(fd, peers[i], "DROP", USH_FRAME_ACK, b,
+					 &f);
 		close(fd);
 	}
 	ush_free(peers);

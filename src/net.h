@@ -27,7 +27,7 @@ unsigned net_count_workers(const char *list);
 int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
 	     struct proto_hello *reply);
 /* Reads exactly n bytes; -ETIMEDOUT after the socket's timeout, -EPIPE
- * (USH_ECORRUPT when mid-frame is given) at EOF. */
+ * at EOF. */
 int net_read(int fd, void *buf, size_t n);
 int net_write(int fd, const void *buf, size_t n);
 

@@ -1,6 +1,7 @@
 /* Worker protocol frames: bounds, encoders, decoders; see proto.h. */
 #include "proto.h"
 
+#include <errno.h>
 #include <stdio.h>
 
 static int bad(const char **why, const char *rule)
@@ -196,11 +197,6 @@ void proto_get_ack(const uint8_t *p, struct proto_ack *a)
 	a->value = get_le64(p + 8);
 }
 
-uint64_t proto_get_u64(const uint8_t *p)
-{
-	return get_le64(p);
-}
-
 int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n)
 {
 	uint32_t mlen = get_le32(p + 4);
@@ -214,7 +210,8 @@ int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n)
 	for (uint32_t i = 0; i < mlen; i++)
 		if (msg[i] < 0x20 || msg[i] > 0x7e)
 			msg[i] = '?';
-	return (int)get_le32(p);
+	int code = (int)get_le32(p);
+	return code < 0 && code > -5000 ? code : -EPROTO;
 }
 
 void proto_get_count(const uint8_t *p, uint32_t i, struct proto_count *e)

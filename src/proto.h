@@ -105,11 +105,13 @@ size_t proto_manifest_size(uint32_t n);
 size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition,
 			  const struct proto_manifest *e, uint32_t n);
 
-/* Decoders of payloads whose length proto_header() checked. */
+/* Decoders of payloads whose length proto_header() checked. FETCH and
+ * FETCH_END payloads are one get_le64() value (offset, bytes). */
 void proto_get_hello(const uint8_t *p, struct proto_hello *h);
 void proto_get_ack(const uint8_t *p, struct proto_ack *a);
-uint64_t proto_get_u64(const uint8_t *p);
-/* Copies the message (NUL-terminated, at most n - 1 bytes) into msg. */
+/* Copies the message (NUL-terminated, at most n - 1 bytes) into msg and
+ * returns the code: a negative errno or USH_E* value, or -EPROTO when the
+ * peer sent anything else. */
 int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n);
 void proto_get_count(const uint8_t *p, uint32_t i, struct proto_count *e);
 void proto_get_manifest(const uint8_t *p, uint32_t i,

@@ -11,6 +11,7 @@
 #include "reader_net.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <unistd.h>
 
 struct reader_net {
@@ -27,7 +28,8 @@ struct reader_net {
 	const uint8_t *batch;
 	size_t blen, boff;
 	uint64_t off;         /* stream bytes read */
-	uint64_t frames, bytes;
+	uint64_t at;          /* stream offset of the last frame read */
+	uint64_t frames;      /* DATA frames read; bytes: st.stored_bytes */
 	bool ended;
 	int err;
 	struct ush_reader_stats st;
@@ -37,8 +39,8 @@ struct reader_net {
 static int read_frame(struct reader_net *r, struct ush_frame *f)
 {
 	const char *why = "";
-	uint64_t at = r->off;
 	uint8_t h[USH_FRAME_HDR_SIZE];
+	r->at = r->off;
 	int ret = net_read(r->fd, h, USH_FRAME_HDR_SIZE);
 	if (ret == -EPIPE)
 		why = ": the worker closed the stream";
@@ -53,17 +55,18 @@ static int read_frame(struct reader_net *r, struct ush_frame *f)
 		ret = USH_ECRC, why = "";
 	if (ret)
 		return ush_fail(ret, "reader: worker %s offset %llu partition "
-				"%u%s%s", r->peer, (unsigned long long)at,
+				"%u%s%s", r->peer, (unsigned long long)r->at,
 				r->partition, *why && *why != ':' ? ": " : "",
 				why);
 	r->off += proto_size(f);
 	return 0;
 }
 
+/* Fails on the frame last read, naming where it starts. */
 static int fail_at(struct reader_net *r, int err, const char *what)
 {
 	return ush_fail(err, "reader: worker %s offset %llu partition %u: %s",
-			r->peer, (unsigned long long)r->off, r->partition,
+			r->peer, (unsigned long long)r->at, r->partition,
 			what);
 }
 
@@ -77,8 +80,7 @@ static int manifest(struct reader_net *r)
 		char msg[USH_PROTO_ERRMSG_MAX];
 		int code = proto_get_error(r->fbuf + USH_FRAME_HDR_SIZE,
 					   f.payload_len, msg, sizeof(msg));
-		return fail_at(r, code < 0 && code > -4999 ? code : -EPROTO,
-			       msg);
+		return fail_at(r, code, msg);
 	}
 	if (f.type != USH_FRAME_MANIFEST || f.shuffle != r->shuffle ||
 	    f.partition != r->partition)
@@ -164,8 +166,8 @@ fail:
 
 static int end(struct reader_net *r, const struct ush_frame *f)
 {
-	uint64_t bytes = proto_get_u64(r->fbuf + USH_FRAME_HDR_SIZE);
-	if (f->seq != r->frames || bytes != r->bytes)
+	uint64_t bytes = get_le64(r->fbuf + USH_FRAME_HDR_SIZE);
+	if (f->seq != r->frames || bytes != r->st.stored_bytes)
 		return fail_at(r, USH_ECORRUPT, "FETCH_END disagrees with the "
 			       "frames received");
 	for (uint32_t m = 0; m < r->maps; m++)
@@ -190,11 +192,14 @@ static int load(struct reader_net *r)
 		if (ret)
 			return ret;
 		if (f.type == USH_FRAME_FETCH_END)
-			return (ret = end(r, &f)) ? ret : 0;
-		if (f.type != USH_FRAME_DATA)
-			return fail_at(r, -EPROTO, "unexpected frame type");
+			return end(r, &f);
+		if (f.type != USH_FRAME_DATA) {
+			char what[40];
+			snprintf(what, sizeof(what), "unexpected frame type %u",
+				 f.type);
+			return fail_at(r, -EPROTO, what);
+		}
 		r->frames++;
-		r->bytes += proto_size(&f);
 		r->st.stored_bytes += proto_size(&f);
 		if (f.shuffle != r->shuffle || f.partition != r->partition)
 			return fail_at(r, USH_ECORRUPT, "frame of another "
@@ -238,7 +243,7 @@ int reader_net_next(struct reader_net *r, const void **rec, size_t *len)
 		if (r->batch) {
 			if (records_next(r->batch, r->blen, &r->boff, rec,
 					 len) == 1)
-				return 1; /* checked in check_records */
+				return 1; /* checked by records_check() */
 			r->batch = NULL;
 		}
 		if (r->ended)

@@ -157,13 +157,13 @@ static void handle(struct conn *c, const struct ush_frame *f,
 	if (f->type == USH_FRAME_ERROR) {
 		int code = proto_get_error(payload, f->payload_len, msg,
 					   sizeof(msg));
-		if (code >= 0 || code < -4999)
-			code = -EPROTO;
 		snprintf(what, sizeof(what), "ERROR %s", msg);
 		conn_dead(c, code, what);
 		return;
 	}
-	conn_dead(c, -EPROTO, "unexpected frame type from the worker");
+	snprintf(what, sizeof(what), "unexpected frame type %u from the "
+		 "worker", f->type);
+	conn_dead(c, -EPROTO, what);
 }
 
 /* Handles the complete replies in rbuf, keeping a partial one. */
@@ -500,7 +500,8 @@ static int send_mapper_end(struct net *n, unsigned ci, const uint32_t *owner,
 	if (ret) {
 		ush_free(e);
 		ush_free(m);
-		return ush_fail(ret, "net: MAPPER_END");
+		return ush_fail(ret, "net: worker %s: MAPPER_END of %u entries",
+				c->peer, count);
 	}
 	uint32_t k = 0;
 	for (uint32_t p = 0; p < w->o.partitions; p++)
@@ -561,13 +562,16 @@ static int net_commit(struct ush_writer *w)
 			wait_for(n, &n->c[i], acked, 0, "no commit ACK "
 				 "within the timeout (worker stalled?)");
 	}
-	for (unsigned i = 0; !ret && i < n->nc; i++)
-		if (n->c[i].status)
-			ret = ush_fail(n->c[i].status == USH_ECOMMITTED ?
-					       USH_ECOMMITTED : -EPROTO,
-				       "net: worker %s: map %u was committed "
-				       "by another attempt", n->c[i].peer,
-				       w->o.map);
+	for (unsigned i = 0; !ret && i < n->nc; i++) {
+		if (n->c[i].status == USH_ECOMMITTED)
+			ret = ush_fail(USH_ECOMMITTED, "net: worker %s: map %u "
+				       "was committed by another attempt",
+				       n->c[i].peer, w->o.map);
+		else if (n->c[i].status)
+			ret = ush_fail(-EPROTO, "net: worker %s: commit ACK of "
+				       "map %u with unknown status %d",
+				       n->c[i].peer, w->o.map, n->c[i].status);
+	}
 	if (ret)
 		return w->err && ret != USH_ECOMMITTED ?
 			       ush_fail_msg(w->err, w->errmsg) : ret;

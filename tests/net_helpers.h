@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,20 @@ static inline size_t th_rec(uint8_t *buf, uint32_t m, uint32_t i)
 	memcpy(buf, &id, 8);
 	th_fill(buf + 8, len - 8, id * 2654435761u + 1);
 	return len;
+}
+
+/* Writes records of map 0 over 8 partitions until a write fails (a
+ * stalled or dead worker), counting them in *records; returns the
+ * failure. */
+static inline int th_push_until_error(ush_writer *w, atomic_ulong *records)
+{
+	uint8_t buf[1024];
+	int ret = 0;
+	for (uint32_t i = 0; !ret; i++) {
+		ret = ush_writer_write(w, i % 8, buf, th_rec(buf, 0, i));
+		atomic_fetch_add(records, 1);
+	}
+	return ret;
 }
 
 struct th_job {

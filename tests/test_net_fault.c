@@ -35,13 +35,9 @@ static void *push_forever(void *p)
 				     .workers = a->workers,
 				     .timeout_ms = TIMEOUT_MS};
 	ush_writer *w = NULL;
-	uint8_t buf[1024];
 	a->ret = ush_writer_open(&w, ring, &wo);
-	for (uint32_t i = 0; !a->ret; i++) {
-		size_t len = th_rec(buf, 0, i);
-		a->ret = ush_writer_write(w, i % 8, buf, len);
-		atomic_fetch_add(&a->records, 1);
-	}
+	if (!a->ret)
+		a->ret = th_push_until_error(w, &a->records);
 	snprintf(a->msg, sizeof(a->msg), "%s", ush_last_error());
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -25,6 +25,31 @@ struct zc_pusher {
 	char msg[512];
 };
 
+/* Waits up to 20 timeouts for tid, which runs against the SIGSTOPped
+ * worker w, to set *done; resumes w, and fails the test with hung (after
+ * joining tid) if it did not. Returns the milliseconds waited. */
+static unsigned join_stalled(struct th_worker *w, pthread_t tid,
+			     atomic_int *done, const char *msg,
+			     const char *hung)
+{
+	unsigned waited = 0;
+	while (!atomic_load(done) && waited < 20u * TIMEOUT_MS) {
+		usleep(10000);
+		waited += 10;
+	}
+	int ok = atomic_load(done);
+	kill(w->pid, SIGCONT);
+	if (!ok) {
+		print_message("stuck after: %s\n", msg);
+		/* Let it finish so the thread can be joined. */
+		th_worker_kill(w);
+		pthread_join(tid, NULL);
+		fail_msg("%s", hung);
+	}
+	pthread_join(tid, NULL);
+	return waited;
+}
+
 static void *zc_push(void *p)
 {
 	struct zc_pusher *a = p;
@@ -42,13 +67,9 @@ static void *zc_push(void *p)
 				     .workers = a->workers,
 				     .timeout_ms = TIMEOUT_MS, .send_zc = 1};
 	ush_writer *w = NULL;
-	uint8_t buf[1024];
 	a->ret = ush_writer_open(&w, ring, &wo);
-	for (uint32_t i = 0; !a->ret; i++) {
-		size_t len = th_rec(buf, 0, i);
-		a->ret = ush_writer_write(w, i % 8, buf, len);
-		atomic_fetch_add(&a->records, 1);
-	}
+	if (!a->ret)
+		a->ret = th_push_until_error(w, &a->records);
 	snprintf(a->msg, sizeof(a->msg), "%s", ush_last_error());
 	/* The teardown waits for every zero-copy notification. */
 	ush_writer_free(w);
@@ -75,21 +96,8 @@ static void zc_stalled_worker(void **state)
 	while (atomic_load(&a.records) < 200000 && !atomic_load(&a.done))
 		usleep(1000);
 	kill(w.pid, SIGSTOP);
-	unsigned waited = 0;
-	while (!atomic_load(&a.done) && waited < 20u * TIMEOUT_MS) {
-		usleep(10000);
-		waited += 10;
-	}
-	int done = atomic_load(&a.done);
-	kill(w.pid, SIGCONT);
-	if (!done) {
-		print_message("writer stuck after: %s\n", a.msg);
-		/* Let it finish so the thread can be joined. */
-		th_worker_kill(&w);
-		pthread_join(tid, NULL);
-		fail_msg("writer teardown hung on a stalled worker (SEND_ZC)");
-	}
-	pthread_join(tid, NULL);
+	join_stalled(&w, tid, &a.done, a.msg,
+		     "writer teardown hung on a stalled worker (SEND_ZC)");
 	assert_true(a.ret < 0);
 	print_message("writer error: %s\n", a.msg);
 	th_worker_stop(&w);
@@ -151,19 +159,9 @@ static void zc_commit_stalled(void **state)
 		usleep(1000);
 	kill(w.pid, SIGSTOP);
 	atomic_store(&a.stopped, 1);
-	unsigned waited = 0;
-	while (!atomic_load(&a.done) && waited < 20u * TIMEOUT_MS) {
-		usleep(10000);
-		waited += 10;
-	}
-	int done = atomic_load(&a.done);
-	kill(w.pid, SIGCONT);
-	if (!done) {
-		th_worker_kill(&w);
-		pthread_join(tid, NULL);
-		fail_msg("commit hung on a stalled worker (SEND_ZC)");
-	}
-	pthread_join(tid, NULL);
+	unsigned waited = join_stalled(&w, tid, &a.done, a.msg,
+				       "commit hung on a stalled worker "
+				       "(SEND_ZC)");
 	assert_true(a.ret < 0);
 	print_message("commit error after %u ms: %s\n", waited, a.msg);
 	th_worker_stop(&w);

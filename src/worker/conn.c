@@ -22,21 +22,35 @@ static const char *type_name(unsigned type)
 	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
 }
 
-void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)
+struct wk_out *wk_out_new(size_t cap)
 {
-	struct wk_out *o = ush_malloc(sizeof(*o) + n);
-	if (!o) {
-		c->eof = true; /* cannot answer: drop the connection */
-		return;
+	struct wk_out *o = ush_malloc(sizeof(*o) + cap);
+	if (o) {
+		o->next = NULL;
+		o->len = 0;
 	}
-	o->next = NULL;
-	o->len = (uint32_t)n;
-	memcpy(o->data, frame, n);
+	return o;
+}
+
+void wk_conn_queue(struct wk_conn *c, struct wk_out *o)
+{
 	if (c->out_tail)
 		c->out_tail->next = o;
 	else
 		c->out = o;
 	c->out_tail = o;
+}
+
+void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)
+{
+	struct wk_out *o = wk_out_new(n);
+	if (!o) {
+		c->eof = true; /* cannot answer: drop the connection */
+		return;
+	}
+	o->len = (uint32_t)n;
+	memcpy(o->data, frame, n);
+	wk_conn_queue(c, o);
 }
 
 void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
@@ -261,7 +275,7 @@ static void dispatch(struct wk_conn *c, const struct ush_frame *f,
 		return;
 	}
 	if (!role_ok(c, f->type)) {
-		wk_conn_fail(c, -EPROTO, "unexpected %s frame", 
+		wk_conn_fail(c, -EPROTO, "unexpected %s frame",
 			     type_name(f->type));
 		return;
 	}
@@ -304,18 +318,12 @@ static bool header_ok(struct wk_conn *c, const uint8_t *h)
 
 static bool stage_start(struct wk_conn *c, const uint8_t *h)
 {
+	/* Bounded by proto_header: max_frame or the control limit. */
 	size_t need = proto_size(&c->f);
-	if (need > c->scap) {
-		/* Bounded by proto_header: max_frame or the control limit. */
-		uint8_t *s = ush_malloc(need);
-		if (!s) {
-			wk_conn_fail(c, -ENOMEM, "no memory for a %zu-byte "
-				     "frame", need);
-			return false;
-		}
-		ush_free(c->stage);
-		c->stage = s;
-		c->scap = need;
+	if (ush_grow(&c->stage, &c->scap, need)) {
+		wk_conn_fail(c, -ENOMEM, "no memory for a %zu-byte frame",
+			     need);
+		return false;
 	}
 	memcpy(c->stage, h, USH_FRAME_HDR_SIZE);
 	c->sgot = USH_FRAME_HDR_SIZE;

@@ -72,21 +72,21 @@ int wk_fetch_start(struct wk_conn *c, const struct ush_frame *f,
 	fe->fd = -1;
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
-	fe->skip = proto_get_u64(payload);
+	fe->skip = get_le64(payload);
 	int ret = wk_manifest(wk, f->shuffle, f->partition, &fe->m, &fe->nm);
 	if (!ret)
 		ret = list_files(wk, fe);
-	uint8_t *b = ret ? NULL : ush_malloc(proto_manifest_size(fe->nm));
-	if (!ret && !b)
+	struct wk_out *o = ret ? NULL :
+			   wk_out_new(proto_manifest_size(fe->nm));
+	if (!ret && !o)
 		ret = -ENOMEM;
 	if (ret) {
 		wk_fetch_free(fe);
 		return ret;
 	}
-	size_t n = proto_put_manifest(b, f->shuffle, f->partition, fe->m,
-				      fe->nm);
-	wk_conn_send(c, b, n);
-	ush_free(b);
+	o->len = (uint32_t)proto_put_manifest(o->data, f->shuffle,
+					      f->partition, fe->m, fe->nm);
+	wk_conn_queue(c, o);
 	c->fetch = fe;
 	wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u committed "
 	       "maps, %u files", c->peer, f->shuffle, f->partition, fe->nm,
@@ -127,7 +127,7 @@ static int read_at(int fd, void *p, size_t n, uint64_t off)
 /* The next committed frame's header into *f, or 0 at the end of all
  * files. Returns 1, 0 or an error. */
 static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
-		      struct ush_frame *f, uint64_t *fsize)
+		      struct ush_frame *f)
 {
 	uint8_t h[USH_FRAME_HDR_SIZE];
 	const char *why;
@@ -146,11 +146,10 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 				return -errno;
 			fe->size = (uint64_t)st.st_size;
 		}
-		*fsize = fe->size;
-		if (*fsize - fe->off < USH_FRAME_HDR_SIZE ||
+		if (fe->size - fe->off < USH_FRAME_HDR_SIZE ||
 		    read_at(fe->fd, h, sizeof(h), fe->off) ||
 		    proto_header(h, f, wk->o.max_frame, true, &why) ||
-		    proto_size(f) > *fsize - fe->off) {
+		    proto_size(f) > fe->size - fe->off) {
 			/* The end of this file's complete frames. */
 			close(fe->fd);
 			fe->fd = -1;
@@ -171,8 +170,7 @@ void wk_fetch_pump(struct wk_conn *c)
 	int ret = 0;
 	while (!fe->done) {
 		struct ush_frame f;
-		uint64_t fsize;
-		ret = next_frame(wk, fe, &f, &fsize);
+		ret = next_frame(wk, fe, &f);
 		if (ret < 0)
 			break;
 		size_t n = ret ? proto_size(&f) : USH_PROTO_SMALL;
@@ -189,13 +187,11 @@ void wk_fetch_pump(struct wk_conn *c)
 			break;
 		if (!o) {
 			cap = n > WK_FETCH_CHUNK ? n : WK_FETCH_CHUNK;
-			o = ush_malloc(sizeof(*o) + cap + USH_PROTO_SMALL);
+			o = wk_out_new(cap + USH_PROTO_SMALL);
 			if (!o) {
 				ret = -ENOMEM;
 				break;
 			}
-			o->next = NULL;
-			o->len = 0;
 		}
 		if (!ret) {
 			o->len += (uint32_t)proto_put_fetch_end(
@@ -220,13 +216,8 @@ void wk_fetch_pump(struct wk_conn *c)
 			     ush_strerror(ret));
 		return;
 	}
-	if (o) {
-		if (c->out_tail)
-			c->out_tail->next = o;
-		else
-			c->out = o;
-		c->out_tail = o;
-	}
+	if (o)
+		wk_conn_queue(c, o);
 	if (fe->done) {
 		wk_fetch_free(fe);
 		c->fetch = NULL;

@@ -96,7 +96,7 @@ static int open_file(struct wk_thread *t, struct wk_part *p)
 			return ush_fail(-errno, "worker: truncate %s", path);
 	}
 	if (!st.st_size)
-		t->dir_unsynced = true;
+		p->created = t->dir_unsynced = true;
 	/* O_DIRECT needs aligned offsets: a file left unaligned by a
 	 * buffered run stays buffered. */
 	if (wk->o.direct && !(p->off % USH_ALIGN)) {
@@ -312,9 +312,12 @@ int wk_store_sync(struct wk_thread *t)
 		char path[4096];
 		for (size_t i = 0; !ret && t->ptab && i <= t->pmask; i++)
 			for (struct wk_part *p = t->ptab[i]; p; p = p->hnext) {
+				if (!p->created)
+					continue;
 				snprintf(path, sizeof(path), "%s/s%u",
 					 t->wk->dir, p->shuffle);
 				sync_dir(path);
+				p->created = false;
 			}
 		ret = sync_dir(t->wk->dir);
 		t->dir_unsynced = ret != 0;

@@ -62,8 +62,7 @@ static int split_hostport(const char *s, char *host, size_t n, int *port)
 	return 0;
 }
 
-static int listen_one(struct ush_worker *wk, const struct addrinfo *ai,
-		      int port)
+static int listen_one(const struct addrinfo *ai, int port)
 {
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -88,7 +87,6 @@ static int listen_one(struct ush_worker *wk, const struct addrinfo *ai,
 		close(fd);
 		return e;
 	}
-	(void)wk;
 	return fd;
 }
 
@@ -106,7 +104,7 @@ static int bind_all(struct ush_worker *wk, int port)
 		return ush_fail(-EINVAL, "worker: resolve %s: %s", wk->host,
 				gai_strerror(ret));
 	for (unsigned i = 0; i < wk->nthreads; i++) {
-		int fd = listen_one(wk, ai, port);
+		int fd = listen_one(ai, port);
 		if (fd < 0) {
 			freeaddrinfo(ai);
 			return ush_fail(fd, "worker: listen on %s:%d", wk->host,

@@ -57,6 +57,7 @@ struct wk_part {
 	uint32_t shuffle, partition;
 	int fd, slot;
 	bool direct, unsynced;
+	bool created;        /* new file: its directory entry is unsynced */
 	uint64_t off;        /* end of the data submitted so far */
 	struct ush_buf *buf; /* flush buffer, or NULL */
 	uint32_t len;
@@ -172,6 +173,11 @@ int wk_part_path(char *buf, size_t n, const char *dir, uint32_t shuffle,
 
 /* conn.c */
 void wk_conn_process(struct wk_conn *c);
+/* An empty output with room for cap bytes, or NULL. */
+struct wk_out *wk_out_new(size_t cap);
+/* Appends o to c's output queue; c owns it from here on. */
+void wk_conn_queue(struct wk_conn *c, struct wk_out *o);
+/* Queues a copy of the n-byte frame. */
 void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n);
 void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
