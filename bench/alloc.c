@@ -147,9 +147,12 @@ static inline int write_one(ush_writer *w, enum mode m, uint32_t part,
 static void run_round(ush_ring *ring, const struct cfg *c, struct result *res,
 		      enum mode m, const uint8_t *batch, struct round *out)
 {
-	struct ush_writer_opts wo = {.shuffle = 2, .map = 0,
-				     .partitions = PARTITIONS,
-				     .target = USH_TARGET_NULL};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 2;
+	wo.map = 0;
+	wo.partitions = PARTITIONS;
+	wo.target = USH_TARGET_NULL;
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	if (ret)

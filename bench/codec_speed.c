@@ -215,8 +215,11 @@ static double via_lib(const struct codec *k, const struct cfg *c,
 			parts = batches[i].part + 1;
 	ush_ring *ring;
 	ush_writer *w;
-	struct ush_writer_opts wo = {.shuffle = 6, .partitions = parts,
-				     .target = USH_TARGET_NULL};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 6;
+	wo.partitions = parts;
+	wo.target = USH_TARGET_NULL;
 	int ret = ush_ring_create(&ring, &ro);
 	if (ret || (ret = ush_writer_open(&w, ring, &wo))) {
 		fprintf(stderr, PROG ": %s\n", ush_last_error());

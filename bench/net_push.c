@@ -78,11 +78,14 @@ int main(int argc, char **argv)
 	ush_ring *ring;
 	if (ush_ring_create(&ring, &ro))
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
-	struct ush_writer_opts wo = {
-		.shuffle = shuffle, .partitions = parts,
-		.target = USH_TARGET_NET, .workers = workers, .send_zc = zc,
-		.ioengine = psync ? USH_IOENGINE_PSYNC : USH_IOENGINE_URING,
-	};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = shuffle;
+	wo.partitions = parts;
+	wo.target = USH_TARGET_NET;
+	wo.workers = workers;
+	wo.send_zc = zc;
+	wo.ioengine = psync ? USH_IOENGINE_PSYNC : USH_IOENGINE_URING;
 	ush_writer *w;
 	if (ush_writer_open(&w, ring, &wo))
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
@@ -133,9 +136,12 @@ int main(int argc, char **argv)
 		t0 = now();
 		c0 = cpu();
 		for (uint32_t p = 0; p < parts; p++) {
-			struct ush_reader_opts rdo = {.shuffle = shuffle,
-						      .partition = p, .maps = 1,
-						      .workers = workers};
+			struct ush_reader_opts rdo;
+			ush_reader_opts_init(&rdo);
+			rdo.shuffle = shuffle;
+			rdo.partition = p;
+			rdo.maps = 1;
+			rdo.workers = workers;
 			ush_reader *r;
 			const void *got;
 			size_t glen;

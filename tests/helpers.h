@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <ushuffle/ushuffle.h>
+#include <ushuffle/worker.h>
 
 /* Creates a fresh directory under $USH_TEST_DIR (default: the build
  * directory, a real disk; /tmp may be tmpfs) and returns its path

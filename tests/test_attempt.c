@@ -8,7 +8,7 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
-#include "spill.h"
+#include "core/spill.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,10 +66,15 @@ static ush_ring *new_ring(void)
 static ush_writer *open_attempt(ush_ring *ring, const char *dir,
 				uint32_t attempt)
 {
-	struct ush_writer_opts wo = {.shuffle = SHUFFLE, .map = MAP,
-				     .attempt = attempt, .partitions = NPARTS,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 1};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.map = MAP;
+	wo.attempt = attempt;
+	wo.partitions = NPARTS;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 1;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	return w;
@@ -97,8 +102,12 @@ static void expect_attempt(const char *dir, uint32_t attempt)
 {
 	static uint8_t want[PUSH + 1024];
 	for (uint32_t p = 0; p < NPARTS; p++) {
-		struct ush_reader_opts ro = {.dir = dir, .shuffle = SHUFFLE,
-					     .partition = p, .maps = 1};
+		struct ush_reader_opts ro;
+		ush_reader_opts_init(&ro);
+		ro.dir = dir;
+		ro.shuffle = SHUFFLE;
+		ro.partition = p;
+		ro.maps = 1;
 		ush_reader *r;
 		const void *rec;
 		size_t len;
@@ -128,8 +137,12 @@ static void expect_uncommitted(const char *dir)
 {
 	char index[PATH_MAX];
 	spill_index(index, sizeof(index), dir, SHUFFLE, MAP);
-	struct ush_reader_opts ro = {.dir = dir, .shuffle = SHUFFLE,
-				     .partition = 0, .maps = 1};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = dir;
+	ro.shuffle = SHUFFLE;
+	ro.partition = 0;
+	ro.maps = 1;
 	ush_reader *r;
 	const void *rec;
 	size_t len;
@@ -195,10 +208,14 @@ static void crashed_attempt(void **state)
 		ro.pool_bytes = 1u << 20;
 		ush_ring *ring;
 		ush_writer *w;
-		struct ush_writer_opts wo = {.shuffle = SHUFFLE, .map = MAP,
-					     .partitions = NPARTS,
-					     .target = USH_TARGET_DISK,
-					     .dir = dir, .direct = 1};
+		struct ush_writer_opts wo;
+		ush_writer_opts_init(&wo);
+		wo.shuffle = SHUFFLE;
+		wo.map = MAP;
+		wo.partitions = NPARTS;
+		wo.target = USH_TARGET_DISK;
+		wo.dir = dir;
+		wo.direct = 1;
 		if (ush_ring_create(&ring, &ro) ||
 		    ush_writer_open(&w, ring, &wo) ||
 		    write_range(w, 0, 0, NREC / 2))
@@ -272,7 +289,7 @@ static void write_index(const char *path, const uint8_t *b, size_t entries)
 {
 	int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	assert_true(fd >= 0);
-	size_t nb = entries * USH_INDEX_ENTRY + USH_INDEX_TRAILER;
+	size_t nb = entries * USHI_INDEX_ENTRY + USHI_INDEX_TRAILER;
 	assert_int_equal(write(fd, b, nb), (ssize_t)nb);
 	close(fd);
 }
@@ -297,11 +314,11 @@ static void duplicate_batch(void **state)
 
 	size_t ilen;
 	uint8_t *old = th_read_file(index, &ilen);
-	size_t n = (ilen - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
+	size_t n = (ilen - USHI_INDEX_TRAILER) / USHI_INDEX_ENTRY;
 	struct spill_trailer t;
-	th_ok(spill_trailer_get(old + n * USH_INDEX_ENTRY, &t,
+	th_ok(spill_trailer_get(old + n * USHI_INDEX_ENTRY, &t,
 				spill_crc(0xffffffffu, old,
-					  n * USH_INDEX_ENTRY)));
+					  n * USHI_INDEX_ENTRY)));
 	assert_int_equal(t.entries, n);
 	/* Partition 3's entries: copy its second one in place, its first
 	 * and last ones at the end. */
@@ -309,46 +326,50 @@ static void duplicate_batch(void **state)
 	size_t pe[2048], np = 0;
 	for (size_t i = 0; i < n && np < 2048; i++) {
 		struct spill_entry e;
-		spill_entry_get(old + i * USH_INDEX_ENTRY, &e);
+		spill_entry_get(old + i * USHI_INDEX_ENTRY, &e);
 		if (e.partition == part)
 			pe[np++] = i;
 	}
 	assert_true(np >= 3);
-	uint8_t *b = malloc(ilen + 3 * USH_INDEX_ENTRY);
+	uint8_t *b = malloc(ilen + 3 * USHI_INDEX_ENTRY);
 	assert_non_null(b);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		memcpy(b + m++ * USH_INDEX_ENTRY, old + i * USH_INDEX_ENTRY,
-		       USH_INDEX_ENTRY);
+		memcpy(b + m++ * USHI_INDEX_ENTRY, old + i * USHI_INDEX_ENTRY,
+		       USHI_INDEX_ENTRY);
 		if (i == pe[1])
-			memcpy(b + m++ * USH_INDEX_ENTRY,
-			       old + i * USH_INDEX_ENTRY, USH_INDEX_ENTRY);
+			memcpy(b + m++ * USHI_INDEX_ENTRY,
+			       old + i * USHI_INDEX_ENTRY, USHI_INDEX_ENTRY);
 	}
-	memcpy(b + m++ * USH_INDEX_ENTRY, old + pe[0] * USH_INDEX_ENTRY,
-	       USH_INDEX_ENTRY);
-	memcpy(b + m++ * USH_INDEX_ENTRY, old + pe[np - 1] * USH_INDEX_ENTRY,
-	       USH_INDEX_ENTRY);
+	memcpy(b + m++ * USHI_INDEX_ENTRY, old + pe[0] * USHI_INDEX_ENTRY,
+	       USHI_INDEX_ENTRY);
+	memcpy(b + m++ * USHI_INDEX_ENTRY, old + pe[np - 1] * USHI_INDEX_ENTRY,
+	       USHI_INDEX_ENTRY);
 	assert_int_equal(m, n + 3);
 	t.entries = m;
-	spill_trailer_put(b + m * USH_INDEX_ENTRY, &t,
-			  spill_crc(0xffffffffu, b, m * USH_INDEX_ENTRY));
+	spill_trailer_put(b + m * USHI_INDEX_ENTRY, &t,
+			  spill_crc(0xffffffffu, b, m * USHI_INDEX_ENTRY));
 	write_index(index, b, m);
 	/* Every partition, the doctored one included, reads back whole. */
 	expect_attempt(dir, 0);
 
 	/* A copy of the last frame ahead of all others must not make the
 	 * reader drop the batches it skipped as "duplicates": refused. */
-	memcpy(b, old + pe[np - 1] * USH_INDEX_ENTRY, USH_INDEX_ENTRY);
-	memcpy(b + USH_INDEX_ENTRY, old, n * USH_INDEX_ENTRY);
+	memcpy(b, old + pe[np - 1] * USHI_INDEX_ENTRY, USHI_INDEX_ENTRY);
+	memcpy(b + USHI_INDEX_ENTRY, old, n * USHI_INDEX_ENTRY);
 	m = n + 1;
 	t.entries = m;
-	spill_trailer_put(b + m * USH_INDEX_ENTRY, &t,
-			  spill_crc(0xffffffffu, b, m * USH_INDEX_ENTRY));
+	spill_trailer_put(b + m * USHI_INDEX_ENTRY, &t,
+			  spill_crc(0xffffffffu, b, m * USHI_INDEX_ENTRY));
 	write_index(index, b, m);
 	struct spill_entry last;
-	spill_entry_get(old + pe[np - 1] * USH_INDEX_ENTRY, &last);
-	struct ush_reader_opts ro = {.dir = dir, .shuffle = SHUFFLE,
-				     .partition = part, .maps = 1};
+	spill_entry_get(old + pe[np - 1] * USHI_INDEX_ENTRY, &last);
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = dir;
+	ro.shuffle = SHUFFLE;
+	ro.partition = part;
+	ro.maps = 1;
 	ush_reader *r;
 	const void *rec;
 	size_t len;

@@ -6,7 +6,7 @@
  * and a truncated file. Each exits 1 and describes the first mismatches.
  */
 #include "cli_run.h"
-#include "frame.h"
+#include "core/frame.h"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -112,7 +112,7 @@ static void record_altered_behind_a_valid_frame(void **state)
 	int fd = open(data, O_RDWR);
 	assert_true(fd >= 0);
 	uint8_t hdr[USH_FRAME_HDR_SIZE];
-	struct ush_frame f;
+	struct ushi_frame f;
 	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
 	assert_int_equal(frame_decode(hdr, &f), 0);
 	size_t len = ush_frame_size(f.payload_len);

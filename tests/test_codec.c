@@ -5,9 +5,9 @@
  * context. A batch that does not shrink is stored raw.
  */
 #include "helpers.h"
-#include "codec.h"
-#include "frame.h"
-#include "spill.h"
+#include "core/codec.h"
+#include "core/frame.h"
+#include "core/spill.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,7 +120,7 @@ static void free_batches(struct batch *b, int n)
 /* Decodes batch b alone with a context created for it. */
 static void decode_fresh(const struct batch *b, int i)
 {
-	struct ush_codec_ctx c;
+	struct ushi_codec_ctx c;
 	if (!b->zn)
 		return; /* stored raw */
 	uint8_t *out = malloc(b->n); /* exact size: ASan sees overruns */
@@ -141,7 +141,7 @@ static void decode_fresh(const struct batch *b, int i)
 static void context_reuse(int mix)
 {
 	struct batch b[NB];
-	struct ush_codec_ctx c;
+	struct ushi_codec_ctx c;
 	int order[NB];
 	uint64_t rng = 99 + (uint64_t)mix;
 	make_batches(b, NB, mix);
@@ -232,7 +232,7 @@ static void steady_state_allocates_nothing(void **state)
 	(void)state;
 	static const enum ush_codec codecs[] = {USH_CODEC_LZ4, USH_CODEC_ZSTD};
 	enum { N = 64, SZ = 64 * KiB - USH_FRAME_HDR_SIZE };
-	struct ush_codec_ctx c;
+	struct ushi_codec_ctx c;
 	uint8_t *z = malloc(SZ), *out = malloc(SZ);
 	assert_non_null(z);
 	assert_non_null(out);
@@ -262,7 +262,7 @@ static void no_shrink_is_zero(void **state)
 {
 	(void)state;
 	static const enum ush_codec codecs[] = {USH_CODEC_LZ4, USH_CODEC_ZSTD};
-	struct ush_codec_ctx c;
+	struct ushi_codec_ctx c;
 	uint8_t rnd[4096], zeros[4096], dst[8192];
 	th_fill(rnd, sizeof(rnd), 3);
 	memset(zeros, 0, sizeof(zeros));
@@ -309,7 +309,7 @@ static void decompress_rejects_bad_input(void **state)
 	(void)state;
 	static const enum ush_codec codecs[] = {USH_CODEC_LZ4, USH_CODEC_ZSTD};
 	enum { N = 20000 };
-	struct ush_codec_ctx c;
+	struct ushi_codec_ctx c;
 	uint8_t *z = malloc(N), *out = malloc(N + 1), *junk = malloc(N);
 	assert_non_null(z);
 	assert_non_null(out);
@@ -364,9 +364,13 @@ static void writer_stores_raw(enum ush_codec codec)
 	o.codec = codec;
 	o.level = 1;
 	th_ok(ush_ring_create(&ring, &o));
-	struct ush_writer_opts wo = {.shuffle = 2, .partitions = 6,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 0};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 2;
+	wo.partitions = 6;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 0;
 	ush_writer *w;
 	enum { SMALL = 8000, BIG = 100000 };
 	uint8_t *rnd = malloc(BIG), *batch = malloc(SMALL + 4);
@@ -418,7 +422,7 @@ static void writer_stores_raw(enum ush_codec codec)
 	struct seen seen[6] = {{0}};
 	size_t off = 0;
 	while (off < (size_t)sb.st_size) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		assert_int_equal(frame_decode(file + off, &f), 0);
 		assert_int_equal(frame_check(file + off, &f), 0);
 		assert_true(f.partition < 6);
@@ -447,8 +451,12 @@ static void writer_stores_raw(enum ush_codec codec)
 	/* Every partition reads back to its record. */
 	static const size_t offs[6] = {0, 0, 0, 0, 1, 2};
 	for (uint32_t p = 0; p < 6; p++) {
-		struct ush_reader_opts ro = {.dir = dir, .shuffle = 2,
-					     .partition = p, .maps = 1};
+		struct ush_reader_opts ro;
+		ush_reader_opts_init(&ro);
+		ro.dir = dir;
+		ro.shuffle = 2;
+		ro.partition = p;
+		ro.maps = 1;
 		ush_reader *r;
 		const void *got;
 		size_t len, want = p == 2 || p == 3 ? BIG : SMALL;

@@ -10,8 +10,8 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
-#include "frame.h"
-#include "spill.h"
+#include "core/frame.h"
+#include "core/spill.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -89,10 +89,14 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
 	for (uint32_t m = 0; m < NMAPS; m++) {
-		struct ush_writer_opts wo = {.shuffle = SHUFFLE, .map = m,
-					     .partitions = NPARTS,
-					     .target = USH_TARGET_DISK,
-					     .dir = fx->dir, .direct = direct};
+		struct ush_writer_opts wo;
+		ush_writer_opts_init(&wo);
+		wo.shuffle = SHUFFLE;
+		wo.map = m;
+		wo.partitions = NPARTS;
+		wo.target = USH_TARGET_DISK;
+		wo.dir = fx->dir;
+		wo.direct = direct;
 		ush_writer *w;
 		th_ok(ush_writer_open(&w, ring, &wo));
 		/* Interleave partitions so their frames interleave. */
@@ -113,16 +117,16 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 	spill_index(fx->index, sizeof(fx->index), fx->dir, SHUFFLE, BAD_MAP);
 	fx->pdata = th_read_file(fx->data, &fx->dlen);
 	fx->pindex = th_read_file(fx->index, &fx->ilen);
-	fx->nidx = (fx->ilen - USH_INDEX_TRAILER) / USH_INDEX_ENTRY;
+	fx->nidx = (fx->ilen - USHI_INDEX_TRAILER) / USHI_INDEX_ENTRY;
 	for (size_t i = 0; i < fx->nidx; i++) {
 		struct spill_entry e;
-		spill_entry_get(fx->pindex + i * USH_INDEX_ENTRY, &e);
+		spill_entry_get(fx->pindex + i * USHI_INDEX_ENTRY, &e);
 		if (e.partition == 0 && !fx->other.len)
 			fx->other = e;
 		if (e.partition != PART)
 			continue;
 		assert_true(fx->nents < MAXF);
-		struct ush_frame f;
+		struct ushi_frame f;
 		th_ok(frame_decode(fx->pdata + e.off, &f));
 		if (codec != USH_CODEC_NONE)
 			assert_int_equal(f.codec, codec);
@@ -165,8 +169,12 @@ static uint64_t before(const struct fx *fx, size_t k)
  */
 static int read_part(struct fx *fx, uint64_t *n, char *msg, size_t msglen)
 {
-	struct ush_reader_opts ro = {.dir = fx->dir, .shuffle = SHUFFLE,
-				     .partition = PART, .maps = NMAPS};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = fx->dir;
+	ro.shuffle = SHUFFLE;
+	ro.partition = PART;
+	ro.maps = NMAPS;
 	ush_reader *r;
 	const void *rec;
 	size_t len;
@@ -339,12 +347,12 @@ static void rewrite_index(struct fx *fx, size_t gi,
 			  const struct spill_entry *e,
 			  void (*fix)(struct spill_trailer *t))
 {
-	size_t ents = fx->nidx * USH_INDEX_ENTRY;
+	size_t ents = fx->nidx * USHI_INDEX_ENTRY;
 	uint8_t *b = malloc(fx->ilen);
 	assert_non_null(b);
 	memcpy(b, fx->pindex, fx->ilen);
 	if (gi < fx->nidx)
-		spill_entry_put(b + gi * USH_INDEX_ENTRY, e);
+		spill_entry_put(b + gi * USHI_INDEX_ENTRY, e);
 	struct spill_trailer t;
 	th_ok(spill_trailer_get(fx->pindex + ents, &t,
 				spill_crc(0xffffffffu, fx->pindex, ents)));
@@ -358,21 +366,21 @@ static void rewrite_index(struct fx *fx, size_t gi,
 /* Rewrites the index without entry gi, with a valid trailer. */
 static void drop_entry(struct fx *fx, size_t gi)
 {
-	size_t ents = fx->nidx * USH_INDEX_ENTRY;
+	size_t ents = fx->nidx * USHI_INDEX_ENTRY;
 	uint8_t *b = malloc(fx->ilen);
 	assert_non_null(b);
-	memcpy(b, fx->pindex, gi * USH_INDEX_ENTRY);
-	memcpy(b + gi * USH_INDEX_ENTRY,
-	       fx->pindex + (gi + 1) * USH_INDEX_ENTRY,
-	       ents - (gi + 1) * USH_INDEX_ENTRY);
-	ents -= USH_INDEX_ENTRY;
+	memcpy(b, fx->pindex, gi * USHI_INDEX_ENTRY);
+	memcpy(b + gi * USHI_INDEX_ENTRY,
+	       fx->pindex + (gi + 1) * USHI_INDEX_ENTRY,
+	       ents - (gi + 1) * USHI_INDEX_ENTRY);
+	ents -= USHI_INDEX_ENTRY;
 	struct spill_trailer t;
-	th_ok(spill_trailer_get(fx->pindex + ents + USH_INDEX_ENTRY, &t,
+	th_ok(spill_trailer_get(fx->pindex + ents + USHI_INDEX_ENTRY, &t,
 				spill_crc(0xffffffffu, fx->pindex,
-					  ents + USH_INDEX_ENTRY)));
+					  ents + USHI_INDEX_ENTRY)));
 	t.entries--;
 	spill_trailer_put(b + ents, &t, spill_crc(0xffffffffu, b, ents));
-	write_file(fx->index, b, ents + USH_INDEX_TRAILER);
+	write_file(fx->index, b, ents + USHI_INDEX_TRAILER);
 	free(b);
 }
 
@@ -393,11 +401,11 @@ static void fix_shuffle(struct spill_trailer *t)
 
 static void index_damage(struct fx *fx)
 {
-	const long long trailer = (long long)(fx->nidx * USH_INDEX_ENTRY);
+	const long long trailer = (long long)(fx->nidx * USHI_INDEX_ENTRY);
 	const size_t k = 2, gi = fx->gidx[k];
 
 	/* Bytes flipped under the CRC: an entry, then trailer fields. */
-	flip(fx->index, gi * USH_INDEX_ENTRY + 1, 0x10);
+	flip(fx->index, gi * USHI_INDEX_ENTRY + 1, 0x10);
 	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, trailer,
 		     "index entry byte");
 	fx_restore(fx);
@@ -447,7 +455,7 @@ static void index_damage(struct fx *fx)
 	e.off = t.data_bytes;
 	rewrite_index(fx, gi, &e, NULL);
 	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index,
-		     (long long)(gi * USH_INDEX_ENTRY), "entry past the end");
+		     (long long)(gi * USHI_INDEX_ENTRY), "entry past the end");
 	fx_restore(fx);
 	/* An entry dropped from a valid index: the partition must not
 	 * just come back short; the batch after the gap is refused. */

@@ -5,8 +5,8 @@
  * is caught, malformed headers are rejected.
  */
 #include "helpers.h"
-#include "frame.h"
-#include "spill.h"
+#include "core/frame.h"
+#include "core/spill.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,8 +51,8 @@ static void frame_header_round_trip(void **state)
 	(void)state;
 	uint8_t buf[USH_FRAME_HDR_SIZE + 1000];
 	th_fill(buf + USH_FRAME_HDR_SIZE, 1000, 1);
-	struct ush_frame f = {
-		.type = USH_FRAME_DATA,
+	struct ushi_frame f = {
+		.type = USHI_FRAME_DATA,
 		.codec = USH_CODEC_LZ4,
 		.flags = 0,
 		.shuffle = 0x01020304u,
@@ -69,7 +69,7 @@ static void frame_header_round_trip(void **state)
 	/* The documented little-endian layout, byte by byte. */
 	static const uint8_t want[44] = {
 		0x55, 0x53, 0x48, 0x46, /* "USHF" */
-		1, USH_FRAME_DATA, USH_CODEC_LZ4, 0,
+		1, USHI_FRAME_DATA, USH_CODEC_LZ4, 0,
 		0x04, 0x03, 0x02, 0x01,
 		0xd4, 0xc3, 0xb2, 0xa1,
 		7, 0, 0, 0,
@@ -86,7 +86,7 @@ static void frame_header_round_trip(void **state)
 	assert_int_equal(f.crc, c);
 	assert_int_equal(get_le32(buf + 44), c);
 
-	struct ush_frame g;
+	struct ushi_frame g;
 	memset(&g, 0xa5, sizeof(g));
 	assert_int_equal(frame_decode(buf, &g), 0);
 	assert_int_equal(g.type, f.type);
@@ -104,7 +104,7 @@ static void frame_header_round_trip(void **state)
 	assert_int_equal(frame_check(buf, &g), 0);
 
 	/* Zero-length payload: a header alone is a valid frame. */
-	struct ush_frame e = {.type = USH_FRAME_DATA}, h;
+	struct ushi_frame e = {.type = USHI_FRAME_DATA}, h;
 	frame_encode(buf, &e);
 	assert_int_equal(e.crc, ~ref_crc32c(0xffffffffu, buf, 44));
 	assert_int_equal(frame_decode(buf, &h), 0);
@@ -125,13 +125,13 @@ static void crc_reference_is_crc32c(void **state)
 /* Decodes and checks a frame in one step, as a reader does. */
 static int decode_check(const uint8_t *buf)
 {
-	struct ush_frame f;
+	struct ushi_frame f;
 	int ret = frame_decode(buf, &f);
 	return ret ? ret : frame_check(buf, &f);
 }
 
 /* Every single-bit flip in header or payload is caught. */
-static void flip_every_bit(struct ush_frame f, size_t payload)
+static void flip_every_bit(struct ushi_frame f, size_t payload)
 {
 	uint8_t *buf = malloc(USH_FRAME_HDR_SIZE + payload);
 	assert_non_null(buf);
@@ -159,25 +159,25 @@ static void flip_every_bit(struct ush_frame f, size_t payload)
 static void frame_bit_flips(void **state)
 {
 	(void)state;
-	struct ush_frame raw = {.type = USH_FRAME_DATA, .shuffle = 1,
+	struct ushi_frame raw = {.type = USHI_FRAME_DATA, .shuffle = 1,
 				.map = 2, .attempt = 3, .partition = 4,
 				.seq = 5, .raw_len = 700, .payload_len = 700,
 				.nrec = 3};
 	flip_every_bit(raw, 700);
-	struct ush_frame z = {.type = USH_FRAME_DATA, .codec = USH_CODEC_ZSTD,
+	struct ushi_frame z = {.type = USHI_FRAME_DATA, .codec = USH_CODEC_ZSTD,
 			      .shuffle = 9, .seq = 77, .raw_len = 9000,
 			      .payload_len = 512, .nrec = 100};
 	flip_every_bit(z, 512);
-	struct ush_frame empty = {.type = USH_FRAME_DATA, .seq = 1};
+	struct ushi_frame empty = {.type = USHI_FRAME_DATA, .seq = 1};
 	flip_every_bit(empty, 0);
 }
 
 /* Encodes f (valid or not) and returns frame_decode's verdict. The
  * lengths are patched in afterwards: encoding CRCs payload_len bytes. */
-static int decode_of(struct ush_frame f)
+static int decode_of(struct ushi_frame f)
 {
 	uint8_t buf[USH_FRAME_HDR_SIZE];
-	struct ush_frame g = f;
+	struct ushi_frame g = f;
 	g.payload_len = 0;
 	frame_encode(buf, &g);
 	put_le32(buf + 32, f.raw_len);
@@ -189,9 +189,9 @@ static int decode_of(struct ush_frame f)
 static void frame_rejects_bad_headers(void **state)
 {
 	(void)state;
-	const struct ush_frame ok = {.type = USH_FRAME_DATA, .raw_len = 64,
+	const struct ushi_frame ok = {.type = USHI_FRAME_DATA, .raw_len = 64,
 				     .payload_len = 64, .nrec = 2};
-	struct ush_frame f;
+	struct ushi_frame f;
 	uint8_t buf[USH_FRAME_HDR_SIZE], saved;
 	assert_int_equal(decode_of(ok), 0);
 
@@ -362,9 +362,13 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 		       struct codec_cfg cc, const uint8_t *batch, size_t len,
 		       uint32_t nrec, int random, enum mode mode)
 {
-	struct ush_writer_opts wo = {.shuffle = shuffle, .partitions = 1,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 0};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = shuffle;
+	wo.partitions = 1;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 0;
 	struct ush_writer_stats st;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
@@ -413,7 +417,7 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 			 cc.codec != USH_CODEC_NONE && len && !shrunk);
 
 	/* The one frame on disk says what it holds. */
-	struct ush_frame f;
+	struct ushi_frame f;
 	assert_int_equal(frame_decode(file, &f), 0);
 	assert_int_equal(frame_check(file, &f), 0);
 	assert_int_equal(f.codec, shrunk ? cc.codec : USH_CODEC_NONE);
@@ -429,8 +433,12 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 	/* Valid record batches read back to the same records. */
 	if (len && len < USH_RECORD_HDR_SIZE)
 		return;
-	struct ush_reader_opts ro = {.dir = dir, .shuffle = shuffle,
-				     .partition = 0, .maps = 1};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = dir;
+	ro.shuffle = shuffle;
+	ro.partition = 0;
+	ro.maps = 1;
 	ush_reader *r;
 	const void *got, *rec;
 	size_t glen, rl, off = 0;
@@ -537,9 +545,13 @@ static void partition_order_with_big_record(void **state)
 	const char *dir = th_tmpdir("frame-order");
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, NULL));
-	struct ush_writer_opts wo = {.shuffle = 5, .partitions = 2,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 0};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 5;
+	wo.partitions = 2;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 0;
 	ush_writer *w;
 	enum { SMALL = 1000, BIG = 100000, N = 150 };
 	uint8_t *rec = malloc(BIG);
@@ -565,7 +577,7 @@ static void partition_order_with_big_record(void **state)
 	spill_data(path, sizeof(path), dir, 5, 0, 0);
 	uint8_t *file = read_file(path, &size);
 	while (off < size) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		assert_true(size - off >= USH_FRAME_HDR_SIZE);
 		assert_int_equal(frame_decode(file + off, &f), 0);
 		assert_int_equal(frame_check(file + off, &f), 0);
@@ -577,8 +589,12 @@ static void partition_order_with_big_record(void **state)
 	assert_int_equal(off, size);
 	free(file);
 
-	struct ush_reader_opts ro = {.dir = dir, .shuffle = 5, .partition = 1,
-				     .maps = 1};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = dir;
+	ro.shuffle = 5;
+	ro.partition = 1;
+	ro.maps = 1;
 	ush_reader *r;
 	const void *got;
 	size_t len;

@@ -5,7 +5,7 @@
  * of SIGABRT and say what went wrong.
  */
 #include "helpers.h"
-#include "pool.h"
+#include "core/pool.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -81,8 +81,10 @@ static void child_open(void)
 	o.pool_bytes = 2048 * KiB;
 	o.push_size = 64 * KiB;
 	CHILD_OK(ush_ring_create(&ring, &o));
-	struct ush_writer_opts wo = {.partitions = 4,
-				     .target = USH_TARGET_NULL};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.partitions = 4;
+	wo.target = USH_TARGET_NULL;
 	CHILD_OK(ush_writer_open(&w, ring, &wo));
 }
 
@@ -230,13 +232,13 @@ static void misuse_release_foreign_pointer(void **state)
 
 /* ------------------------------------------------------- pool level */
 
-static struct ush_pool pool;
+static struct ushi_pool pool;
 
 /* The buddy is held: the freed block stays idle on its own. */
 static void pool_put_twice_idle(void)
 {
 	CHILD_OK(pool_init(&pool, 256 * KiB, 64 * KiB));
-	struct ush_buf *a = pool_get(&pool, 0), *b = pool_get(&pool, 0);
+	struct ushi_buf *a = pool_get(&pool, 0), *b = pool_get(&pool, 0);
 	if (!a || !b)
 		_exit(2);
 	pool_put(&pool, a);
@@ -247,7 +249,7 @@ static void pool_put_twice_idle(void)
 static void pool_put_twice_merged(void)
 {
 	CHILD_OK(pool_init(&pool, 256 * KiB, 64 * KiB));
-	struct ush_buf *a = pool_get(&pool, 1);
+	struct ushi_buf *a = pool_get(&pool, 1);
 	if (!a)
 		_exit(2);
 	pool_put(&pool, a);
@@ -258,7 +260,7 @@ static void pool_put_twice_merged(void)
 static void pool_put_twice_top(void)
 {
 	CHILD_OK(pool_init(&pool, 256 * KiB, 64 * KiB));
-	struct ush_buf *a = pool_get(&pool, 4);
+	struct ushi_buf *a = pool_get(&pool, 4);
 	if (!a)
 		_exit(2);
 	pool_put(&pool, a);
@@ -277,7 +279,7 @@ static void misuse_pool_put_twice(void **state)
 static void pool_wrong_transition(void)
 {
 	CHILD_OK(pool_init(&pool, 256 * KiB, 64 * KiB));
-	struct ush_buf *a = pool_get(&pool, 4);
+	struct ushi_buf *a = pool_get(&pool, 4);
 	if (!a)
 		_exit(2);
 	buf_move(a, BUF_WRITER, BUF_INFLIGHT);

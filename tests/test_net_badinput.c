@@ -4,7 +4,7 @@
  * the same time succeeds and verifies.
  */
 #include "net_helpers.h"
-#include "proto.h"
+#include "net/proto.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,8 +33,8 @@ static void send_all(int fd, const void *p, size_t n)
 
 static void hello(int fd, uint32_t version)
 {
-	uint8_t b[USH_PROTO_SMALL];
-	struct proto_hello h = {version, USH_ROLE_WRITER, 0, 0};
+	uint8_t b[USHI_PROTO_SMALL];
+	struct proto_hello h = {version, USHI_ROLE_WRITER, 0, 0};
 	send_all(fd, b, proto_put_hello(b, &h));
 }
 
@@ -61,12 +61,12 @@ static int outcome(int fd, char *msg, size_t n)
 	/* Skip the HELLO reply if one came first. */
 	size_t off = 0;
 	while (got - off >= USH_FRAME_HDR_SIZE) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		const char *why;
 		if (proto_header(buf + off, &f, 1u << 20, false, &why) ||
 		    proto_size(&f) > got - off)
 			break;
-		if (f.type == USH_FRAME_ERROR) {
+		if (f.type == USHI_FRAME_ERROR) {
 			proto_get_error(buf + off + USH_FRAME_HDR_SIZE,
 					f.payload_len, msg, n);
 			return 1;
@@ -79,7 +79,7 @@ static int outcome(int fd, char *msg, size_t n)
 
 static size_t data_frame(uint8_t *b, uint32_t payload)
 {
-	struct ush_frame f = {.type = USH_FRAME_DATA, .shuffle = 77,
+	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = 77,
 			      .partition = 0, .raw_len = payload,
 			      .payload_len = payload, .nrec = 1};
 	put_le32(b + USH_FRAME_HDR_SIZE, payload - 4);
@@ -113,7 +113,7 @@ static void truncated_then_close(void **state)
 	(void)state;
 	uint8_t b[2048];
 	int fd = raw_connect();
-	hello(fd, USH_PROTO_VERSION);
+	hello(fd, USHI_PROTO_VERSION);
 	size_t n = data_frame(b, 1000);
 	send_all(fd, b, n - 500);
 	shutdown(fd, SHUT_WR);
@@ -124,22 +124,22 @@ static void oversized_length(void **state)
 {
 	(void)state;
 	uint8_t b[USH_FRAME_HDR_SIZE + 16] = {0};
-	struct ush_frame f = {.type = USH_FRAME_DATA, .nrec = 1};
+	struct ushi_frame f = {.type = USHI_FRAME_DATA, .nrec = 1};
 	frame_encode(b, &f);
 	/* Lengths patched after the CRC: the bound is checked first. */
 	put_le32(b + 32, 1u << 30);
 	put_le32(b + 36, 1u << 30);
 	int fd = raw_connect();
-	hello(fd, USH_PROTO_VERSION);
+	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, USH_FRAME_HDR_SIZE);
 	expect_error(fd, "maximum size");
 	/* A control frame claiming a huge count. */
-	struct ush_frame m = {.type = USH_FRAME_MAPPER_END, .seq = 1ull << 40,
+	struct ushi_frame m = {.type = USHI_FRAME_MAPPER_END, .seq = 1ull << 40,
 			      .raw_len = 12, .payload_len = 12};
 	frame_encode(b, &m);
 	put_le64(b + 24, 1ull << 40);
 	fd = raw_connect();
-	hello(fd, USH_PROTO_VERSION);
+	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, USH_FRAME_HDR_SIZE);
 	expect_error(fd, "MAPPER_END length");
 }
@@ -151,7 +151,7 @@ static void wrong_crc(void **state)
 	size_t n = data_frame(b, 3000);
 	b[n - 7] ^= 0x20;
 	int fd = raw_connect();
-	hello(fd, USH_PROTO_VERSION);
+	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, n);
 	expect_error(fd, "CRC32C mismatch");
 }
@@ -160,10 +160,10 @@ static void unknown_type(void **state)
 {
 	(void)state;
 	uint8_t b[USH_FRAME_HDR_SIZE];
-	struct ush_frame f = {.type = 42};
+	struct ushi_frame f = {.type = 42};
 	frame_encode(b, &f);
 	int fd = raw_connect();
-	hello(fd, USH_PROTO_VERSION);
+	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, sizeof(b));
 	expect_error(fd, "unknown frame type");
 }
@@ -201,7 +201,7 @@ static void silent_peer(void **state)
 static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r)
 {
 	uint32_t n = (uint32_t)strlen(r);
-	struct ush_frame f = {.type = USH_FRAME_DATA, .shuffle = s,
+	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
 			      .seq = seq, .raw_len = 4 + n,
 			      .payload_len = 4 + n, .nrec = 1};
 	put_le32(b + USH_FRAME_HDR_SIZE, n);
@@ -216,23 +216,23 @@ static void raw_push(uint32_t s, uint64_t claimed)
 {
 	uint8_t b[256];
 	int fd = raw_connect();
-	hello(fd, USH_PROTO_VERSION);
+	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, rec_frame(b, s, 0, "first"));
 	send_all(fd, b, rec_frame(b, s, 0, "first")); /* a duplicate */
 	send_all(fd, b, rec_frame(b, s, 1, "second"));
 	struct proto_count e = {0, claimed};
 	send_all(fd, b, proto_put_mapper_end(b, s, 0, 0, 1, &e, 1));
 	for (;;) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		const char *why;
 		struct proto_ack a;
 		assert_int_equal(recv(fd, b, 64, MSG_WAITALL), 64);
 		assert_int_equal(proto_header(b, &f, 4096, false, &why), 0);
-		if (f.type == USH_FRAME_HELLO)
+		if (f.type == USHI_FRAME_HELLO)
 			continue; /* the reply to ours, 64 bytes too */
-		assert_int_equal(f.type, USH_FRAME_ACK);
+		assert_int_equal(f.type, USHI_FRAME_ACK);
 		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
-		if (a.kind == USH_ACK_COMMIT) {
+		if (a.kind == USHI_ACK_COMMIT) {
 			assert_int_equal(a.status, 0);
 			break;
 		}
@@ -247,8 +247,12 @@ static void duplicates_and_counts(void **state)
 	size_t len;
 	ush_reader *r;
 	raw_push(50, 2);
-	struct ush_reader_opts ro = {.shuffle = 50, .partition = 0,
-				     .maps = 1, .workers = wk.addr};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.shuffle = 50;
+	ro.partition = 0;
+	ro.maps = 1;
+	ro.workers = wk.addr;
 	th_ok(ush_reader_open(&r, &ro));
 	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
 	assert_memory_equal(rec, "first", len);

@@ -1,24 +1,24 @@
 /* The worker protocol's frames: bounds before use, round trips, and the
  * partition -> worker hash. */
 #include "helpers.h"
-#include "proto.h"
+#include "net/proto.h"
 
 #include <errno.h>
 
 static void control_round_trips(void **state)
 {
 	(void)state;
-	uint8_t b[USH_PROTO_ERROR_SIZE + 64];
-	struct ush_frame f;
+	uint8_t b[USHI_PROTO_ERROR_SIZE + 64];
+	struct ushi_frame f;
 	const char *why;
-	struct proto_hello h = {1, USH_ROLE_READER, 4096, 1u << 20}, h2;
+	struct proto_hello h = {1, USHI_ROLE_READER, 4096, 1u << 20}, h2;
 	assert_int_equal(proto_put_hello(b, &h), 64);
 	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(frame_check(b, &f), 0);
 	proto_get_hello(b + USH_FRAME_HDR_SIZE, &h2);
 	assert_memory_equal(&h, &h2, sizeof(h));
 
-	struct proto_ack a = {USH_ACK_COMMIT, USH_ECOMMITTED, 12345}, a2;
+	struct proto_ack a = {USHI_ACK_COMMIT, USH_ECOMMITTED, 12345}, a2;
 	proto_put_ack(b, 1, 2, 3, &a);
 	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
 	proto_get_ack(b + USH_FRAME_HDR_SIZE, &a2);
@@ -26,12 +26,12 @@ static void control_round_trips(void **state)
 	assert_int_equal(a2.value, 12345);
 	assert_int_equal(f.map, 2);
 
-	char msg[USH_PROTO_ERRMSG_MAX];
+	char msg[USHI_PROTO_ERRMSG_MAX];
 	char longmsg[2000];
 	memset(longmsg, 'z', sizeof(longmsg) - 1);
 	longmsg[sizeof(longmsg) - 1] = 0;
 	size_t n = proto_put_error(b, -EPROTO, longmsg);
-	assert_int_equal(n, USH_PROTO_ERROR_SIZE); /* truncated to the bound */
+	assert_int_equal(n, USHI_PROTO_ERROR_SIZE); /* truncated to the bound */
 	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(proto_get_error(b + USH_FRAME_HDR_SIZE,
 					 f.payload_len, msg, sizeof(msg)),
@@ -64,25 +64,25 @@ static void bounds(void **state)
 {
 	(void)state;
 	uint8_t b[64] = {0};
-	struct ush_frame f;
+	struct ushi_frame f;
 	const char *why;
 	struct { uint8_t type; uint32_t len; uint64_t seq; } bad[] = {
-		{USH_FRAME_HELLO, 15, 0},
-		{USH_FRAME_ACK, 17, 0},
-		{USH_FRAME_FETCH, 0, 0},
-		{USH_FRAME_FETCH_END, 9, 0},
-		{USH_FRAME_DROP, 1, 0},
-		{USH_FRAME_ERROR, 7, 0},
-		{USH_FRAME_ERROR, 8 + USH_PROTO_ERRMSG_MAX + 1, 0},
-		{USH_FRAME_MAPPER_END, 12, 2},
-		{USH_FRAME_MAPPER_END, 0, 1ull << 62}, /* no overflow */
-		{USH_FRAME_MANIFEST, 16, 0},
-		{USH_FRAME_PAD, 0, 0}, /* never on the wire */
+		{USHI_FRAME_HELLO, 15, 0},
+		{USHI_FRAME_ACK, 17, 0},
+		{USHI_FRAME_FETCH, 0, 0},
+		{USHI_FRAME_FETCH_END, 9, 0},
+		{USHI_FRAME_DROP, 1, 0},
+		{USHI_FRAME_ERROR, 7, 0},
+		{USHI_FRAME_ERROR, 8 + USHI_PROTO_ERRMSG_MAX + 1, 0},
+		{USHI_FRAME_MAPPER_END, 12, 2},
+		{USHI_FRAME_MAPPER_END, 0, 1ull << 62}, /* no overflow */
+		{USHI_FRAME_MANIFEST, 16, 0},
+		{USHI_FRAME_PAD, 0, 0}, /* never on the wire */
 		{11, 0, 0},
 		{0, 0, 0},
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		struct ush_frame g = {.type = bad[i].type, .seq = bad[i].seq};
+		struct ushi_frame g = {.type = bad[i].type, .seq = bad[i].seq};
 		frame_encode(b, &g);
 		put_le32(b + 32, bad[i].len);
 		put_le32(b + 36, bad[i].len);
@@ -91,7 +91,7 @@ static void bounds(void **state)
 				 bad[i].type, bad[i].len);
 	}
 	/* DATA above the worker's maximum. */
-	struct ush_frame d = {.type = USH_FRAME_DATA, .nrec = 1};
+	struct ushi_frame d = {.type = USHI_FRAME_DATA, .nrec = 1};
 	frame_encode(b, &d);
 	put_le32(b + 32, 5000);
 	put_le32(b + 36, 5000);

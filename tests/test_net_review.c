@@ -7,7 +7,7 @@
  * to spare for sends is refused at open instead of hanging.
  */
 #include "net_helpers.h"
-#include "net.h"
+#include "net/net.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -62,10 +62,14 @@ static void *zc_push(void *p)
 		atomic_store(&a->done, 1);
 		return NULL;
 	}
-	struct ush_writer_opts wo = {.shuffle = 3, .partitions = 8,
-				     .target = USH_TARGET_NET,
-				     .workers = a->workers,
-				     .timeout_ms = TIMEOUT_MS, .send_zc = 1};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 3;
+	wo.partitions = 8;
+	wo.target = USH_TARGET_NET;
+	wo.workers = a->workers;
+	wo.timeout_ms = TIMEOUT_MS;
+	wo.send_zc = 1;
 	ush_writer *w = NULL;
 	a->ret = ush_writer_open(&w, ring, &wo);
 	if (!a->ret)
@@ -120,10 +124,14 @@ static void *zc_commit(void *p)
 	ush_ring_opts_init(&ro);
 	ro.pool_bytes = 16u << 20;
 	a->ret = ush_ring_create(&ring, &ro);
-	struct ush_writer_opts wo = {.shuffle = 4, .partitions = 8,
-				     .target = USH_TARGET_NET,
-				     .workers = a->workers,
-				     .timeout_ms = TIMEOUT_MS, .send_zc = 1};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 4;
+	wo.partitions = 8;
+	wo.target = USH_TARGET_NET;
+	wo.workers = a->workers;
+	wo.timeout_ms = TIMEOUT_MS;
+	wo.send_zc = 1;
 	if (!a->ret)
 		a->ret = ush_writer_open(&w, ring, &wo);
 	atomic_store(&a->opened, 1);
@@ -181,11 +189,11 @@ static void *fake_worker(void *p)
 	int fd = accept(fk->lfd, NULL, NULL);
 	if (fd < 0)
 		return NULL;
-	uint8_t in[USH_FRAME_HDR_SIZE + USH_PROTO_HELLO_LEN];
-	uint8_t out[USH_FRAME_HDR_SIZE + 300 * USH_PROTO_MANIFEST_LEN];
+	uint8_t in[USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN];
+	uint8_t out[USH_FRAME_HDR_SIZE + 300 * USHI_PROTO_MANIFEST_LEN];
 	struct proto_manifest m[300] = {{0}};
 	if (net_read(fd, in, sizeof(in)) == 0) {
-		struct proto_hello h = {USH_PROTO_VERSION, USH_ROLE_ADMIN,
+		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
 					4u << 20, 64u << 20};
 		net_write(fd, out, proto_put_hello(out, &h));
 		/* The DROP: a bare header. */
@@ -222,9 +230,13 @@ static void writer_reply_too_large(void **state)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", fk.port);
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, NULL));
-	struct ush_writer_opts wo = {.shuffle = 1, .partitions = 1,
-				     .target = USH_TARGET_NET,
-				     .workers = addr, .timeout_ms = 5000};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 1;
+	wo.partitions = 1;
+	wo.target = USH_TARGET_NET;
+	wo.workers = addr;
+	wo.timeout_ms = 5000;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	int ret = ush_writer_write(w, 0, "x", 1);
@@ -296,8 +308,12 @@ static void drop_after_second_worker(void **state)
 	th_ok(ush_net_drop(a1, 1, 0));
 	ush_worker_free(wa);
 	wa = inproc_worker(d1, a1, sizeof(a1));
-	struct ush_reader_opts ro = {.shuffle = 1, .partition = 0, .maps = 2,
-				     .workers = a1};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.shuffle = 1;
+	ro.partition = 0;
+	ro.maps = 2;
+	ro.workers = a1;
 	ush_reader *r;
 	int ret = ush_reader_open(&r, &ro);
 	if (!ret)
@@ -324,9 +340,13 @@ static void iodepth_below_workers(void **state)
 	ro.iodepth = 1;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo = {.shuffle = 1, .partitions = 1,
-				     .target = USH_TARGET_NET, .workers = a,
-				     .timeout_ms = 2000};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 1;
+	wo.partitions = 1;
+	wo.target = USH_TARGET_NET;
+	wo.workers = a;
+	wo.timeout_ms = 2000;
 	ush_writer *w = NULL;
 	int ret = ush_writer_open(&w, ring, &wo);
 	if (!ret) {

@@ -5,8 +5,8 @@
  * smaller buffer back; 10,000 partitions fit a 64 MiB pool).
  */
 #include "helpers.h"
-#include "pool.h"
-#include "ring.h"
+#include "core/pool.h"
+#include "core/ring.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 #define MiB (1024u * 1024u)
 
 /* Is a buffer of order or larger idle? */
-static bool has_idle(const struct ush_pool *p, unsigned order)
+static bool has_idle(const struct ushi_pool *p, unsigned order)
 {
 	for (unsigned o = order; o <= p->max_order; o++)
 		if (p->idle[o])
@@ -25,21 +25,21 @@ static bool has_idle(const struct ush_pool *p, unsigned order)
 	return false;
 }
 
-static size_t off_of(const struct ush_pool *p, const struct ush_buf *b)
+static size_t off_of(const struct ushi_pool *p, const struct ushi_buf *b)
 {
 	return (size_t)(b->data - p->arena);
 }
 
 /* Walks idle list order, checking its links; returns its length. */
-static unsigned idle_count(const struct ush_pool *p, unsigned order)
+static unsigned idle_count(const struct ushi_pool *p, unsigned order)
 {
 	unsigned n = 0;
-	const struct ush_buf *prev = NULL;
-	for (const struct ush_buf *b = p->idle[order]; b; b = b->next) {
+	const struct ushi_buf *prev = NULL;
+	for (const struct ushi_buf *b = p->idle[order]; b; b = b->next) {
 		assert_ptr_equal(b->prev, prev);
 		assert_int_equal(b->state, BUF_IDLE);
 		assert_int_equal(b->order, order);
-		assert_int_equal(b->cap, USH_BUF_MIN << order);
+		assert_int_equal(b->cap, USHI_BUF_MIN << order);
 		prev = b;
 		n++;
 	}
@@ -47,17 +47,17 @@ static unsigned idle_count(const struct ush_pool *p, unsigned order)
 }
 
 /* Sum of the idle lists; must match the pool's own count. */
-static size_t idle_sum(const struct ush_pool *p)
+static size_t idle_sum(const struct ushi_pool *p)
 {
 	size_t sum = 0;
 	for (unsigned o = 0; o <= p->max_order; o++)
-		sum += (size_t)idle_count(p, o) * (USH_BUF_MIN << o);
+		sum += (size_t)idle_count(p, o) * (USHI_BUF_MIN << o);
 	assert_int_equal(sum, p->idle_bytes);
 	return sum;
 }
 
 /* Everything back: only whole push-size blocks on the idle lists. */
-static void assert_fully_merged(const struct ush_pool *p)
+static void assert_fully_merged(const struct ushi_pool *p)
 {
 	for (unsigned o = 0; o < p->max_order; o++)
 		assert_int_equal(idle_count(p, o), 0);
@@ -66,13 +66,13 @@ static void assert_fully_merged(const struct ush_pool *p)
 	assert_int_equal(p->idle_bytes, p->bytes);
 }
 
-static struct ush_buf *get_ok(struct ush_pool *p, unsigned order)
+static struct ushi_buf *get_ok(struct ushi_pool *p, unsigned order)
 {
-	struct ush_buf *b = pool_get(p, order);
+	struct ushi_buf *b = pool_get(p, order);
 	assert_non_null(b);
 	assert_int_equal(b->state, BUF_WRITER);
 	assert_int_equal(b->order, order);
-	assert_int_equal(b->cap, USH_BUF_MIN << order);
+	assert_int_equal(b->cap, USHI_BUF_MIN << order);
 	/* Buddy blocks are aligned to their own size. */
 	assert_int_equal(off_of(p, b) % b->cap, 0);
 	return b;
@@ -81,7 +81,7 @@ static struct ush_buf *get_ok(struct ush_pool *p, unsigned order)
 static void pool_init_rejects_bad_geometry(void **state)
 {
 	(void)state;
-	struct ush_pool p;
+	struct ushi_pool p;
 	assert_int_equal(pool_init(&p, 64 * KiB, 48 * KiB), -EINVAL);
 	assert_int_equal(pool_init(&p, 64 * KiB, 2048), -EINVAL);
 	assert_int_equal(pool_init(&p, 32 * KiB, 64 * KiB), -EINVAL);
@@ -92,10 +92,10 @@ static void pool_init_rejects_bad_geometry(void **state)
 	assert_int_equal(pool_init(&p, 256 * KiB, 64 * KiB), 0);
 	assert_int_equal(p.bytes, 256 * KiB);
 	assert_int_equal(p.max_order, 4);
-	assert_int_equal((uintptr_t)p.arena % USH_ALIGN, 0);
+	assert_int_equal((uintptr_t)p.arena % USHI_ALIGN, 0);
 	assert_fully_merged(&p);
 	/* The first buffer handed out starts the arena. */
-	struct ush_buf *b = get_ok(&p, 4);
+	struct ushi_buf *b = get_ok(&p, 4);
 	assert_ptr_equal(b->data, p.arena);
 	pool_put(&p, b);
 	assert_fully_merged(&p);
@@ -111,7 +111,7 @@ static void pool_init_rejects_bad_geometry(void **state)
 static void pool_order_classes(void **state)
 {
 	(void)state;
-	struct ush_pool p;
+	struct ushi_pool p;
 	assert_int_equal(pool_init(&p, 128 * KiB, 64 * KiB), 0);
 	assert_int_equal(pool_order(&p, 0), 0);
 	assert_int_equal(pool_order(&p, 1), 0);
@@ -130,10 +130,10 @@ static void pool_order_classes(void **state)
 static void pool_split_and_merge(void **state)
 {
 	(void)state;
-	struct ush_pool p;
+	struct ushi_pool p;
 	assert_int_equal(pool_init(&p, 64 * KiB, 64 * KiB), 0);
 
-	struct ush_buf *a = get_ok(&p, 0);
+	struct ushi_buf *a = get_ok(&p, 0);
 	assert_int_equal(off_of(&p, a), 0);
 	/* The upper halves stay idle, one per class. */
 	for (unsigned o = 0; o < 4; o++) {
@@ -146,14 +146,14 @@ static void pool_split_and_merge(void **state)
 	assert_true(has_idle(&p, 3));
 	assert_true(has_idle(&p, 0));
 
-	struct ush_buf *c16 = get_ok(&p, 2);
+	struct ushi_buf *c16 = get_ok(&p, 2);
 	assert_int_equal(off_of(&p, c16), 16 * KiB);
-	struct ush_buf *b = get_ok(&p, 0);
+	struct ushi_buf *b = get_ok(&p, 0);
 	assert_int_equal(off_of(&p, b), 4 * KiB);
-	struct ush_buf *c8 = get_ok(&p, 1);
+	struct ushi_buf *c8 = get_ok(&p, 1);
 	assert_int_equal(off_of(&p, c8), 8 * KiB);
 	/* Nothing idle below 32 KiB: a 4 KiB get splits the 32 KiB block. */
-	struct ush_buf *d = get_ok(&p, 0);
+	struct ushi_buf *d = get_ok(&p, 0);
 	assert_int_equal(off_of(&p, d), 32 * KiB);
 	assert_int_equal(off_of(&p, p.idle[0]), 36 * KiB);
 	assert_int_equal(off_of(&p, p.idle[1]), 40 * KiB);
@@ -191,10 +191,10 @@ static void pool_split_and_merge(void **state)
 static void pool_lifo_reuse(void **state)
 {
 	(void)state;
-	struct ush_pool p;
+	struct ushi_pool p;
 	assert_int_equal(pool_init(&p, 256 * KiB, 64 * KiB), 0);
 
-	struct ush_buf *b[4];
+	struct ushi_buf *b[4];
 	for (int i = 0; i < 4; i++) {
 		b[i] = get_ok(&p, 0);
 		assert_int_equal(off_of(&p, b[i]), (size_t)i * 4 * KiB);
@@ -210,7 +210,7 @@ static void pool_lifo_reuse(void **state)
 	assert_fully_merged(&p);
 
 	/* Push-size blocks never merge further: pure LIFO. */
-	struct ush_buf *x = get_ok(&p, 4), *y = get_ok(&p, 4);
+	struct ushi_buf *x = get_ok(&p, 4), *y = get_ok(&p, 4);
 	assert_ptr_not_equal(x, y);
 	pool_put(&p, x);
 	pool_put(&p, y);
@@ -229,8 +229,8 @@ static void pool_lifo_reuse(void **state)
 static void pool_exhaustion(void **state)
 {
 	(void)state;
-	struct ush_pool p;
-	struct ush_buf *b[64];
+	struct ushi_pool p;
+	struct ushi_buf *b[64];
 	assert_int_equal(pool_init(&p, 256 * KiB, 64 * KiB), 0);
 	for (int i = 0; i < 64; i++)
 		b[i] = get_ok(&p, 0);
@@ -269,9 +269,9 @@ static void pool_exhaustion(void **state)
 static void pool_lookup_finds_owner(void **state)
 {
 	(void)state;
-	struct ush_pool p;
+	struct ushi_pool p;
 	assert_int_equal(pool_init(&p, 128 * KiB, 64 * KiB), 0);
-	struct ush_buf *a = get_ok(&p, 4), *b = get_ok(&p, 2);
+	struct ushi_buf *a = get_ok(&p, 4), *b = get_ok(&p, 2);
 	assert_ptr_equal(pool_lookup(&p, a->data), a);
 	assert_ptr_equal(pool_lookup(&p, b->data), b);
 	b->state = BUF_INFLIGHT; /* any owned state is found */
@@ -288,8 +288,8 @@ static void pool_random_stress(void **state)
 {
 	(void)state;
 	enum { UNITS = 256 };
-	struct ush_pool p;
-	struct ush_buf *held[UNITS];
+	struct ushi_pool p;
+	struct ushi_buf *held[UNITS];
 	uint8_t used[UNITS] = {0};
 	unsigned nheld = 0;
 	size_t held_bytes = 0;
@@ -299,24 +299,24 @@ static void pool_random_stress(void **state)
 		uint64_t r = th_rand(&rng);
 		if (nheld && (r & 1)) {
 			unsigned i = (unsigned)((r >> 8) % nheld);
-			struct ush_buf *b = held[i];
-			size_t u = off_of(&p, b) / USH_BUF_MIN;
-			for (size_t k = 0; k < b->cap / USH_BUF_MIN; k++)
+			struct ushi_buf *b = held[i];
+			size_t u = off_of(&p, b) / USHI_BUF_MIN;
+			for (size_t k = 0; k < b->cap / USHI_BUF_MIN; k++)
 				used[u + k] = 0;
 			held_bytes -= b->cap;
 			held[i] = held[--nheld];
 			pool_put(&p, b);
 		} else {
 			unsigned o = (unsigned)((r >> 8) % 5);
-			struct ush_buf *b = pool_get(&p, o);
+			struct ushi_buf *b = pool_get(&p, o);
 			if (!b) {
 				assert_false(has_idle(&p, o));
 				continue;
 			}
-			assert_int_equal(b->cap, USH_BUF_MIN << o);
+			assert_int_equal(b->cap, USHI_BUF_MIN << o);
 			assert_int_equal(off_of(&p, b) % b->cap, 0);
-			size_t u = off_of(&p, b) / USH_BUF_MIN;
-			for (size_t k = 0; k < b->cap / USH_BUF_MIN; k++) {
+			size_t u = off_of(&p, b) / USHI_BUF_MIN;
+			for (size_t k = 0; k < b->cap / USHI_BUF_MIN; k++) {
 				assert_int_equal(used[u + k], 0);
 				used[u + k] = 1;
 			}
@@ -353,7 +353,7 @@ static size_t idle_of(const ush_ring *ring)
 	return info.pool_idle_bytes;
 }
 
-static struct ush_buf *buf_of(ush_ring *ring, void *payload)
+static struct ushi_buf *buf_of(ush_ring *ring, void *payload)
 {
 	const uint8_t *data = (const uint8_t *)payload - USH_FRAME_HDR_SIZE;
 	return pool_lookup(&ring->pool, data);
@@ -388,8 +388,11 @@ static void swap_never_smaller(void **state)
 	const size_t cap_full = 64 * KiB - USH_FRAME_HDR_SIZE;
 	assert_int_equal(idle_of(ring), 128 * KiB);
 	for (uint32_t k = 1; k < 16; k++) {
-		struct ush_writer_opts wo = {.map = k, .partitions = 16,
-					     .target = USH_TARGET_NULL};
+		struct ush_writer_opts wo;
+		ush_writer_opts_init(&wo);
+		wo.map = k;
+		wo.partitions = 16;
+		wo.target = USH_TARGET_NULL;
 		ush_writer *w;
 		void *buf, *old;
 		size_t cap;
@@ -456,9 +459,13 @@ static void swap_waits_for_same_size(void **state)
 	(void)state;
 	const char *dir = th_tmpdir("pool-swap");
 	ush_ring *ring = ring_new(192 * KiB, 64 * KiB);
-	struct ush_writer_opts wo = {.shuffle = 1, .partitions = 2,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 1};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 1;
+	wo.partitions = 2;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 1;
 	ush_writer *w;
 	void *buf;
 	size_t cap;
@@ -486,8 +493,12 @@ static void swap_waits_for_same_size(void **state)
 	assert_int_equal(idle_of(ring), 192 * KiB);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts ro = {.dir = dir, .shuffle = 1, .partition = 0,
-				     .maps = 1};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = dir;
+	ro.shuffle = 1;
+	ro.partition = 0;
+	ro.maps = 1;
 	ush_reader *r;
 	const void *rec;
 	size_t len;
@@ -553,9 +564,13 @@ static void ten_thousand_partitions(void **state)
 	assert_int_equal(info.pool_bytes, 64 * MiB);
 	assert_int_equal(info.pool_idle_bytes, 64 * MiB);
 
-	struct ush_writer_opts wo = {.shuffle = 9, .partitions = NPARTS,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 1};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 9;
+	wo.partitions = NPARTS;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 1;
 	ush_writer *w;
 	uint8_t *rec = malloc(BIG_HUGE);
 	struct ush_part_stats *parts = calloc(NPARTS, sizeof(*parts));
@@ -585,8 +600,12 @@ static void ten_thousand_partitions(void **state)
 		if (p % 97 && p % 1000 != 7 && p % 2500 != 11 &&
 		    p != NPARTS - 1)
 			continue;
-		struct ush_reader_opts ro = {.dir = dir, .shuffle = 9,
-					     .partition = p, .maps = 1};
+		struct ush_reader_opts ro;
+		ush_reader_opts_init(&ro);
+		ro.dir = dir;
+		ro.shuffle = 9;
+		ro.partition = p;
+		ro.maps = 1;
 		ush_reader *r;
 		const void *got;
 		size_t len;
@@ -628,8 +647,12 @@ static void pool_smaller_than_partitions(void **state)
 	ro.pool_bytes = 1u << 20; /* 256 x 4 KiB for 2,000 partitions */
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo = {.shuffle = 9, .partitions = PARTS,
-				     .target = USH_TARGET_DISK, .dir = dir};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 9;
+	wo.partitions = PARTS;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	uint8_t rec[200];
@@ -647,8 +670,12 @@ static void pool_smaller_than_partitions(void **state)
 	ush_ring_free(ring);
 
 	for (uint32_t p = 0; p < PARTS; p += 37) {
-		struct ush_reader_opts o = {.dir = dir, .shuffle = 9,
-					    .partition = p, .maps = 1};
+		struct ush_reader_opts o;
+		ush_reader_opts_init(&o);
+		o.dir = dir;
+		o.shuffle = 9;
+		o.partition = p;
+		o.maps = 1;
 		ush_reader *r;
 		const void *data;
 		size_t len;

@@ -15,9 +15,14 @@ static void counts_match_the_writer(void **state)
 	ro.codec = USH_CODEC_LZ4;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo = {.shuffle = 9, .map = 0, .partitions = 2,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = 1};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = 9;
+	wo.map = 0;
+	wo.partitions = 2;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = 1;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	char rec[300];
@@ -30,8 +35,12 @@ static void counts_match_the_writer(void **state)
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts o = {.dir = dir, .shuffle = 9, .partition = 1,
-				    .maps = 1};
+	struct ush_reader_opts o;
+	ush_reader_opts_init(&o);
+	o.dir = dir;
+	o.shuffle = 9;
+	o.partition = 1;
+	o.maps = 1;
 	ush_reader *r;
 	const void *p;
 	size_t len;
@@ -39,7 +48,7 @@ static void counts_match_the_writer(void **state)
 	th_ok(ush_reader_open(&r, &o));
 	ush_reader_stats(r, &st);
 	assert_int_equal(st.records, 0);
-	assert_int_equal(st.load_lat.count, 0);
+	assert_int_equal(ush_reader_load_lat(r)->count, 0);
 	while (ush_reader_next(r, &p, &len) == 1)
 		;
 	ush_reader_stats(r, &st);
@@ -49,7 +58,7 @@ static void counts_match_the_writer(void **state)
 	assert_int_equal(st.raw_bytes, 100 * (USH_RECORD_HDR_SIZE + 300));
 	assert_true(st.stored_bytes >= st.batches * USH_FRAME_HDR_SIZE);
 	assert_true(st.stored_bytes < st.raw_bytes); /* lz4 on 'x's */
-	assert_int_equal(st.load_lat.count, st.batches);
+	assert_int_equal(ush_reader_load_lat(r)->count, st.batches);
 	ush_reader_free(r);
 	th_rmrf(dir);
 }

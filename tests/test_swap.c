@@ -8,9 +8,9 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
-#include "frame.h"
-#include "spill.h"
-#include "writer.h"
+#include "core/frame.h"
+#include "core/spill.h"
+#include "write/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,10 +92,14 @@ static void swap_direct(int direct)
 	ro.push_size = PUSH;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo = {.shuffle = SHUFFLE, .map = MAP,
-				     .partitions = NPARTS,
-				     .target = USH_TARGET_DISK, .dir = dir,
-				     .direct = direct};
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.map = MAP;
+	wo.partitions = NPARTS;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.direct = direct;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 
@@ -117,7 +121,7 @@ static void swap_direct(int direct)
 	static size_t lens[NBATCH];
 	static uint32_t nrecs[NBATCH];
 	uint64_t recs = 0, bytes = 0, raw = 0;
-	struct ush_pool *pool = &ring->pool;
+	struct ushi_pool *pool = &ring->pool;
 	for (uint32_t i = 0; i < NBATCH; i++) {
 		lens[i] = fill_batch(buf, cap, i, &nrecs[i]);
 		assert_true(lens[i] <= cap);
@@ -126,12 +130,12 @@ static void swap_direct(int direct)
 		/* A different buffer, now the caller's, of the same size;
 		 * the old one is no longer the caller's. */
 		assert_ptr_not_equal(buf, old);
-		struct ush_buf *nb =
+		struct ushi_buf *nb =
 			pool_lookup(pool, (uint8_t *)buf - USH_FRAME_HDR_SIZE);
 		assert_int_equal(nb->state, BUF_USER);
 		assert_int_equal(nb->cap, PUSH);
 		size_t oi = (size_t)((uint8_t *)old - USH_FRAME_HDR_SIZE -
-				     pool->arena) / USH_BUF_MIN;
+				     pool->arena) / USHI_BUF_MIN;
 		assert_int_not_equal(pool->descs[oi].state, BUF_USER);
 		recs += nrecs[i];
 		bytes += batch_rec_bytes(lens[i], nrecs[i]);
@@ -169,11 +173,11 @@ static void swap_direct(int direct)
 	size_t ilen, dlen;
 	uint8_t *idx = th_read_file(ipath, &ilen);
 	uint8_t *data = th_read_file(dpath, &dlen);
-	assert_int_equal(ilen, NBATCH * USH_INDEX_ENTRY + USH_INDEX_TRAILER);
+	assert_int_equal(ilen, NBATCH * USHI_INDEX_ENTRY + USHI_INDEX_TRAILER);
 	struct spill_trailer t;
-	uint32_t crc = spill_crc(0xffffffffu, idx, NBATCH * USH_INDEX_ENTRY);
-	th_ok(spill_trailer_get(idx + NBATCH * USH_INDEX_ENTRY, &t, crc));
-	assert_int_equal(t.flags, padded ? USH_INDEX_PADDED : 0);
+	uint32_t crc = spill_crc(0xffffffffu, idx, NBATCH * USHI_INDEX_ENTRY);
+	th_ok(spill_trailer_get(idx + NBATCH * USHI_INDEX_ENTRY, &t, crc));
+	assert_int_equal(t.flags, padded ? USHI_INDEX_PADDED : 0);
 	assert_int_equal(t.shuffle, SHUFFLE);
 	assert_int_equal(t.map, MAP);
 	assert_int_equal(t.attempt, 0);
@@ -187,16 +191,16 @@ static void swap_direct(int direct)
 	uint64_t off = 0;
 	for (uint32_t i = 0; i < NBATCH; i++) {
 		struct spill_entry e;
-		spill_entry_get(idx + i * USH_INDEX_ENTRY, &e);
+		spill_entry_get(idx + i * USHI_INDEX_ENTRY, &e);
 		size_t flen = ush_frame_size(lens[i]);
 		assert_int_equal(e.off, off);
 		assert_int_equal(e.len, flen);
 		assert_int_equal(e.partition, PART);
 		assert_true(off + flen <= dlen);
-		struct ush_frame f;
+		struct ushi_frame f;
 		th_ok(frame_decode(data + off, &f));
 		th_ok(frame_check(data + off, &f));
-		assert_int_equal(f.type, USH_FRAME_DATA);
+		assert_int_equal(f.type, USHI_FRAME_DATA);
 		assert_int_equal(f.codec, USH_CODEC_NONE);
 		assert_int_equal(f.shuffle, SHUFFLE);
 		assert_int_equal(f.map, MAP);
@@ -210,7 +214,7 @@ static void swap_direct(int direct)
 		size_t len = fill_batch(want, PUSH - USH_FRAME_HDR_SIZE, i, &n);
 		assert_int_equal(len, lens[i]);
 		assert_memory_equal(data + off + USH_FRAME_HDR_SIZE, want, len);
-		size_t slot = padded ? ALIGN_UP(flen, USH_ALIGN) : flen;
+		size_t slot = padded ? ALIGN_UP(flen, USHI_ALIGN) : flen;
 		/* O_DIRECT padding is zeroed, never stale pool bytes. */
 		for (size_t k = flen; k < slot; k++)
 			if (data[off + k])
@@ -223,8 +227,12 @@ static void swap_direct(int direct)
 	free(data);
 
 	/* Through the reader: every record of every batch, in order. */
-	struct ush_reader_opts rop = {.dir = dir, .shuffle = SHUFFLE,
-				      .partition = PART, .maps = 1};
+	struct ush_reader_opts rop;
+	ush_reader_opts_init(&rop);
+	rop.dir = dir;
+	rop.shuffle = SHUFFLE;
+	rop.partition = PART;
+	rop.maps = 1;
 	ush_reader *r;
 	const void *rec;
 	size_t rlen;

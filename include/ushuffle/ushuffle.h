@@ -32,10 +32,30 @@ extern "C" {
 #define USH_API
 #endif
 
+/* ---------------------------------------------------------------- version */
+
 #define USH_VERSION_MAJOR 0
-#define USH_VERSION_MINOR 1
+#define USH_VERSION_MINOR 2
 #define USH_VERSION_PATCH 0
-#define USH_VERSION_STRING "0.1.0"
+#define USH_VERSION_STRING "0.2.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH, as zstd's ZSTD_VERSION_NUMBER. */
+#define USH_VERSION_NUMBER                                                   \
+	(USH_VERSION_MAJOR * 10000 + USH_VERSION_MINOR * 100 + USH_VERSION_PATCH)
+
+/* The version of the library running, which may be newer than the header
+ * the caller was compiled with: USH_VERSION_NUMBER's encoding. */
+USH_API unsigned ush_version(void);
+USH_API const char *ush_version_string(void);
+
+/*
+ * Extensible structs. Every options and stats struct starts with a size
+ * field, set by its _init() (options) or by the inline wrapper (stats) to
+ * the caller's sizeof. A library newer than the caller reads only the
+ * fields the caller's struct has and takes the defaults for the rest; a
+ * library older than the caller accepts a larger struct only if every
+ * byte it does not know is zero (else -E2BIG). Fields are only ever
+ * appended. So: always call the _init() before setting fields.
+ */
 
 /* ------------------------------------------------------------------ errors */
 
@@ -67,38 +87,10 @@ USH_API const char *ush_err_name(int err);
  */
 USH_API const char *ush_last_error(void);
 
-/*
- * Heap allocations made by the library (its own and its codecs') since the
- * process started. The difference around N batches is the allocation count
- * per batch; in steady state it is zero.
- */
-USH_API uint64_t ush_alloc_count(void);
-
 /* Log sink for warnings (fallbacks the caller should know about). The
  * default writes "ushuffle: <msg>" to stderr. fn == NULL restores it. */
 typedef void (*ush_log_fn)(void *arg, const char *msg);
 USH_API void ush_set_log(ush_log_fn fn, void *arg);
-
-/* ---------------------------------------------------------------- latency */
-
-/*
- * A log-linear latency histogram (16 buckets per power of two, so a
- * percentile is within 1/16 of the true value), as the writer keeps for
- * completions and callers may keep for their own hand-off timings.
- */
-#define USH_LAT_BUCKETS 976
-struct ush_lat {
-	uint64_t count, min_ns, max_ns;
-	double sum_ns, sumsq_ns;
-	uint64_t bucket[USH_LAT_BUCKETS];
-};
-USH_API void ush_lat_init(struct ush_lat *lat);
-USH_API void ush_lat_add(struct ush_lat *lat, uint64_t ns);
-USH_API void ush_lat_merge(struct ush_lat *dst, const struct ush_lat *src);
-/* The pct-th percentile (0 < pct <= 100) in ns; 0 if lat is empty. */
-USH_API uint64_t ush_lat_percentile(const struct ush_lat *lat, double pct);
-USH_API double ush_lat_mean(const struct ush_lat *lat);
-USH_API double ush_lat_stdev(const struct ush_lat *lat);
 
 /* ------------------------------------------------------------------ frames */
 
@@ -140,6 +132,7 @@ USH_API const char *ush_codec_name(enum ush_codec codec);
 typedef struct ush_ring ush_ring;
 
 struct ush_ring_opts {
+	uint32_t size;      /* sizeof, set by ush_ring_opts_init() */
 	unsigned iodepth;   /* in-flight operations bound (default 64); each
 			       connection of a net writer holds one, so
 			       it must exceed their number */
@@ -153,8 +146,12 @@ struct ush_ring_opts {
 	int level;          /* codec level (zstd default 1, lz4 accel 1) */
 };
 
-/* Fills opts with the defaults above. */
-USH_API void ush_ring_opts_init(struct ush_ring_opts *opts);
+/* Fills opts (size bytes) with the defaults above; use the wrapper. */
+USH_API void ush_ring_opts_init_size(struct ush_ring_opts *opts, size_t size);
+static inline void ush_ring_opts_init(struct ush_ring_opts *opts)
+{
+	ush_ring_opts_init_size(opts, sizeof(*opts));
+}
 
 /*
  * Creates a ring for the calling thread: one io_uring, a pool of
@@ -167,6 +164,7 @@ USH_API int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts);
 USH_API void ush_ring_free(ush_ring *ring);
 
 struct ush_ring_info {
+	uint32_t size;          /* sizeof, set by the wrapper */
 	unsigned setup_flags;   /* IORING_SETUP_* actually in effect */
 	int fixedbufs;          /* 1 if the pool is registered */
 	unsigned iodepth;
@@ -174,7 +172,13 @@ struct ush_ring_info {
 	size_t push_size;
 	size_t pool_idle_bytes; /* bytes on the idle lists now */
 };
-USH_API void ush_ring_info(const ush_ring *ring, struct ush_ring_info *info);
+USH_API void ush_ring_info_size(const ush_ring *ring,
+				struct ush_ring_info *info, size_t size);
+static inline void ush_ring_info(const ush_ring *ring,
+				 struct ush_ring_info *info)
+{
+	ush_ring_info_size(ring, info, sizeof(*info));
+}
 
 /* ------------------------------------------------------------------ writer */
 
@@ -187,6 +191,7 @@ enum ush_target {
 };
 
 struct ush_writer_opts {
+	uint32_t size;          /* sizeof, set by ush_writer_opts_init() */
 	uint32_t shuffle, map, attempt;
 	uint32_t partitions;    /* 1 .. 16M */
 	enum ush_target target;
@@ -211,6 +216,16 @@ struct ush_writer_opts {
 				  1 always, -1 never */
 };
 
+/* Fills opts (size bytes) with the defaults: shuffle, map and attempt 0,
+ * one partition, the null target, O_DIRECT on, the uring engine, and the
+ * net defaults above. Use the wrapper. */
+USH_API void ush_writer_opts_init_size(struct ush_writer_opts *opts,
+				       size_t size);
+static inline void ush_writer_opts_init(struct ush_writer_opts *opts)
+{
+	ush_writer_opts_init_size(opts, sizeof(*opts));
+}
+
 /* Per-partition totals reported by ush_writer_commit(). */
 struct ush_part_stats {
 	uint64_t records;
@@ -219,13 +234,13 @@ struct ush_part_stats {
 };
 
 struct ush_writer_stats {
+	uint32_t size;          /* sizeof, set by the wrapper */
 	uint64_t records, batches;
 	uint64_t raw_bytes;     /* batch bytes before compression */
 	uint64_t frame_bytes;   /* frame bytes produced (headers included) */
 	uint64_t stored_bytes;  /* bytes written to the target (padding incl.) */
 	uint64_t stored_raw;    /* batches stored raw because they did not shrink */
 	uint64_t grows;         /* partition buffers grown by copy */
-	struct ush_lat complete_lat; /* submission to completion, per frame */
 	/* net target */
 	uint64_t net_sends;      /* frames sent with plain SEND */
 	uint64_t net_zc_sends;   /* frames sent with SEND_ZC */
@@ -297,7 +312,13 @@ USH_API int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts);
 /* Drops everything written so far and removes partial files. */
 USH_API int ush_writer_abort(ush_writer *w);
 /* Totals so far. */
-USH_API void ush_writer_stats(const ush_writer *w, struct ush_writer_stats *st);
+USH_API void ush_writer_stats_size(const ush_writer *w,
+				   struct ush_writer_stats *st, size_t size);
+static inline void ush_writer_stats(const ush_writer *w,
+				    struct ush_writer_stats *st)
+{
+	ush_writer_stats_size(w, st, sizeof(*st));
+}
 /* The sticky error message, or NULL if the writer has none. */
 USH_API const char *ush_writer_error(const ush_writer *w);
 /* Frees the writer, aborting it first if it was neither committed nor
@@ -309,6 +330,7 @@ USH_API void ush_writer_free(ush_writer *w);
 typedef struct ush_reader ush_reader;
 
 struct ush_reader_opts {
+	uint32_t size;        /* sizeof, set by ush_reader_opts_init() */
 	const char *dir;      /* spill directory the writers used */
 	uint32_t shuffle;
 	uint32_t partition;
@@ -318,6 +340,14 @@ struct ush_reader_opts {
 	const char *workers;
 	uint32_t timeout_ms;  /* net: give up on a silent worker (10000) */
 };
+
+/* Fills opts (size bytes) with the defaults; use the wrapper. */
+USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,
+				       size_t size);
+static inline void ush_reader_opts_init(struct ush_reader_opts *opts)
+{
+	ush_reader_opts_init_size(opts, sizeof(*opts));
+}
 
 /*
  * Opens partition of shuffle over the committed outputs of maps 0..maps-1
@@ -338,67 +368,23 @@ USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
 
 /* Totals of a reader so far. */
 struct ush_reader_stats {
+	uint32_t size;          /* sizeof, set by the wrapper */
 	uint64_t records;       /* records yielded */
 	uint64_t batches;       /* frames yielded (duplicates excluded) */
 	uint64_t dup_batches;   /* duplicate frames dropped */
 	uint64_t raw_bytes;     /* batch bytes of the frames yielded */
 	uint64_t stored_bytes;  /* frame bytes read, duplicates included */
-	struct ush_lat load_lat; /* per frame yielded: read, CRC, decompress */
 };
-USH_API void ush_reader_stats(const ush_reader *r,
-			      struct ush_reader_stats *st);
+USH_API void ush_reader_stats_size(const ush_reader *r,
+				   struct ush_reader_stats *st, size_t size);
+static inline void ush_reader_stats(const ush_reader *r,
+				    struct ush_reader_stats *st)
+{
+	ush_reader_stats_size(r, st, sizeof(*st));
+}
 USH_API void ush_reader_free(ush_reader *r);
 
-/* ------------------------------------------------------------------ worker */
-
-/*
- * The shuffle worker that ushuffled runs: one thread, ring and
- * SO_REUSEPORT listener per thread; it stores pushed frames per
- * (shuffle, partition), commits map outputs in a synced log and serves
- * committed frames to readers. Protocol: docs/protocol.md.
- */
-typedef struct ush_worker ush_worker;
-
-struct ush_worker_opts {
-	const char *listen;  /* "HOST:PORT" (default "127.0.0.1:7337"); port
-				0 picks a free one, see ush_worker_port() */
-	const char *dir;     /* storage directory, created if missing */
-	unsigned threads;    /* 0: one per online CPU */
-	int direct;          /* 1: O_DIRECT partition files where the file
-				system allows (default 0) */
-	int log_level;       /* 0 errors, 1 + connection events (default),
-				2 debug */
-	uint32_t window;     /* credit per connection (default 4 MiB) */
-	uint32_t max_frame;  /* largest frame accepted (default 64 MiB) */
-	size_t pool_bytes;   /* registered flush memory per thread (32 MiB) */
-	uint32_t flush_size; /* per-partition flush buffer (256 KiB) */
-	uint32_t hello_timeout_ms; /* a connection that has not said HELLO
-				      this long is closed (default 10000) */
-};
-
-USH_API void ush_worker_opts_init(struct ush_worker_opts *opts);
-/*
- * Binds the listeners (so the port is known and bind errors surface
- * here) and replays the commit logs in dir. Serves nothing until
- * ush_worker_start() or ush_worker_run(). Returns 0 and *out, or an error.
- */
-USH_API int ush_worker_create(ush_worker **out,
-			      const struct ush_worker_opts *opts);
-/* The bound TCP port (useful with port 0). */
-USH_API int ush_worker_port(const ush_worker *w);
-/* Starts the worker threads in the background and returns. */
-USH_API int ush_worker_start(ush_worker *w);
-/*
- * Asks the threads to stop accepting, finish in-flight writes, sync and
- * exit. Only sets a flag: safe from a signal handler and any thread.
- */
-USH_API void ush_worker_stop(ush_worker *w);
-/* Waits for the threads to exit; returns 0 or their first error. */
-USH_API int ush_worker_wait(ush_worker *w);
-/* start + wait: serves in the calling thread until ush_worker_stop(). */
-USH_API int ush_worker_run(ush_worker *w);
-/* Stops and waits if running, then frees. Accepts NULL. */
-USH_API void ush_worker_free(ush_worker *w);
+/* --------------------------------------------------------------------- net */
 
 /*
  * Asks every worker of the list ("HOST:PORT,...") to drop all data of
@@ -410,6 +396,45 @@ USH_API int ush_net_drop(const char *workers, uint32_t shuffle,
 
 /* The worker (index into a writer's list of n) that stores partition. */
 USH_API uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers);
+
+/* ----------------------------------------------------------- unstable API */
+
+/*
+ * For the ushuffle CLI, tests and benchmarks: the latency histograms
+ * behind the reports and the library's allocation counter. Define
+ * USH_UNSTABLE_API before including this header to see them. Their
+ * layout and symbols may change in any release (they sit in their own
+ * symbol version, USHUFFLE_UNSTABLE); nothing else in this header does.
+ */
+#ifdef USH_UNSTABLE_API
+/*
+ * Heap allocations made by the library (its own and its codecs') since the
+ * process started. The difference around N batches is the allocation count
+ * per batch; in steady state it is zero.
+ */
+USH_API uint64_t ush_alloc_count(void);
+
+/* A log-linear latency histogram (16 buckets per power of two, so a
+ * percentile is within 1/16 of the true value). */
+#define USH_LAT_BUCKETS 976
+struct ush_lat {
+	uint64_t count, min_ns, max_ns;
+	double sum_ns, sumsq_ns;
+	uint64_t bucket[USH_LAT_BUCKETS];
+};
+USH_API void ush_lat_init(struct ush_lat *lat);
+USH_API void ush_lat_add(struct ush_lat *lat, uint64_t ns);
+USH_API void ush_lat_merge(struct ush_lat *dst, const struct ush_lat *src);
+/* The pct-th percentile (0 < pct <= 100) in ns; 0 if lat is empty. */
+USH_API uint64_t ush_lat_percentile(const struct ush_lat *lat, double pct);
+USH_API double ush_lat_mean(const struct ush_lat *lat);
+USH_API double ush_lat_stdev(const struct ush_lat *lat);
+/* The writer's submission-to-completion latency per frame, and the
+ * reader's per-frame load latency (read, CRC, decompress); borrowed,
+ * valid until the object is freed. */
+USH_API const struct ush_lat *ush_writer_complete_lat(const ush_writer *w);
+USH_API const struct ush_lat *ush_reader_load_lat(const ush_reader *r);
+#endif /* USH_UNSTABLE_API */
 
 #ifdef __cplusplus
 }

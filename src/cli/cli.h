@@ -15,7 +15,10 @@
 #ifndef USH_CLI_H
 #define USH_CLI_H
 
+/* The latency histograms and allocation counter behind the report. */
+#define USH_UNSTABLE_API 1
 #include <ushuffle/ushuffle.h>
+#include <ushuffle/worker.h>
 
 #include <limits.h>
 #include <pthread.h>

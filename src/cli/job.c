@@ -324,7 +324,7 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 		ret = ush_worker_start(j->embedded);
 	if (ret) {
 		snprintf(res->errmsg, sizeof(res->errmsg), "embedded worker "
-			 "in %.200s: %.250s", j->wdir, ush_last_error());
+			 "in %.200s: %.250s", j->wdir, ush_worker_last_error());
 		return ret;
 	}
 	snprintf(j->workers, sizeof(j->workers), "127.0.0.1:%d",

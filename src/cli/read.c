@@ -89,10 +89,13 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 	struct job_ctx *j = t->job;
 	const struct job_opts *o = j->o;
 	struct dir_stats *d = &t->res->r;
-	struct ush_reader_opts ro = {.dir = o->dir, .shuffle = j->shuffle,
-				     .partition = part, .maps = j->maps,
-				     .workers = j->workers[0] ? j->workers
-							      : NULL};
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.dir = o->dir;
+	ro.shuffle = j->shuffle;
+	ro.partition = part;
+	ro.maps = j->maps;
+	ro.workers = j->workers[0] ? j->workers : NULL;
 	struct part_check c = {.g = &j->gen, .part = part, .maps = j->maps,
 			       .count = count, .next = count + j->maps};
 	ush_reader *r = NULL;
@@ -138,7 +141,7 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 		d->raw_bytes += st.raw_bytes;
 		d->frame_bytes += st.stored_bytes;
 		d->stored_bytes += st.stored_bytes;
-		ush_lat_merge(&d->clat, &st.load_lat);
+		ush_lat_merge(&d->clat, ush_reader_load_lat(r));
 		ush_reader_free(r);
 	}
 	return go_on;

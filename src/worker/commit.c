@@ -7,7 +7,7 @@
  * (a crash mid-append, never acknowledged) is cut off.
  */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker/wk.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -35,17 +35,17 @@ static void drop_shuffle(struct ush_worker *wk, uint32_t shuffle)
 	size_t j = 0;
 	for (size_t i = 0; i < wk->ncommits; i++) {
 		if (wk->commits[i].shuffle == shuffle)
-			ush_free(wk->commits[i].e);
+			ushi_free(wk->commits[i].e);
 		else
 			wk->commits[j++] = wk->commits[i];
 	}
 	wk->ncommits = j;
 }
 
-int wk_commit_apply(struct ush_worker *wk, const struct ush_frame *f,
+int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f,
 		    const uint8_t *payload)
 {
-	if (f->type == USH_FRAME_DROP) {
+	if (f->type == USHI_FRAME_DROP) {
 		drop_shuffle(wk, f->shuffle);
 		return 0;
 	}
@@ -53,12 +53,12 @@ int wk_commit_apply(struct ush_worker *wk, const struct ush_frame *f,
 		return 0; /* the first attempt to commit wins */
 	if (wk->ncommits == wk->ccap) {
 		size_t c = wk->ccap ? 2 * wk->ccap : 64;
-		struct wk_commit *n = ush_malloc(c * sizeof(*n));
+		struct wk_commit *n = ushi_malloc(c * sizeof(*n));
 		if (!n)
 			return -ENOMEM;
 		if (wk->ncommits)
 			memcpy(n, wk->commits, wk->ncommits * sizeof(*n));
-		ush_free(wk->commits);
+		ushi_free(wk->commits);
 		wk->commits = n;
 		wk->ccap = c;
 	}
@@ -67,7 +67,7 @@ int wk_commit_apply(struct ush_worker *wk, const struct ush_frame *f,
 	c->map = f->map;
 	c->attempt = f->attempt;
 	c->n = (uint32_t)f->seq;
-	c->e = ush_malloc((c->n ? c->n : 1) * sizeof(*c->e));
+	c->e = ushi_malloc((c->n ? c->n : 1) * sizeof(*c->e));
 	if (!c->e)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < c->n; i++)
@@ -79,9 +79,9 @@ int wk_commit_apply(struct ush_worker *wk, const struct ush_frame *f,
 void wk_commit_free(struct ush_worker *wk)
 {
 	for (size_t i = 0; i < wk->ncommits; i++)
-		ush_free(wk->commits[i].e);
-	ush_free(wk->commits);
-	ush_free(wk->drops);
+		ushi_free(wk->commits[i].e);
+	ushi_free(wk->commits);
+	ushi_free(wk->drops);
 	wk->commits = NULL;
 	wk->ncommits = wk->ccap = 0;
 }
@@ -114,10 +114,10 @@ int wk_manifest(struct ush_worker *wk, uint32_t shuffle, uint32_t partition,
 	for (size_t i = 0; i < wk->ncommits; i++)
 		cnt += wk->commits[i].shuffle == shuffle;
 	struct proto_manifest *m = NULL;
-	if (cnt > USH_PROTO_ENTRIES_MAX ||
-	    !(m = ush_malloc((cnt ? cnt : 1) * sizeof(*m)))) {
+	if (cnt > USHI_PROTO_ENTRIES_MAX ||
+	    !(m = ushi_malloc((cnt ? cnt : 1) * sizeof(*m)))) {
 		pthread_mutex_unlock(&wk->lock);
-		return cnt > USH_PROTO_ENTRIES_MAX ? -E2BIG : -ENOMEM;
+		return cnt > USHI_PROTO_ENTRIES_MAX ? -E2BIG : -ENOMEM;
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < wk->ncommits; i++) {
@@ -156,7 +156,7 @@ static int read_file(const char *path, uint8_t **out, size_t *n)
 		return -errno;
 	struct stat st;
 	int ret = fstat(fd, &st) ? -errno : 0;
-	uint8_t *b = ret ? NULL : ush_malloc((size_t)st.st_size + 1);
+	uint8_t *b = ret ? NULL : ushi_malloc((size_t)st.st_size + 1);
 	if (!ret && !b)
 		ret = -ENOMEM;
 	size_t got = 0;
@@ -170,7 +170,7 @@ static int read_file(const char *path, uint8_t **out, size_t *n)
 	}
 	close(fd);
 	if (ret) {
-		ush_free(b);
+		ushi_free(b);
 		return ret;
 	}
 	*out = b;
@@ -184,24 +184,24 @@ static int scan_log(struct ush_worker *wk, const char *path, uint8_t *b,
 {
 	size_t off = 0;
 	while (n - off >= LSN_LEN + USH_FRAME_HDR_SIZE) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		const char *why;
 		const uint8_t *h = b + off + LSN_LEN;
 		if (proto_header(h, &f, wk->o.max_frame, false, &why) ||
-		    (f.type != USH_FRAME_MAPPER_END &&
-		     f.type != USH_FRAME_DROP) ||
+		    (f.type != USHI_FRAME_MAPPER_END &&
+		     f.type != USHI_FRAME_DROP) ||
 		    proto_size(&f) > n - off - LSN_LEN || frame_check(h, &f) ||
-		    (f.type == USH_FRAME_MAPPER_END &&
+		    (f.type == USHI_FRAME_MAPPER_END &&
 		     proto_check_mapper_end(h + USH_FRAME_HDR_SIZE, &f)))
 			break;
 		if (*nrec == *cap) {
 			size_t c = *cap ? 2 * *cap : 256;
-			struct rec *r = ush_malloc(c * sizeof(*r));
+			struct rec *r = ushi_malloc(c * sizeof(*r));
 			if (!r)
 				return -ENOMEM;
 			if (*nrec)
 				memcpy(r, *recs, *nrec * sizeof(*r));
-			ush_free(*recs);
+			ushi_free(*recs);
 			*recs = r;
 			*cap = c;
 		}
@@ -221,7 +221,7 @@ int wk_commit_replay(struct ush_worker *wk)
 {
 	DIR *d = opendir(wk->dir);
 	if (!d)
-		return ush_fail(-errno, "worker: opendir %s", wk->dir);
+		return ushi_fail(-errno, "worker: opendir %s", wk->dir);
 	uint8_t **bufs = NULL;
 	size_t nbufs = 0, nrec = 0, cap = 0;
 	struct rec *recs = NULL;
@@ -237,18 +237,18 @@ int wk_commit_replay(struct ush_worker *wk)
 		snprintf(path, sizeof(path), "%s/%s", wk->dir, de->d_name);
 		uint8_t *b = NULL;
 		size_t n = 0;
-		uint8_t **nb = ush_malloc((nbufs + 1) * sizeof(*nb));
+		uint8_t **nb = ushi_malloc((nbufs + 1) * sizeof(*nb));
 		if (!nb) {
 			ret = -ENOMEM;
 			break;
 		}
 		if (nbufs)
 			memcpy(nb, bufs, nbufs * sizeof(*nb));
-		ush_free(bufs);
+		ushi_free(bufs);
 		bufs = nb;
 		ret = read_file(path, &b, &n);
 		if (ret) {
-			ush_fail(ret, "worker: read %s", path);
+			ushi_fail(ret, "worker: read %s", path);
 			break;
 		}
 		bufs[nbufs++] = b;
@@ -259,7 +259,7 @@ int wk_commit_replay(struct ush_worker *wk)
 		qsort(recs, nrec, sizeof(*recs), by_lsn);
 	uint64_t last = 0;
 	for (size_t i = 0; !ret && i < nrec; i++) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		const uint8_t *h = recs[i].buf + recs[i].off + LSN_LEN;
 		frame_parse(h, &f);
 		ret = wk_commit_apply(wk, &f, h + USH_FRAME_HDR_SIZE);
@@ -276,10 +276,10 @@ int wk_commit_replay(struct ush_worker *wk)
 		wk_log(wk, 1, "replayed %zu commit log records: %zu map "
 		       "outputs committed", nrec, wk->ncommits);
 	for (size_t i = 0; i < nbufs; i++)
-		ush_free(bufs[i]);
-	ush_free(bufs);
-	ush_free(recs);
-	return ret < 0 && ret > -4000 ? ush_fail(ret, "worker: commit log "
+		ushi_free(bufs[i]);
+	ushi_free(bufs);
+	ushi_free(recs);
+	return ret < 0 && ret > -4000 ? ushi_fail(ret, "worker: commit log "
 						 "replay") : ret;
 }
 
@@ -289,10 +289,10 @@ int wk_log_open(struct wk_thread *t)
 	snprintf(path, sizeof(path), "%s/commit.t%u.log", t->wk->dir, t->idx);
 	t->log_fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	if (t->log_fd < 0)
-		return ush_fail(-errno, "worker: open %s", path);
+		return ushi_fail(-errno, "worker: open %s", path);
 	struct stat st;
 	if (fstat(t->log_fd, &st))
-		return ush_fail(-errno, "worker: stat %s", path);
+		return ushi_fail(-errno, "worker: stat %s", path);
 	t->log_off = (uint64_t)st.st_size;
 	t->dir_unsynced = true;
 	return 0;

@@ -5,7 +5,7 @@
  * line and a closed connection; nothing else is touched.
  */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker/wk.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +24,7 @@ static const char *type_name(unsigned type)
 
 struct wk_out *wk_out_new(size_t cap)
 {
-	struct wk_out *o = ush_malloc(sizeof(*o) + cap);
+	struct wk_out *o = ushi_malloc(sizeof(*o) + cap);
 	if (o) {
 		o->next = NULL;
 		o->len = 0;
@@ -57,8 +57,8 @@ void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
 {
 	if (c->failed)
 		return;
-	char msg[USH_PROTO_ERRMSG_MAX];
-	uint8_t frame[USH_PROTO_ERROR_SIZE];
+	char msg[USHI_PROTO_ERRMSG_MAX];
+	uint8_t frame[USHI_PROTO_ERROR_SIZE];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -70,14 +70,14 @@ void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
 	wk_conn_send(c, frame, proto_put_error(frame, code, msg));
 }
 
-static void send_done(struct ush_op *op, int res)
+static void send_done(struct ushi_op *op, int res)
 {
 	struct wk_conn *c = op->owner;
 	struct wk_out *o = c->out;
 	c->out = o->next;
 	if (!c->out)
 		c->out_tail = NULL;
-	ush_free(o);
+	ushi_free(o);
 	c->sending = false;
 	if (res < 0 && !c->eof) {
 		c->eof = true;
@@ -91,8 +91,8 @@ void wk_conn_pump(struct wk_conn *c)
 		return;
 	if (!c->out && c->credit && !c->failed) {
 		/* Credits coalesce while a send is in flight. */
-		uint8_t b[USH_PROTO_SMALL];
-		struct proto_ack a = {USH_ACK_CREDIT, 0, c->credit};
+		uint8_t b[USHI_PROTO_SMALL];
+		struct proto_ack a = {USHI_ACK_CREDIT, 0, c->credit};
 		c->credit = 0;
 		wk_conn_send(c, b, proto_put_ack(b, 0, 0, 0, &a));
 	}
@@ -100,7 +100,7 @@ void wk_conn_pump(struct wk_conn *c)
 		wk_fetch_pump(c);
 	if (!c->out)
 		return;
-	struct ush_op *op;
+	struct ushi_op *op;
 	if (ring_op_get(c->t->ring, &op)) {
 		c->eof = true;
 		return;
@@ -121,37 +121,37 @@ static void hello(struct wk_conn *c, const uint8_t *payload)
 	struct ush_worker *wk = c->t->wk;
 	struct proto_hello h;
 	proto_get_hello(payload, &h);
-	if (h.version != USH_PROTO_VERSION) {
+	if (h.version != USHI_PROTO_VERSION) {
 		wk_conn_fail(c, USH_EVERSION, "protocol version %u is not "
 			     "supported; this worker speaks version %u",
-			     h.version, USH_PROTO_VERSION);
+			     h.version, USHI_PROTO_VERSION);
 		return;
 	}
-	if (h.role < USH_ROLE_WRITER || h.role > USH_ROLE_ADMIN) {
+	if (h.role < USHI_ROLE_WRITER || h.role > USHI_ROLE_ADMIN) {
 		wk_conn_fail(c, -EPROTO, "HELLO with unknown role %u", h.role);
 		return;
 	}
 	c->role = h.role;
-	struct proto_hello r = {USH_PROTO_VERSION, h.role, wk->o.window,
+	struct proto_hello r = {USHI_PROTO_VERSION, h.role, wk->o.window,
 				wk->o.max_frame};
-	uint8_t b[USH_PROTO_SMALL];
+	uint8_t b[USHI_PROTO_SMALL];
 	wk_conn_send(c, b, proto_put_hello(b, &r));
 	wk_log(wk, 2, "peer %s: HELLO as %s", c->peer,
-	       h.role == USH_ROLE_WRITER ? "writer" :
-	       h.role == USH_ROLE_READER ? "reader" : "admin");
+	       h.role == USHI_ROLE_WRITER ? "writer" :
+	       h.role == USHI_ROLE_READER ? "reader" : "admin");
 }
 
-static void ack(struct wk_conn *c, const struct ush_frame *f, uint32_t kind,
+static void ack(struct wk_conn *c, const struct ushi_frame *f, uint32_t kind,
 		int status)
 {
-	uint8_t b[USH_PROTO_SMALL];
+	uint8_t b[USHI_PROTO_SMALL];
 	struct proto_ack a = {kind, status, 0};
 	wk_conn_send(c, b, proto_put_ack(b, f->shuffle, f->map, f->attempt,
 					 &a));
 }
 
 /* MAPPER_END: make the attempt's frames durable, log, then ACK. */
-static void commit(struct wk_conn *c, const struct ush_frame *f,
+static void commit(struct wk_conn *c, const struct ushi_frame *f,
 		   const uint8_t *frame)
 {
 	struct wk_thread *t = c->t;
@@ -191,7 +191,7 @@ static void commit(struct wk_conn *c, const struct ush_frame *f,
 	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u %s", c->peer,
 	       f->shuffle, f->map, f->attempt,
 	       status ? "refused: another attempt committed" : "committed");
-	ack(c, f, USH_ACK_COMMIT, status);
+	ack(c, f, USHI_ACK_COMMIT, status);
 }
 
 static void unlink_shuffle(struct ush_worker *wk, uint32_t shuffle)
@@ -209,7 +209,7 @@ static void unlink_shuffle(struct ush_worker *wk, uint32_t shuffle)
 	rmdir(path);
 }
 
-static void drop(struct wk_conn *c, const struct ush_frame *f,
+static void drop(struct wk_conn *c, const struct ushi_frame *f,
 		 const uint8_t *frame)
 {
 	struct wk_thread *t = c->t;
@@ -217,12 +217,12 @@ static void drop(struct wk_conn *c, const struct ush_frame *f,
 	pthread_mutex_lock(&wk->lock);
 	int ret = wk_log_append(t, frame, proto_size(f));
 	uint32_t *d = ret ? NULL :
-		      ush_malloc((wk->ndrops + 1) * sizeof(*d));
+		      ushi_malloc((wk->ndrops + 1) * sizeof(*d));
 	if (d) {
 		if (wk->ndrops)
 			memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
 		d[wk->ndrops++] = f->shuffle;
-		ush_free(wk->drops);
+		ushi_free(wk->drops);
 		wk->drops = d;
 		wk_commit_apply(wk, f, NULL);
 		atomic_fetch_add(&wk->drop_epoch, 1);
@@ -238,24 +238,24 @@ static void drop(struct wk_conn *c, const struct ush_frame *f,
 	wk_store_drop(t, f->shuffle);
 	unlink_shuffle(wk, f->shuffle);
 	wk_log(wk, 1, "peer %s: dropped shuffle %u", c->peer, f->shuffle);
-	ack(c, f, USH_ACK_DROP, 0);
+	ack(c, f, USHI_ACK_DROP, 0);
 }
 
 static bool role_ok(const struct wk_conn *c, unsigned type)
 {
 	switch (type) {
-	case USH_FRAME_DATA:
-	case USH_FRAME_MAPPER_END:
-		return c->role == USH_ROLE_WRITER;
-	case USH_FRAME_FETCH:
-		return c->role == USH_ROLE_READER && !c->fetch;
-	case USH_FRAME_DROP:
-		return c->role == USH_ROLE_WRITER || c->role == USH_ROLE_ADMIN;
+	case USHI_FRAME_DATA:
+	case USHI_FRAME_MAPPER_END:
+		return c->role == USHI_ROLE_WRITER;
+	case USHI_FRAME_FETCH:
+		return c->role == USHI_ROLE_READER && !c->fetch;
+	case USHI_FRAME_DROP:
+		return c->role == USHI_ROLE_WRITER || c->role == USHI_ROLE_ADMIN;
 	}
 	return false;
 }
 
-static void dispatch(struct wk_conn *c, const struct ush_frame *f,
+static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 		     const uint8_t *frame)
 {
 	if (frame_check(frame, f)) {
@@ -267,7 +267,7 @@ static void dispatch(struct wk_conn *c, const struct ush_frame *f,
 	}
 	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
 	if (!c->role) {
-		if (f->type == USH_FRAME_HELLO)
+		if (f->type == USHI_FRAME_HELLO)
 			hello(c, payload);
 		else
 			wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
@@ -281,7 +281,7 @@ static void dispatch(struct wk_conn *c, const struct ush_frame *f,
 	}
 	int ret;
 	switch (f->type) {
-	case USH_FRAME_DATA:
+	case USHI_FRAME_DATA:
 		ret = wk_store_append(c->t, f, frame);
 		if (ret)
 			wk_conn_fail(c, ret, "storing shuffle %u partition %u: "
@@ -290,17 +290,17 @@ static void dispatch(struct wk_conn *c, const struct ush_frame *f,
 		else
 			c->credit += proto_size(f);
 		break;
-	case USH_FRAME_MAPPER_END:
+	case USHI_FRAME_MAPPER_END:
 		commit(c, f, frame);
 		break;
-	case USH_FRAME_FETCH:
+	case USHI_FRAME_FETCH:
 		ret = wk_fetch_start(c, f, payload);
 		if (ret)
 			wk_conn_fail(c, ret, "FETCH of shuffle %u partition "
 				     "%u: %s", f->shuffle, f->partition,
 				     ush_strerror(ret));
 		break;
-	case USH_FRAME_DROP:
+	case USHI_FRAME_DROP:
 		drop(c, f, frame);
 		break;
 	}
@@ -320,7 +320,7 @@ static bool stage_start(struct wk_conn *c, const uint8_t *h)
 {
 	/* Bounded by proto_header: max_frame or the control limit. */
 	size_t need = proto_size(&c->f);
-	if (ush_grow(&c->stage, &c->scap, need)) {
+	if (ushi_grow(&c->stage, &c->scap, need)) {
 		wk_conn_fail(c, -ENOMEM, "no memory for a %zu-byte frame",
 			     need);
 		return false;

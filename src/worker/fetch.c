@@ -6,7 +6,7 @@
  * completed, so a slow reader costs one chunk of memory.
  */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker/wk.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,10 +22,10 @@ void wk_fetch_free(struct wk_fetch *fe)
 	if (fe->fd >= 0)
 		close(fe->fd);
 	for (unsigned i = 0; i < fe->nfiles; i++)
-		ush_free(fe->files[i]);
-	ush_free(fe->files);
-	ush_free(fe->m);
-	ush_free(fe);
+		ushi_free(fe->files[i]);
+	ushi_free(fe->files);
+	ushi_free(fe->m);
+	ushi_free(fe);
 }
 
 static int list_files(struct ush_worker *wk, struct wk_fetch *fe)
@@ -43,18 +43,18 @@ static int list_files(struct ush_worker *wk, struct wk_fetch *fe)
 		if (sscanf(de->d_name, "p%u.t%u.%7s", &p, &t, tail) != 3 ||
 		    p != fe->partition || strcmp(tail, "data"))
 			continue;
-		char **nf = ush_malloc((fe->nfiles + 1) * sizeof(*nf));
-		char *s = ush_malloc(strlen(path) + strlen(de->d_name) + 2);
+		char **nf = ushi_malloc((fe->nfiles + 1) * sizeof(*nf));
+		char *s = ushi_malloc(strlen(path) + strlen(de->d_name) + 2);
 		if (!nf || !s) {
-			ush_free(nf);
-			ush_free(s);
+			ushi_free(nf);
+			ushi_free(s);
 			ret = -ENOMEM;
 			break;
 		}
 		sprintf(s, "%s/%s", path, de->d_name);
 		if (fe->nfiles)
 			memcpy(nf, fe->files, fe->nfiles * sizeof(*nf));
-		ush_free(fe->files);
+		ushi_free(fe->files);
 		fe->files = nf;
 		fe->files[fe->nfiles++] = s;
 	}
@@ -62,11 +62,11 @@ static int list_files(struct ush_worker *wk, struct wk_fetch *fe)
 	return ret;
 }
 
-int wk_fetch_start(struct wk_conn *c, const struct ush_frame *f,
+int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 		   const uint8_t *payload)
 {
 	struct ush_worker *wk = c->t->wk;
-	struct wk_fetch *fe = ush_calloc(1, sizeof(*fe));
+	struct wk_fetch *fe = ushi_calloc(1, sizeof(*fe));
 	if (!fe)
 		return -ENOMEM;
 	fe->fd = -1;
@@ -94,7 +94,7 @@ int wk_fetch_start(struct wk_conn *c, const struct ush_frame *f,
 	return 0;
 }
 
-static bool committed(const struct wk_fetch *fe, const struct ush_frame *f)
+static bool committed(const struct wk_fetch *fe, const struct ushi_frame *f)
 {
 	uint32_t lo = 0, hi = fe->nm;
 	while (lo < hi) {
@@ -127,7 +127,7 @@ static int read_at(int fd, void *p, size_t n, uint64_t off)
 /* The next committed frame's header into *f, or 0 at the end of all
  * files. Returns 1, 0 or an error. */
 static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
-		      struct ush_frame *f)
+		      struct ushi_frame *f)
 {
 	uint8_t h[USH_FRAME_HDR_SIZE];
 	const char *why;
@@ -155,7 +155,7 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 			fe->fd = -1;
 			continue;
 		}
-		if (f->type == USH_FRAME_DATA && committed(fe, f))
+		if (f->type == USHI_FRAME_DATA && committed(fe, f))
 			return 1;
 		fe->off += proto_size(f);
 	}
@@ -169,11 +169,11 @@ void wk_fetch_pump(struct wk_conn *c)
 	size_t cap = 0;
 	int ret = 0;
 	while (!fe->done) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		ret = next_frame(wk, fe, &f);
 		if (ret < 0)
 			break;
-		size_t n = ret ? proto_size(&f) : USH_PROTO_SMALL;
+		size_t n = ret ? proto_size(&f) : USHI_PROTO_SMALL;
 		if (ret && fe->skip) {
 			if (fe->skip < n) {
 				ret = -EINVAL;
@@ -187,7 +187,7 @@ void wk_fetch_pump(struct wk_conn *c)
 			break;
 		if (!o) {
 			cap = n > WK_FETCH_CHUNK ? n : WK_FETCH_CHUNK;
-			o = wk_out_new(cap + USH_PROTO_SMALL);
+			o = wk_out_new(cap + USHI_PROTO_SMALL);
 			if (!o) {
 				ret = -ENOMEM;
 				break;
@@ -209,7 +209,7 @@ void wk_fetch_pump(struct wk_conn *c)
 		fe->bytes += n;
 	}
 	if (ret < 0) {
-		ush_free(o);
+		ushi_free(o);
 		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
 			     fe->shuffle, fe->partition,
 			     ret == -EINVAL ? "offset inside a frame" :

@@ -6,7 +6,7 @@
  * written, files synced.
  */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker/wk.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,7 +19,7 @@
 
 #define TICK_NS 100000000ull /* how soon a stop request is noticed */
 
-static void on_accept(struct ush_op *op, int res)
+static void on_accept(struct ushi_op *op, int res)
 {
 	struct wk_thread *t = op->owner;
 	if (!(op->cqe_flags & IORING_CQE_F_MORE))
@@ -39,7 +39,7 @@ static void on_accept(struct ush_op *op, int res)
 	}
 }
 
-static void on_recv(struct ush_op *op, int res)
+static void on_recv(struct ushi_op *op, int res)
 {
 	struct wk_conn *c = op->owner;
 	if (!(op->cqe_flags & IORING_CQE_F_MORE))
@@ -60,7 +60,7 @@ static void on_recv(struct ush_op *op, int res)
 
 static int arm_accept(struct wk_thread *t)
 {
-	struct ush_op *op;
+	struct ushi_op *op;
 	int ret = ring_op_get(t->ring, &op);
 	if (ret)
 		return ret;
@@ -75,7 +75,7 @@ static int arm_accept(struct wk_thread *t)
 
 static int arm_recv(struct wk_conn *c)
 {
-	struct ush_op *op;
+	struct ushi_op *op;
 	int ret = ring_op_get(c->t->ring, &op);
 	if (ret)
 		return ret;
@@ -91,14 +91,14 @@ static int arm_recv(struct wk_conn *c)
 
 static void conn_new(struct wk_thread *t, int fd)
 {
-	struct wk_conn *c = ush_calloc(1, sizeof(*c));
+	struct wk_conn *c = ushi_calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
 		return;
 	}
 	c->t = t;
 	c->fd = fd;
-	c->t_accept = ush_now_ns();
+	c->t_accept = ushi_now_ns();
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	char host[INET6_ADDRSTRLEN] = "?";
@@ -119,7 +119,7 @@ static void conn_new(struct wk_thread *t, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (arm_recv(c)) {
 		close(fd);
-		ush_free(c);
+		ushi_free(c);
 		return;
 	}
 	c->next = t->conns;
@@ -147,11 +147,11 @@ static void conn_reap(struct wk_thread *t)
 		while (c->out) {
 			struct wk_out *o = c->out;
 			c->out = o->next;
-			ush_free(o);
+			ushi_free(o);
 		}
 		wk_fetch_free(c->fetch);
-		ush_free(c->stage);
-		ush_free(c);
+		ushi_free(c->stage);
+		ushi_free(c);
 		t->nconns--;
 	}
 }
@@ -168,16 +168,16 @@ static int setup(struct wk_thread *t)
 	if (ret)
 		return ret;
 	t->flush_order = t->ring->pool.max_order;
-	t->accepted = ush_calloc(WK_MAX_CONNS, sizeof(*t->accepted));
+	t->accepted = ushi_calloc(WK_MAX_CONNS, sizeof(*t->accepted));
 	/* The provided buffers and the ring of their descriptors. */
 	t->br_bytes = WK_BUFS * sizeof(struct io_uring_buf);
 	t->br = mmap(NULL, t->br_bytes, PROT_READ | PROT_WRITE,
 		     MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
-	t->bufs = ush_aligned_alloc((size_t)WK_BUFS * WK_BUF_SIZE);
+	t->bufs = ushi_aligned_alloc((size_t)WK_BUFS * WK_BUF_SIZE);
 	if (t->br == MAP_FAILED || !t->bufs || !t->accepted) {
 		if (t->br == MAP_FAILED)
 			t->br = NULL;
-		return ush_fail(-ENOMEM, "worker: recv buffers");
+		return ushi_fail(-ENOMEM, "worker: recv buffers");
 	}
 	struct io_uring_buf_reg reg = {
 		.ring_addr = (unsigned long)t->br,
@@ -186,7 +186,7 @@ static int setup(struct wk_thread *t)
 	};
 	ret = io_uring_register_buf_ring(&t->ring->uring, &reg, 0);
 	if (ret)
-		return ush_fail(ret, "worker: io_uring_register_buf_ring");
+		return ushi_fail(ret, "worker: io_uring_register_buf_ring");
 	io_uring_buf_ring_init(t->br);
 	for (unsigned i = 0; i < WK_BUFS; i++)
 		io_uring_buf_ring_add(t->br, t->bufs + (size_t)i * WK_BUF_SIZE,
@@ -211,8 +211,8 @@ static void teardown(struct wk_thread *t)
 	}
 	if (t->br)
 		munmap(t->br, t->br_bytes);
-	ush_free(t->bufs);
-	ush_free(t->accepted);
+	ushi_free(t->bufs);
+	ushi_free(t->accepted);
 }
 
 /* Drops other threads' shuffles from this thread's open files. */
@@ -266,7 +266,7 @@ void *wk_thread_main(void *arg)
 			else
 				conn_new(t, fd);
 		}
-		uint64_t now = ush_now_ns();
+		uint64_t now = ushi_now_ns();
 		uint64_t hello_ns = wk->o.hello_timeout_ms * 1000000ull;
 		for (struct wk_conn *c = t->conns; c; c = c->next) {
 			wk_conn_process(c);

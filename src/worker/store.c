@@ -10,7 +10,7 @@
  * O_DIRECT, partial flushes are padded to the block size with a PAD frame.
  */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker/wk.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +35,7 @@ static size_t hash(uint32_t shuffle, uint32_t partition)
 static int table_grow(struct wk_thread *t)
 {
 	size_t n = t->pmask ? 2 * (t->pmask + 1) : 256;
-	struct wk_part **tab = ush_calloc(n, sizeof(*tab));
+	struct wk_part **tab = ushi_calloc(n, sizeof(*tab));
 	if (!tab)
 		return -ENOMEM;
 	for (size_t i = 0; t->ptab && i <= t->pmask; i++) {
@@ -47,7 +47,7 @@ static int table_grow(struct wk_thread *t)
 			tab[h] = p;
 		}
 	}
-	ush_free(t->ptab);
+	ushi_free(t->ptab);
 	t->ptab = tab;
 	t->pmask = n - 1;
 	return 0;
@@ -60,11 +60,11 @@ static uint64_t valid_end(struct wk_thread *t, int fd, uint64_t size)
 	uint64_t off = 0;
 	uint8_t h[USH_FRAME_HDR_SIZE];
 	while (size - off >= USH_FRAME_HDR_SIZE) {
-		struct ush_frame f;
+		struct ushi_frame f;
 		const char *why;
 		if (pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h) ||
 		    proto_header(h, &f, t->wk->o.max_frame, true, &why) ||
-		    (f.type != USH_FRAME_DATA && f.type != USH_FRAME_PAD) ||
+		    (f.type != USHI_FRAME_DATA && f.type != USHI_FRAME_PAD) ||
 		    proto_size(&f) > size - off)
 			break;
 		off += proto_size(&f);
@@ -78,28 +78,28 @@ static int open_file(struct wk_thread *t, struct wk_part *p)
 	struct ush_worker *wk = t->wk;
 	snprintf(path, sizeof(path), "%s/s%u", wk->dir, p->shuffle);
 	if (mkdir(path, 0755) && errno != EEXIST)
-		return ush_fail(-errno, "worker: mkdir %s", path);
+		return ushi_fail(-errno, "worker: mkdir %s", path);
 	wk_part_path(path, sizeof(path), wk->dir, p->shuffle, p->partition,
 		     t->idx);
 	int flags = O_RDWR | O_CREAT | O_CLOEXEC;
 	p->fd = open(path, flags, 0644);
 	if (p->fd < 0)
-		return ush_fail(-errno, "worker: open %s", path);
+		return ushi_fail(-errno, "worker: open %s", path);
 	struct stat st;
 	if (fstat(p->fd, &st))
-		return ush_fail(-errno, "worker: stat %s", path);
+		return ushi_fail(-errno, "worker: stat %s", path);
 	p->off = valid_end(t, p->fd, (uint64_t)st.st_size);
 	if (p->off < (uint64_t)st.st_size) {
 		wk_log(wk, 1, "%s: cutting %llu bytes of uncommitted tail",
 		       path, (unsigned long long)st.st_size - p->off);
 		if (ftruncate(p->fd, (off_t)p->off))
-			return ush_fail(-errno, "worker: truncate %s", path);
+			return ushi_fail(-errno, "worker: truncate %s", path);
 	}
 	if (!st.st_size)
 		p->created = t->dir_unsynced = true;
 	/* O_DIRECT needs aligned offsets: a file left unaligned by a
 	 * buffered run stays buffered. */
-	if (wk->o.direct && !(p->off % USH_ALIGN)) {
+	if (wk->o.direct && !(p->off % USHI_ALIGN)) {
 		int dfd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
 		if (dfd >= 0) {
 			close(p->fd);
@@ -122,7 +122,7 @@ static struct wk_part *part_get(struct wk_thread *t, uint32_t shuffle,
 	}
 	if ((t->nparts + 1) * 2 > t->pmask + 1 && (*err = table_grow(t)))
 		return NULL;
-	struct wk_part *p = ush_calloc(1, sizeof(*p));
+	struct wk_part *p = ushi_calloc(1, sizeof(*p));
 	if (!p) {
 		*err = -ENOMEM;
 		return NULL;
@@ -134,7 +134,7 @@ static struct wk_part *part_get(struct wk_thread *t, uint32_t shuffle,
 	if ((*err = open_file(t, p))) {
 		if (p->fd >= 0)
 			close(p->fd);
-		ush_free(p);
+		ushi_free(p);
 		return NULL;
 	}
 	size_t h = hash(shuffle, partition) & t->pmask;
@@ -144,7 +144,7 @@ static struct wk_part *part_get(struct wk_thread *t, uint32_t shuffle,
 	return p;
 }
 
-static void write_done(struct ush_op *op, int res)
+static void write_done(struct ushi_op *op, int res)
 {
 	struct wk_part *p = op->owner;
 	struct wk_thread *t = p->t;
@@ -157,24 +157,24 @@ static void write_done(struct ush_op *op, int res)
 	if (op->buf)
 		pool_put(&t->ring->pool, op->buf);
 	else
-		ush_free((void *)op->addr);
+		ushi_free((void *)op->addr);
 	p->writes--;
 	t->writes--;
 }
 
 /* Submits n bytes at data (pool buffer b, or heap memory when b is NULL)
  * at the part's end. The ring owns the memory from here on. */
-static int submit(struct wk_part *p, struct ush_buf *b, uint8_t *data,
+static int submit(struct wk_part *p, struct ushi_buf *b, uint8_t *data,
 		  uint32_t n)
 {
 	struct wk_thread *t = p->t;
-	struct ush_op *op;
-	if (p->direct && n % USH_ALIGN) {
+	struct ushi_op *op;
+	if (p->direct && n % USHI_ALIGN) {
 		/* Pad with a PAD frame; a gap under a header takes a block
-		 * more. Callers leave USH_ALIGN + header bytes of room. */
-		uint32_t gap = ALIGN_UP(n, USH_ALIGN) - n;
+		 * more. Callers leave USHI_ALIGN + header bytes of room. */
+		uint32_t gap = ALIGN_UP(n, USHI_ALIGN) - n;
 		if (gap < USH_FRAME_HDR_SIZE)
-			gap += USH_ALIGN;
+			gap += USHI_ALIGN;
 		proto_put_pad(data + n, gap);
 		n += gap;
 	}
@@ -183,7 +183,7 @@ static int submit(struct wk_part *p, struct ush_buf *b, uint8_t *data,
 		if (b)
 			pool_put(&t->ring->pool, b);
 		else
-			ush_free(data);
+			ushi_free(data);
 		return ret;
 	}
 	if (b)
@@ -206,7 +206,7 @@ static int submit(struct wk_part *p, struct ush_buf *b, uint8_t *data,
 
 static int flush_part(struct wk_part *p)
 {
-	struct ush_buf *b = p->buf;
+	struct ushi_buf *b = p->buf;
 	if (!b)
 		return 0;
 	p->buf = NULL;
@@ -229,16 +229,16 @@ static int make_room(struct wk_thread *t)
 		for (struct wk_part *p = t->ptab[i]; p; p = p->hnext)
 			if (p->buf)
 				return flush_part(p);
-	return ush_fail(USH_EPOOL, "worker: no flush buffer free");
+	return ushi_fail(USH_EPOOL, "worker: no flush buffer free");
 }
 
 /* Room in a flush buffer beyond what frames may fill: a PAD frame. */
 static uint32_t reserve(const struct wk_part *p)
 {
-	return p->direct ? USH_ALIGN + USH_FRAME_HDR_SIZE : 0;
+	return p->direct ? USHI_ALIGN + USH_FRAME_HDR_SIZE : 0;
 }
 
-int wk_store_append(struct wk_thread *t, const struct ush_frame *f,
+int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame)
 {
 	int ret = 0;
@@ -253,7 +253,7 @@ int wk_store_append(struct wk_thread *t, const struct ush_frame *f,
 		/* Larger than a flush buffer: its own aligned heap copy. */
 		if ((ret = flush_part(p)))
 			return ret;
-		uint8_t *m = ush_aligned_alloc(n + reserve(p));
+		uint8_t *m = ushi_aligned_alloc(n + reserve(p));
 		if (!m)
 			return -ENOMEM;
 		memcpy(m, frame, n);
@@ -332,7 +332,7 @@ static void part_free(struct wk_thread *t, struct wk_part *p)
 		close(p->fd);
 	if (p->buf)
 		pool_put(&t->ring->pool, p->buf);
-	ush_free(p);
+	ushi_free(p);
 	t->nparts--;
 }
 
@@ -363,7 +363,7 @@ void wk_store_close(struct wk_thread *t)
 			part_free(t, p);
 		}
 	}
-	ush_free(t->ptab);
+	ushi_free(t->ptab);
 	t->ptab = NULL;
 	t->pmask = 0;
 }

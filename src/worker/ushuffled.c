@@ -2,7 +2,7 @@
  * ushuffled: the shuffle worker daemon, a thin main around the library's
  * ush_worker. Runs in the foreground; SIGTERM or SIGINT drain and exit 0.
  */
-#include <ushuffle/ushuffle.h>
+#include <ushuffle/worker.h>
 
 #include <getopt.h>
 #include <signal.h>
@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 	}
 	int ret = ush_worker_create(&worker, &o);
 	if (ret) {
-		fprintf(stderr, "ushuffled: %s\n", ush_last_error());
+		fprintf(stderr, "ushuffled: %s\n", ush_worker_last_error());
 		return 1;
 	}
 	struct sigaction sa = {.sa_handler = on_signal};

@@ -1,6 +1,6 @@
 /* The worker object: options, listeners, threads; see worker.h. */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker/wk.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -12,16 +12,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void ush_worker_opts_init(struct ush_worker_opts *o)
+static const struct ush_worker_opts worker_defaults = {
+	.size = sizeof(struct ush_worker_opts),
+	.listen = "127.0.0.1:7337",
+	.log_level = 1,
+	.window = 4u << 20,
+	.max_frame = 64u << 20,
+	.pool_bytes = 32u << 20,
+	.flush_size = 256u << 10,
+	.hello_timeout_ms = 10000,
+};
+
+void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
 {
-	memset(o, 0, sizeof(*o));
-	o->listen = "127.0.0.1:7337";
-	o->log_level = 1;
-	o->window = 4u << 20;
-	o->max_frame = 64u << 20;
-	o->pool_bytes = 32u << 20;
-	o->flush_size = 256u << 10;
-	o->hello_timeout_ms = 10000;
+	ushi_struct_init(o, size, &worker_defaults, sizeof(*o));
+}
+
+const char *ush_worker_last_error(void)
+{
+	return ush_last_error(); /* this library's own copy of the core */
 }
 
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
@@ -33,12 +42,7 @@ void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	ush_warn("ushuffled: %s", msg);
-}
-
-uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers)
-{
-	return proto_worker_of(partition, nworkers);
+	ushi_warn("ushuffled: %s", msg);
 }
 
 /* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
@@ -101,13 +105,13 @@ static int bind_all(struct ush_worker *wk, int port)
 	snprintf(ps, sizeof(ps), "%d", port);
 	int ret = getaddrinfo(wk->host, ps, &hints, &ai);
 	if (ret)
-		return ush_fail(-EINVAL, "worker: resolve %s: %s", wk->host,
+		return ushi_fail(-EINVAL, "worker: resolve %s: %s", wk->host,
 				gai_strerror(ret));
 	for (unsigned i = 0; i < wk->nthreads; i++) {
 		int fd = listen_one(ai, port);
 		if (fd < 0) {
 			freeaddrinfo(ai);
-			return ush_fail(fd, "worker: listen on %s:%d", wk->host,
+			return ushi_fail(fd, "worker: listen on %s:%d", wk->host,
 					port);
 		}
 		wk->threads[i].lfd = fd;
@@ -127,58 +131,60 @@ static int bind_all(struct ush_worker *wk, int port)
 
 int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 {
-	struct ush_worker_opts def;
+	const struct ush_worker_opts *def = &worker_defaults;
+	struct ush_worker_opts o;
 	*out = NULL;
-	ush_worker_opts_init(&def);
-	if (!opts)
-		opts = &def;
-	struct ush_worker *wk = ush_calloc(1, sizeof(*wk));
+	int ret = ushi_opts_load(&o, def, sizeof(o), opts, "worker options");
+	if (ret)
+		return ret;
+	opts = &o;
+	struct ush_worker *wk = ushi_calloc(1, sizeof(*wk));
 	if (!wk)
-		return ush_fail(-ENOMEM, "worker: allocation");
-	wk->o = *opts;
-	/* Zero fields take the defaults, like a zeroed writer opts. */
+		return ushi_fail(-ENOMEM, "worker: allocation");
+	wk->o = o;
+	/* Zero fields take the defaults. */
 	if (!wk->o.listen)
-		wk->o.listen = def.listen;
+		wk->o.listen = def->listen;
 	if (!wk->o.window)
-		wk->o.window = def.window;
+		wk->o.window = def->window;
 	if (!wk->o.max_frame)
-		wk->o.max_frame = def.max_frame;
+		wk->o.max_frame = def->max_frame;
 	if (!wk->o.pool_bytes)
-		wk->o.pool_bytes = def.pool_bytes;
+		wk->o.pool_bytes = def->pool_bytes;
 	if (!wk->o.flush_size)
-		wk->o.flush_size = def.flush_size;
+		wk->o.flush_size = def->flush_size;
 	if (!wk->o.hello_timeout_ms)
-		wk->o.hello_timeout_ms = def.hello_timeout_ms;
+		wk->o.hello_timeout_ms = def->hello_timeout_ms;
 	pthread_mutex_init(&wk->lock, NULL);
-	int port = 0, ret = 0;
+	int port = 0;
 	char host[256];
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	wk->nthreads = wk->o.threads ? wk->o.threads :
 		       (unsigned)(ncpu > 0 ? ncpu : 1);
 	uint32_t fs = wk->o.flush_size;
 	if (!opts->dir)
-		ret = ush_fail(-EINVAL, "worker: needs a directory");
+		ret = ushi_fail(-EINVAL, "worker: needs a directory");
 	else if (wk->nthreads > 1024)
-		ret = ush_fail(-EINVAL, "worker: %u threads", wk->nthreads);
+		ret = ushi_fail(-EINVAL, "worker: %u threads", wk->nthreads);
 	else if (fs < 16384 || (fs & (fs - 1)) ||
 		 wk->o.pool_bytes < 2 * (size_t)fs)
-		ret = ush_fail(-EINVAL, "worker: flush size %u must be a "
+		ret = ushi_fail(-EINVAL, "worker: flush size %u must be a "
 			       "power of two >= 16 KiB, pool two of them", fs);
 	else if (wk->o.max_frame < 4096 || wk->o.max_frame > (1u << 30))
-		ret = ush_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
+		ret = ushi_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
 	else if (split_hostport(wk->o.listen, host, sizeof(host), &port))
-		ret = ush_fail(-EINVAL, "worker: --listen=%s is not HOST:PORT",
+		ret = ushi_fail(-EINVAL, "worker: --listen=%s is not HOST:PORT",
 			       wk->o.listen);
 	if (ret) {
-		ush_free(wk);
+		ushi_free(wk);
 		return ret;
 	}
-	wk->dir = ush_strdup(opts->dir);
-	wk->host = ush_strdup(host);
-	wk->threads = ush_calloc(wk->nthreads, sizeof(*wk->threads));
+	wk->dir = ushi_strdup(opts->dir);
+	wk->host = ushi_strdup(host);
+	wk->threads = ushi_calloc(wk->nthreads, sizeof(*wk->threads));
 	if (!wk->dir || !wk->host || !wk->threads) {
 		ush_worker_free(wk);
-		return ush_fail(-ENOMEM, "worker: allocation");
+		return ushi_fail(-ENOMEM, "worker: allocation");
 	}
 	wk->o.dir = wk->dir;
 	wk->o.listen = NULL;
@@ -189,7 +195,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->threads[i].log_fd = -1;
 	}
 	if (mkdir(wk->dir, 0755) && errno != EEXIST)
-		ret = ush_fail(-errno, "worker: mkdir %s", wk->dir);
+		ret = ushi_fail(-errno, "worker: mkdir %s", wk->dir);
 	if (!ret)
 		ret = wk_commit_replay(wk);
 	if (!ret)
@@ -210,7 +216,7 @@ int ush_worker_port(const ush_worker *wk)
 int ush_worker_start(ush_worker *wk)
 {
 	if (wk->started)
-		return ush_fail(USH_ESTATE, "worker: already started");
+		return ushi_fail(USH_ESTATE, "worker: already started");
 	for (unsigned i = 0; i < wk->nthreads; i++) {
 		int ret = -pthread_create(&wk->threads[i].tid, NULL,
 					  wk_thread_main, &wk->threads[i]);
@@ -218,7 +224,7 @@ int ush_worker_start(ush_worker *wk)
 			atomic_store(&wk->stop, 1);
 			for (unsigned j = 0; j < i; j++)
 				pthread_join(wk->threads[j].tid, NULL);
-			return ush_fail(ret, "worker: thread %u", i);
+			return ushi_fail(ret, "worker: thread %u", i);
 		}
 	}
 	wk->started = true;
@@ -234,7 +240,7 @@ int ush_worker_start(ush_worker *wk)
 			memcpy(msg, t->errmsg, sizeof(msg));
 			ush_worker_stop(wk);
 			ush_worker_wait(wk);
-			return ush_fail_msg(err, msg);
+			return ushi_fail_msg(err, msg);
 		}
 	}
 	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s", wk->host,
@@ -280,8 +286,8 @@ void ush_worker_free(ush_worker *wk)
 	}
 	wk_commit_free(wk);
 	pthread_mutex_destroy(&wk->lock);
-	ush_free(wk->threads);
-	ush_free(wk->dir);
-	ush_free(wk->host);
-	ush_free(wk);
+	ushi_free(wk->threads);
+	ushi_free(wk->dir);
+	ushi_free(wk->host);
+	ushi_free(wk);
 }

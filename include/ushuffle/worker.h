@@ -1,0 +1,83 @@
+/*
+ * ushuffle's worker: the shuffle server that ushuffled runs, as a library
+ * (libushuffle_worker) so a program can embed one (the ushuffle CLI does,
+ * on loopback). One thread, ring and SO_REUSEPORT listener per thread; it
+ * stores pushed frames per (shuffle, partition), commits map outputs in a
+ * synced log and serves committed frames to readers. Protocol:
+ * docs/protocol.md.
+ *
+ * Conventions are libushuffle's (ushuffle.h): 0 or a negative errno or
+ * USH_E* code, described by ush_strerror(); extensible options structs
+ * with a size field set by their _init(). The worker library keeps its own
+ * per-thread detail message: read it with ush_worker_last_error(), not
+ * ush_last_error().
+ */
+#ifndef USHUFFLE_WORKER_H
+#define USHUFFLE_WORKER_H
+
+#include "ushuffle.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ush_worker ush_worker;
+
+struct ush_worker_opts {
+	uint32_t size;       /* sizeof, set by ush_worker_opts_init() */
+	const char *listen;  /* "HOST:PORT" (default "127.0.0.1:7337"); port
+				0 picks a free one, see ush_worker_port() */
+	const char *dir;     /* storage directory, created if missing */
+	unsigned threads;    /* 0: one per online CPU */
+	int direct;          /* 1: O_DIRECT partition files where the file
+				system allows (default 0) */
+	int log_level;       /* 0 errors, 1 + connection events (default),
+				2 debug */
+	uint32_t window;     /* credit per connection (default 4 MiB) */
+	uint32_t max_frame;  /* largest frame accepted (default 64 MiB) */
+	size_t pool_bytes;   /* registered flush memory per thread (32 MiB) */
+	uint32_t flush_size; /* per-partition flush buffer (256 KiB) */
+	uint32_t hello_timeout_ms; /* a connection that has not said HELLO
+				      this long is closed (default 10000) */
+};
+
+/* Fills opts (size bytes) with the defaults above; use the wrapper. */
+USH_API void ush_worker_opts_init_size(struct ush_worker_opts *opts,
+				       size_t size);
+static inline void ush_worker_opts_init(struct ush_worker_opts *opts)
+{
+	ush_worker_opts_init_size(opts, sizeof(*opts));
+}
+
+/*
+ * Binds the listeners (so the port is known and bind errors surface
+ * here) and replays the commit logs in dir. Serves nothing until
+ * ush_worker_start() or ush_worker_run(). opts is copied (NULL: the
+ * defaults). Returns 0 and *out, which the caller frees with
+ * ush_worker_free(), or an error.
+ */
+USH_API int ush_worker_create(ush_worker **out,
+			      const struct ush_worker_opts *opts);
+/* The bound TCP port (useful with port 0). */
+USH_API int ush_worker_port(const ush_worker *w);
+/* Starts the worker threads in the background and returns. */
+USH_API int ush_worker_start(ush_worker *w);
+/*
+ * Asks the threads to stop accepting, finish in-flight writes, sync and
+ * exit. Only sets a flag: safe from a signal handler and any thread.
+ */
+USH_API void ush_worker_stop(ush_worker *w);
+/* Waits for the threads to exit; returns 0 or their first error. */
+USH_API int ush_worker_wait(ush_worker *w);
+/* start + wait: serves in the calling thread until ush_worker_stop(). */
+USH_API int ush_worker_run(ush_worker *w);
+/* Stops and waits if running, then frees. Accepts NULL. */
+USH_API void ush_worker_free(ush_worker *w);
+/* The detailed message of the last failing worker call on this thread
+ * (what, where, errno). Never NULL. */
+USH_API const char *ush_worker_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* USHUFFLE_WORKER_H */

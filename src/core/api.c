@@ -1,0 +1,56 @@
+/* Version queries and the size-versioned copy of options and stats
+ * structs (see "Extensible structs" in ushuffle.h). */
+#include "core/internal.h"
+
+#include <errno.h>
+
+unsigned ush_version(void)
+{
+	return USH_VERSION_NUMBER;
+}
+
+const char *ush_version_string(void)
+{
+	return USH_VERSION_STRING;
+}
+
+/* Every extensible struct starts with its uint32_t size. */
+static uint32_t size_of(const void *s)
+{
+	uint32_t n;
+	memcpy(&n, s, sizeof(n));
+	return n;
+}
+
+void ushi_struct_init(void *dst, size_t size, const void *defaults,
+		      size_t ours)
+{
+	size_t n = size < ours ? size : ours;
+	memcpy(dst, defaults, n);
+	if (size > ours) /* a newer caller: its fields stay at zero */
+		memset((uint8_t *)dst + ours, 0, size - ours);
+	uint32_t s = (uint32_t)size;
+	memcpy(dst, &s, sizeof(s));
+}
+
+int ushi_opts_load(void *dst, const void *defaults, size_t ours,
+		   const void *src, const char *what)
+{
+	memcpy(dst, defaults, ours);
+	if (!src)
+		return 0;
+	size_t n = size_of(src);
+	if (n < sizeof(uint32_t))
+		return ushi_fail(-EINVAL, "%s: size %zu: initialise the struct "
+				 "with its _init() before setting fields", what, n);
+	for (size_t i = ours; i < n; i++)
+		if (((const uint8_t *)src)[i])
+			return ushi_fail(-E2BIG, "%s: the caller's struct (%zu "
+					 "bytes) sets fields this library "
+					 "(%s, %zu bytes) does not know", what,
+					 n, USH_VERSION_STRING, ours);
+	memcpy(dst, src, n < ours ? n : ours);
+	uint32_t s = (uint32_t)ours;
+	memcpy(dst, &s, sizeof(s));
+	return 0;
+}

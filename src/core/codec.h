@@ -1,0 +1,29 @@
+/*
+ * Compression contexts, created once per ring (or reader) and reused for
+ * every batch. Each batch is compressed as an independent frame, so any
+ * batch decodes alone, in any order, with a fresh context.
+ */
+#ifndef USHI_CODEC_H
+#define USHI_CODEC_H
+
+#include "core/internal.h"
+
+struct ushi_codec_ctx {
+	void *lz4_state;
+	struct ZSTD_CCtx_s *zc;
+	struct ZSTD_DCtx_s *zd;
+};
+
+int codec_init(struct ushi_codec_ctx *c);
+void codec_destroy(struct ushi_codec_ctx *c);
+/*
+ * Compresses src into dst (cap bytes). Returns the compressed size, 0 if
+ * the result would not be smaller than n (store raw), or a negative error.
+ */
+long codec_compress(struct ushi_codec_ctx *c, enum ush_codec codec, int level,
+		    const void *src, size_t n, void *dst, size_t cap);
+/* Decompresses exactly raw bytes into dst; returns 0 or USH_ECODEC. */
+int codec_decompress(struct ushi_codec_ctx *c, enum ush_codec codec,
+		     const void *src, size_t n, void *dst, size_t raw);
+
+#endif

@@ -1,0 +1,98 @@
+/* Shared by the library's modules; never installed. */
+#ifndef USHI_INTERNAL_H
+#define USHI_INTERNAL_H
+
+#define USH_BUILDING 1
+#define USH_UNSTABLE_API 1
+#include "ushuffle/ushuffle.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define ALIGN_UP(x, a) (((x) + (a)-1) & ~((__typeof__(x))(a)-1))
+
+/* Every buffer address, size and file offset is a multiple of this, which
+ * covers O_DIRECT on 512-byte and 4 KiB logical-block devices. */
+#define USHI_ALIGN 4096u
+
+/* error.c: records the detailed message for ush_last_error(); returns err
+ * so callers can `return ushi_fail(err, ...)`. */
+int ushi_fail(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Same, with a message that already names the error. */
+int ushi_fail_msg(int err, const char *msg);
+void ushi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Aborts with "ushuffle: BUG: <msg>": for ownership violations. */
+_Noreturn void ushi_panic(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* api.c: extensible structs (ushuffle.h). ushi_struct_init() copies the
+ * first size bytes of defaults (ours bytes) to a caller's struct of size
+ * bytes and sets its size field. ushi_opts_load() fills dst (ours bytes)
+ * with defaults, then with the fields a caller's src has (NULL: none);
+ * -EINVAL for a struct never initialised, -E2BIG when src sets fields
+ * newer than this library. */
+void ushi_struct_init(void *dst, size_t size, const void *defaults,
+		      size_t ours);
+int ushi_opts_load(void *dst, const void *defaults, size_t ours,
+		   const void *src, const char *what);
+
+/* alloc.c: counted heap allocation; every library allocation goes here. */
+void *ushi_malloc(size_t n);
+void *ushi_calloc(size_t n, size_t size);
+void *ushi_aligned_alloc(size_t n); /* USHI_ALIGN-aligned */
+char *ushi_strdup(const char *s);
+void ushi_free(void *p);
+/* Makes *p (of *cap bytes) hold n bytes, replacing it by a power-of-two
+ * sized block when it is smaller; the contents are not kept. */
+int ushi_grow(uint8_t **p, size_t *cap, size_t n);
+
+static inline void put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+static inline uint64_t get_le64(const uint8_t *p)
+{
+	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+static inline uint64_t ushi_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Smallest power of two >= v (v >= 1). */
+static inline size_t pow2_ceil(size_t v)
+{
+	return v <= 1 ? 1 : (size_t)1 << (64 - __builtin_clzl(v - 1));
+}
+
+#endif

@@ -1,0 +1,511 @@
+/* io_uring setup with flag fallback, fixed buffers/files, op completion. */
+#include "core/ring.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#define USHI_FILE_SLOTS 64
+
+static const struct ush_ring_opts ring_defaults = {
+	.size = sizeof(struct ush_ring_opts),
+	.iodepth = 64,
+	.pool_bytes = 64u << 20,
+	.push_size = 64u << 10,
+	.fixedbufs = -1,
+	.codec = USH_CODEC_NONE,
+	.level = 1,
+};
+
+void ush_ring_opts_init_size(struct ush_ring_opts *o, size_t size)
+{
+	ushi_struct_init(o, size, &ring_defaults, sizeof(*o));
+}
+
+static int check_opts(const struct ush_ring_opts *o)
+{
+	if (o->iodepth < 1 || o->iodepth > 4096)
+		return ushi_fail(-EINVAL, "ring: iodepth %u out of range 1..4096",
+				o->iodepth);
+	if (o->push_size < USHI_BUF_MIN || o->push_size > (64u << 20) ||
+	    (o->push_size & (o->push_size - 1)))
+		return ushi_fail(-EINVAL, "ring: push size %zu is not a power "
+				"of two in 4 KiB..64 MiB", o->push_size);
+	if (o->pool_bytes < 2 * o->push_size || o->pool_bytes > (1u << 30))
+		return ushi_fail(-EINVAL, "ring: pool of %zu bytes must hold two "
+				"push buffers (%zu) and stay within 1 GiB",
+				o->pool_bytes, 2 * o->push_size);
+	if (o->codec > USH_CODEC_ZSTD)
+		return ushi_fail(-EINVAL, "ring: unknown codec %d", o->codec);
+	return 0;
+}
+
+/* Tries the best flag set first and drops flags on -EINVAL, as fio does:
+ * older kernels lack DEFER_TASKRUN (6.1) or SINGLE_ISSUER (6.0). */
+static int setup_uring(struct ush_ring *r)
+{
+	static const unsigned plain[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN,
+		IORING_SETUP_COOP_TASKRUN,
+		0,
+	};
+	/* SQPOLL is refused together with DEFER_TASKRUN and COOP_TASKRUN. */
+	static const unsigned sqpoll[] = {
+		IORING_SETUP_SQPOLL | IORING_SETUP_SINGLE_ISSUER,
+		IORING_SETUP_SQPOLL,
+	};
+	const unsigned *sets = r->opts.sqpoll ? sqpoll : plain;
+	size_t nsets = r->opts.sqpoll ? ARRAY_SIZE(sqpoll) : ARRAY_SIZE(plain);
+	int ret = -EINVAL;
+	for (size_t i = 0; i < nsets; i++) {
+		struct io_uring_params p = {0};
+		p.flags = sets[i] | IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+		/* Two CQEs per op at most (SEND_ZC notif), plus slack. */
+		p.cq_entries = 4 * r->opts.iodepth;
+		p.sq_thread_idle = 100;
+		ret = io_uring_queue_init_params(r->opts.iodepth, &r->uring, &p);
+		if (ret == 0) {
+			r->setup_flags = p.flags;
+			return 0;
+		}
+		if (ret != -EINVAL)
+			break;
+	}
+	return ushi_fail(ret, "ring: io_uring_queue_init(%u entries%s)",
+			r->opts.iodepth, r->opts.sqpoll ? ", SQPOLL" : "");
+}
+
+static int register_pool(struct ush_ring *r)
+{
+	if (r->opts.fixedbufs == 0)
+		return 0;
+	struct iovec iov = {r->pool.arena, r->pool.bytes};
+	int ret = io_uring_register_buffers(&r->uring, &iov, 1);
+	if (ret == 0) {
+		r->fixedbufs = true;
+		return 0;
+	}
+	struct rlimit rl = {0};
+	getrlimit(RLIMIT_MEMLOCK, &rl);
+	const char *fix =
+		ret == -ENOMEM || ret == -EPERM
+			? "raise the locked-memory limit (ulimit -l, or "
+			  "LimitMEMLOCK= for a service) above the pool size, "
+			  "grant CAP_IPC_LOCK, or use fixedbufs=0"
+			: "use fixedbufs=0";
+	if (r->opts.fixedbufs == 1)
+		return ushi_fail(ret, "ring: registering a %zu KiB buffer pool "
+				"failed (RLIMIT_MEMLOCK %llu KiB); %s",
+				r->pool.bytes >> 10,
+				(unsigned long long)rl.rlim_cur >> 10, fix);
+	ushi_warn("registering a %zu KiB buffer pool failed (%s, "
+		 "RLIMIT_MEMLOCK %llu KiB): falling back to unregistered "
+		 "buffers, which costs a page-pinning per I/O; to fix: %s",
+		 r->pool.bytes >> 10, ush_strerror(ret),
+		 (unsigned long long)rl.rlim_cur >> 10, fix);
+	return 0;
+}
+
+int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
+{
+	struct ush_ring_opts o;
+	*out = NULL;
+	int ret = ushi_opts_load(&o, &ring_defaults, sizeof(o), opts,
+				 "ring options");
+	if (ret)
+		return ret;
+	opts = &o;
+	ret = check_opts(opts);
+	if (ret)
+		return ret;
+	struct ush_ring *r = ushi_calloc(1, sizeof(*r));
+	if (!r)
+		return ushi_fail(-ENOMEM, "ring: allocation");
+	r->opts = *opts;
+	r->opts.pool_bytes = ALIGN_UP(opts->pool_bytes, opts->push_size);
+	r->uring.ring_fd = -1;
+	ret = pool_init(&r->pool, r->opts.pool_bytes, r->opts.push_size);
+	if (ret) {
+		ushi_fail(ret, "ring: mapping a %zu KiB pool",
+			 r->opts.pool_bytes >> 10);
+		goto fail;
+	}
+	ret = codec_init(&r->codec);
+	if (ret) {
+		ushi_fail(ret, "ring: codec contexts");
+		goto fail;
+	}
+	if (r->opts.codec == USH_CODEC_ZSTD) {
+		/* zstd sizes its workspace from each input's length and
+		 * allocates a new one whenever a batch is longer than any
+		 * before: size it for the largest batch now, from two idle
+		 * (zeroed) pool buffers. */
+		struct ushi_buf *a = pool_get(&r->pool, r->pool.max_order);
+		struct ushi_buf *b = pool_get(&r->pool, r->pool.max_order);
+		size_t n = r->opts.push_size - USH_FRAME_HDR_SIZE;
+		long c = codec_compress(&r->codec, USH_CODEC_ZSTD,
+					r->opts.level, a->data, n, b->data, n);
+		pool_put(&r->pool, b);
+		pool_put(&r->pool, a);
+		if (c < 0) {
+			ret = ushi_fail((int)c, "ring: zstd level %d context",
+				       r->opts.level);
+			goto fail;
+		}
+	}
+	r->ops = ushi_calloc(r->opts.iodepth, sizeof(*r->ops));
+	if (!r->ops) {
+		ret = ushi_fail(-ENOMEM, "ring: %u ops", r->opts.iodepth);
+		goto fail;
+	}
+	for (unsigned i = 0; i < r->opts.iodepth; i++) {
+		r->ops[i].next_free = r->free_ops;
+		r->free_ops = &r->ops[i];
+	}
+	ret = setup_uring(r);
+	if (ret)
+		goto fail;
+	io_uring_register_ring_fd(&r->uring); /* an optimisation only */
+	r->files = io_uring_register_files_sparse(&r->uring,
+						  USHI_FILE_SLOTS) == 0;
+	ret = register_pool(r);
+	if (ret)
+		goto fail;
+	*out = r;
+	return 0;
+fail:
+	ush_ring_free(r);
+	return ret;
+}
+
+void ush_ring_free(ush_ring *r)
+{
+	if (!r)
+		return;
+	if (r->uring.ring_fd >= 0) {
+		/* Drain so no callback can fire into freed owners. */
+		while (r->inflight && ring_reap(r, 1) == 0)
+			;
+		io_uring_queue_exit(&r->uring);
+	}
+	pool_destroy(&r->pool);
+	codec_destroy(&r->codec);
+	ushi_free(r->ops);
+	ushi_free(r);
+}
+
+void ush_ring_info_size(const ush_ring *r, struct ush_ring_info *info,
+			size_t size)
+{
+	struct ush_ring_info i = {
+		.setup_flags = r->setup_flags,
+		.fixedbufs = r->fixedbufs,
+		.iodepth = r->opts.iodepth,
+		.pool_bytes = r->pool.bytes,
+		.push_size = r->opts.push_size,
+		.pool_idle_bytes = r->pool.idle_bytes,
+	};
+	ushi_struct_init(info, size, &i, sizeof(i));
+}
+
+int ring_op_get(struct ush_ring *r, struct ushi_op **op)
+{
+	while (!r->free_ops) {
+		int ret = ring_reap(r, 1);
+		if (ret)
+			return ret;
+	}
+	struct ushi_op *o = r->free_ops;
+	r->free_ops = o->next_free;
+	memset(o, 0, sizeof(*o));
+	*op = o;
+	return 0;
+}
+
+static struct io_uring_sqe *get_sqe(struct ush_ring *r)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->uring);
+	if (!sqe) {
+		/* The SQ holds iodepth entries and at most iodepth ops
+		 * exist, so one submit always frees a slot. */
+		ring_submit(r);
+		sqe = io_uring_get_sqe(&r->uring);
+		if (!sqe)
+			ushi_panic("ring: no SQE after submit");
+	}
+	return sqe;
+}
+
+/* The part of every SQE the ring queues: file slot, op, count. */
+static void sqe_done(struct ush_ring *r, struct io_uring_sqe *sqe,
+		     struct ushi_op *op)
+{
+	if (op->fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, op);
+	r->unsubmitted++;
+}
+
+static void prep_write(struct ush_ring *r, struct ushi_op *op)
+{
+	struct io_uring_sqe *sqe = get_sqe(r);
+	const uint8_t *a = op->addr + op->done;
+	unsigned n = op->len - op->done;
+	if (op->buf && r->fixedbufs)
+		io_uring_prep_write_fixed(sqe, op->fd, a, n, op->off + op->done,
+					  op->buf->bufidx);
+	else
+		io_uring_prep_write(sqe, op->fd, a, n, op->off + op->done);
+	sqe_done(r, sqe, op);
+}
+
+/* The user_data of link timeouts: their CQEs carry no news of their own
+ * (the send they guard completes with -ECANCELED). */
+static char link_ud;
+
+static void prep_send(struct ush_ring *r, struct ushi_op *op)
+{
+	/* The send and its link timeout must go in one submission, or the
+	 * link would end at the submission boundary. */
+	if (op->timeout_ms && io_uring_sq_space_left(&r->uring) < 2)
+		ring_submit(r);
+	struct io_uring_sqe *sqe = get_sqe(r);
+	const uint8_t *a = op->addr + op->done;
+	size_t n = op->len - op->done;
+	if (op->kind == OP_SEND_ZC && op->buf && r->fixedbufs)
+		io_uring_prep_send_zc_fixed(sqe, op->fd, a, n, MSG_NOSIGNAL,
+					    IORING_SEND_ZC_REPORT_USAGE,
+					    op->buf->bufidx);
+	else if (op->kind == OP_SEND_ZC)
+		io_uring_prep_send_zc(sqe, op->fd, a, n, MSG_NOSIGNAL,
+				      IORING_SEND_ZC_REPORT_USAGE);
+	else
+		io_uring_prep_send(sqe, op->fd, a, n, MSG_NOSIGNAL);
+	sqe_done(r, sqe, op);
+	if (!op->timeout_ms)
+		return;
+	sqe->flags |= IOSQE_IO_LINK;
+	op->ts.tv_sec = op->timeout_ms / 1000;
+	op->ts.tv_nsec = (long long)(op->timeout_ms % 1000) * 1000000;
+	sqe = get_sqe(r);
+	io_uring_prep_link_timeout(sqe, &op->ts, 0);
+	io_uring_sqe_set_data(sqe, &link_ud);
+	r->unsubmitted++;
+}
+
+/* (Re)queues the SQE of a write or send for what is left of op. */
+static void prep_again(struct ush_ring *r, struct ushi_op *op)
+{
+	if (op->kind == OP_WRITE)
+		prep_write(r, op);
+	else
+		prep_send(r, op);
+}
+
+static void start(struct ush_ring *r, struct ushi_op *op)
+{
+	r->inflight++;
+	op->t0 = ushi_now_ns();
+	prep_again(r, op);
+}
+
+void ring_write(struct ush_ring *r, struct ushi_op *op)
+{
+	start(r, op);
+}
+
+void ring_send(struct ush_ring *r, struct ushi_op *op)
+{
+	start(r, op);
+}
+
+void ring_arm(struct ush_ring *r, struct ushi_op *op)
+{
+	struct io_uring_sqe *sqe = get_sqe(r);
+	switch (op->kind) {
+	case OP_RECV:
+		io_uring_prep_recv(sqe, op->fd, (void *)op->addr, op->len, 0);
+		break;
+	case OP_RECV_MS:
+		io_uring_prep_recv_multishot(sqe, op->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = op->bgid;
+		break;
+	case OP_ACCEPT_MS:
+		io_uring_prep_multishot_accept(sqe, op->fd, NULL, NULL,
+					       SOCK_CLOEXEC);
+		break;
+	case OP_READ:
+		io_uring_prep_read(sqe, op->fd, (void *)op->addr, op->len,
+				   op->off);
+		break;
+	default:
+		ushi_panic("ring: op kind %d cannot be armed", op->kind);
+	}
+	sqe_done(r, sqe, op);
+	r->armed++;
+}
+
+int ring_submit(struct ush_ring *r)
+{
+	if (!r->unsubmitted)
+		return 0;
+	int ret;
+	do
+		ret = io_uring_submit(&r->uring);
+	while (ret == -EINTR);
+	if (ret < 0)
+		return ushi_fail(ret, "ring: io_uring_submit");
+	r->unsubmitted = 0;
+	return 0;
+}
+
+static void recycle(struct ush_ring *r, struct ushi_op *op)
+{
+	op->next_free = r->free_ops;
+	r->free_ops = op;
+}
+
+static void finish(struct ush_ring *r, struct ushi_op *op, int res)
+{
+	r->inflight--;
+	op->cb(op, res);
+	recycle(r, op);
+}
+
+/* Armed ops report every CQE; only the last one recycles the op. */
+static void complete_armed(struct ush_ring *r, struct ushi_op *op, int res,
+			   unsigned flags)
+{
+	bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
+	bool more = multi && (flags & IORING_CQE_F_MORE);
+	op->cqe_flags = flags;
+	if (!more)
+		r->armed--;
+	op->rearm = false;
+	op->cb(op, res);
+	/* Re-arming here spares the callback from taking an op, which
+	 * could reap and so re-enter this CQE loop. */
+	if (!more && op->rearm)
+		ring_arm(r, op);
+	else if (!more)
+		recycle(r, op);
+}
+
+static void complete(struct ush_ring *r, struct ushi_op *op, int res,
+		     unsigned flags)
+{
+	if ((void *)op == &link_ud)
+		return;
+	if (op->kind >= OP_RECV) {
+		complete_armed(r, op, res, flags);
+		return;
+	}
+	if (op->kind == OP_SEND_ZC) {
+		/* The buffer is the kernel's until the notification, even
+		 * when the send itself failed: check the flag, not res. */
+		if (flags & IORING_CQE_F_NOTIF) {
+			op->zc_notifs++;
+			if ((unsigned)res & IORING_NOTIF_USAGE_ZC_COPIED)
+				op->zc_copied++;
+			if (--op->notifs == 0 && op->sent)
+				finish(r, op, op->res);
+			return;
+		}
+		if (flags & IORING_CQE_F_MORE)
+			op->notifs++;
+	}
+	if (res == -EAGAIN || res == -EINTR) {
+		prep_again(r, op);
+		return;
+	}
+	if (res > 0) {
+		op->done += (uint32_t)res;
+		if (op->done < op->len) {
+			prep_again(r, op); /* short write: the rest */
+			return;
+		}
+		res = (int)op->done;
+	} else if (res == 0 && op->len) {
+		res = -EIO; /* no progress: treat like a failed write */
+	}
+	if (op->sent_cb)
+		op->sent_cb(op, res);
+	if (op->notifs) {
+		op->sent = true;
+		op->res = res;
+		return;
+	}
+	finish(r, op, res);
+}
+
+static unsigned reap_cqes(struct ush_ring *r)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+	io_uring_for_each_cqe(&r->uring, head, cqe)
+	{
+		seen++;
+		complete(r, io_uring_cqe_get_data(cqe), cqe->res, cqe->flags);
+	}
+	io_uring_cq_advance(&r->uring, seen);
+	return seen;
+}
+
+int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns)
+{
+	struct __kernel_timespec ts = {
+		.tv_sec = (long long)(timeout_ns / 1000000000u),
+		.tv_nsec = (long long)(timeout_ns % 1000000000u),
+	};
+	struct io_uring_cqe *cqe;
+	int ret;
+	do
+		ret = io_uring_submit_and_wait_timeout(&r->uring, &cqe, min,
+						       &ts, NULL);
+	while (ret == -EINTR);
+	if (ret < 0 && ret != -EBUSY && ret != -ETIME)
+		return ushi_fail(ret, "ring: io_uring_submit_and_wait_timeout");
+	r->unsubmitted = 0;
+	unsigned seen = reap_cqes(r);
+	return !seen && ret == -ETIME ? -ETIME : 0;
+}
+
+int ring_reap(struct ush_ring *r, unsigned min)
+{
+	if (!r->inflight && !r->armed)
+		return 0;
+	int ret;
+	do
+		ret = io_uring_submit_and_wait(&r->uring, min);
+	while (ret == -EINTR);
+	if (ret < 0 && ret != -EBUSY && ret != -ETIME)
+		return ushi_fail(ret, "ring: io_uring_submit_and_wait");
+	r->unsubmitted = 0;
+	reap_cqes(r);
+	return 0;
+}
+
+int ring_file_add(struct ush_ring *r, int fd)
+{
+	if (!r->files || r->file_slots == UINT64_MAX)
+		return -1;
+	int slot = __builtin_ctzll(~r->file_slots);
+	if (io_uring_register_files_update(&r->uring, (unsigned)slot, &fd,
+					   1) != 1)
+		return -1;
+	r->file_slots |= 1ull << slot;
+	return slot;
+}
+
+void ring_file_del(struct ush_ring *r, int slot)
+{
+	int none = -1;
+	if (slot < 0)
+		return;
+	io_uring_register_files_update(&r->uring, (unsigned)slot, &none, 1);
+	r->file_slots &= ~(1ull << slot);
+}

@@ -1,0 +1,262 @@
+/* Worker lists, connect with a deadline, HELLO; see net.h. */
+#define _GNU_SOURCE
+#include "net/net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+unsigned net_count_workers(const char *list)
+{
+	unsigned n = 0;
+	for (const char *p = list; p && *p;) {
+		const char *c = strchr(p, ',');
+		if ((c ? c : p + strlen(p)) > p)
+			n++;
+		p = c ? c + 1 : p + strlen(p);
+	}
+	return n;
+}
+
+int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
+		      unsigned max)
+{
+	unsigned n = 0;
+	for (const char *p = list; p && *p;) {
+		const char *c = strchr(p, ',');
+		size_t len = c ? (size_t)(c - p) : strlen(p);
+		if (len) {
+			if (n == max || len >= USHI_NET_PEER ||
+			    !memchr(p, ':', len))
+				return -EINVAL;
+			memcpy(peers[n], p, len);
+			peers[n][len] = 0;
+			n++;
+		}
+		p += len + (c ? 1 : 0);
+	}
+	return n ? (int)n : -EINVAL;
+}
+
+static int split(const char *peer, char *host, size_t hn, char *port,
+		 size_t pn)
+{
+	const char *colon = strrchr(peer, ':');
+	if (!colon)
+		return -EINVAL;
+	size_t hl = (size_t)(colon - peer);
+	if (peer[0] == '[' && hl >= 2 && peer[hl - 1] == ']') {
+		peer++;
+		hl -= 2;
+	}
+	if (hl >= hn || strlen(colon + 1) >= pn || !colon[1])
+		return -EINVAL;
+	memcpy(host, peer, hl);
+	host[hl] = 0;
+	strcpy(port, colon + 1);
+	return 0;
+}
+
+static int connect_deadline(const struct addrinfo *ai, uint32_t timeout_ms)
+{
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC |
+			SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	int ret = 0;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+		ret = -errno;
+		if (ret == -EINPROGRESS) {
+			struct pollfd pfd = {fd, POLLOUT, 0};
+			int n = poll(&pfd, 1, (int)timeout_ms);
+			int err = 0;
+			socklen_t el = sizeof(err);
+			if (n == 0)
+				ret = -ETIMEDOUT;
+			else if (n < 0)
+				ret = -errno;
+			else
+				ret = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err,
+						 &el) ? -errno : -err;
+		}
+	}
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+int net_read(int fd, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		if (r == 0)
+			return -EPIPE;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int net_write(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+	while (n) {
+		ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * Reads the worker's answer to req into b (USHI_PROTO_ERROR_SIZE bytes):
+ * a frame of type want, or an ERROR, which becomes the error returned.
+ * b holds an ERROR at most: control frames such as MANIFEST pass
+ * proto_header() with payloads of up to USHI_PROTO_CTRL_MAX, so any other
+ * type is refused before its payload is read.
+ */
+static int read_reply(int fd, const char *peer, const char *req,
+		      unsigned want, uint8_t *b, struct ushi_frame *f)
+{
+	const char *why = "";
+	int ret = net_read(fd, b, USH_FRAME_HDR_SIZE);
+	if (ret)
+		return ushi_fail(ret, "net: worker %s: no reply to %s", peer,
+				req);
+	ret = proto_header(b, f, USHI_PROTO_ERROR_SIZE, false, &why);
+	if (!ret && f->type != want && f->type != USHI_FRAME_ERROR)
+		ret = USH_ECORRUPT, why = "unexpected frame type";
+	if (!ret)
+		ret = net_read(fd, b + USH_FRAME_HDR_SIZE, f->payload_len);
+	if (!ret && frame_check(b, f))
+		ret = USH_ECRC, why = "CRC32C mismatch";
+	if (ret)
+		return ushi_fail(ret, "net: worker %s: bad reply to %s%s%s", peer,
+				req, *why ? ": " : "", why);
+	if (f->type == USHI_FRAME_ERROR) {
+		char msg[USHI_PROTO_ERRMSG_MAX];
+		int code = proto_get_error(b + USH_FRAME_HDR_SIZE,
+					   f->payload_len, msg, sizeof(msg));
+		return ushi_fail(code, "net: worker %s refused %s: %s", peer, req,
+				msg);
+	}
+	return 0;
+}
+
+/* Reads the worker's answer to HELLO: its HELLO or an ERROR. */
+static int hello_reply(int fd, const char *peer, struct proto_hello *h)
+{
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	struct ushi_frame f;
+	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_HELLO, b, &f);
+	if (ret)
+		return ret;
+	proto_get_hello(b + USH_FRAME_HDR_SIZE, h);
+	if (h->version != USHI_PROTO_VERSION)
+		return ushi_fail(USH_EVERSION, "net: worker %s speaks protocol "
+				"version %u, this library %u", peer,
+				h->version, USHI_PROTO_VERSION);
+	if (h->window < 4096 || h->max_frame < 4096)
+		return ushi_fail(-EPROTO, "net: worker %s offers a window of %u "
+				"and frames of %u bytes", peer, h->window,
+				h->max_frame);
+	return 0;
+}
+
+int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
+	     struct proto_hello *reply)
+{
+	char host[USHI_NET_PEER], port[16];
+	if (split(peer, host, sizeof(host), port, sizeof(port)))
+		return ushi_fail(-EINVAL, "net: worker %s is not HOST:PORT",
+				peer);
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV},
+			*ai;
+	int ret = getaddrinfo(host, port, &hints, &ai);
+	if (ret)
+		return ushi_fail(-EHOSTUNREACH, "net: worker %s: %s", peer,
+				gai_strerror(ret));
+	int fd = -ENOENT;
+	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
+		fd = connect_deadline(a, timeout_ms);
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return ushi_fail(fd, "net: connect to worker %s", peer);
+	uint8_t b[USHI_PROTO_SMALL];
+	struct proto_hello h = {USHI_PROTO_VERSION, role, 0, 0};
+	ret = net_write(fd, b, proto_put_hello(b, &h));
+	if (ret)
+		ushi_fail(ret, "net: worker %s: sending HELLO", peer);
+	else
+		ret = hello_reply(fd, peer, reply);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+int ush_net_drop(const char *workers, uint32_t shuffle, uint32_t timeout_ms)
+{
+	unsigned n = net_count_workers(workers);
+	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
+	if (!peers)
+		return n ? ushi_fail(-ENOMEM, "net: drop: %u workers", n) :
+			   ushi_fail(-EINVAL, "net: drop: no workers given");
+	int ret = net_parse_workers(workers, peers, n);
+	if (ret < 0)
+		ushi_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
+			 workers);
+	else
+		ret = 0;
+	for (unsigned i = 0; !ret && i < n; i++) {
+		struct proto_hello h;
+		int fd = net_dial(peers[i], USHI_ROLE_ADMIN,
+				  timeout_ms ? timeout_ms : USHI_NET_TIMEOUT_MS,
+				  &h);
+		if (fd < 0) {
+			ret = fd;
+			break;
+		}
+		uint8_t b[USHI_PROTO_ERROR_SIZE];
+		struct ushi_frame f;
+		ret = net_write(fd, b, proto_put_drop(b, shuffle));
+		if (ret)
+			ushi_fail(ret, "net: worker %s: sending DROP", peers[i]);
+		else
+			ret = read_reply(fd, peers[i], "DROP", USHI_FRAME_ACK, b,
+					 &f);
+		close(fd);
+	}
+	ushi_free(peers);
+	return ret;
+}
+
+uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers)
+{
+	return proto_worker_of(partition, nworkers);
+}

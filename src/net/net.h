@@ -1,0 +1,36 @@
+/*
+ * Client side of the worker protocol shared by the net sink and the net
+ * reader: worker lists, connecting with a deadline, the HELLO handshake
+ * and blocking frame reads (setup and the reader; the writer's data path
+ * runs on its ring).
+ */
+#ifndef USHI_NET_H
+#define USHI_NET_H
+
+#include "net/proto.h"
+
+#define USHI_NET_TIMEOUT_MS 10000u
+/* Frames from this size go SEND_ZC by default (ush_writer_opts). */
+#define USHI_ZC_THRESHOLD (16u << 10)
+#define USHI_NET_PEER 280
+
+/* Splits a "HOST:PORT,HOST:PORT" list: returns the number of workers
+ * (at most max) with each "HOST:PORT" copied into peers[i], or -EINVAL. */
+int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
+		      unsigned max);
+/* Counts the entries of a worker list (0 when empty). */
+unsigned net_count_workers(const char *list);
+/*
+ * Connects to peer ("HOST:PORT") within timeout_ms and says HELLO as role;
+ * *reply gets the worker's HELLO. The socket is blocking with send and
+ * receive timeouts of timeout_ms. Returns the fd or an error (a refusal
+ * carries the worker's ERROR message).
+ */
+int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
+	     struct proto_hello *reply);
+/* Reads exactly n bytes; -ETIMEDOUT after the socket's timeout, -EPIPE
+ * at EOF. */
+int net_read(int fd, void *buf, size_t n);
+int net_write(int fd, const void *buf, size_t n);
+
+#endif

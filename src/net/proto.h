@@ -1,0 +1,126 @@
+/*
+ * The worker protocol (docs/protocol.md): control messages are frames of
+ * their own types with the same 48-byte header and CRC32C as DATA frames,
+ * so one parser bounds every length before anything is allocated.
+ */
+#ifndef USHI_PROTO_H
+#define USHI_PROTO_H
+
+#include "core/frame.h"
+
+#define USHI_PROTO_VERSION 1
+/* Control payloads are small except MAPPER_END and MANIFEST, which carry
+ * one entry per partition or map; this bounds them. */
+#define USHI_PROTO_CTRL_MAX (16u << 20)
+#define USHI_PROTO_ERRMSG_MAX 512u
+#define USHI_PROTO_HELLO_LEN 16u
+#define USHI_PROTO_ACK_LEN 16u
+#define USHI_PROTO_FETCH_LEN 8u
+#define USHI_PROTO_FETCH_END_LEN 8u
+#define USHI_PROTO_COUNT_LEN 12u    /* MAPPER_END entry */
+#define USHI_PROTO_MANIFEST_LEN 16u /* MANIFEST entry */
+#define USHI_PROTO_ENTRIES_MAX (USHI_PROTO_CTRL_MAX / USHI_PROTO_MANIFEST_LEN)
+/* Bytes a control frame may take, rounded for small stack buffers. */
+#define USHI_PROTO_SMALL 64u
+#define USHI_PROTO_ERROR_SIZE (USH_FRAME_HDR_SIZE + 8u + USHI_PROTO_ERRMSG_MAX)
+
+enum ushi_proto_type {
+	USHI_FRAME_HELLO = 2,
+	USHI_FRAME_MAPPER_END = 3,
+	USHI_FRAME_FETCH = 4,
+	USHI_FRAME_ACK = 5,
+	USHI_FRAME_ERROR = 6,
+	USHI_FRAME_DROP = 7,
+	USHI_FRAME_MANIFEST = 8,
+	USHI_FRAME_FETCH_END = 9,
+	USHI_FRAME_PAD = 10, /* worker files only: O_DIRECT padding */
+};
+
+enum ushi_proto_role {
+	USHI_ROLE_WRITER = 1,
+	USHI_ROLE_READER = 2,
+	USHI_ROLE_ADMIN = 3,
+};
+
+enum ushi_proto_ack {
+	USHI_ACK_CREDIT = 1, /* value: DATA bytes consumed */
+	USHI_ACK_COMMIT = 2, /* status: 0 or USH_ECOMMITTED */
+	USHI_ACK_DROP = 3,
+};
+
+struct proto_hello {
+	uint32_t version, role, window, max_frame;
+};
+
+struct proto_ack {
+	uint32_t kind;
+	int32_t status;
+	uint64_t value;
+};
+
+struct proto_count {
+	uint32_t partition;
+	uint64_t batches;
+};
+
+struct proto_manifest {
+	uint32_t map, attempt;
+	uint64_t batches;
+};
+
+/*
+ * Parses a header and bounds it by type: DATA frames as frame_decode()
+ * and at most max_frame bytes in all; control frames codec 0, flags 0,
+ * no records and an exact or bounded payload length. PAD is refused
+ * unless pad_ok (it never travels). Returns 0 or USH_ECORRUPT /
+ * USH_EVERSION with *why naming the broken rule.
+ */
+int proto_header(const uint8_t *hdr, struct ushi_frame *f, uint32_t max_frame,
+		 bool pad_ok, const char **why);
+/* Frame size on the wire: header + payload. */
+static inline size_t proto_size(const struct ushi_frame *f)
+{
+	return USH_FRAME_HDR_SIZE + (size_t)f->payload_len;
+}
+
+/* Encoders: write a whole frame at buf and return its size. */
+size_t proto_put_hello(uint8_t *buf, const struct proto_hello *h);
+size_t proto_put_ack(uint8_t *buf, uint32_t shuffle, uint32_t map,
+		     uint32_t attempt, const struct proto_ack *a);
+size_t proto_put_error(uint8_t *buf, int code, const char *msg);
+size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
+		       uint64_t offset);
+size_t proto_put_fetch_end(uint8_t *buf, uint32_t shuffle,
+			   uint32_t partition, uint64_t frames,
+			   uint64_t bytes);
+size_t proto_put_drop(uint8_t *buf, uint32_t shuffle);
+/* total >= USH_FRAME_HDR_SIZE; the payload bytes are zeroed. */
+size_t proto_put_pad(uint8_t *buf, uint32_t total);
+/* MAPPER_END of n entries, partitions strictly ascending below parts. */
+size_t proto_mapper_end_size(uint32_t n);
+size_t proto_put_mapper_end(uint8_t *buf, uint32_t shuffle, uint32_t map,
+			    uint32_t attempt, uint32_t parts,
+			    const struct proto_count *e, uint32_t n);
+size_t proto_manifest_size(uint32_t n);
+size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition,
+			  const struct proto_manifest *e, uint32_t n);
+
+/* Decoders of payloads whose length proto_header() checked. FETCH and
+ * FETCH_END payloads are one get_le64() value (offset, bytes). */
+void proto_get_hello(const uint8_t *p, struct proto_hello *h);
+void proto_get_ack(const uint8_t *p, struct proto_ack *a);
+/* Copies the message (NUL-terminated, at most n - 1 bytes) into msg and
+ * returns the code: a negative errno or USH_E* value, or -EPROTO when the
+ * peer sent anything else. */
+int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n);
+void proto_get_count(const uint8_t *p, uint32_t i, struct proto_count *e);
+void proto_get_manifest(const uint8_t *p, uint32_t i,
+			struct proto_manifest *e);
+/* Checks a MAPPER_END payload: entries ascending, below f->partition. */
+int proto_check_mapper_end(const uint8_t *p, const struct ushi_frame *f);
+
+/* Partition -> worker: jump consistent hash (Lamping & Veach) of a mixed
+ * partition number, stable when workers are appended to the list. */
+uint32_t proto_worker_of(uint32_t partition, uint32_t nworkers);
+
+#endif

@@ -1,0 +1,198 @@
+/*
+ * ushuffled's server loop, run by the library (src/worker/). One thread,
+ * ring and SO_REUSEPORT listener per thread; a connection belongs to the
+ * thread that accepted it. Threads share only the commit table.
+ *
+ * Callbacks of ring ops only record what happened (queue a chunk, note a
+ * completion); the thread's loop does the work. So code that waits on the
+ * ring from inside the loop (a full pool, a commit) never re-enters
+ * itself.
+ */
+#ifndef USHI_WORKER_H
+#define USHI_WORKER_H
+
+#include "net/proto.h"
+#include "ushuffle/worker.h"
+#include "core/ring.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define WK_BUFS 256          /* provided recv buffers per thread */
+#define WK_BUF_SIZE (64u << 10)
+#define WK_BGID 7
+#define WK_IODEPTH 1024
+#define WK_MAX_CONNS 400     /* each holds an armed recv op */
+#define WK_SEND_TIMEOUT_MS 30000
+#define WK_FETCH_CHUNK (1u << 20)
+
+struct wk_thread;
+
+/* One committed map output: the MAPPER_END that committed it. */
+struct wk_commit {
+	uint32_t shuffle, map, attempt, n;
+	struct proto_count *e; /* ascending partitions */
+};
+
+struct ush_worker {
+	struct ush_worker_opts o;
+	char *dir, *host;
+	int port;
+	unsigned nthreads;
+	struct wk_thread *threads;
+	bool started;
+	atomic_int stop;
+	pthread_mutex_t lock; /* commits, drops */
+	struct wk_commit *commits;
+	size_t ncommits, ccap;
+	uint32_t *drops;      /* shuffles dropped, in epoch order */
+	size_t ndrops;
+	atomic_uint drop_epoch;
+	int err;
+};
+
+/* A partition file of this thread and its flush buffer. */
+struct wk_part {
+	struct wk_part *hnext;
+	struct wk_thread *t;
+	uint32_t shuffle, partition;
+	int fd, slot;
+	bool direct, unsynced;
+	bool created;        /* new file: its directory entry is unsynced */
+	uint64_t off;        /* end of the data submitted so far */
+	struct ushi_buf *buf; /* flush buffer, or NULL */
+	uint32_t len;
+	unsigned writes;
+	int err;
+};
+
+struct wk_out {
+	struct wk_out *next;
+	uint32_t len;
+	uint8_t data[];
+};
+
+struct wk_fetch {
+	uint32_t shuffle, partition;
+	uint64_t skip;            /* stream bytes the reader already has */
+	struct proto_manifest *m; /* committed maps, ascending */
+	uint32_t nm;
+	char **files;
+	unsigned nfiles, fi;
+	int fd;
+	uint64_t off, size;
+	uint64_t frames, bytes;
+	bool done;
+};
+
+struct wk_chunk {
+	uint16_t bid;
+	uint32_t len;
+};
+
+struct wk_conn {
+	struct wk_conn *next;
+	struct wk_thread *t;
+	int fd;
+	char peer[64];
+	uint32_t role;         /* 0 until HELLO */
+	uint64_t t_accept;     /* ushi_now_ns() when accepted */
+	struct wk_chunk q[WK_BUFS];
+	unsigned qhead, qn;
+	bool recv_armed, eof, failed, closed;
+	int rerr;
+	/* frame reassembly */
+	uint8_t hdr[USH_FRAME_HDR_SIZE];
+	uint32_t hlen;
+	struct ushi_frame f;
+	uint8_t *stage;
+	size_t scap, sgot, sneed; /* sneed: 0 when not staging */
+	/* output: one send in flight */
+	struct wk_out *out, *out_tail;
+	bool sending;
+	uint64_t credit;       /* DATA bytes consumed, not yet acked */
+	struct wk_fetch *fetch;
+};
+
+struct wk_thread {
+	struct ush_worker *wk;
+	unsigned idx;
+	pthread_t tid;
+	struct ush_ring *ring;
+	int lfd;
+	bool accept_armed;
+	struct io_uring_buf_ring *br;
+	uint8_t *bufs;
+	size_t br_bytes;
+	struct wk_conn *conns;
+	unsigned nconns;
+	int *accepted;         /* fds accepted, not yet set up */
+	unsigned naccepted;
+	struct wk_part **ptab;
+	size_t pmask, nparts;
+	unsigned writes;       /* partition writes in flight */
+	unsigned flush_order;
+	int log_fd;
+	uint64_t log_off;
+	bool dir_unsynced;
+	unsigned drop_seen;
+	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
+	char errmsg[512];      /* why setup failed (ush_last_error is
+				  per thread) */
+	int err;
+};
+
+/* worker.c */
+void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* commit.c: the shared table and the per-thread logs. */
+int wk_commit_replay(struct ush_worker *wk);
+void wk_commit_free(struct ush_worker *wk);
+/* The committed attempt of (shuffle, map), or -1. Caller holds the lock. */
+int64_t wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map);
+/* Appends frame (a MAPPER_END or DROP) to t's log and syncs it. */
+int wk_log_append(struct wk_thread *t, const uint8_t *frame, size_t n);
+int wk_log_open(struct wk_thread *t);
+/* Applies a logged frame to the table (lock held). */
+int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f,
+		    const uint8_t *payload);
+/* The committed maps of shuffle with their batch counts of partition. */
+int wk_manifest(struct ush_worker *wk, uint32_t shuffle, uint32_t partition,
+		struct proto_manifest **out, uint32_t *n);
+
+/* store.c: partition files and flush buffers. */
+int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
+		    const uint8_t *frame);
+/* Writes every flush buffer, waits for all writes and syncs what they
+ * touched: after it every frame received so far is durable. */
+int wk_store_sync(struct wk_thread *t);
+void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
+void wk_store_close(struct wk_thread *t);
+int wk_part_path(char *buf, size_t n, const char *dir, uint32_t shuffle,
+		 uint32_t partition, unsigned thread);
+
+/* conn.c */
+void wk_conn_process(struct wk_conn *c);
+/* An empty output with room for cap bytes, or NULL. */
+struct wk_out *wk_out_new(size_t cap);
+/* Appends o to c's output queue; c owns it from here on. */
+void wk_conn_queue(struct wk_conn *c, struct wk_out *o);
+/* Queues a copy of the n-byte frame. */
+void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n);
+void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void wk_conn_pump(struct wk_conn *c);
+
+/* fetch.c */
+int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
+		   const uint8_t *payload);
+/* Queues the next chunk of the stream when the connection's output is
+ * idle. */
+void wk_fetch_pump(struct wk_conn *c);
+void wk_fetch_free(struct wk_fetch *fe);
+
+/* loop.c */
+void *wk_thread_main(void *arg);
+
+#endif

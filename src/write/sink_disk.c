@@ -1,0 +1,308 @@
+/*
+ * The disk target: local spill of one map attempt. Frames go to the data
+ * file with WRITE_FIXED at increasing offsets (O_DIRECT by default, each
+ * frame padded to USHI_ALIGN); their index entries stream to a temporary
+ * index. Commit syncs the data, closes the index with its trailer, syncs
+ * it and renames it into place without replacing: the rename publishes
+ * the output atomically, and the first attempt to commit wins.
+ */
+#define _GNU_SOURCE
+#include "core/spill.h"
+#include "write/writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ICHUNK_ENTRIES (USHI_ALIGN / USHI_INDEX_ENTRY)
+
+struct disk {
+	char data[PATH_MAX], itmp[PATH_MAX], index[PATH_MAX], sdir[PATH_MAX];
+	int fd, ifd, slot;
+	bool direct;
+	uint64_t off;      /* next data offset */
+	uint64_t ioff;     /* bytes of index written */
+	uint64_t entries;
+	uint32_t icrc;     /* running CRC of the entries written */
+	unsigned ichunk_n; /* entries in ichunk */
+	uint8_t *copy;     /* psync: the private copy of each frame */
+	size_t copy_cap;
+	bool prealloc;      /* O_DIRECT and the file system can fallocate */
+	uint64_t alloc_end; /* bytes preallocated */
+	uint8_t ichunk[USHI_ALIGN];
+};
+
+static int open_data(struct ush_writer *w, struct disk *d)
+{
+	int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+	d->direct = w->o.direct != 0;
+	d->fd = open(d->data, flags | (d->direct ? O_DIRECT : 0), 0644);
+	if (d->fd < 0 && d->direct && errno == EINVAL) {
+		ushi_warn("%s: the file system refuses O_DIRECT (tmpfs does); "
+			 "spilling with buffered I/O", d->data);
+		d->direct = false;
+		d->fd = open(d->data, flags, 0644);
+	}
+	d->prealloc = d->direct;
+	if (d->fd < 0)
+		return ushi_fail(-errno, "disk: open %s", d->data);
+	return 0;
+}
+
+static int disk_open(struct ush_writer *w)
+{
+	struct disk *d = ushi_calloc(1, sizeof(*d));
+	if (!d)
+		return ushi_fail(-ENOMEM, "disk: allocation");
+	d->fd = d->ifd = d->slot = -1;
+	d->icrc = 0xffffffffu;
+	const struct ush_writer_opts *o = &w->o;
+	spill_dir(d->sdir, sizeof(d->sdir), o->dir, o->shuffle);
+	spill_data(d->data, sizeof(d->data), o->dir, o->shuffle, o->map,
+		   o->attempt);
+	spill_index(d->index, sizeof(d->index), o->dir, o->shuffle, o->map);
+	snprintf(d->itmp, sizeof(d->itmp), "%.*s.index.tmp",
+		 (int)(strlen(d->data) - 5), d->data);
+	w->sink_state = d;
+	int ret = 0;
+	if (mkdir(o->dir, 0755) && errno != EEXIST)
+		ret = ushi_fail(-errno, "disk: mkdir %s", o->dir);
+	else if (mkdir(d->sdir, 0755) && errno != EEXIST)
+		ret = ushi_fail(-errno, "disk: mkdir %s", d->sdir);
+	else if (!(ret = open_data(w, d))) {
+		d->ifd = open(d->itmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			      0644);
+		if (d->ifd < 0)
+			ret = ushi_fail(-errno, "disk: open %s", d->itmp);
+	}
+	if (ret) {
+		w->sink->abort(w);
+		return ret;
+	}
+	if (o->ioengine == USH_IOENGINE_PSYNC) {
+		d->copy_cap = w->ring->opts.push_size;
+		d->copy = ushi_aligned_alloc(d->copy_cap);
+		if (!d->copy) {
+			w->sink->abort(w);
+			return ushi_fail(-ENOMEM, "disk: psync buffer");
+		}
+	} else {
+		d->slot = ring_file_add(w->ring, d->fd);
+	}
+	return 0;
+}
+
+static void disk_close(struct ush_writer *w, struct disk *d)
+{
+	ring_file_del(w->ring, d->slot);
+	if (d->fd >= 0)
+		close(d->fd);
+	if (d->ifd >= 0)
+		close(d->ifd);
+	ushi_free(d->copy);
+	ushi_free(d);
+	w->sink_state = NULL;
+}
+
+static int pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+		      const char *path)
+{
+	const uint8_t *b = p;
+	while (n) {
+		ssize_t r = pwrite(fd, b, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return ushi_fail(r < 0 ? -errno : -EIO,
+					"disk: write %s offset %llu", path,
+					(unsigned long long)off);
+		b += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* The index is small (16 bytes per frame) and buffered by the page
+ * cache: a plain pwrite per 256 entries costs less than a ring op. */
+static int flush_index(struct disk *d)
+{
+	size_t n = d->ichunk_n * USHI_INDEX_ENTRY;
+	int ret = pwrite_all(d->ifd, d->ichunk, n, d->ioff, d->itmp);
+	if (ret)
+		return ret;
+	d->icrc = spill_crc(d->icrc, d->ichunk, n);
+	d->ioff += n;
+	d->ichunk_n = 0;
+	return 0;
+}
+
+static void disk_done(struct ushi_op *op, int res)
+{
+	struct ush_writer *w = op->owner;
+	struct disk *d = w->sink_state;
+	if (res < 0)
+		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
+			     d->data, (unsigned long long)op->off, op->len);
+	writer_completed(w, op->t0);
+	writer_frame_done(w, op->buf, op->addr);
+}
+
+/* The baseline engine, like fio's psync: a private copy of each frame,
+ * then a blocking pwrite; no ring, no registered buffers. */
+static int psync_write(struct ush_writer *w, struct disk *d,
+		       struct ushi_buf *b, uint8_t *mem, uint32_t len)
+{
+	const uint8_t *src = b ? b->data : mem;
+	uint64_t t0 = ushi_now_ns();
+	if (len <= d->copy_cap) {
+		memcpy(d->copy, src, len);
+		src = d->copy;
+	}
+	int ret = pwrite_all(d->fd, src, len, d->off, d->data);
+	writer_completed(w, t0);
+	writer_frame_done(w, b, mem);
+	if (ret)
+		return ret;
+	d->off += len;
+	writer_stored(w, len);
+	return 0;
+}
+
+/*
+ * O_DIRECT writes that extend a file are serialised (ext4 punts them to
+ * io_uring's workers, one at a time under the inode lock): preallocate
+ * ahead of the write offset so writes land inside the file, and trim to
+ * the bytes written at commit. A file system without fallocate just
+ * appends.
+ */
+#define USHI_PREALLOC (64ull << 20)
+
+static void prealloc(struct disk *d, uint32_t len)
+{
+	while (d->prealloc && d->off + len > d->alloc_end) {
+		if (fallocate(d->fd, 0, (off_t)d->alloc_end, USHI_PREALLOC)) {
+			d->prealloc = false;
+			return;
+		}
+		d->alloc_end += USHI_PREALLOC;
+	}
+}
+
+static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
+		       uint32_t flen, uint32_t partition)
+{
+	struct disk *d = w->sink_state;
+	uint8_t *p = b ? b->data : mem;
+	uint32_t len = d->direct ? ALIGN_UP(flen, USHI_ALIGN) : flen;
+	prealloc(d, len);
+	struct ushi_op *op = NULL;
+	int ret = d->ichunk_n == ICHUNK_ENTRIES ? flush_index(d) : 0;
+	if (!ret && !d->copy)
+		ret = ring_op_get(w->ring, &op);
+	if (ret) {
+		writer_frame_done(w, b, mem);
+		return ret;
+	}
+	/* Pool buffers and heap frames are allocated in USHI_ALIGN units,
+	 * so the padding fits; zero it rather than leak old bytes. */
+	memset(p + flen, 0, len - flen);
+	struct spill_entry e = {d->off, flen, partition};
+	spill_entry_put(d->ichunk + d->ichunk_n++ * USHI_INDEX_ENTRY, &e);
+	d->entries++;
+	if (d->copy)
+		return psync_write(w, d, b, mem, len);
+	op->cb = disk_done;
+	op->owner = w;
+	op->buf = b;
+	op->addr = p;
+	op->off = d->off;
+	op->len = len;
+	op->fd = d->slot >= 0 ? d->slot : d->fd;
+	op->fixed_file = d->slot >= 0;
+	ring_write(w->ring, op);
+	d->off += len;
+	writer_stored(w, len);
+	return 0;
+}
+
+static int sync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return ushi_fail(-errno, "disk: open %s", path);
+	int ret = fsync(fd) ? ushi_fail(-errno, "disk: fsync %s", path) : 0;
+	close(fd);
+	return ret;
+}
+
+static int disk_commit(struct ush_writer *w)
+{
+	struct disk *d = w->sink_state;
+	if (d->alloc_end && ftruncate(d->fd, (off_t)d->off))
+		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
+				d->data, (unsigned long long)d->off);
+	if (fdatasync(d->fd))
+		return ushi_fail(-errno, "disk: fdatasync %s", d->data);
+	int ret = flush_index(d);
+	if (ret)
+		return ret;
+	uint8_t tr[USHI_INDEX_TRAILER];
+	struct spill_trailer t = {
+		.flags = d->direct ? USHI_INDEX_PADDED : 0,
+		.shuffle = w->o.shuffle,
+		.map = w->o.map,
+		.attempt = w->o.attempt,
+		.partitions = w->o.partitions,
+		.entries = d->entries,
+		.data_bytes = d->off,
+	};
+	spill_trailer_put(tr, &t, d->icrc);
+	ret = pwrite_all(d->ifd, tr, sizeof(tr), d->ioff, d->itmp);
+	if (ret)
+		return ret;
+	if (fdatasync(d->ifd))
+		return ushi_fail(-errno, "disk: fdatasync %s", d->itmp);
+	if (renameat2(AT_FDCWD, d->itmp, AT_FDCWD, d->index,
+		      RENAME_NOREPLACE)) {
+		if (errno == EEXIST)
+			return ushi_fail(USH_ECOMMITTED, "disk: %s exists: map "
+					"%u was committed by another attempt",
+					d->index, w->o.map);
+		return ushi_fail(-errno, "disk: rename %s to %s", d->itmp,
+				d->index);
+	}
+	ret = sync_dir(d->sdir);
+	/* The shuffle directory may be new (this writer's mkdir or another
+	 * one's): its entry must be durable too, or a crash loses it. */
+	if (!ret)
+		ret = sync_dir(w->o.dir);
+	disk_close(w, d);
+	/* Published, but perhaps not durable; the sink is gone, so no call
+	 * may reach it again (a retried commit or a write would find no
+	 * state): the error is sticky. */
+	if (ret)
+		writer_error(w, ret, "disk: commit of map %u", w->o.map);
+	return ret;
+}
+
+static void disk_abort(struct ush_writer *w)
+{
+	struct disk *d = w->sink_state;
+	if (!d)
+		return;
+	unlink(d->data);
+	unlink(d->itmp);
+	disk_close(w, d);
+}
+
+const struct ushi_sink_ops ushi_sink_disk = {
+	.name = "disk",
+	.open = disk_open,
+	.submit = disk_submit,
+	.commit = disk_commit,
+	.abort = disk_abort,
+};

@@ -1,0 +1,652 @@
+/*
+ * The map-side writer: partitions records into pool buffers, hands full
+ * buffers off (swap, never copy), frames and submits them in batches.
+ *
+ * A hand-off is O(1): the buffer joins the writer's queue and an idle one
+ * comes back. Framing (codec, CRC32C) and SQE preparation happen when the
+ * queue is flushed, once per USHI_QUEUE_BATCH buffers, so submissions are
+ * batched and the hand-off cost does not grow with the buffer size.
+ */
+#include "net/net.h"
+#include "write/writer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#define USHI_QUEUE_BATCH 16
+#define USHI_PARTS_MAX (1u << 24)
+
+void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
+{
+	if (w->err)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n < sizeof(w->errmsg))
+		snprintf(w->errmsg + n, sizeof(w->errmsg) - (size_t)n, ": %s",
+			 ush_strerror(err));
+	w->err = err;
+}
+
+const char *ush_writer_error(const ush_writer *w)
+{
+	return w->err ? w->errmsg : NULL;
+}
+
+/* Returns the sticky error, also as this thread's last error. */
+static int sticky(struct ush_writer *w)
+{
+	return ushi_fail_msg(w->err, w->errmsg);
+}
+
+void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
+		       const uint8_t *mem)
+{
+	if (b)
+		pool_put(&w->ring->pool, b);
+	else
+		ushi_free((void *)mem);
+	w->inflight--;
+}
+
+static int check_open(struct ush_writer *w)
+{
+	if (unlikely(w->err))
+		return sticky(w);
+	if (unlikely(w->state != W_OPEN))
+		return ushi_fail(USH_ESTATE, "writer: map %u attempt %u is "
+				"already %s", w->o.map, w->o.attempt,
+				w->state == W_COMMITTED ? "committed" :
+							  "aborted");
+	return 0;
+}
+
+/* The DATA frame header of a batch of raw bytes, stored raw so far. */
+static struct ushi_frame frame_of(const struct ush_writer *w,
+				 uint32_t partition, uint64_t seq, uint32_t raw,
+				 uint32_t nrec)
+{
+	return (struct ushi_frame){
+		.type = USHI_FRAME_DATA,
+		.codec = USH_CODEC_NONE,
+		.shuffle = w->o.shuffle,
+		.map = w->o.map,
+		.attempt = w->o.attempt,
+		.partition = partition,
+		.seq = seq,
+		.raw_len = raw,
+		.payload_len = raw,
+		.nrec = nrec,
+	};
+}
+
+/*
+ * Compresses the batch behind src's header room into dst's (cap bytes).
+ * Returns true and updates f when it shrank; otherwise (or without a dst)
+ * the batch is stored raw.
+ */
+static bool compress(struct ush_writer *w, struct ushi_frame *f,
+		     const uint8_t *src, uint8_t *dst, size_t cap)
+{
+	struct ush_ring *r = w->ring;
+	long n = dst ? codec_compress(&r->codec, r->opts.codec, r->opts.level,
+				      src + USH_FRAME_HDR_SIZE, f->raw_len,
+				      dst + USH_FRAME_HDR_SIZE, cap)
+		     : 0;
+	if (n <= 0) {
+		w->st.stored_raw++;
+		return false;
+	}
+	f->codec = (uint8_t)r->opts.codec;
+	f->payload_len = (uint32_t)n;
+	return true;
+}
+
+/* Writes f's header in front of its payload (pool buffer b or heap frame
+ * mem), counts the frame and gives it to the sink. */
+static int submit(struct ush_writer *w, struct ushi_frame *f,
+		  struct ushi_buf *b, uint8_t *mem)
+{
+	frame_encode(b ? b->data : mem, f);
+	uint32_t flen = (uint32_t)ush_frame_size(f->payload_len);
+	w->st.frame_bytes += flen;
+	w->st.raw_bytes += f->raw_len;
+	w->st.batches++;
+	w->inflight++;
+	int ret = w->sink->submit(w, b, mem, flen, f->partition);
+	if (ret)
+		writer_error(w, ret, "writer: %s sink", w->sink->name);
+	return ret;
+}
+
+/* Frames one handed-off buffer and gives it to the sink. */
+static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
+{
+	struct ushi_pool *pool = &w->ring->pool;
+	struct ushi_frame f = frame_of(w, b->part, b->seq, b->len, b->nrec);
+	struct ushi_buf *out = b;
+	if (w->ring->opts.codec != USH_CODEC_NONE && b->len) {
+		/* Compress into a buffer of the same class; the raw one goes
+		 * straight back to the pool. No idle buffer: store raw. */
+		struct ushi_buf *c = pool_get(pool, b->order);
+		if (compress(w, &f, b->data, c ? c->data : NULL,
+			     b->cap - USH_FRAME_HDR_SIZE)) {
+			pool_put(pool, b);
+			out = c;
+		} else if (c) {
+			pool_put(pool, c);
+		}
+	}
+	buf_move(out, out == b ? BUF_QUEUED : BUF_WRITER, BUF_INFLIGHT);
+	return submit(w, &f, out, NULL);
+}
+
+static int flush_queue(struct ush_writer *w)
+{
+	while (w->qhead) {
+		struct ushi_buf *b = w->qhead;
+		w->qhead = b->next;
+		/* Keep qtail valid if frame_submit fails: b is the sink's
+		 * now, and the next handoff must not link behind it. */
+		if (!w->qhead)
+			w->qtail = NULL;
+		w->qlen--;
+		b->next = NULL;
+		int ret = frame_submit(w, b);
+		if (ret)
+			return ret;
+	}
+	w->qtail = NULL;
+	int ret = ring_submit(w->ring);
+	if (ret)
+		writer_error(w, ret, "writer: submit");
+	return w->err ? sticky(w) : 0;
+}
+
+/* Queues b (state from) as the next batch of partition. O(1). */
+static int handoff(struct ush_writer *w, struct ushi_buf *b,
+		   enum ushi_buf_state from, uint32_t partition, uint32_t len,
+		   uint32_t nrec)
+{
+	struct ushi_part *p = &w->parts[partition];
+	buf_move(b, from, BUF_QUEUED);
+	b->part = partition;
+	b->len = len;
+	b->nrec = nrec;
+	b->seq = p->seq++;
+	b->next = NULL;
+	if (w->qtail)
+		w->qtail->next = b;
+	else
+		w->qhead = b;
+	w->qtail = b;
+	p->st.batches++;
+	/* b is handed over whatever the flush does: its errors are sticky
+	 * and surface on the next call. */
+	if (++w->qlen >= USHI_QUEUE_BATCH)
+		flush_queue(w);
+	return 0;
+}
+
+static int close_part(struct ush_writer *w, uint32_t partition);
+
+/*
+ * Under memory pressure open batches go out early, so a pool smaller than
+ * partitions x 4 KiB still makes progress: every batch at least as full as
+ * the average open one, so frames stay as large as memory allows and one
+ * scan pays for many evictions. Returns false if no batch is open.
+ */
+static bool evict(struct ush_writer *w)
+{
+	uint64_t total = 0, open = 0;
+	for (uint32_t i = 0; i < w->o.partitions; i++)
+		if (w->parts[i].buf) {
+			total += w->parts[i].len;
+			open++;
+		}
+	for (uint32_t i = 0; open && i < w->o.partitions; i++)
+		if (w->parts[i].buf && w->parts[i].len >= total / open)
+			close_part(w, i);
+	return open > 0;
+}
+
+/*
+ * An idle buffer of order, waiting for completions while any are due.
+ * When nothing is in flight and the pool is fragmented by partition
+ * buffers, a smaller one down to min_order will do.
+ */
+static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
+		   struct ushi_buf **out)
+{
+	struct ush_ring *r = w->ring;
+	for (;;) {
+		/* After an error nothing may be handed off (evict). */
+		if (w->err)
+			return sticky(w);
+		struct ushi_buf *b = pool_get(&r->pool, order);
+		for (unsigned o = order; !b && o > min_order && !w->qhead &&
+					 !r->inflight;)
+			b = pool_get(&r->pool, --o);
+		if (b) {
+			*out = b;
+			return 0;
+		}
+		/* Each step may free memory: retry after each. */
+		int ret = 0;
+		if (w->qhead)
+			ret = flush_queue(w);
+		else if (r->inflight)
+			ret = ring_reap(r, 1);
+		else if (!evict(w))
+			return ushi_fail(USH_EPOOL, "writer: the %zu KiB pool "
+					"has no idle %u KiB buffer, nothing in "
+					"flight and no open batch to send: "
+					"release buffers taken with "
+					"ush_writer_acquire() or raise "
+					"ush_ring_opts.pool_bytes",
+					r->pool.bytes >> 10,
+					(USHI_BUF_MIN << min_order) >> 10);
+		if (ret)
+			return ret;
+		if (w->err)
+			return sticky(w);
+	}
+}
+
+/* Hands partition's open batch off if it holds records, else frees it. */
+static int close_part(struct ush_writer *w, uint32_t partition)
+{
+	struct ushi_part *p = &w->parts[partition];
+	struct ushi_buf *b = p->buf;
+	if (!b)
+		return 0;
+	p->buf = NULL;
+	if (!p->len) {
+		pool_put(&w->ring->pool, b);
+		return 0;
+	}
+	uint32_t len = p->len, nrec = p->nrec;
+	p->len = p->nrec = 0;
+	return handoff(w, b, BUF_WRITER, partition, len, nrec);
+}
+
+/*
+ * Makes room for need more bytes in partition's batch: grow the buffer by
+ * one copy while it is below the push size, or hand it off and start anew.
+ */
+static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
+{
+	struct ushi_pool *pool = &w->ring->pool;
+	struct ushi_part *p = &w->parts[partition];
+	struct ushi_buf *b = p->buf;
+	size_t want = USH_FRAME_HDR_SIZE + p->len + need;
+	int o = pool_order(pool, want); /* -1: not even at the push size */
+	if (b && o > b->order) {
+		struct ushi_buf *nb = pool_get(pool, (unsigned)o);
+		if (nb) {
+			memcpy(nb->data + USH_FRAME_HDR_SIZE,
+			       b->data + USH_FRAME_HDR_SIZE, p->len);
+			pool_put(pool, b);
+			p->buf = nb;
+			w->st.grows++;
+			return 0;
+		}
+	}
+	/* Full at the push size, or no memory to grow: hand it off. A
+	 * full push-size buffer is swapped for one of the same size. */
+	unsigned min = (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need);
+	unsigned order = b && b->order == w->push_order ? w->push_order : min;
+	int ret = close_part(w, partition);
+	if (!ret)
+		ret = get_buf(w, order, min, &p->buf);
+	return ret;
+}
+
+/* A record above the push size goes out alone, from heap memory. */
+static int write_alone(struct ush_writer *w, uint32_t partition,
+		       const void *rec, size_t len)
+{
+	size_t raw = USH_RECORD_HDR_SIZE + len;
+	/* Records written before this one come back before it: the open
+	 * batch takes the lower sequence number. Queued batches of this
+	 * partition carry lower sequence numbers and must reach the sink
+	 * first: readers drop out-of-order sequences. */
+	int ret = close_part(w, partition);
+	if (!ret)
+		ret = flush_queue(w);
+	if (ret)
+		return ret;
+	uint8_t *m = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
+	if (!m)
+		return ushi_fail(-ENOMEM, "writer: %zu-byte record", len);
+	put_le32(m + USH_FRAME_HDR_SIZE, (uint32_t)len);
+	memcpy(m + USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE, rec, len);
+	struct ushi_part *p = &w->parts[partition];
+	struct ushi_frame f = frame_of(w, partition, p->seq++, (uint32_t)raw, 1);
+	p->st.batches++;
+	if (w->ring->opts.codec != USH_CODEC_NONE) {
+		uint8_t *c = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
+		if (compress(w, &f, m, c, raw)) {
+			ushi_free(m);
+			m = c;
+		} else {
+			ushi_free(c);
+		}
+	}
+	ret = submit(w, &f, NULL, m);
+	return ret ? ret : ring_submit(w->ring);
+}
+
+static int check_part(struct ush_writer *w, uint32_t partition)
+{
+	if (unlikely(partition >= w->o.partitions))
+		return ushi_fail(-EINVAL, "writer: partition %u out of range "
+				"0..%u", partition, w->o.partitions - 1);
+	return check_open(w);
+}
+
+int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
+		     size_t len)
+{
+	int ret = check_part(w, partition);
+	if (ret)
+		return ret;
+	if (unlikely(len > USH_RECORD_MAX))
+		return ushi_fail(-EMSGSIZE, "writer: record of %zu bytes "
+				"exceeds the %u-byte limit", len,
+				USH_RECORD_MAX);
+	size_t need = USH_RECORD_HDR_SIZE + len;
+	struct ushi_part *p = &w->parts[partition];
+	if (need > w->ring->opts.push_size - USH_FRAME_HDR_SIZE) {
+		ret = write_alone(w, partition, rec, len);
+	} else {
+		if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
+			ret = make_room(w, partition, need);
+		if (!ret) {
+			uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
+			put_le32(d, (uint32_t)len);
+			memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+			p->len += (uint32_t)need;
+			p->nrec++;
+		}
+	}
+	if (ret)
+		return ret;
+	p->st.records++;
+	p->st.bytes += len;
+	w->st.records++;
+	return 0;
+}
+
+int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
+{
+	struct ushi_buf *b;
+	int ret = check_open(w);
+	if (!ret)
+		ret = get_buf(w, w->push_order, w->push_order, &b);
+	if (ret)
+		return ret;
+	buf_move(b, BUF_WRITER, BUF_USER);
+	*buf = b->data + USH_FRAME_HDR_SIZE;
+	*cap = b->cap - USH_FRAME_HDR_SIZE;
+	return 0;
+}
+
+/* Every record has a 4-byte prefix: readers reject a batch of more. */
+static int check_nrec(size_t len, uint32_t nrecords)
+{
+	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
+		return ushi_fail(-EINVAL, "writer: %u records cannot fit in "
+				"%zu bytes", nrecords, len);
+	return 0;
+}
+
+/* Counts a caller-made batch, then queues it (swap and copy). */
+static int handoff_batch(struct ush_writer *w, struct ushi_buf *b,
+			 enum ushi_buf_state from, uint32_t partition,
+			 size_t len, uint32_t nrecords)
+{
+	struct ush_part_stats *st = &w->parts[partition].st;
+	st->records += nrecords;
+	st->bytes += len - (size_t)nrecords * USH_RECORD_HDR_SIZE;
+	w->st.records += nrecords;
+	return handoff(w, b, from, partition, (uint32_t)len, nrecords);
+}
+
+static struct ushi_buf *user_buf(struct ush_writer *w, const void *payload)
+{
+	struct ushi_buf *b = pool_lookup(&w->ring->pool,
+					(const uint8_t *)payload -
+						USH_FRAME_HDR_SIZE);
+	if (unlikely(b->state != BUF_USER))
+		ushi_panic("buffer %p is not owned by the caller (state %d): "
+			  "swapped or released already?", payload, b->state);
+	return b;
+}
+
+int ush_writer_release(ush_writer *w, void *buf)
+{
+	pool_put(&w->ring->pool, user_buf(w, buf));
+	return 0;
+}
+
+int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
+		    size_t len, uint32_t nrecords)
+{
+	struct ushi_buf *b = user_buf(w, *buf), *nb;
+	int ret = check_part(w, partition);
+	if (ret)
+		return ret;
+	if (len > b->cap - USH_FRAME_HDR_SIZE)
+		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
+				"%u-byte buffer", len, b->cap);
+	/* Take the replacement first: on error nothing was handed over. */
+	if ((ret = check_nrec(len, nrecords)) ||
+	    (ret = get_buf(w, b->order, b->order, &nb)))
+		return ret;
+	buf_move(nb, BUF_WRITER, BUF_USER);
+	*buf = nb->data + USH_FRAME_HDR_SIZE;
+	return handoff_batch(w, b, BUF_USER, partition, len, nrecords);
+}
+
+int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
+		    size_t len, uint32_t nrecords)
+{
+	struct ushi_buf *b;
+	int ret = check_part(w, partition);
+	if (ret)
+		return ret;
+	int order = pool_order(&w->ring->pool, USH_FRAME_HDR_SIZE + len);
+	if (order < 0)
+		return ushi_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
+				"the push size", len);
+	if ((ret = check_nrec(len, nrecords)) ||
+	    (ret = get_buf(w, (unsigned)order, (unsigned)order, &b)))
+		return ret;
+	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
+	return handoff_batch(w, b, BUF_WRITER, partition, len, nrecords);
+}
+
+/* Waits until none of this writer's operations is in flight. */
+static int drain(struct ush_writer *w)
+{
+	int ret = w->qhead ? flush_queue(w) : 0;
+	while (w->inflight) {
+		int r = w->sink->drain ? w->sink->drain(w) :
+					 ring_reap(w->ring, 1);
+		if (r) {
+			writer_error(w, r, "writer: reap");
+			return r;
+		}
+	}
+	return ret;
+}
+
+int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
+{
+	int ret = check_open(w);
+	for (uint32_t i = 0; !ret && i < w->o.partitions; i++)
+		ret = close_part(w, i);
+	int dret = drain(w);
+	if (!ret)
+		ret = dret;
+	if (!ret && w->err)
+		ret = sticky(w);
+	if (!ret)
+		ret = w->sink->commit(w);
+	if (ret)
+		return ret;
+	w->state = W_COMMITTED;
+	if (parts)
+		for (uint32_t i = 0; i < w->o.partitions; i++)
+			parts[i] = w->parts[i].st;
+	return 0;
+}
+
+int ush_writer_abort(ush_writer *w)
+{
+	if (w->state != W_OPEN)
+		return ushi_fail(USH_ESTATE, "writer: abort after %s",
+				w->state == W_COMMITTED ? "commit" : "abort");
+	/* Queued buffers go back unframed; in-flight ones on completion. */
+	while (w->qhead) {
+		struct ushi_buf *b = w->qhead;
+		w->qhead = b->next;
+		pool_put(&w->ring->pool, b);
+	}
+	w->qtail = NULL;
+	w->qlen = 0;
+	for (uint32_t i = 0; i < w->o.partitions; i++) {
+		struct ushi_part *p = &w->parts[i];
+		if (p->buf)
+			pool_put(&w->ring->pool, p->buf);
+		p->buf = NULL;
+	}
+	drain(w);
+	w->sink->abort(w);
+	w->state = W_ABORTED;
+	return 0;
+}
+
+void ush_writer_stats_size(const ush_writer *w, struct ush_writer_stats *st,
+			   size_t size)
+{
+	ushi_struct_init(st, size, &w->st, sizeof(w->st));
+}
+
+const struct ush_lat *ush_writer_complete_lat(const ush_writer *w)
+{
+	return &w->complete_lat;
+}
+
+void writer_stored(struct ush_writer *w, uint64_t bytes)
+{
+	w->st.stored_bytes += bytes;
+}
+
+void writer_completed(struct ush_writer *w, uint64_t t0)
+{
+	ush_lat_add(&w->complete_lat, ushi_now_ns() - t0);
+}
+
+uint64_t writer_part_batches(const struct ush_writer *w, uint32_t p)
+{
+	return w->parts[p].st.batches;
+}
+
+struct ush_writer_stats *writer_counters(struct ush_writer *w)
+{
+	return &w->st;
+}
+
+static const struct ush_writer_opts writer_defaults = {
+	.size = sizeof(struct ush_writer_opts),
+	.timeout_ms = USHI_NET_TIMEOUT_MS,
+	.zc_threshold = USHI_ZC_THRESHOLD,
+};
+
+void ush_writer_opts_init_size(struct ush_writer_opts *o, size_t size)
+{
+	ushi_struct_init(o, size, &writer_defaults, sizeof(*o));
+}
+
+int ush_writer_open(ush_writer **out, ush_ring *ring,
+		    const struct ush_writer_opts *opts)
+{
+	struct ush_writer_opts copy;
+	*out = NULL;
+	int ret = ushi_opts_load(&copy, &writer_defaults, sizeof(copy), opts,
+				 "writer options");
+	if (ret)
+		return ret;
+	const struct ush_writer_opts *o = &copy;
+	if (o->partitions < 1 || o->partitions > USHI_PARTS_MAX)
+		return ushi_fail(-EINVAL, "writer: %u partitions, accepted "
+				"1..%u", o->partitions, USHI_PARTS_MAX);
+	const struct ushi_sink_ops *sink;
+	switch (o->target) {
+	case USH_TARGET_NULL:
+		sink = &ushi_sink_null;
+		break;
+	case USH_TARGET_DISK:
+		sink = &ushi_sink_disk;
+		if (!o->dir)
+			return ushi_fail(-EINVAL, "writer: disk target needs "
+					"a directory");
+		break;
+	case USH_TARGET_NET:
+		sink = &ushi_sink_net;
+		if (!o->workers || !*o->workers)
+			return ushi_fail(-EINVAL, "writer: net target needs "
+					"workers (HOST:PORT,...)");
+		break;
+	default:
+		return ushi_fail(-EINVAL, "writer: unknown target %d",
+				o->target);
+	}
+	if (o->ioengine != USH_IOENGINE_URING &&
+	    o->ioengine != USH_IOENGINE_PSYNC)
+		return ushi_fail(-EINVAL, "writer: unknown ioengine %d",
+				o->ioengine);
+	struct ush_writer *w = ushi_calloc(1, sizeof(*w));
+	if (!w)
+		return ushi_fail(-ENOMEM, "writer: allocation");
+	w->parts = ushi_calloc(o->partitions, sizeof(*w->parts));
+	w->o = *o;
+	w->o.dir = o->dir ? ushi_strdup(o->dir) : NULL;
+	w->o.workers = o->workers ? ushi_strdup(o->workers) : NULL;
+	if (!w->parts || (o->dir && !w->o.dir) ||
+	    (o->workers && !w->o.workers)) {
+		ush_writer_free(w);
+		return ushi_fail(-ENOMEM, "writer: %u partitions",
+				o->partitions);
+	}
+	w->st.size = sizeof(w->st);
+	ush_lat_init(&w->complete_lat);
+	w->ring = ring;
+	w->sink = sink;
+	w->push_order = ring->pool.max_order;
+	ret = sink->open(w);
+	if (ret) {
+		w->sink = NULL;
+		ush_writer_free(w);
+		return ret;
+	}
+	*out = w;
+	return 0;
+}
+
+void ush_writer_free(ush_writer *w)
+{
+	if (!w)
+		return;
+	if (w->sink && w->state == W_OPEN)
+		ush_writer_abort(w);
+	ushi_free((void *)w->o.dir);
+	ushi_free((void *)w->o.workers);
+	ushi_free(w->parts);
+	ushi_free(w);
+}

@@ -1,0 +1,77 @@
+/* The writer and the sink backends it drives (one ops table per target). */
+#ifndef USHI_WRITER_H
+#define USHI_WRITER_H
+
+#include "core/frame.h"
+#include "core/ring.h"
+
+struct ush_writer;
+
+struct ushi_sink_ops {
+	const char *name;
+	int (*open)(struct ush_writer *w);
+	/*
+	 * Takes ownership of one frame of flen bytes: in pool buffer b
+	 * (state BUF_INFLIGHT), or, when b is NULL, in heap memory mem that
+	 * the sink frees. On error the sink has released the frame already
+	 * (writer_frame_done) and the error becomes sticky on the writer.
+	 */
+	int (*submit)(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
+		      uint32_t flen, uint32_t partition);
+	/* Everything submitted has completed without error: publish. */
+	int (*commit)(struct ush_writer *w);
+	/* Nothing is in flight: drop partial output. */
+	void (*abort)(struct ush_writer *w);
+	/* Optional: waits until w->inflight is 0 (called only while it is
+	 * not), for sinks whose completions a stalled peer can withhold.
+	 * Returns 0 or a ring error. Without it the writer reaps. */
+	int (*drain)(struct ush_writer *w);
+};
+
+extern const struct ushi_sink_ops ushi_sink_null;
+extern const struct ushi_sink_ops ushi_sink_disk;
+extern const struct ushi_sink_ops ushi_sink_net;
+
+struct ushi_part {
+	struct ushi_buf *buf; /* open batch, or NULL */
+	uint32_t len, nrec;  /* bytes and records in the open batch */
+	uint64_t seq;        /* next batch sequence number */
+	struct ush_part_stats st;
+};
+
+enum ushi_writer_state { W_OPEN, W_COMMITTED, W_ABORTED };
+
+struct ush_writer {
+	struct ush_ring *ring;
+	struct ush_writer_opts o;
+	const struct ushi_sink_ops *sink;
+	void *sink_state;
+	struct ushi_part *parts;
+	struct ushi_buf *qhead, *qtail; /* handed off, not yet framed */
+	unsigned qlen;
+	unsigned inflight; /* this writer's ops in the ring */
+	unsigned push_order;
+	enum ushi_writer_state state;
+	int err; /* sticky */
+	char errmsg[256];
+	struct ush_writer_stats st;
+	struct ush_lat complete_lat;
+};
+
+/* Records a sticky error (first one wins) from a completion or sink. */
+void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Sinks count through these: bytes stored on the target, a frame's
+ * completion (t0: its ushi_now_ns() at submission), the batches
+ * written to partition p so far. */
+void writer_stored(struct ush_writer *w, uint64_t bytes);
+void writer_completed(struct ush_writer *w, uint64_t t0);
+uint64_t writer_part_batches(const struct ush_writer *w, uint32_t p);
+/* The writer's totals, for a sink's own counters (net_*). */
+struct ush_writer_stats *writer_counters(struct ush_writer *w);
+/* A submitted frame is done with (written, dropped or failed): returns
+ * pool buffer b, or frees heap frame mem, and counts it out of flight. */
+void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
+		       const uint8_t *mem);
+
+#endif
