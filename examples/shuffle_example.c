@@ -37,14 +37,9 @@ int main(int argc, char **argv)
 		return die("ring");
 	char rec[128];
 	for (unsigned m = 0; m < MAPS; m++) {
-		struct ush_writer_opts wo;
-		ush_writer_opts_init(&wo);
-		wo.shuffle = 1;
-		wo.map = m;
-		wo.partitions = PARTS;
-		wo.target = USH_TARGET_DISK;
-		wo.dir = dir;
-		wo.direct = 1;
+		struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1,
+			.map = m, .partitions = PARTS,
+			.target = USH_TARGET_DISK, .dir = dir, .direct = 1};
 		ush_writer *w;
 		if (ush_writer_open(&w, ring, &wo))
 			return die("writer open");
@@ -68,12 +63,8 @@ int main(int argc, char **argv)
 	unsigned long total = 0;
 	char *seen = calloc(MAPS * RECORDS, 1);
 	for (unsigned p = 0; p < PARTS; p++) {
-		struct ush_reader_opts o;
-		ush_reader_opts_init(&o);
-		o.dir = dir;
-		o.shuffle = 1;
-		o.partition = p;
-		o.maps = MAPS;
+		struct ush_reader_opts o = {.size = sizeof(o), .dir = dir,
+			.shuffle = 1, .partition = p, .maps = MAPS};
 		ush_reader *r;
 		const void *data;
 		size_t len;

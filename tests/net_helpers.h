@@ -167,17 +167,11 @@ static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 	ro.codec = j->codec;
 	ro.pool_bytes = 8u << 20;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = j->shuffle;
-	wo.map = m;
-	wo.attempt = a;
-	wo.partitions = j->partitions;
-	wo.target = USH_TARGET_NET;
-	wo.workers = j->workers;
-	wo.timeout_ms = j->timeout_ms;
-	wo.send_zc = j->send_zc;
-	wo.ioengine = j->ioengine;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = j->shuffle,
+		.map = m, .attempt = a, .partitions = j->partitions,
+		.target = USH_TARGET_NET, .workers = j->workers,
+		.timeout_ms = j->timeout_ms, .send_zc = j->send_zc,
+		.ioengine = j->ioengine};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	uint8_t buf[1024];
@@ -201,13 +195,9 @@ static inline void th_verify(const struct th_job *j)
 	uint8_t exp[1024];
 	uint8_t *seen = calloc((size_t)j->maps * j->records, 1);
 	for (uint32_t p = 0; p < j->partitions; p++) {
-		struct ush_reader_opts ro;
-		ush_reader_opts_init(&ro);
-		ro.shuffle = j->shuffle;
-		ro.partition = p;
-		ro.maps = j->maps;
-		ro.workers = j->workers;
-		ro.timeout_ms = 20000;
+		struct ush_reader_opts ro = {.size = sizeof(ro),
+			.shuffle = j->shuffle, .partition = p, .maps = j->maps,
+			.workers = j->workers, .timeout_ms = 20000};
 		ush_reader *r;
 		th_ok(ush_reader_open(&r, &ro));
 		const void *rec;

@@ -17,6 +17,11 @@ run() {
 	# shellcheck disable=SC2086
 	(cd "$dir" && ctest --output-on-failure -j "$jobs" $sel)
 }
+# The libraries alone: no CLI, benches or tests, so none of inih, json-c
+# or cmocka is looked for.
+cmake -S . -B build-lib -DUSH_WERROR=ON -DUSH_BUILD_CLI=OFF \
+	-DUSH_BUILD_BENCH=OFF -DUSH_BUILD_TESTS=OFF >/dev/null
+cmake --build build-lib -j "$jobs"
 run build-test "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

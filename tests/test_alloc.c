@@ -207,14 +207,9 @@ static void steady_state(enum ush_target target, enum ush_codec codec,
 	ro.push_size = PUSH;
 	ro.pool_bytes = 4u << 20;
 	ro.codec = codec;
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 1;
-	wo.map = 0;
-	wo.partitions = NPARTS;
-	wo.target = target;
-	wo.dir = dir;
-	wo.direct = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1, .map = 0,
+		.partitions = NPARTS, .target = target, .dir = dir,
+		.direct = 1};
 	ush_ring *ring;
 	struct run r = {.mode = mode};
 

@@ -66,15 +66,9 @@ static ush_ring *new_ring(void)
 static ush_writer *open_attempt(ush_ring *ring, const char *dir,
 				uint32_t attempt)
 {
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = SHUFFLE;
-	wo.map = MAP;
-	wo.attempt = attempt;
-	wo.partitions = NPARTS;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = SHUFFLE,
+		.map = MAP, .attempt = attempt, .partitions = NPARTS,
+		.target = USH_TARGET_DISK, .dir = dir, .direct = 1};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	return w;
@@ -102,12 +96,8 @@ static void expect_attempt(const char *dir, uint32_t attempt)
 {
 	static uint8_t want[PUSH + 1024];
 	for (uint32_t p = 0; p < NPARTS; p++) {
-		struct ush_reader_opts ro;
-		ush_reader_opts_init(&ro);
-		ro.dir = dir;
-		ro.shuffle = SHUFFLE;
-		ro.partition = p;
-		ro.maps = 1;
+		struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+			.shuffle = SHUFFLE, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *rec;
 		size_t len;
@@ -137,12 +127,8 @@ static void expect_uncommitted(const char *dir)
 {
 	char index[PATH_MAX];
 	spill_index(index, sizeof(index), dir, SHUFFLE, MAP);
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = SHUFFLE;
-	ro.partition = 0;
-	ro.maps = 1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = SHUFFLE, .partition = 0, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
@@ -208,14 +194,9 @@ static void crashed_attempt(void **state)
 		ro.pool_bytes = 1u << 20;
 		ush_ring *ring;
 		ush_writer *w;
-		struct ush_writer_opts wo;
-		ush_writer_opts_init(&wo);
-		wo.shuffle = SHUFFLE;
-		wo.map = MAP;
-		wo.partitions = NPARTS;
-		wo.target = USH_TARGET_DISK;
-		wo.dir = dir;
-		wo.direct = 1;
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = SHUFFLE, .map = MAP, .partitions = NPARTS,
+			.target = USH_TARGET_DISK, .dir = dir, .direct = 1};
 		if (ush_ring_create(&ring, &ro) ||
 		    ush_writer_open(&w, ring, &wo) ||
 		    write_range(w, 0, 0, NREC / 2))
@@ -364,12 +345,8 @@ static void duplicate_batch(void **state)
 	write_index(index, b, m);
 	struct spill_entry last;
 	spill_entry_get(old + pe[np - 1] * USHI_INDEX_ENTRY, &last);
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = SHUFFLE;
-	ro.partition = part;
-	ro.maps = 1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = SHUFFLE, .partition = part, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;

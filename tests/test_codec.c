@@ -364,13 +364,9 @@ static void writer_stores_raw(enum ush_codec codec)
 	o.codec = codec;
 	o.level = 1;
 	th_ok(ush_ring_create(&ring, &o));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 2;
-	wo.partitions = 6;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 0;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 2,
+		.partitions = 6, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 0};
 	ush_writer *w;
 	enum { SMALL = 8000, BIG = 100000 };
 	uint8_t *rnd = malloc(BIG), *batch = malloc(SMALL + 4);
@@ -451,12 +447,8 @@ static void writer_stores_raw(enum ush_codec codec)
 	/* Every partition reads back to its record. */
 	static const size_t offs[6] = {0, 0, 0, 0, 1, 2};
 	for (uint32_t p = 0; p < 6; p++) {
-		struct ush_reader_opts ro;
-		ush_reader_opts_init(&ro);
-		ro.dir = dir;
-		ro.shuffle = 2;
-		ro.partition = p;
-		ro.maps = 1;
+		struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+			.shuffle = 2, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *got;
 		size_t len, want = p == 2 || p == 3 ? BIG : SMALL;

@@ -89,14 +89,10 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
 	for (uint32_t m = 0; m < NMAPS; m++) {
-		struct ush_writer_opts wo;
-		ush_writer_opts_init(&wo);
-		wo.shuffle = SHUFFLE;
-		wo.map = m;
-		wo.partitions = NPARTS;
-		wo.target = USH_TARGET_DISK;
-		wo.dir = fx->dir;
-		wo.direct = direct;
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = SHUFFLE, .map = m, .partitions = NPARTS,
+			.target = USH_TARGET_DISK, .dir = fx->dir,
+			.direct = direct};
 		ush_writer *w;
 		th_ok(ush_writer_open(&w, ring, &wo));
 		/* Interleave partitions so their frames interleave. */
@@ -169,12 +165,8 @@ static uint64_t before(const struct fx *fx, size_t k)
  */
 static int read_part(struct fx *fx, uint64_t *n, char *msg, size_t msglen)
 {
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = fx->dir;
-	ro.shuffle = SHUFFLE;
-	ro.partition = PART;
-	ro.maps = NMAPS;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = fx->dir,
+		.shuffle = SHUFFLE, .partition = PART, .maps = NMAPS};
 	ush_reader *r;
 	const void *rec;
 	size_t len;

@@ -362,13 +362,9 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 		       struct codec_cfg cc, const uint8_t *batch, size_t len,
 		       uint32_t nrec, int random, enum mode mode)
 {
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = shuffle;
-	wo.partitions = 1;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 0;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = shuffle,
+		.partitions = 1, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 0};
 	struct ush_writer_stats st;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
@@ -433,12 +429,8 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 	/* Valid record batches read back to the same records. */
 	if (len && len < USH_RECORD_HDR_SIZE)
 		return;
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = shuffle;
-	ro.partition = 0;
-	ro.maps = 1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = shuffle, .partition = 0, .maps = 1};
 	ush_reader *r;
 	const void *got, *rec;
 	size_t glen, rl, off = 0;
@@ -545,13 +537,9 @@ static void partition_order_with_big_record(void **state)
 	const char *dir = th_tmpdir("frame-order");
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, NULL));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 5;
-	wo.partitions = 2;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 0;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 5,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 0};
 	ush_writer *w;
 	enum { SMALL = 1000, BIG = 100000, N = 150 };
 	uint8_t *rec = malloc(BIG);
@@ -589,12 +577,8 @@ static void partition_order_with_big_record(void **state)
 	assert_int_equal(off, size);
 	free(file);
 
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = 5;
-	ro.partition = 1;
-	ro.maps = 1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = 5, .partition = 1, .maps = 1};
 	ush_reader *r;
 	const void *got;
 	size_t len;

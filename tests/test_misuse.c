@@ -81,10 +81,8 @@ static void child_open(void)
 	o.pool_bytes = 2048 * KiB;
 	o.push_size = 64 * KiB;
 	CHILD_OK(ush_ring_create(&ring, &o));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.partitions = 4;
-	wo.target = USH_TARGET_NULL;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = 4,
+		.target = USH_TARGET_NULL};
 	CHILD_OK(ush_writer_open(&w, ring, &wo));
 }
 

@@ -247,12 +247,8 @@ static void duplicates_and_counts(void **state)
 	size_t len;
 	ush_reader *r;
 	raw_push(50, 2);
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.shuffle = 50;
-	ro.partition = 0;
-	ro.maps = 1;
-	ro.workers = wk.addr;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 50,
+		.partition = 0, .maps = 1, .workers = wk.addr};
 	th_ok(ush_reader_open(&r, &ro));
 	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
 	assert_memory_equal(rec, "first", len);

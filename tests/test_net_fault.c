@@ -30,13 +30,9 @@ static void *push_forever(void *p)
 	a->ret = ush_ring_create(&ring, &ro);
 	if (a->ret)
 		return NULL;
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 2;
-	wo.partitions = 8;
-	wo.target = USH_TARGET_NET;
-	wo.workers = a->workers;
-	wo.timeout_ms = TIMEOUT_MS;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 2,
+		.partitions = 8, .target = USH_TARGET_NET,
+		.workers = a->workers, .timeout_ms = TIMEOUT_MS};
 	ush_writer *w = NULL;
 	a->ret = ush_writer_open(&w, ring, &wo);
 	if (!a->ret)
@@ -105,12 +101,8 @@ static void killed_then_restarted(void **state)
 	th_verify(&j);
 	th_verify(&j4);
 	/* Shuffle 2 was never committed. */
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.shuffle = 2;
-	ro.partition = 0;
-	ro.maps = 1;
-	ro.workers = w.addr;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 2,
+		.partition = 0, .maps = 1, .workers = w.addr};
 	ush_reader *r;
 	assert_int_equal(ush_reader_open(&r, &ro), USH_ENOTCOMMITTED);
 	/* And after a clean stop and a second restart, still. */

@@ -62,14 +62,9 @@ static void *zc_push(void *p)
 		atomic_store(&a->done, 1);
 		return NULL;
 	}
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 3;
-	wo.partitions = 8;
-	wo.target = USH_TARGET_NET;
-	wo.workers = a->workers;
-	wo.timeout_ms = TIMEOUT_MS;
-	wo.send_zc = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 3,
+		.partitions = 8, .target = USH_TARGET_NET,
+		.workers = a->workers, .timeout_ms = TIMEOUT_MS, .send_zc = 1};
 	ush_writer *w = NULL;
 	a->ret = ush_writer_open(&w, ring, &wo);
 	if (!a->ret)
@@ -124,14 +119,9 @@ static void *zc_commit(void *p)
 	ush_ring_opts_init(&ro);
 	ro.pool_bytes = 16u << 20;
 	a->ret = ush_ring_create(&ring, &ro);
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 4;
-	wo.partitions = 8;
-	wo.target = USH_TARGET_NET;
-	wo.workers = a->workers;
-	wo.timeout_ms = TIMEOUT_MS;
-	wo.send_zc = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 4,
+		.partitions = 8, .target = USH_TARGET_NET,
+		.workers = a->workers, .timeout_ms = TIMEOUT_MS, .send_zc = 1};
 	if (!a->ret)
 		a->ret = ush_writer_open(&w, ring, &wo);
 	atomic_store(&a->opened, 1);
@@ -230,13 +220,9 @@ static void writer_reply_too_large(void **state)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", fk.port);
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, NULL));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 1;
-	wo.partitions = 1;
-	wo.target = USH_TARGET_NET;
-	wo.workers = addr;
-	wo.timeout_ms = 5000;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1,
+		.partitions = 1, .target = USH_TARGET_NET, .workers = addr,
+		.timeout_ms = 5000};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	int ret = ush_writer_write(w, 0, "x", 1);
@@ -308,12 +294,8 @@ static void drop_after_second_worker(void **state)
 	th_ok(ush_net_drop(a1, 1, 0));
 	ush_worker_free(wa);
 	wa = inproc_worker(d1, a1, sizeof(a1));
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.shuffle = 1;
-	ro.partition = 0;
-	ro.maps = 2;
-	ro.workers = a1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 1,
+		.partition = 0, .maps = 2, .workers = a1};
 	ush_reader *r;
 	int ret = ush_reader_open(&r, &ro);
 	if (!ret)
@@ -340,13 +322,9 @@ static void iodepth_below_workers(void **state)
 	ro.iodepth = 1;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 1;
-	wo.partitions = 1;
-	wo.target = USH_TARGET_NET;
-	wo.workers = a;
-	wo.timeout_ms = 2000;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1,
+		.partitions = 1, .target = USH_TARGET_NET, .workers = a,
+		.timeout_ms = 2000};
 	ush_writer *w = NULL;
 	int ret = ush_writer_open(&w, ring, &wo);
 	if (!ret) {

@@ -29,12 +29,8 @@ static void run_job(unsigned nworkers, unsigned threads, enum ush_codec codec,
 	th_verify(&j);
 	/* DROP removes the shuffle everywhere: nothing is served after. */
 	th_ok(ush_net_drop(list, j.shuffle, 0));
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.shuffle = j.shuffle;
-	ro.partition = 0;
-	ro.maps = 1;
-	ro.workers = list;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = j.shuffle,
+		.partition = 0, .maps = 1, .workers = list};
 	ush_reader *r;
 	assert_int_equal(ush_reader_open(&r, &ro), USH_ENOTCOMMITTED);
 	for (unsigned i = 0; i < nworkers; i++) {

@@ -388,11 +388,8 @@ static void swap_never_smaller(void **state)
 	const size_t cap_full = 64 * KiB - USH_FRAME_HDR_SIZE;
 	assert_int_equal(idle_of(ring), 128 * KiB);
 	for (uint32_t k = 1; k < 16; k++) {
-		struct ush_writer_opts wo;
-		ush_writer_opts_init(&wo);
-		wo.map = k;
-		wo.partitions = 16;
-		wo.target = USH_TARGET_NULL;
+		struct ush_writer_opts wo = {.size = sizeof(wo), .map = k,
+			.partitions = 16, .target = USH_TARGET_NULL};
 		ush_writer *w;
 		void *buf, *old;
 		size_t cap;
@@ -459,13 +456,9 @@ static void swap_waits_for_same_size(void **state)
 	(void)state;
 	const char *dir = th_tmpdir("pool-swap");
 	ush_ring *ring = ring_new(192 * KiB, 64 * KiB);
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 1;
-	wo.partitions = 2;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
 	ush_writer *w;
 	void *buf;
 	size_t cap;
@@ -493,12 +486,8 @@ static void swap_waits_for_same_size(void **state)
 	assert_int_equal(idle_of(ring), 192 * KiB);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = 1;
-	ro.partition = 0;
-	ro.maps = 1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = 1, .partition = 0, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
@@ -564,13 +553,9 @@ static void ten_thousand_partitions(void **state)
 	assert_int_equal(info.pool_bytes, 64 * MiB);
 	assert_int_equal(info.pool_idle_bytes, 64 * MiB);
 
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 9;
-	wo.partitions = NPARTS;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 9,
+		.partitions = NPARTS, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
 	ush_writer *w;
 	uint8_t *rec = malloc(BIG_HUGE);
 	struct ush_part_stats *parts = calloc(NPARTS, sizeof(*parts));
@@ -600,12 +585,8 @@ static void ten_thousand_partitions(void **state)
 		if (p % 97 && p % 1000 != 7 && p % 2500 != 11 &&
 		    p != NPARTS - 1)
 			continue;
-		struct ush_reader_opts ro;
-		ush_reader_opts_init(&ro);
-		ro.dir = dir;
-		ro.shuffle = 9;
-		ro.partition = p;
-		ro.maps = 1;
+		struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+			.shuffle = 9, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *got;
 		size_t len;
@@ -647,12 +628,8 @@ static void pool_smaller_than_partitions(void **state)
 	ro.pool_bytes = 1u << 20; /* 256 x 4 KiB for 2,000 partitions */
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 9;
-	wo.partitions = PARTS;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 9,
+		.partitions = PARTS, .target = USH_TARGET_DISK, .dir = dir};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	uint8_t rec[200];
@@ -670,12 +647,8 @@ static void pool_smaller_than_partitions(void **state)
 	ush_ring_free(ring);
 
 	for (uint32_t p = 0; p < PARTS; p += 37) {
-		struct ush_reader_opts o;
-		ush_reader_opts_init(&o);
-		o.dir = dir;
-		o.shuffle = 9;
-		o.partition = p;
-		o.maps = 1;
+		struct ush_reader_opts o = {.size = sizeof(o), .dir = dir,
+			.shuffle = 9, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *data;
 		size_t len;

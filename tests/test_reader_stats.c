@@ -15,14 +15,9 @@ static void counts_match_the_writer(void **state)
 	ro.codec = USH_CODEC_LZ4;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 9;
-	wo.map = 0;
-	wo.partitions = 2;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 9, .map = 0,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	char rec[300];
@@ -35,12 +30,8 @@ static void counts_match_the_writer(void **state)
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts o;
-	ush_reader_opts_init(&o);
-	o.dir = dir;
-	o.shuffle = 9;
-	o.partition = 1;
-	o.maps = 1;
+	struct ush_reader_opts o = {.size = sizeof(o), .dir = dir, .shuffle = 9,
+		.partition = 1, .maps = 1};
 	ush_reader *r;
 	const void *p;
 	size_t len;

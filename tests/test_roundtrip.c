@@ -136,14 +136,11 @@ static void *writer_thread(void *arg)
 	if (ret)
 		job_fail(j, ret, "ush_ring_create");
 	for (uint32_t k = 0; !j->err && k < MAPS_PER_THREAD; k++) {
-		struct ush_writer_opts wo;
-		ush_writer_opts_init(&wo);
-		wo.shuffle = SHUFFLE;
-		wo.map = (uint32_t)j->tid * MAPS_PER_THREAD + k;
-		wo.partitions = NPARTS;
-		wo.target = USH_TARGET_DISK;
-		wo.dir = j->dir;
-		wo.direct = j->direct;
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = SHUFFLE,
+			.map = (uint32_t)j->tid * MAPS_PER_THREAD + k,
+			.partitions = NPARTS, .target = USH_TARGET_DISK,
+			.dir = j->dir, .direct = j->direct};
 		ret = ush_writer_open(&w[k], ring, &wo);
 		if (ret)
 			job_fail(j, ret, "ush_writer_open");
@@ -240,12 +237,8 @@ static uint64_t check_partition(const char *dir, uint32_t part, uint8_t *tmp,
 	}
 	qsort(ws, n, sizeof(*ws), want_cmp);
 
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = SHUFFLE;
-	ro.partition = part;
-	ro.maps = NMAPS;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = SHUFFLE, .partition = part, .maps = NMAPS};
 	ush_reader *r;
 	th_ok(ush_reader_open(&r, &ro));
 	const void *rec;

@@ -9,14 +9,9 @@ static void round_trip_small(void **state)
 	const char *dir = th_tmpdir("smoke");
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, NULL));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 3;
-	wo.map = 0;
-	wo.partitions = 2;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 1;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 3, .map = 0,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	th_ok(ush_writer_write(w, 1, "hello", 5));
@@ -25,12 +20,8 @@ static void round_trip_small(void **state)
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.dir = dir;
-	ro.shuffle = 3;
-	ro.partition = 1;
-	ro.maps = 1;
+	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
+		.shuffle = 3, .partition = 1, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;

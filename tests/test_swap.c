@@ -92,14 +92,9 @@ static void swap_direct(int direct)
 	ro.push_size = PUSH;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = SHUFFLE;
-	wo.map = MAP;
-	wo.partitions = NPARTS;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = direct;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = SHUFFLE,
+		.map = MAP, .partitions = NPARTS, .target = USH_TARGET_DISK,
+		.dir = dir, .direct = direct};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 
@@ -227,12 +222,8 @@ static void swap_direct(int direct)
 	free(data);
 
 	/* Through the reader: every record of every batch, in order. */
-	struct ush_reader_opts rop;
-	ush_reader_opts_init(&rop);
-	rop.dir = dir;
-	rop.shuffle = SHUFFLE;
-	rop.partition = PART;
-	rop.maps = 1;
+	struct ush_reader_opts rop = {.size = sizeof(rop), .dir = dir,
+		.shuffle = SHUFFLE, .partition = PART, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t rlen;

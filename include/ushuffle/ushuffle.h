@@ -54,7 +54,11 @@ USH_API const char *ush_version_string(void);
  * fields the caller's struct has and takes the defaults for the rest; a
  * library older than the caller accepts a larger struct only if every
  * byte it does not know is zero (else -E2BIG). Fields are only ever
- * appended. So: always call the _init() before setting fields.
+ * appended, and a field added after 0.2 has zero as its default. So:
+ * call the _init() before setting fields; for writer and reader options,
+ * whose every field defaults to zero, a designated initialiser that sets
+ * .size = sizeof(the struct) does the same. A struct whose size is 0 is
+ * refused with -EINVAL.
  */
 
 /* ------------------------------------------------------------------ errors */
@@ -216,9 +220,8 @@ struct ush_writer_opts {
 				  1 always, -1 never */
 };
 
-/* Fills opts (size bytes) with the defaults: shuffle, map and attempt 0,
- * one partition, the null target, O_DIRECT on, the uring engine, and the
- * net defaults above. Use the wrapper. */
+/* Fills opts (size bytes) with the defaults: every field zero (net
+ * fields: the defaults above). Use the wrapper. */
 USH_API void ush_writer_opts_init_size(struct ush_writer_opts *opts,
 				       size_t size);
 static inline void ush_writer_opts_init(struct ush_writer_opts *opts)

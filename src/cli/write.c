@@ -237,16 +237,12 @@ void write_phase(struct thread_ctx *t)
 		slots = POOL_MAX / o->bs / 2;
 	struct ush_ring_opts ro;
 	ring_opts(o, (uint32_t)slots, &ro);
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = j->shuffle;
-	wo.map = t->index;
-	wo.partitions = j->partitions;
-	wo.target = o->target == TARGET_DISK  ? USH_TARGET_DISK : o->target == TARGET_NET ? USH_TARGET_NET : USH_TARGET_NULL;
-	wo.dir = o->dir;
-	wo.direct = o->direct;
-	wo.workers = j->workers[0] ? j->workers : NULL;
-	wo.ioengine = (enum ush_ioengine)o->ioengine;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = j->shuffle,
+		.map = t->index, .partitions = j->partitions,
+		.target = o->target == TARGET_DISK  ? USH_TARGET_DISK : o->target == TARGET_NET ? USH_TARGET_NET : USH_TARGET_NULL,
+		.dir = o->dir, .direct = o->direct,
+		.workers = j->workers[0] ? j->workers : NULL,
+		.ioengine = (enum ush_ioengine)o->ioengine};
 	ush_ring *ring = NULL;
 	ush_writer *w = NULL;
 	struct stage s = {0};

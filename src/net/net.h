@@ -10,8 +10,6 @@
 #include "net/proto.h"
 
 #define USHI_NET_TIMEOUT_MS 10000u
-/* Frames from this size go SEND_ZC by default (ush_writer_opts). */
-#define USHI_ZC_THRESHOLD (16u << 10)
 #define USHI_NET_PEER 280
 
 /* Splits a "HOST:PORT,HOST:PORT" list: returns the number of workers

@@ -7,7 +7,6 @@
 #include "core/codec.h"
 #include "core/frame.h"
 #include "core/spill.h"
-#include "net/net.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
@@ -244,9 +243,9 @@ int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 	}
 }
 
+/* Every reader option's zero value is its default. */
 static const struct ush_reader_opts reader_defaults = {
 	.size = sizeof(struct ush_reader_opts),
-	.timeout_ms = USHI_NET_TIMEOUT_MS,
 };
 
 void ush_reader_opts_init_size(struct ush_reader_opts *o, size_t size)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define RBUF 4096u
+#define ZC_DEFAULT_THRESHOLD (16u << 10)
 /* Usage reports to see before judging whether zero-copy pays. */
 #define ZC_SAMPLE 8u
 
@@ -285,7 +286,7 @@ static int net_open(struct ush_writer *w)
 	n->c = c;
 	n->timeout_ms = o->timeout_ms ? o->timeout_ms : USHI_NET_TIMEOUT_MS;
 	n->threshold = o->zc_threshold ? o->zc_threshold :
-					 USHI_ZC_THRESHOLD;
+					 ZC_DEFAULT_THRESHOLD;
 	n->psync = o->ioengine == USH_IOENGINE_PSYNC;
 	for (unsigned i = 0; i < nc; i++)
 		c[i].fd = -1;

@@ -7,7 +7,6 @@
  * queue is flushed, once per USHI_QUEUE_BATCH buffers, so submissions are
  * batched and the hand-off cost does not grow with the buffer size.
  */
-#include "net/net.h"
 #include "write/writer.h"
 
 #include <errno.h>
@@ -562,10 +561,10 @@ struct ush_writer_stats *writer_counters(struct ush_writer *w)
 	return &w->st;
 }
 
+/* Every writer option's zero value is its default (the net sink reads
+ * timeout_ms and zc_threshold 0 as theirs). */
 static const struct ush_writer_opts writer_defaults = {
 	.size = sizeof(struct ush_writer_opts),
-	.timeout_ms = USHI_NET_TIMEOUT_MS,
-	.zc_threshold = USHI_ZC_THRESHOLD,
 };
 
 void ush_writer_opts_init_size(struct ush_writer_opts *o, size_t size)
