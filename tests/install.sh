@@ -1,0 +1,97 @@
+#!/bin/sh
+# Installs the build tree to a fresh prefix, moves it, and checks that an
+# outside program builds and runs against it with pkg-config and with
+# find_package(ushuffle), statically and shared, and that the installed
+# ushuffled runs without LD_LIBRARY_PATH (its RPATH is $ORIGIN-relative).
+# Usage: install.sh BUILD_DIR SCRATCH_DIR LIBDIR
+set -eu
+build=$1
+scratch=$2
+libdir=$3
+rm -rf "$scratch"
+mkdir -p "$scratch"
+cmake --install "$build" --prefix "$scratch/first" >/dev/null
+# Moved after install: nothing may point at the first prefix.
+mv "$scratch/first" "$scratch/p"
+p=$scratch/p
+if grep -rq "$scratch/first" "$p/$libdir/pkgconfig" "$p/$libdir/cmake"; then
+	echo "install: a file still names the install prefix"
+	exit 1
+fi
+"$p/bin/ushuffled" --help >/dev/null || {
+	echo "install: the installed ushuffled does not run"; exit 1; }
+"$p/bin/ushuffle" --help >/dev/null 2>&1 || {
+	echo "install: the installed ushuffle does not run"; exit 1; }
+
+cat >"$scratch/app.c" <<'C'
+#include <ushuffle/ushuffle.h>
+#include <ushuffle/worker.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv)
+{
+	struct ush_worker_opts wo;
+	ush_worker_opts_init(&wo);
+	wo.listen = "127.0.0.1:0";
+	wo.dir = argv[1];
+	wo.threads = 1;
+	ush_worker *wk;
+	if (argc < 2 || ush_worker_create(&wk, &wo) || ush_worker_start(wk))
+		return 1;
+	char list[64];
+	snprintf(list, sizeof(list), "127.0.0.1:%d", ush_worker_port(wk));
+	ush_ring *ring;
+	struct ush_writer_opts o = {.size = sizeof(o), .shuffle = 1,
+		.partitions = 1, .target = USH_TARGET_NET, .workers = list};
+	ush_writer *w;
+	if (ush_ring_create(&ring, NULL) || ush_writer_open(&w, ring, &o) ||
+	    ush_writer_write(w, 0, "hello", 5) || ush_writer_commit(w, NULL))
+		return 2;
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 1,
+		.maps = 1, .workers = list};
+	ush_reader *r;
+	const void *rec;
+	size_t len;
+	if (ush_reader_open(&r, &ro) || ush_reader_next(r, &rec, &len) != 1 ||
+	    len != 5 || memcmp(rec, "hello", 5))
+		return 3;
+	ush_reader_free(r);
+	ush_worker_free(wk);
+	printf("app: %s ok\n", ush_version_string());
+	return 0;
+}
+C
+cd "$scratch"
+# pkg-config, shared, with an RPATH to the moved prefix.
+PKG_CONFIG_PATH=$p/$libdir/pkgconfig
+export PKG_CONFIG_PATH
+# shellcheck disable=SC2046
+cc -o app-pc app.c $(pkg-config --cflags --libs ushuffle-worker) \
+	-Wl,-rpath,"$p/$libdir"
+./app-pc "$scratch/wd-pc"
+# pkg-config, static client library.
+# shellcheck disable=SC2046
+cc -o app-pc-static app.c $(pkg-config --cflags ushuffle) \
+	"$p/$libdir/libushuffle.a" -L"$p/$libdir" -lushuffle_worker \
+	$(pkg-config --libs-only-l --static ushuffle | sed 's/-lushuffle //') \
+	-Wl,-rpath,"$p/$libdir"
+./app-pc-static "$scratch/wd-pc-static"
+# find_package.
+cat >CMakeLists.txt <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(app C)
+find_package(ushuffle 0.2 REQUIRED)
+add_executable(app-cmake app.c)
+target_link_libraries(app-cmake PRIVATE ushuffle::worker ushuffle::ushuffle)
+add_executable(app-cmake-static app.c)
+target_link_libraries(app-cmake-static PRIVATE ushuffle::worker
+  ushuffle::ushuffle_static)
+CM
+cmake -S . -B b -DCMAKE_PREFIX_PATH="$p" >/dev/null
+cmake --build b >/dev/null
+b/app-cmake "$scratch/wd-cmake"
+b/app-cmake-static "$scratch/wd-cmake-static"
+rm -rf "$scratch"
+echo "install: pkg-config and find_package builds run from a moved prefix"
