@@ -28,7 +28,6 @@
 #include <ushuffle/ushuffle.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdarg.h>
@@ -147,12 +146,8 @@ static inline int write_one(ush_writer *w, enum mode m, uint32_t part,
 static void run_round(ush_ring *ring, const struct cfg *c, struct result *res,
 		      enum mode m, const uint8_t *batch, struct round *out)
 {
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 2;
-	wo.map = 0;
-	wo.partitions = PARTITIONS;
-	wo.target = USH_TARGET_NULL;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 2, .map = 0,
+		.partitions = PARTITIONS, .target = USH_TARGET_NULL};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	if (ret)
@@ -319,82 +314,37 @@ static void print_json(const struct cfg *c, const struct result *res)
 	json_object_put(root);
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: " PROG " [options]\n"
-		"  --sizes=B[,B...]   batch payload bytes (default "
-		"1436,4508,15360,67584)\n"
-		"  --rounds=N         measured rounds per mode (default 11)\n"
-		"  --batches=N        timed batches per round (default 4096)\n"
-		"  --warmup=N         untimed batches opening each round "
-		"(default 256)\n"
-		"  --record-size=B    record payload bytes (default 100)\n"
-		"  --json             JSON report on stdout\n"
-		"Exit status: 0 ok, 1 a check failed.\n");
-}
-
 static void parse(int argc, char **argv, struct cfg *c)
 {
-	static const struct option opts[] = {
-		{"sizes", required_argument, NULL, 's'},
-		{"rounds", required_argument, NULL, 'r'},
-		{"batches", required_argument, NULL, 'n'},
-		{"warmup", required_argument, NULL, 'w'},
-		{"record-size", required_argument, NULL, 'b'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
 	/* About 1.4, 4.4, 15 and 66 KiB, each a whole number of 104-byte
 	 * records, the last one shorter. */
 	*c = (struct cfg){.sizes = {1436, 4508, 15360, 67584}, .nsizes = 4,
 			  .rounds = 11, .batches = 4096, .warm = 256,
 			  .record = 100};
-	int ch;
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			c->nsizes = bench_list(PROG, optarg, "--sizes",
-					       c->sizes, MAX_SIZES);
-			break;
-		case 'r':
-			c->rounds = (unsigned)bench_num(PROG, optarg, "--rounds");
-			break;
-		case 'n':
-			c->batches = (unsigned)bench_num(PROG, optarg, "--batches");
-			break;
-		case 'w':
-			c->warm = (unsigned)bench_num(PROG, optarg, "--warmup");
-			break;
-		case 'b':
-			c->record = (unsigned)bench_num(PROG, optarg,
-							"--record-size");
-			break;
-		case 'j':
-			c->json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			exit(1);
-		}
-	}
-	if (optind != argc || !c->nsizes || !c->rounds || !c->batches ||
-	    !c->record) {
-		usage(stderr);
-		exit(1);
-	}
+	struct bench_list sizes = {c->sizes, &c->nsizes, MAX_SIZES};
+	static const struct bench_cmd cmd = {PROG, NULL,
+		"Exit status: 0 ok, 1 a check failed, 2 a bad option."};
+	const struct bench_opt opts[] = {
+		{"sizes", "B[,B...]", "batch payload bytes (default "
+		 "1436,4508,15360,67584)", BENCH_LIST, &sizes},
+		{"rounds", "N", "measured rounds per mode (default 11)",
+		 BENCH_COUNT, &c->rounds},
+		{"batches", "N", "timed batches per round (default 4096)",
+		 BENCH_COUNT, &c->batches},
+		{"warmup", "N", "untimed batches opening each round "
+		 "(default 256)", BENCH_UINT, &c->warm},
+		{"record-size", "B", "record payload bytes (default 100)",
+		 BENCH_COUNT, &c->record},
+		{"json", NULL, "JSON report on stdout", BENCH_FLAG, &c->json},
+		{0},
+	};
+	bench_parse(argc, argv, &cmd, opts);
 	for (unsigned i = 0; i < c->nsizes; i++)
 		if (c->sizes[i] <= USH_RECORD_HDR_SIZE ||
-		    c->sizes[i] > (128u << 10) - USH_FRAME_HDR_SIZE) {
-			fprintf(stderr, PROG ": sizes are %u..%u bytes\n",
-				USH_RECORD_HDR_SIZE + 1,
-				(128u << 10) - USH_FRAME_HDR_SIZE);
-			exit(1);
-		}
+		    c->sizes[i] > (128u << 10) - USH_FRAME_HDR_SIZE)
+			bench_bad(PROG, "--sizes: %zu is not in %u..%u",
+				  c->sizes[i], USH_RECORD_HDR_SIZE + 1,
+				  (128u << 10) - USH_FRAME_HDR_SIZE);
 }
 
 int main(int argc, char **argv)

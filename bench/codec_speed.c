@@ -25,7 +25,6 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <getopt.h>
 #include <json-c/json.h>
 #include <lz4.h>
 #include <stdbool.h>
@@ -215,11 +214,8 @@ static double via_lib(const struct codec *k, const struct cfg *c,
 			parts = batches[i].part + 1;
 	ush_ring *ring;
 	ush_writer *w;
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 6;
-	wo.partitions = parts;
-	wo.target = USH_TARGET_NULL;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 6,
+		.partitions = parts, .target = USH_TARGET_NULL};
 	int ret = ush_ring_create(&ring, &ro);
 	if (ret || (ret = ush_writer_open(&w, ring, &wo))) {
 		fprintf(stderr, PROG ": %s\n", ush_last_error());
@@ -270,59 +266,31 @@ static double via_lib(const struct codec *k, const struct cfg *c,
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"codec", required_argument, NULL, 'c'},
-		{"rounds", required_argument, NULL, 'r'},
-		{"min-round-ms", required_argument, NULL, 't'},
-		{"bs", required_argument, NULL, 'b'},
-		{"synth-mib", required_argument, NULL, 'm'},
-		{"via", required_argument, NULL, 'v'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
+	struct cfg c = {.codec = "lz4", .rounds = 7, .bs = 64 << 10};
+	unsigned lib = 0, min_round_ms = 300; /* lib: --via=lib */
+	size_t synth_mib = 64;
+	static const struct bench_cmd cmd = {PROG, "[DATAFILE...]",
+		"Without DATAFILEs it compresses synthetic batches: --bs, "
+		"--synth-mib.\nExit status: 0 ok, 1 an error or a failed "
+		"check, 2 a bad option."};
+	const struct bench_opt opts[] = {
+		{"codec", "lz4|zstd:L", "codec and zstd level (default lz4)",
+		 BENCH_STR, &c.codec},
+		{"via", "codec|lib", "the codec's own loop, or the library: "
+		 "a null-target\nwriter (default codec)", BENCH_CHOICE, &lib},
+		{"rounds", "N", "rounds (default 7)", BENCH_COUNT, &c.rounds},
+		{"min-round-ms", "MS", "whole passes until a round took this "
+		 "long\n(default 300)", BENCH_UINT, &min_round_ms},
+		{"bs", "B", "synthetic batch bytes (default 65536)", BENCH_SIZE,
+		 &c.bs},
+		{"synth-mib", "M", "synthetic MiB (default 64)", BENCH_SIZE,
+		 &synth_mib},
+		{"json", NULL, "JSON report on stdout", BENCH_FLAG, &c.json},
 		{0},
 	};
-	bool lib = false;
-	struct cfg c = {.codec = "lz4", .rounds = 7, .min_round_s = 0.3,
-			.bs = 64 << 10, .synth_bytes = 64 << 20};
-	int ch;
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (ch) {
-		case 'c':
-			c.codec = optarg;
-			break;
-		case 'r':
-			c.rounds = (unsigned)bench_num(PROG, optarg, "--rounds");
-			break;
-		case 't':
-			c.min_round_s = bench_num(PROG, optarg,
-						  "--min-round-ms") / 1e3;
-			break;
-		case 'b':
-			c.bs = bench_num(PROG, optarg, "--bs");
-			break;
-		case 'm':
-			c.synth_bytes = bench_num(PROG, optarg,
-						  "--synth-mib") << 20;
-			break;
-		case 'v':
-			if (strcmp(optarg, "lib") && strcmp(optarg, "codec")) {
-				fprintf(stderr, PROG ": --via=codec|lib\n");
-				return 1;
-			}
-			lib = !strcmp(optarg, "lib");
-			break;
-		case 'j':
-			c.json = true;
-			break;
-		default:
-			fprintf(ch == 'h' ? stdout : stderr,
-				"usage: " PROG " [--codec=lz4|zstd:L] "
-				"[--via=codec|lib] [--rounds=N]\n"
-				"       [--min-round-ms=MS] [--json]\n"
-				"       [--bs=B --synth-mib=M | DATAFILE...]\n");
-			return ch == 'h' ? 0 : 1;
-		}
-	}
+	int files = bench_parse(argc, argv, &cmd, opts);
+	c.min_round_s = min_round_ms / 1e3;
+	c.synth_bytes = synth_mib << 20;
 	struct codec k = {.level = 1};
 	if (!strncmp(c.codec, "zstd", 4)) {
 		k.zstd = true;
@@ -333,17 +301,17 @@ int main(int argc, char **argv)
 	} else if (!strcmp(c.codec, "lz4")) {
 		k.lz4_state = xmalloc((size_t)LZ4_sizeofState());
 	} else {
-		fprintf(stderr, PROG ": codec is lz4 or zstd[:LEVEL]\n");
-		return 1;
+		bench_bad(PROG, "--codec=%s: lz4 or zstd[:LEVEL]", c.codec);
 	}
-	if (optind < argc)
-		for (int i = optind; i < argc; i++)
+	if (files < argc)
+		for (int i = files; i < argc; i++)
 			load_file(argv[i]);
 	else if (c.bs < 256 || !c.synth_bytes)
-		return fprintf(stderr, PROG ": bad --bs/--synth-mib\n"), 1;
+		bench_bad(PROG, "--bs=%zu --synth-mib=%zu: at least 256 B and "
+			  "1 MiB", c.bs, synth_mib);
 	else
 		synthesize(c.synth_bytes, c.bs);
-	if (!nbatches || !c.rounds) {
+	if (!nbatches) {
 		fprintf(stderr, PROG ": no batches to compress\n");
 		return 1;
 	}
@@ -396,7 +364,7 @@ int main(int argc, char **argv)
 		json_object_object_add(o, "via", json_object_new_string(
 			lib ? "ushuffle null-target writer, swap" : "codec"));
 		json_object_object_add(o, "source", json_object_new_string(
-			optind < argc ? "spill files" : "synthetic"));
+			files < argc ? "spill files" : "synthetic"));
 		json_object_object_add(o, "batches",
 				       json_object_new_int64((int64_t)nbatches));
 		json_object_object_add(o, "raw_bytes",

@@ -27,7 +27,6 @@
  * context gives, and decompress to the input. Exit 1 if not.
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <json-c/json.h>
 #include <lz4.h>
 #include <math.h>
@@ -470,68 +469,32 @@ static void print_table(const struct cfg *c, const struct result *res,
 	       "allocated per batch (worst round).\n");
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: " PROG " [options]\n"
-		"  --sizes=B[,B...]   batch bytes (default 2048,65536)\n"
-		"  --rounds=N         rounds per mode (default 11)\n"
-		"  --round-kib=N      input KiB per round (default 8192)\n"
-		"  --level=N          zstd level (default 1, as --codec=zstd:1)\n"
-		"  --json             JSON report on stdout\n"
-		"Exit status: 0 ok, 1 a check failed.\n");
-}
-
 static void parse(int argc, char **argv, struct cfg *c)
 {
-	static const struct option opts[] = {
-		{"sizes", required_argument, NULL, 's'},
-		{"rounds", required_argument, NULL, 'r'},
-		{"round-kib", required_argument, NULL, 'k'},
-		{"level", required_argument, NULL, 'l'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
+	*c = (struct cfg){.sizes = {2048, 65536}, .nsizes = 2, .rounds = 11,
+			  .level = 1};
+	size_t round_kib = 8192;
+	struct bench_list sizes = {c->sizes, &c->nsizes, MAX_SIZES};
+	static const struct bench_cmd cmd = {PROG, NULL,
+		"Exit status: 0 ok, 1 a check failed, 2 a bad option."};
+	const struct bench_opt opts[] = {
+		{"sizes", "B[,B...]", "batch bytes (default 2048,65536)",
+		 BENCH_LIST, &sizes},
+		{"rounds", "N", "rounds per mode (default 11)", BENCH_COUNT,
+		 &c->rounds},
+		{"round-kib", "N", "input KiB per round (default 8192)",
+		 BENCH_SIZE, &round_kib},
+		{"level", "N", "zstd level (default 1, as --codec=zstd:1)",
+		 BENCH_INT, &c->level},
+		{"json", NULL, "JSON report on stdout", BENCH_FLAG, &c->json},
 		{0},
 	};
-	*c = (struct cfg){.sizes = {2048, 65536}, .nsizes = 2, .rounds = 11,
-			  .round_bytes = 8 << 20, .level = 1};
-	int ch;
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			c->nsizes = bench_list(PROG, optarg, "--sizes",
-					       c->sizes, MAX_SIZES);
-			break;
-		case 'r':
-			c->rounds = (unsigned)bench_num(PROG, optarg, "--rounds");
-			break;
-		case 'k':
-			c->round_bytes = bench_num(PROG, optarg,
-						   "--round-kib") << 10;
-			break;
-		case 'l':
-			c->level = (int)bench_num(PROG, optarg, "--level");
-			break;
-		case 'j':
-			c->json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			exit(1);
-		}
-	}
-	if (optind != argc || !c->nsizes || !c->rounds) {
-		usage(stderr);
-		exit(1);
-	}
+	bench_parse(argc, argv, &cmd, opts);
+	c->round_bytes = round_kib << 10;
 	for (unsigned i = 0; i < c->nsizes; i++)
-		if (c->sizes[i] < 64 || c->sizes[i] > (64u << 20)) {
-			fprintf(stderr, PROG ": sizes are 64 B .. 64 MiB\n");
-			exit(1);
-		}
+		if (c->sizes[i] < 64 || c->sizes[i] > (64u << 20))
+			bench_bad(PROG, "--sizes: %zu is not in 64 B .. 64 MiB",
+				  c->sizes[i]);
 }
 
 int main(int argc, char **argv)

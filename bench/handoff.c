@@ -28,7 +28,6 @@
 #define _GNU_SOURCE
 #include <ushuffle/ushuffle.h>
 
-#include <getopt.h>
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -209,12 +208,8 @@ static void run_round(ush_ring *ring, const struct cfg *c,
 		      struct result *res, enum mode m, const uint8_t *tmpl,
 		      uint8_t *src, uint64_t *out)
 {
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = 1;
-	wo.map = 0;
-	wo.partitions = PARTITIONS;
-	wo.target = USH_TARGET_NULL;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1, .map = 0,
+		.partitions = PARTITIONS, .target = USH_TARGET_NULL};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	if (ret)
@@ -547,101 +542,51 @@ static void print_json(const struct cfg *c, const struct result *res,
 }
 #endif
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: ush_bench_handoff [options]\n"
-		"  --sizes=K[,K...]   push buffer sizes in KiB (default 64,256)\n"
-		"  --rounds=N         measured swap/copy round pairs (default 16)\n"
-		"  --buffers=N        timed hand-offs per round (default 8192;\n"
-		"                     rounded up to a multiple of %d)\n"
-		"  --warmup=N         untimed hand-offs opening each round\n"
-		"                     (default 256; a multiple of %d)\n"
-		"  --record-size=B    record payload bytes (default 100)\n"
-		"  --cpu=N            pin to CPU N\n"
-		"  --json             JSON report on stdout%s\n"
-		"Exit status: 0 ok, 1 a check failed, 2 implausible figures.\n",
-		QUEUE_BATCH, QUEUE_BATCH,
 #ifdef USH_BENCH_JSON
-		""
+#define JSON_HELP "JSON report on stdout"
 #else
-		" (not built: no json-c)"
+#define JSON_HELP "JSON report on stdout (not built: no json-c)"
 #endif
-	);
-}
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static void parse(int argc, char **argv, struct cfg *c)
 {
-	static const struct option opts[] = {
-		{"sizes", required_argument, NULL, 's'},
-		{"rounds", required_argument, NULL, 'r'},
-		{"buffers", required_argument, NULL, 'n'},
-		{"warmup", required_argument, NULL, 'w'},
-		{"record-size", required_argument, NULL, 'b'},
-		{"cpu", required_argument, NULL, 'c'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
+	*c = (struct cfg){.sizes = {64, 256}, .nsizes = 2, .rounds = 16,
+			  .buffers = 8192, .warm = 256, .record = 100,
+			  .cpu = -1};
+	struct bench_list sizes = {c->sizes, &c->nsizes, MAX_SIZES};
+	static const struct bench_cmd cmd = {PROG, NULL,
+		"Exit status: 0 ok, 1 a check failed, 2 implausible figures "
+		"or a bad option."};
+	const struct bench_opt opts[] = {
+		{"sizes", "K[,K...]", "push buffer sizes in KiB (default "
+		 "64,256)", BENCH_LIST, &sizes},
+		{"rounds", "N", "measured swap/copy round pairs (default 16)",
+		 BENCH_COUNT, &c->rounds},
+		{"buffers", "N", "timed hand-offs per round (default 8192;\n"
+		 "rounded up to a multiple of " STR(QUEUE_BATCH) ")",
+		 BENCH_COUNT, &c->buffers},
+		{"warmup", "N", "untimed hand-offs opening each round\n"
+		 "(default 256; a multiple of " STR(QUEUE_BATCH) ")",
+		 BENCH_UINT, &c->warm},
+		{"record-size", "B", "record payload bytes (default 100)",
+		 BENCH_UINT, &c->record},
+		{"cpu", "N", "pin to CPU N", BENCH_INT, &c->cpu},
+		{"json", NULL, JSON_HELP, BENCH_FLAG, &c->json},
 		{0},
 	};
-	*c = (struct cfg){.sizes = {64 << 10, 256 << 10}, .nsizes = 2,
-			  .rounds = 16, .buffers = 8192, .warm = 256,
-			  .record = 100, .cpu = -1};
-	int ch;
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (ch) {
-		case 's': {
-			c->nsizes = 0;
-			char *save, *tok, *s = optarg;
-			while ((tok = strtok_r(s, ",", &save))) {
-				s = NULL;
-				unsigned long k = bench_num(PROG, tok, "--sizes");
-				if (c->nsizes == MAX_SIZES || k < 4 ||
-				    (k & (k - 1)) || k > (64 << 10)) {
-					fprintf(stderr, "ush_bench_handoff: "
-						"sizes are powers of two "
-						"4..65536 KiB, at most %d\n",
-						MAX_SIZES);
-					exit(1);
-				}
-				c->sizes[c->nsizes++] = (size_t)k << 10;
-			}
-			break;
-		}
-		case 'r':
-			c->rounds = (unsigned)bench_num(PROG, optarg, "--rounds");
-			break;
-		case 'n':
-			c->buffers = (unsigned)bench_num(PROG, optarg, "--buffers");
-			break;
-		case 'w':
-			c->warm = (unsigned)bench_num(PROG, optarg, "--warmup");
-			break;
-		case 'b':
-			c->record = (unsigned)bench_num(PROG, optarg, "--record-size");
-			break;
-		case 'c':
-			c->cpu = (int)bench_num(PROG, optarg, "--cpu");
-			break;
-		case 'j':
-#ifdef USH_BENCH_JSON
-			c->json = true;
-			break;
-#else
-			fprintf(stderr, "ush_bench_handoff: built without "
-				"json-c\n");
-			exit(1);
+	bench_parse(argc, argv, &cmd, opts);
+#ifndef USH_BENCH_JSON
+	if (c->json)
+		bench_bad(PROG, "--json: built without json-c");
 #endif
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			exit(1);
-		}
-	}
-	if (optind != argc || !c->nsizes || !c->rounds || !c->buffers) {
-		usage(stderr);
-		exit(1);
+	for (unsigned i = 0; i < c->nsizes; i++) {
+		size_t k = c->sizes[i];
+		if (k < 4 || (k & (k - 1)) || k > (64 << 10))
+			bench_bad(PROG, "--sizes: %zu is not a power of two "
+				  "4..65536 (KiB)", k);
+		c->sizes[i] = k << 10;
 	}
 	c->buffers = (c->buffers + QUEUE_BATCH - 1) / QUEUE_BATCH * QUEUE_BATCH;
 	c->warm = (c->warm + QUEUE_BATCH - 1) / QUEUE_BATCH * QUEUE_BATCH;

@@ -16,6 +16,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "util.h"
+
+#define PROG "ush_bench_net_push"
+
 static double now(void)
 {
 	struct timespec ts;
@@ -33,43 +37,33 @@ static double cpu(void)
 
 int main(int argc, char **argv)
 {
+	static const int send_zc[] = {0, 1, -1}; /* by --zc */
 	const char *workers = NULL;
 	size_t push_kib = 64, total_mib = 2048;
-	int zc = 0, psync = 0, readback = 0;
+	unsigned zc = 0, psync = 0;
+	bool readback = false;
 	uint32_t parts = 64, shuffle = (uint32_t)time(NULL);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (!strncmp(a, "--workers=", 10))
-			workers = a + 10;
-		else if (!strncmp(a, "--push=", 7))
-			push_kib = strtoul(a + 7, NULL, 10);
-		else if (!strncmp(a, "--size=", 7))
-			total_mib = strtoul(a + 7, NULL, 10);
-		else if (!strncmp(a, "--partitions=", 13))
-			parts = (uint32_t)strtoul(a + 13, NULL, 10);
-		else if (!strcmp(a, "--zc=on"))
-			zc = 1;
-		else if (!strcmp(a, "--zc=off"))
-			zc = -1;
-		else if (!strcmp(a, "--zc=auto"))
-			zc = 0;
-		else if (!strcmp(a, "--engine=psync"))
-			psync = 1;
-		else if (!strcmp(a, "--engine=uring"))
-			psync = 0;
-		else if (!strcmp(a, "--read"))
-			readback = 1;
-		else {
-			fprintf(stderr, "usage: %s --workers=H:P,... [--push=KiB]"
-				" [--size=MiB] [--partitions=N] "
-				"[--zc=auto|on|off] [--engine=uring|psync] "
-				"[--read]\n",
-				argv[0]);
-			return 2;
-		}
-	}
+	static const struct bench_cmd cmd = {PROG, NULL, NULL};
+	const struct bench_opt opts[] = {
+		{"workers", "H:P,...", "the ushuffled workers (required)",
+		 BENCH_STR, &workers},
+		{"push", "KiB", "push buffer size (default 64)", BENCH_SIZE,
+		 &push_kib},
+		{"size", "MiB", "bytes to push (default 2048)", BENCH_SIZE,
+		 &total_mib},
+		{"partitions", "N", "partitions (default 64)", BENCH_UINT,
+		 &parts},
+		{"zc", "auto|on|off", "SEND_ZC (default auto)", BENCH_CHOICE,
+		 &zc},
+		{"engine", "uring|psync", "I/O engine (default uring)",
+		 BENCH_CHOICE, &psync},
+		{"read", NULL, "then read every partition back", BENCH_FLAG,
+		 &readback},
+		{0},
+	};
+	bench_parse(argc, argv, &cmd, opts);
 	if (!workers)
-		return fprintf(stderr, "--workers is required\n"), 2;
+		bench_bad(PROG, "--workers is required");
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.push_size = push_kib << 10;
@@ -78,14 +72,10 @@ int main(int argc, char **argv)
 	ush_ring *ring;
 	if (ush_ring_create(&ring, &ro))
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = shuffle;
-	wo.partitions = parts;
-	wo.target = USH_TARGET_NET;
-	wo.workers = workers;
-	wo.send_zc = zc;
-	wo.ioengine = psync ? USH_IOENGINE_PSYNC : USH_IOENGINE_URING;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = shuffle,
+		.partitions = parts, .target = USH_TARGET_NET,
+		.workers = workers, .send_zc = send_zc[zc],
+		.ioengine = psync ? USH_IOENGINE_PSYNC : USH_IOENGINE_URING};
 	ush_writer *w;
 	if (ush_writer_open(&w, ring, &wo))
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
@@ -122,7 +112,7 @@ int main(int argc, char **argv)
 	       " writer CPU %.3f s/GiB; sends %llu zc %llu notifs %llu "
 	       "copied %llu zc_off %u credit_waits %llu\n",
 	       psync ? "psync" : "uring",
-	       zc == 1 ? "on" : zc == -1 ? "off" : "auto", push_kib, gib, t,
+	       zc == 1 ? "on" : zc == 2 ? "off" : "auto", push_kib, gib, t,
 	       gib / t, c / gib, (unsigned long long)st.net_sends,
 	       (unsigned long long)st.net_zc_sends,
 	       (unsigned long long)st.net_zc_notifs,
@@ -136,12 +126,9 @@ int main(int argc, char **argv)
 		t0 = now();
 		c0 = cpu();
 		for (uint32_t p = 0; p < parts; p++) {
-			struct ush_reader_opts rdo;
-			ush_reader_opts_init(&rdo);
-			rdo.shuffle = shuffle;
-			rdo.partition = p;
-			rdo.maps = 1;
-			rdo.workers = workers;
+			struct ush_reader_opts rdo = {.size = sizeof(rdo),
+				.shuffle = shuffle, .partition = p, .maps = 1,
+				.workers = workers};
 			ush_reader *r;
 			const void *got;
 			size_t glen;
