@@ -132,7 +132,7 @@ def t_ctx(res, m):
                      f"{x['ratio_fresh_reused']:.2f}×",
                      "reuse never slower", met(x["ratio_fresh_reused"] >= 0.97)])
     note = (f"Baseline: a context created and freed per batch; ushuffle: one "
-            f"context reused (reset per batch), as src/codec.c does. lz4 "
+            f"context reused (reset per batch), as src/core/codec.c does. lz4 "
             f"{j['lz4_version']}, zstd {j['zstd_version']} level "
             f"{j['zstd_level']}; {j['rounds']} alternating rounds. "
             f"Ratios within 3% count as equal (noise).")

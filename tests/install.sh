@@ -3,11 +3,12 @@
 # outside program builds and runs against it with pkg-config and with
 # find_package(ushuffle), statically and shared, and that the installed
 # ushuffled runs without LD_LIBRARY_PATH (its RPATH is $ORIGIN-relative).
-# Usage: install.sh BUILD_DIR SCRATCH_DIR LIBDIR
+# Usage: install.sh BUILD_DIR SCRATCH_DIR LIBDIR [CFLAGS]
 set -eu
 build=$1
 scratch=$2
 libdir=$3
+cflags=${4:-}
 rm -rf "$scratch"
 mkdir -p "$scratch"
 cmake --install "$build" --prefix "$scratch/first" >/dev/null
@@ -68,12 +69,12 @@ cd "$scratch"
 PKG_CONFIG_PATH=$p/$libdir/pkgconfig
 export PKG_CONFIG_PATH
 # shellcheck disable=SC2046
-cc -o app-pc app.c $(pkg-config --cflags --libs ushuffle-worker) \
+cc $cflags -o app-pc app.c $(pkg-config --cflags --libs ushuffle-worker) \
 	-Wl,-rpath,"$p/$libdir"
 ./app-pc "$scratch/wd-pc"
 # pkg-config, static client library.
 # shellcheck disable=SC2046
-cc -o app-pc-static app.c $(pkg-config --cflags ushuffle) \
+cc $cflags -o app-pc-static app.c $(pkg-config --cflags ushuffle) \
 	"$p/$libdir/libushuffle.a" -L"$p/$libdir" -lushuffle_worker \
 	$(pkg-config --libs-only-l --static ushuffle | sed 's/-lushuffle //') \
 	-Wl,-rpath,"$p/$libdir"
@@ -89,7 +90,7 @@ add_executable(app-cmake-static app.c)
 target_link_libraries(app-cmake-static PRIVATE ushuffle::worker
   ushuffle::ushuffle_static)
 CM
-cmake -S . -B b -DCMAKE_PREFIX_PATH="$p" >/dev/null
+cmake -S . -B b -DCMAKE_PREFIX_PATH="$p" -DCMAKE_C_FLAGS="$cflags" >/dev/null
 cmake --build b >/dev/null
 b/app-cmake "$scratch/wd-cmake"
 b/app-cmake-static "$scratch/wd-cmake-static"

@@ -1,10 +1,10 @@
 /*
- * Regressions from a review of the library's error paths: a stalled
- * worker under SEND_ZC must not hang the writer (teardown or commit);
- * replies larger than the client expects are refused, not read past a
- * buffer or reported through an unset pointer; a second worker in the
- * process must not reorder the first one's commit log; a ring with no op
- * to spare for sends is refused at open instead of hanging.
+ * The net error paths: a stalled worker under SEND_ZC must not hang the
+ * writer (teardown or commit); replies larger than the client expects are
+ * refused, not read past a buffer or reported through an unset pointer; a
+ * second worker in the process must not reorder the first one's commit
+ * log; a ring with no op to spare for sends is refused at open instead of
+ * hanging.
  */
 #include "net_helpers.h"
 #include "net/net.h"

@@ -356,7 +356,7 @@ static size_t idle_of(const ush_ring *ring)
 static struct ushi_buf *buf_of(ush_ring *ring, void *payload)
 {
 	const uint8_t *data = (const uint8_t *)payload - USH_FRAME_HDR_SIZE;
-	return pool_lookup(&ring->pool, data);
+	return pool_lookup(ring_pool(ring), data);
 }
 
 /* Fills a payload area with records of seeded bytes; returns the bytes
@@ -567,7 +567,7 @@ static void ten_thousand_partitions(void **state)
 	ush_writer_free(w);
 	/* Every buffer came back, and merged into whole blocks. */
 	assert_int_equal(idle_of(ring), 64 * MiB);
-	assert_fully_merged(&ring->pool);
+	assert_fully_merged(ring_pool(ring));
 	ush_ring_free(ring);
 
 	for (uint32_t p = 0; p < NPARTS; p++) {

@@ -116,7 +116,7 @@ static void swap_direct(int direct)
 	static size_t lens[NBATCH];
 	static uint32_t nrecs[NBATCH];
 	uint64_t recs = 0, bytes = 0, raw = 0;
-	struct ushi_pool *pool = &ring->pool;
+	struct ushi_pool *pool = ring_pool(ring);
 	for (uint32_t i = 0; i < NBATCH; i++) {
 		lens[i] = fill_batch(buf, cap, i, &nrecs[i]);
 		assert_true(lens[i] <= cap);

@@ -61,6 +61,19 @@ USH_API const char *ush_version_string(void);
  * refused with -EINVAL.
  */
 
+/* The inline wrappers that pass the caller's sizeof to the exported
+ * X_init_size() and X_size() functions below. */
+#define USH_SIZED_INIT(type)                                                 \
+	static inline void type##_init(struct type *s)                       \
+	{                                                                    \
+		type##_init_size(s, sizeof(*s));                             \
+	}
+#define USH_SIZED_GET(type, obj)                                             \
+	static inline void type(const obj *o, struct type *s)                \
+	{                                                                    \
+		type##_size(o, s, sizeof(*s));                               \
+	}
+
 /* ------------------------------------------------------------------ errors */
 
 /* Library errors live below -4000, outside the errno range. */
@@ -150,12 +163,9 @@ struct ush_ring_opts {
 	int level;          /* codec level (zstd default 1, lz4 accel 1) */
 };
 
-/* Fills opts (size bytes) with the defaults above; use the wrapper. */
+/* ush_ring_opts_init(&opts) fills opts with the defaults above. */
 USH_API void ush_ring_opts_init_size(struct ush_ring_opts *opts, size_t size);
-static inline void ush_ring_opts_init(struct ush_ring_opts *opts)
-{
-	ush_ring_opts_init_size(opts, sizeof(*opts));
-}
+USH_SIZED_INIT(ush_ring_opts)
 
 /*
  * Creates a ring for the calling thread: one io_uring, a pool of
@@ -168,7 +178,7 @@ USH_API int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts);
 USH_API void ush_ring_free(ush_ring *ring);
 
 struct ush_ring_info {
-	uint32_t size;          /* sizeof, set by the wrapper */
+	uint32_t size;          /* sizeof, set by the getter's wrapper */
 	unsigned setup_flags;   /* IORING_SETUP_* actually in effect */
 	int fixedbufs;          /* 1 if the pool is registered */
 	unsigned iodepth;
@@ -178,11 +188,7 @@ struct ush_ring_info {
 };
 USH_API void ush_ring_info_size(const ush_ring *ring,
 				struct ush_ring_info *info, size_t size);
-static inline void ush_ring_info(const ush_ring *ring,
-				 struct ush_ring_info *info)
-{
-	ush_ring_info_size(ring, info, sizeof(*info));
-}
+USH_SIZED_GET(ush_ring_info, ush_ring)
 
 /* ------------------------------------------------------------------ writer */
 
@@ -221,13 +227,10 @@ struct ush_writer_opts {
 };
 
 /* Fills opts (size bytes) with the defaults: every field zero (net
- * fields: the defaults above). Use the wrapper. */
+ * fields: the defaults above). Call it as ush_writer_opts_init(&opts). */
 USH_API void ush_writer_opts_init_size(struct ush_writer_opts *opts,
 				       size_t size);
-static inline void ush_writer_opts_init(struct ush_writer_opts *opts)
-{
-	ush_writer_opts_init_size(opts, sizeof(*opts));
-}
+USH_SIZED_INIT(ush_writer_opts)
 
 /* Per-partition totals reported by ush_writer_commit(). */
 struct ush_part_stats {
@@ -237,12 +240,15 @@ struct ush_part_stats {
 };
 
 struct ush_writer_stats {
-	uint32_t size;          /* sizeof, set by the wrapper */
+	uint32_t size;          /* sizeof, set by the getter's wrapper */
 	uint64_t records, batches;
 	uint64_t raw_bytes;     /* batch bytes before compression */
 	uint64_t frame_bytes;   /* frame bytes produced (headers included) */
 	uint64_t stored_bytes;  /* bytes written to the target (padding incl.) */
-	uint64_t stored_raw;    /* batches stored raw because they did not shrink */
+	uint64_t stored_raw;    /* with a codec: non-empty batches stored raw
+				   (the compressed form was not smaller, no
+				   buffer was idle for it, or the codec
+				   failed) */
 	uint64_t grows;         /* partition buffers grown by copy */
 	/* net target */
 	uint64_t net_sends;      /* frames sent with plain SEND */
@@ -317,11 +323,7 @@ USH_API int ush_writer_abort(ush_writer *w);
 /* Totals so far. */
 USH_API void ush_writer_stats_size(const ush_writer *w,
 				   struct ush_writer_stats *st, size_t size);
-static inline void ush_writer_stats(const ush_writer *w,
-				    struct ush_writer_stats *st)
-{
-	ush_writer_stats_size(w, st, sizeof(*st));
-}
+USH_SIZED_GET(ush_writer_stats, ush_writer)
 /* The sticky error message, or NULL if the writer has none. */
 USH_API const char *ush_writer_error(const ush_writer *w);
 /* Frees the writer, aborting it first if it was neither committed nor
@@ -344,13 +346,10 @@ struct ush_reader_opts {
 	uint32_t timeout_ms;  /* net: give up on a silent worker (10000) */
 };
 
-/* Fills opts (size bytes) with the defaults; use the wrapper. */
+/* ush_reader_opts_init(&opts) fills opts with the defaults (zero). */
 USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,
 				       size_t size);
-static inline void ush_reader_opts_init(struct ush_reader_opts *opts)
-{
-	ush_reader_opts_init_size(opts, sizeof(*opts));
-}
+USH_SIZED_INIT(ush_reader_opts)
 
 /*
  * Opens partition of shuffle over the committed outputs of maps 0..maps-1
@@ -371,7 +370,7 @@ USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
 
 /* Totals of a reader so far. */
 struct ush_reader_stats {
-	uint32_t size;          /* sizeof, set by the wrapper */
+	uint32_t size;          /* sizeof, set by the getter's wrapper */
 	uint64_t records;       /* records yielded */
 	uint64_t batches;       /* frames yielded (duplicates excluded) */
 	uint64_t dup_batches;   /* duplicate frames dropped */
@@ -380,11 +379,7 @@ struct ush_reader_stats {
 };
 USH_API void ush_reader_stats_size(const ush_reader *r,
 				   struct ush_reader_stats *st, size_t size);
-static inline void ush_reader_stats(const ush_reader *r,
-				    struct ush_reader_stats *st)
-{
-	ush_reader_stats_size(r, st, sizeof(*st));
-}
+USH_SIZED_GET(ush_reader_stats, ush_reader)
 USH_API void ush_reader_free(ush_reader *r);
 
 /* --------------------------------------------------------------------- net */

@@ -41,13 +41,10 @@ struct ush_worker_opts {
 				      this long is closed (default 10000) */
 };
 
-/* Fills opts (size bytes) with the defaults above; use the wrapper. */
+/* ush_worker_opts_init(&opts) fills opts with the defaults above. */
 USH_API void ush_worker_opts_init_size(struct ush_worker_opts *opts,
 				       size_t size);
-static inline void ush_worker_opts_init(struct ush_worker_opts *opts)
-{
-	ush_worker_opts_init_size(opts, sizeof(*opts));
-}
+USH_SIZED_INIT(ush_worker_opts)
 
 /*
  * Binds the listeners (so the port is known and bind errors surface

@@ -28,7 +28,6 @@ struct ushi_buf {
 	uint32_t cap;
 	uint8_t order;               /* cap == USHI_BUF_MIN << order */
 	uint8_t state;
-	uint16_t bufidx;             /* registered buffer index */
 	/* Set at hand-off, read when the batch is framed. */
 	uint32_t part, len, nrec;
 	uint64_t seq;

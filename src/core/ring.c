@@ -1,5 +1,10 @@
-/* io_uring setup with flag fallback, fixed buffers/files, op completion. */
+/*
+ * io_uring setup with flag fallback, fixed buffers and files; ops by
+ * kind (writes, sends, armed ops), each prepared and completed in its own
+ * section; then submission, reaping and dispatch.
+ */
 #include "core/ring.h"
+#include "core/codec.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,6 +13,24 @@
 #include <sys/socket.h>
 
 #define USHI_FILE_SLOTS 64
+/* The whole pool is registered as one buffer (register_pool()), so every
+ * fixed-buffer op names index 0. */
+#define POOL_BUF_INDEX 0
+
+struct ush_ring {
+	struct io_uring uring;
+	struct ushi_pool pool;
+	struct ushi_codec_ctx codec;
+	struct ush_ring_opts opts;
+	unsigned setup_flags;
+	bool fixedbufs;
+	bool files;          /* sparse file table registered */
+	uint64_t file_slots; /* bitmap of the 64 file slots in use */
+	struct ushi_op *ops, *free_ops;
+	unsigned inflight;   /* ops started, not completed */
+	unsigned armed;      /* armed ops that wait for peers */
+	unsigned unsubmitted;
+};
 
 static const struct ush_ring_opts ring_defaults = {
 	.size = sizeof(struct ush_ring_opts),
@@ -63,7 +86,11 @@ static int setup_uring(struct ush_ring *r)
 	for (size_t i = 0; i < nsets; i++) {
 		struct io_uring_params p = {0};
 		p.flags = sets[i] | IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-		/* Two CQEs per op at most (SEND_ZC notif), plus slack. */
+		/* Slack, not a bound: one SQE may post three CQEs (a
+		 * SEND_ZC with a link timeout: result, timeout,
+		 * notification) and a multishot op any number. Past the
+		 * CQ's size the kernel holds CQEs back in its overflow
+		 * list (IORING_FEAT_NODROP) until they are reaped. */
 		p.cq_entries = 4 * r->opts.iodepth;
 		p.sq_thread_idle = 100;
 		ret = io_uring_queue_init_params(r->opts.iodepth, &r->uring, &p);
@@ -146,8 +173,7 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 		struct ushi_buf *a = pool_get(&r->pool, r->pool.max_order);
 		struct ushi_buf *b = pool_get(&r->pool, r->pool.max_order);
 		size_t n = r->opts.push_size - USH_FRAME_HDR_SIZE;
-		long c = codec_compress(&r->codec, USH_CODEC_ZSTD,
-					r->opts.level, a->data, n, b->data, n);
+		long c = ring_compress(r, a->data, n, b->data, n);
 		pool_put(&r->pool, b);
 		pool_put(&r->pool, a);
 		if (c < 0) {
@@ -187,8 +213,7 @@ void ush_ring_free(ush_ring *r)
 		return;
 	if (r->uring.ring_fd >= 0) {
 		/* Drain so no callback can fire into freed owners. */
-		while (r->inflight && ring_reap(r, 1) == 0)
-			;
+		ring_drain(r);
 		io_uring_queue_exit(&r->uring);
 	}
 	pool_destroy(&r->pool);
@@ -211,6 +236,42 @@ void ush_ring_info_size(const ush_ring *r, struct ush_ring_info *info,
 	ushi_struct_init(info, size, &i, sizeof(i));
 }
 
+/* -------------------------------------------------------------- accessors */
+
+unsigned ring_inflight(const struct ush_ring *r)
+{
+	return r->inflight;
+}
+
+unsigned ring_armed(const struct ush_ring *r)
+{
+	return r->armed;
+}
+
+const struct ush_ring_opts *ring_opts(const struct ush_ring *r)
+{
+	return &r->opts;
+}
+
+struct ushi_pool *ring_pool(struct ush_ring *r)
+{
+	return &r->pool;
+}
+
+long ring_compress(struct ush_ring *r, const void *src, size_t n, void *dst,
+		   size_t cap)
+{
+	return codec_compress(&r->codec, r->opts.codec, r->opts.level, src, n,
+			      dst, cap);
+}
+
+int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg)
+{
+	return io_uring_register_buf_ring(&r->uring, reg, 0);
+}
+
+/* ------------------------------------------------------- op records, SQEs */
+
 int ring_op_get(struct ush_ring *r, struct ushi_op **op)
 {
 	while (!r->free_ops) {
@@ -225,12 +286,31 @@ int ring_op_get(struct ush_ring *r, struct ushi_op **op)
 	return 0;
 }
 
+static void recycle(struct ush_ring *r, struct ushi_op *op)
+{
+	op->next_free = r->free_ops;
+	r->free_ops = op;
+}
+
+/* A started op is over: its callback, then back to the free list. */
+static void finish(struct ush_ring *r, struct ushi_op *op, int res)
+{
+	r->inflight--;
+	op->cb(op, res);
+	recycle(r, op);
+}
+
 static struct io_uring_sqe *get_sqe(struct ush_ring *r)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->uring);
 	if (!sqe) {
-		/* The SQ holds iodepth entries and at most iodepth ops
-		 * exist, so one submit always frees a slot. */
+		/* The SQ is full: submit to make room. Without SQPOLL a
+		 * submit that succeeds consumes every queued SQE
+		 * (SUBMIT_ALL), so a slot is free after it. Not so under
+		 * SQPOLL, whose kernel thread consumes SQEs in its own
+		 * time, nor when the submit fails; and ops do not bound
+		 * SQEs (a send with a link timeout takes two). Then this
+		 * panics. */
 		ring_submit(r);
 		sqe = io_uring_get_sqe(&r->uring);
 		if (!sqe)
@@ -241,113 +321,204 @@ static struct io_uring_sqe *get_sqe(struct ush_ring *r)
 
 /* The part of every SQE the ring queues: file slot, op, count. */
 static void sqe_done(struct ush_ring *r, struct io_uring_sqe *sqe,
-		     struct ushi_op *op)
+		     struct ushi_op *op, bool fixed_file)
 {
-	if (op->fixed_file)
+	if (fixed_file)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, op);
 	r->unsubmitted++;
 }
 
+/* ----------------------------------------------------------------- writes */
+
+/*
+ * Counts res into a write's or send's io. Returns false when the rest is
+ * still to go (short transfer, EAGAIN, EINTR): the caller requeues it.
+ * Otherwise true, with *res the final result: all len bytes, or an error.
+ */
+static bool io_over(struct ushi_io *io, int *res)
+{
+	if (*res == -EAGAIN || *res == -EINTR)
+		return false;
+	if (*res > 0) {
+		io->done += (uint32_t)*res;
+		if (io->done < io->len)
+			return false; /* short: the rest */
+		*res = (int)io->done;
+	} else if (*res == 0 && io->len) {
+		*res = -EIO; /* no progress: treat like a failed write */
+	}
+	return true;
+}
+
+/* (Re)queues the SQE for what is left of a write. */
 static void prep_write(struct ush_ring *r, struct ushi_op *op)
 {
+	struct ushi_io *io = &op->io;
 	struct io_uring_sqe *sqe = get_sqe(r);
-	const uint8_t *a = op->addr + op->done;
-	unsigned n = op->len - op->done;
-	if (op->buf && r->fixedbufs)
-		io_uring_prep_write_fixed(sqe, op->fd, a, n, op->off + op->done,
-					  op->buf->bufidx);
+	const uint8_t *a = io->addr + io->done;
+	unsigned n = io->len - io->done;
+	if (io->buf && r->fixedbufs)
+		io_uring_prep_write_fixed(sqe, io->fd, a, n, io->off + io->done,
+					  POOL_BUF_INDEX);
 	else
-		io_uring_prep_write(sqe, op->fd, a, n, op->off + op->done);
-	sqe_done(r, sqe, op);
+		io_uring_prep_write(sqe, io->fd, a, n, io->off + io->done);
+	sqe_done(r, sqe, op, io->fixed_file);
 }
+
+static void complete_write(struct ush_ring *r, struct ushi_op *op, int res)
+{
+	if (io_over(&op->io, &res))
+		finish(r, op, res);
+	else
+		prep_write(r, op);
+}
+
+/* ------------------------------------------------------------------ sends */
 
 /* The user_data of link timeouts: their CQEs carry no news of their own
  * (the send they guard completes with -ECANCELED). */
 static char link_ud;
 
+/* (Re)queues the SQE for what is left of a send, and its link timeout. */
 static void prep_send(struct ush_ring *r, struct ushi_op *op)
 {
+	struct ushi_io *io = &op->io;
+	struct ushi_send *s = &op->send;
 	/* The send and its link timeout must go in one submission, or the
 	 * link would end at the submission boundary. */
-	if (op->timeout_ms && io_uring_sq_space_left(&r->uring) < 2)
+	if (s->timeout_ms && io_uring_sq_space_left(&r->uring) < 2)
 		ring_submit(r);
 	struct io_uring_sqe *sqe = get_sqe(r);
-	const uint8_t *a = op->addr + op->done;
-	size_t n = op->len - op->done;
-	if (op->kind == OP_SEND_ZC && op->buf && r->fixedbufs)
-		io_uring_prep_send_zc_fixed(sqe, op->fd, a, n, MSG_NOSIGNAL,
+	const uint8_t *a = io->addr + io->done;
+	size_t n = io->len - io->done;
+	if (op->kind == OP_SEND_ZC && io->buf && r->fixedbufs)
+		io_uring_prep_send_zc_fixed(sqe, io->fd, a, n, MSG_NOSIGNAL,
 					    IORING_SEND_ZC_REPORT_USAGE,
-					    op->buf->bufidx);
+					    POOL_BUF_INDEX);
 	else if (op->kind == OP_SEND_ZC)
-		io_uring_prep_send_zc(sqe, op->fd, a, n, MSG_NOSIGNAL,
+		io_uring_prep_send_zc(sqe, io->fd, a, n, MSG_NOSIGNAL,
 				      IORING_SEND_ZC_REPORT_USAGE);
 	else
-		io_uring_prep_send(sqe, op->fd, a, n, MSG_NOSIGNAL);
-	sqe_done(r, sqe, op);
-	if (!op->timeout_ms)
+		io_uring_prep_send(sqe, io->fd, a, n, MSG_NOSIGNAL);
+	sqe_done(r, sqe, op, io->fixed_file);
+	if (!s->timeout_ms)
 		return;
 	sqe->flags |= IOSQE_IO_LINK;
-	op->ts.tv_sec = op->timeout_ms / 1000;
-	op->ts.tv_nsec = (long long)(op->timeout_ms % 1000) * 1000000;
+	s->ts.tv_sec = s->timeout_ms / 1000;
+	s->ts.tv_nsec = (long long)(s->timeout_ms % 1000) * 1000000;
 	sqe = get_sqe(r);
-	io_uring_prep_link_timeout(sqe, &op->ts, 0);
+	io_uring_prep_link_timeout(sqe, &s->ts, 0);
 	io_uring_sqe_set_data(sqe, &link_ud);
 	r->unsubmitted++;
 }
 
-/* (Re)queues the SQE of a write or send for what is left of op. */
-static void prep_again(struct ush_ring *r, struct ushi_op *op)
+/* A SEND_ZC notification: the kernel is done with one send's pages. */
+static void zc_notif(struct ush_ring *r, struct ushi_op *op, int res)
 {
-	if (op->kind == OP_WRITE)
-		prep_write(r, op);
-	else
-		prep_send(r, op);
+	struct ushi_send *s = &op->send;
+	s->zc_notifs++;
+	if ((unsigned)res & IORING_NOTIF_USAGE_ZC_COPIED)
+		s->zc_copied++;
+	if (--s->notifs == 0 && s->sent)
+		finish(r, op, s->res);
 }
 
-static void start(struct ush_ring *r, struct ushi_op *op)
+static void complete_send(struct ush_ring *r, struct ushi_op *op, int res,
+			  unsigned flags)
+{
+	struct ushi_send *s = &op->send;
+	if (op->kind == OP_SEND_ZC) {
+		/* The buffer is the kernel's until the notification, even
+		 * when the send itself failed: check the flag, not res. */
+		if (flags & IORING_CQE_F_NOTIF) {
+			zc_notif(r, op, res);
+			return;
+		}
+		if (flags & IORING_CQE_F_MORE)
+			s->notifs++;
+	}
+	if (!io_over(&op->io, &res)) {
+		prep_send(r, op);
+		return;
+	}
+	if (s->sent_cb)
+		s->sent_cb(op, res);
+	if (s->notifs) {
+		s->sent = true;
+		s->res = res;
+		return;
+	}
+	finish(r, op, res);
+}
+
+/* Starts a write or a send: the two kinds that count as in flight. */
+void ring_start(struct ush_ring *r, struct ushi_op *op)
 {
 	r->inflight++;
-	op->t0 = ushi_now_ns();
-	prep_again(r, op);
+	op->io.t0 = ushi_now_ns();
+	switch (op->kind) {
+	case OP_WRITE:
+		prep_write(r, op);
+		break;
+	case OP_SEND:
+	case OP_SEND_ZC:
+		prep_send(r, op);
+		break;
+	default:
+		ushi_panic("ring: op kind %d cannot be started", op->kind);
+	}
 }
 
-void ring_write(struct ush_ring *r, struct ushi_op *op)
-{
-	start(r, op);
-}
-
-void ring_send(struct ush_ring *r, struct ushi_op *op)
-{
-	start(r, op);
-}
+/* -------------------------------------------------------------- armed ops */
 
 void ring_arm(struct ush_ring *r, struct ushi_op *op)
 {
+	struct ushi_armed *a = &op->arm;
 	struct io_uring_sqe *sqe = get_sqe(r);
 	switch (op->kind) {
 	case OP_RECV:
-		io_uring_prep_recv(sqe, op->fd, (void *)op->addr, op->len, 0);
+		io_uring_prep_recv(sqe, a->fd, a->addr, a->len, 0);
 		break;
 	case OP_RECV_MS:
-		io_uring_prep_recv_multishot(sqe, op->fd, NULL, 0, 0);
+		io_uring_prep_recv_multishot(sqe, a->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
-		sqe->buf_group = op->bgid;
+		sqe->buf_group = a->bgid;
 		break;
 	case OP_ACCEPT_MS:
-		io_uring_prep_multishot_accept(sqe, op->fd, NULL, NULL,
+		io_uring_prep_multishot_accept(sqe, a->fd, NULL, NULL,
 					       SOCK_CLOEXEC);
 		break;
 	case OP_READ:
-		io_uring_prep_read(sqe, op->fd, (void *)op->addr, op->len,
-				   op->off);
+		io_uring_prep_read(sqe, a->fd, a->addr, a->len, a->off);
 		break;
 	default:
 		ushi_panic("ring: op kind %d cannot be armed", op->kind);
 	}
-	sqe_done(r, sqe, op);
+	sqe_done(r, sqe, op, false);
 	r->armed++;
 }
+
+/* Armed ops report every CQE; only the last one recycles the op. */
+static void complete_armed(struct ush_ring *r, struct ushi_op *op, int res,
+			   unsigned flags)
+{
+	bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
+	bool more = multi && (flags & IORING_CQE_F_MORE);
+	op->cqe_flags = flags;
+	if (!more)
+		r->armed--;
+	op->arm.rearm = false;
+	op->cb(op, res);
+	/* Re-arming here spares the callback from taking an op, which
+	 * could reap and so re-enter this CQE loop. */
+	if (!more && op->arm.rearm)
+		ring_arm(r, op);
+	else if (!more)
+		recycle(r, op);
+}
+
+/* ------------------------------------------------- submission and reaping */
 
 int ring_submit(struct ush_ring *r)
 {
@@ -363,85 +534,23 @@ int ring_submit(struct ush_ring *r)
 	return 0;
 }
 
-static void recycle(struct ush_ring *r, struct ushi_op *op)
-{
-	op->next_free = r->free_ops;
-	r->free_ops = op;
-}
-
-static void finish(struct ush_ring *r, struct ushi_op *op, int res)
-{
-	r->inflight--;
-	op->cb(op, res);
-	recycle(r, op);
-}
-
-/* Armed ops report every CQE; only the last one recycles the op. */
-static void complete_armed(struct ush_ring *r, struct ushi_op *op, int res,
-			   unsigned flags)
-{
-	bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
-	bool more = multi && (flags & IORING_CQE_F_MORE);
-	op->cqe_flags = flags;
-	if (!more)
-		r->armed--;
-	op->rearm = false;
-	op->cb(op, res);
-	/* Re-arming here spares the callback from taking an op, which
-	 * could reap and so re-enter this CQE loop. */
-	if (!more && op->rearm)
-		ring_arm(r, op);
-	else if (!more)
-		recycle(r, op);
-}
-
 static void complete(struct ush_ring *r, struct ushi_op *op, int res,
 		     unsigned flags)
 {
 	if ((void *)op == &link_ud)
 		return;
-	if (op->kind >= OP_RECV) {
+	switch (op->kind) {
+	case OP_WRITE:
+		complete_write(r, op, res);
+		break;
+	case OP_SEND:
+	case OP_SEND_ZC:
+		complete_send(r, op, res, flags);
+		break;
+	default:
 		complete_armed(r, op, res, flags);
-		return;
 	}
-	if (op->kind == OP_SEND_ZC) {
-		/* The buffer is the kernel's until the notification, even
-		 * when the send itself failed: check the flag, not res. */
-		if (flags & IORING_CQE_F_NOTIF) {
-			op->zc_notifs++;
-			if ((unsigned)res & IORING_NOTIF_USAGE_ZC_COPIED)
-				op->zc_copied++;
-			if (--op->notifs == 0 && op->sent)
-				finish(r, op, op->res);
-			return;
-		}
-		if (flags & IORING_CQE_F_MORE)
-			op->notifs++;
-	}
-	if (res == -EAGAIN || res == -EINTR) {
-		prep_again(r, op);
-		return;
-	}
-	if (res > 0) {
-		op->done += (uint32_t)res;
-		if (op->done < op->len) {
-			prep_again(r, op); /* short write: the rest */
-			return;
-		}
-		res = (int)op->done;
-	} else if (res == 0 && op->len) {
-		res = -EIO; /* no progress: treat like a failed write */
-	}
-	if (op->sent_cb)
-		op->sent_cb(op, res);
-	if (op->notifs) {
-		op->sent = true;
-		op->res = res;
-		return;
-	}
-	finish(r, op, res);
 }
-
 static unsigned reap_cqes(struct ush_ring *r)
 {
 	struct io_uring_cqe *cqe;
@@ -488,6 +597,16 @@ int ring_reap(struct ush_ring *r, unsigned min)
 	reap_cqes(r);
 	return 0;
 }
+
+int ring_drain(struct ush_ring *r)
+{
+	int ret = 0;
+	while (r->inflight && !ret)
+		ret = ring_reap(r, 1);
+	return ret;
+}
+
+/* ------------------------------------------------------------- file table */
 
 int ring_file_add(struct ush_ring *r, int fd)
 {

@@ -1,34 +1,39 @@
 /*
  * One io_uring per thread, with its buffer pool and codec contexts.
- * Operations are preallocated records (at most iodepth in flight); each
- * SQE's user_data points at one. The ring resubmits short writes, retries
- * EAGAIN/EINTR, and reports any other result to the operation's callback.
+ * Operations are preallocated records (at most iodepth exist); each SQE's
+ * user_data points at one. Writes and sends are started (ring_start()):
+ * they are in flight until their callback, and the ring resubmits short
+ * ones, retries EAGAIN/EINTR and reports any other result. Receives,
+ * accepts and reads are armed (ring_arm()): they wait for peers, and
+ * every CQE reaches the callback.
+ *
+ * struct ush_ring is private to ring.c; other modules use the functions
+ * below.
  */
 #ifndef USHI_RING_H
 #define USHI_RING_H
 
-#include "core/codec.h"
 #include "core/pool.h"
 
 #include <liburing.h>
 
 struct ushi_op;
 /* res: bytes transferred (all of len) or a negative errno. The callback
- * owns op->buf from here on; the ring recycles op itself afterwards
- * (multishot ops: after the CQE without IORING_CQE_F_MORE). */
+ * owns the op's memory (io.buf, io.addr) from here on; the ring recycles
+ * op itself afterwards (multishot ops: after the CQE without
+ * IORING_CQE_F_MORE). */
 typedef void (*ushi_op_cb)(struct ushi_op *op, int res);
 
-/* What an op does; OP_WRITE is the zero default. Sends and single-shot
- * recvs are network ops (src/sink_net.c, src/worker/); the multishot
- * kinds stay armed across many CQEs (see ring_arm()). */
+/* What an op does, and so which payload of struct ushi_op it uses;
+ * OP_WRITE is the zero default. */
 enum ushi_op_kind {
-	OP_WRITE = 0,
-	OP_SEND,
-	OP_SEND_ZC,
-	OP_RECV,       /* single shot into addr/len; armed, not inflight */
-	OP_RECV_MS,    /* multishot recv from a provided buffer group */
-	OP_ACCEPT_MS,  /* multishot accept */
-	OP_READ,       /* single shot read into addr/len at off */
+	OP_WRITE = 0,  /* io */
+	OP_SEND,       /* io + send */
+	OP_SEND_ZC,    /* io + send, zero-copy */
+	OP_RECV,       /* arm: single shot into addr/len */
+	OP_RECV_MS,    /* arm: multishot from provided buffer group bgid */
+	OP_ACCEPT_MS,  /* arm: multishot accept */
+	OP_READ,       /* arm: single shot into addr/len at off */
 };
 
 /* liburing 2.3's header predates the zero-copy usage report (6.2). */
@@ -39,80 +44,116 @@ enum ushi_op_kind {
 #define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31)
 #endif
 
+/* Writes and sends: len bytes at addr to fd. Set by the submitter, but
+ * done and t0, which the ring keeps. */
+struct ushi_io {
+	struct ushi_buf *buf; /* pool buffer addr lies in, or NULL */
+	const uint8_t *addr;  /* first byte to write */
+	uint64_t off;         /* file offset (writes) */
+	uint32_t len;
+	uint32_t done;        /* ring: bytes transferred so far */
+	int fd;
+	bool fixed_file;      /* fd is a registered file slot */
+	uint64_t t0;          /* ring: ushi_now_ns() at ring_start() */
+};
+
+/* What sends add to their io. */
+struct ushi_send {
+	uint32_t timeout_ms;  /* cancel after this long (0: never) */
+	/* Called once all bytes are sent (or failed), before any zero-copy
+	 * notification: the next send on the socket may start then. */
+	ushi_op_cb sent_cb;
+	/* The submitter's own link, for a queue of sends it holds back
+	 * (one send at a time per socket); the ring never touches it. */
+	struct ushi_op *qnext;
+	/* Kept by the ring. */
+	uint8_t notifs;       /* SEND_ZC notifications still due */
+	bool sent;            /* SEND_ZC: data done, waiting for notifs */
+	int res;              /* SEND_ZC: result held until the last notif */
+	uint32_t zc_notifs, zc_copied; /* usage reports seen */
+	struct __kernel_timespec ts;   /* the link timeout's */
+};
+
+/* Armed ops: what each kind reads is listed in enum ushi_op_kind. */
+struct ushi_armed {
+	int fd;
+	uint8_t *addr;
+	uint32_t len;
+	uint64_t off;
+	uint16_t bgid;
+	/* OP_RECV/OP_READ: set by the callback to be armed again (with the
+	 * fields it updated) instead of recycled. */
+	bool rearm;
+};
+
 struct ushi_op {
 	ushi_op_cb cb;
 	void *owner;
-	struct ushi_buf *buf; /* pool buffer written from, or NULL */
-	const uint8_t *addr; /* first byte to write */
-	uint64_t off;
-	uint32_t len, done;
-	int fd;
-	bool fixed_file;     /* fd is a registered file slot */
-	uint64_t t0;         /* ushi_now_ns() at submission */
-	struct ushi_op *next_free;
-	uint8_t kind;        /* enum ushi_op_kind */
-	uint8_t notifs;      /* SEND_ZC notifications still due */
-	bool sent;           /* SEND_ZC: data done, waiting for notifs */
-	uint16_t bgid;       /* OP_RECV_MS: provided buffer group */
-	uint32_t cqe_flags;  /* flags of the CQE passed to cb (multishot) */
-	uint32_t zc_notifs, zc_copied; /* usage reports seen */
-	int res;             /* SEND_ZC: result held until the last notif */
-	uint32_t timeout_ms; /* sends: cancel after this long (0: never) */
-	ushi_op_cb sent_cb;   /* sends: called once all bytes are sent (or
-				failed), before any zero-copy notification:
-				the next send on the socket may start then */
-	bool rearm;          /* OP_RECV/OP_READ: set by the callback to be
-				armed again (with its updated fields)
-				instead of recycled */
-	struct __kernel_timespec ts;
+	uint8_t kind;              /* enum ushi_op_kind: the live payload */
+	uint32_t cqe_flags;        /* ring: the CQE's, for cb (armed ops) */
+	struct ushi_op *next_free; /* ring-private: its free list */
+	union {
+		struct {
+			struct ushi_io io;     /* OP_WRITE, OP_SEND* */
+			struct ushi_send send; /* OP_SEND* */
+		};
+		struct ushi_armed arm;         /* OP_RECV, OP_RECV_MS,
+						  OP_ACCEPT_MS, OP_READ */
+	};
 };
 
-struct ush_ring {
-	struct io_uring uring;
-	struct ushi_pool pool;
-	struct ushi_codec_ctx codec;
-	struct ush_ring_opts opts;
-	unsigned setup_flags;
-	bool fixedbufs;
-	bool files;          /* sparse file table registered */
-	uint64_t file_slots; /* bitmap of the 64 file slots in use */
-	struct ushi_op *ops, *free_ops;
-	unsigned inflight;   /* ops submitted or queued, not completed */
-	unsigned armed;      /* recv/accept ops that wait for peers */
-	unsigned unsubmitted;
-};
-
-/* Takes a free op, reaping completions while all iodepth are in flight.
- * Returns 0 and *op, or a negative error from io_uring_enter. */
+/* Takes a free op, zeroed, reaping completions while all iodepth are in
+ * use. Returns 0 and *op, or a negative error from io_uring_enter. */
 int ring_op_get(struct ush_ring *r, struct ushi_op **op);
-/* Queues op as a write (fixed-buffer when op->buf is registered). The
- * SQE is submitted by the next ring_submit() or ring_reap(). */
-void ring_write(struct ush_ring *r, struct ushi_op *op);
-int ring_submit(struct ush_ring *r);
 /*
- * Queues op (kind OP_SEND or OP_SEND_ZC) as a send of len bytes at addr on
- * socket fd; short sends are resubmitted. SEND_ZC reports usage and its
- * callback fires only after every notification CQE, so op->buf may go
- * back to the pool then. With timeout_ms, a send that makes no progress
- * for that long fails with -ECANCELED.
+ * Queues op (OP_WRITE, OP_SEND or OP_SEND_ZC) for its io.len bytes;
+ * short ones are resubmitted. Writes and SEND_ZC from a pool buffer use
+ * the registered pool. SEND_ZC reports usage, and its callback fires
+ * only after every notification CQE, so io.buf may go back to the pool
+ * then. With send.timeout_ms, a send that makes no progress for that
+ * long fails with -ECANCELED. The SQEs go out with the next ring_submit()
+ * or reap.
  */
-void ring_send(struct ush_ring *r, struct ushi_op *op);
+void ring_start(struct ush_ring *r, struct ushi_op *op);
 /*
  * Arms op (OP_RECV, OP_RECV_MS, OP_ACCEPT_MS or OP_READ). Armed ops wait
- * for peers, so they count in r->armed rather than r->inflight. The
- * callback sees op->cqe_flags; a multishot op ends with a CQE that lacks
- * IORING_CQE_F_MORE, after which the op is recycled.
+ * for peers, so they count in ring_armed() rather than ring_inflight().
+ * The callback sees op->cqe_flags; a multishot op ends with a CQE that
+ * lacks IORING_CQE_F_MORE, after which the op is recycled.
  */
 void ring_arm(struct ush_ring *r, struct ushi_op *op);
+int ring_submit(struct ush_ring *r);
 /* Like ring_reap(), but gives up after timeout_ns; returns 0 or -errno
  * (-ETIME when nothing completed in time). */
 int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns);
 /* Submits, waits for at least min completions (if any are in flight), and
  * runs the callbacks of all available ones. Returns 0 or -errno. */
 int ring_reap(struct ush_ring *r, unsigned min);
+/* Reaps until no started op is in flight (armed ones may stay armed).
+ * Returns 0 or the reap's error. */
+int ring_drain(struct ush_ring *r);
+
+/* Ops started and not yet completed; ops armed and not yet ended. */
+unsigned ring_inflight(const struct ush_ring *r);
+unsigned ring_armed(const struct ush_ring *r);
+/* The options the ring runs with (pool_bytes rounded up to push_size). */
+const struct ush_ring_opts *ring_opts(const struct ush_ring *r);
+struct ushi_pool *ring_pool(struct ush_ring *r);
+/* codec_compress() with the ring's codec, level and reused context. */
+long ring_compress(struct ush_ring *r, const void *src, size_t n, void *dst,
+		   size_t cap);
+/* io_uring_register_buf_ring() on the ring: returns 0 or -errno. */
+int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg);
 /* Registers fd in the ring's file table: returns the slot, or -1 when the
  * caller should use the plain fd. */
 int ring_file_add(struct ush_ring *r, int fd);
 void ring_file_del(struct ush_ring *r, int slot);
+/* Points io at a file: its slot from ring_file_add() when it has one,
+ * else the plain fd. */
+static inline void ring_io_file(struct ushi_io *io, int fd, int slot)
+{
+	io->fd = slot >= 0 ? slot : fd;
+	io->fixed_file = slot >= 0;
+}
 
 #endif

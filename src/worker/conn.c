@@ -108,12 +108,12 @@ void wk_conn_pump(struct wk_conn *c)
 	op->kind = OP_SEND;
 	op->cb = send_done;
 	op->owner = c;
-	op->addr = c->out->data;
-	op->len = c->out->len;
-	op->fd = c->fd;
-	op->timeout_ms = WK_SEND_TIMEOUT_MS;
+	op->io.addr = c->out->data;
+	op->io.len = c->out->len;
+	op->io.fd = c->fd;
+	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;
 	c->sending = true;
-	ring_send(c->t->ring, op);
+	ring_start(c->t->ring, op);
 }
 
 static void hello(struct wk_conn *c, const uint8_t *payload)

@@ -67,7 +67,7 @@ static int arm_accept(struct wk_thread *t)
 	op->kind = OP_ACCEPT_MS;
 	op->cb = on_accept;
 	op->owner = t;
-	op->fd = t->lfd;
+	op->arm.fd = t->lfd;
 	ring_arm(t->ring, op);
 	t->accept_armed = true;
 	return 0;
@@ -82,8 +82,8 @@ static int arm_recv(struct wk_conn *c)
 	op->kind = OP_RECV_MS;
 	op->cb = on_recv;
 	op->owner = c;
-	op->fd = c->fd;
-	op->bgid = WK_BGID;
+	op->arm.fd = c->fd;
+	op->arm.bgid = WK_BGID;
 	ring_arm(c->t->ring, op);
 	c->recv_armed = true;
 	return 0;
@@ -167,7 +167,7 @@ static int setup(struct wk_thread *t)
 	int ret = ush_ring_create(&t->ring, &ro);
 	if (ret)
 		return ret;
-	t->flush_order = t->ring->pool.max_order;
+	t->flush_order = ring_pool(t->ring)->max_order;
 	t->accepted = ushi_calloc(WK_MAX_CONNS, sizeof(*t->accepted));
 	/* The provided buffers and the ring of their descriptors. */
 	t->br_bytes = WK_BUFS * sizeof(struct io_uring_buf);
@@ -184,7 +184,7 @@ static int setup(struct wk_thread *t)
 		.ring_entries = WK_BUFS,
 		.bgid = WK_BGID,
 	};
-	ret = io_uring_register_buf_ring(&t->ring->uring, &reg, 0);
+	ret = ring_register_buf_ring(t->ring, &reg);
 	if (ret)
 		return ushi_fail(ret, "worker: io_uring_register_buf_ring");
 	io_uring_buf_ring_init(t->br);
@@ -204,8 +204,7 @@ static void teardown(struct wk_thread *t)
 {
 	if (t->ring) {
 		wk_store_close(t);
-		while (t->ring->inflight && ring_reap(t->ring, 1) == 0)
-			;
+		ring_drain(t->ring);
 		ush_ring_free(t->ring);
 		t->ring = NULL;
 	}

@@ -151,13 +151,13 @@ static void write_done(struct ushi_op *op, int res)
 	if (res < 0 && !p->err) {
 		p->err = res;
 		wk_log(t->wk, 0, "write s%u/p%u.t%u offset %llu: %s", p->shuffle,
-		       p->partition, t->idx, (unsigned long long)op->off,
+		       p->partition, t->idx, (unsigned long long)op->io.off,
 		       ush_strerror(res));
 	}
-	if (op->buf)
-		pool_put(&t->ring->pool, op->buf);
+	if (op->io.buf)
+		pool_put(ring_pool(t->ring), op->io.buf);
 	else
-		ushi_free((void *)op->addr);
+		ushi_free((void *)op->io.addr);
 	p->writes--;
 	t->writes--;
 }
@@ -181,7 +181,7 @@ static int submit(struct wk_part *p, struct ushi_buf *b, uint8_t *data,
 	int ret = ring_op_get(t->ring, &op);
 	if (ret) {
 		if (b)
-			pool_put(&t->ring->pool, b);
+			pool_put(ring_pool(t->ring), b);
 		else
 			ushi_free(data);
 		return ret;
@@ -190,13 +190,12 @@ static int submit(struct wk_part *p, struct ushi_buf *b, uint8_t *data,
 		buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 	op->cb = write_done;
 	op->owner = p;
-	op->buf = b;
-	op->addr = data;
-	op->off = p->off;
-	op->len = n;
-	op->fd = p->slot >= 0 ? p->slot : p->fd;
-	op->fixed_file = p->slot >= 0;
-	ring_write(t->ring, op);
+	op->io.buf = b;
+	op->io.addr = data;
+	op->io.off = p->off;
+	op->io.len = n;
+	ring_io_file(&op->io, p->fd, p->slot);
+	ring_start(t->ring, op);
 	p->off += n;
 	p->writes++;
 	t->writes++;
@@ -211,7 +210,7 @@ static int flush_part(struct wk_part *p)
 		return 0;
 	p->buf = NULL;
 	if (!p->len) {
-		pool_put(&p->t->ring->pool, b);
+		pool_put(ring_pool(p->t->ring), b);
 		return 0;
 	}
 	uint32_t n = p->len;
@@ -262,7 +261,7 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 	if (p->buf && p->len + n + reserve(p) > cap && (ret = flush_part(p)))
 		return ret;
 	while (!p->buf) {
-		p->buf = pool_get(&t->ring->pool, t->flush_order);
+		p->buf = pool_get(ring_pool(t->ring), t->flush_order);
 		if (!p->buf && (ret = make_room(t)))
 			return ret;
 		if (p->err)
@@ -331,7 +330,7 @@ static void part_free(struct wk_thread *t, struct wk_part *p)
 	if (p->fd >= 0)
 		close(p->fd);
 	if (p->buf)
-		pool_put(&t->ring->pool, p->buf);
+		pool_put(ring_pool(t->ring), p->buf);
 	ushi_free(p);
 	t->nparts--;
 }

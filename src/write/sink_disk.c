@@ -83,7 +83,7 @@ static int disk_open(struct ush_writer *w)
 		return ret;
 	}
 	if (o->ioengine == USH_IOENGINE_PSYNC) {
-		d->copy_cap = w->ring->opts.push_size;
+		d->copy_cap = w->push_size;
 		d->copy = ushi_aligned_alloc(d->copy_cap);
 		if (!d->copy) {
 			w->sink->abort(w);
@@ -146,9 +146,10 @@ static void disk_done(struct ushi_op *op, int res)
 	struct disk *d = w->sink_state;
 	if (res < 0)
 		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
-			     d->data, (unsigned long long)op->off, op->len);
-	writer_completed(w, op->t0);
-	writer_frame_done(w, op->buf, op->addr);
+			     d->data, (unsigned long long)op->io.off,
+			     op->io.len);
+	writer_completed(w, op->io.t0);
+	writer_frame_done(w, op->io.buf, op->io.addr);
 }
 
 /* The baseline engine, like fio's psync: a private copy of each frame,
@@ -217,13 +218,12 @@ static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		return psync_write(w, d, b, mem, len);
 	op->cb = disk_done;
 	op->owner = w;
-	op->buf = b;
-	op->addr = p;
-	op->off = d->off;
-	op->len = len;
-	op->fd = d->slot >= 0 ? d->slot : d->fd;
-	op->fixed_file = d->slot >= 0;
-	ring_write(w->ring, op);
+	op->io.buf = b;
+	op->io.addr = p;
+	op->io.off = d->off;
+	op->io.len = len;
+	ring_io_file(&op->io, d->fd, d->slot);
+	ring_start(w->ring, op);
 	d->off += len;
 	writer_stored(w, len);
 	return 0;

@@ -37,7 +37,7 @@ struct conn {
 	/* Sends on one socket go one at a time: the kernel does not order
 	 * concurrent sends, and a short one would interleave bytes. The next
 	 * starts when the previous one's bytes are out (its first CQE), not
-	 * at its zero-copy notification. Queued ops link by next_free. */
+	 * at its zero-copy notification. Queued ops link by send.qnext. */
 	bool busy;
 	struct ushi_op *qhead, *qtail;
 	int err, status;
@@ -88,15 +88,15 @@ static void sent(struct ushi_op *op, int res);
 /* Sends op on c now, or after the sends queued before it. */
 static void conn_send(struct conn *c, struct ushi_op *op)
 {
-	op->sent_cb = sent;
+	op->send.sent_cb = sent;
 	if (!c->busy) {
 		c->busy = true;
-		ring_send(c->n->w->ring, op);
+		ring_start(c->n->w->ring, op);
 		return;
 	}
-	op->next_free = NULL;
+	op->send.qnext = NULL;
 	if (c->qtail)
-		c->qtail->next_free = op;
+		c->qtail->send.qnext = op;
 	else
 		c->qhead = op;
 	c->qtail = op;
@@ -109,17 +109,17 @@ static void sent(struct ushi_op *op, int res)
 	(void)res; /* the op's own callback reports errors */
 	/* Sent, but the kernel may still read the pages: the buffer goes
 	 * idle only at the notification (data_done). */
-	if (op->buf && op->notifs)
-		buf_move(op->buf, BUF_INFLIGHT, BUF_ZC_PENDING);
+	if (op->io.buf && op->send.notifs)
+		buf_move(op->io.buf, BUF_INFLIGHT, BUF_ZC_PENDING);
 	if (!next) {
 		c->busy = false;
 		return;
 	}
-	c->qhead = next->next_free;
+	c->qhead = next->send.qnext;
 	if (!c->qhead)
 		c->qtail = NULL;
 	/* Taking no op here: the next one was taken when it was queued. */
-	ring_send(c->n->w->ring, next);
+	ring_start(c->n->w->ring, next);
 }
 
 static void conn_dead(struct conn *c, int err, const char *what)
@@ -212,9 +212,9 @@ static void recv_done(struct ushi_op *op, int res)
 	parse(c);
 	if (c->err || c->closing)
 		return;
-	op->addr = c->rbuf + c->rlen;
-	op->len = RBUF - c->rlen;
-	op->rearm = true;
+	op->arm.addr = c->rbuf + c->rlen;
+	op->arm.len = RBUF - c->rlen;
+	op->arm.rearm = true;
 	c->recv_armed = true;
 }
 
@@ -227,9 +227,9 @@ static int arm_recv(struct ush_ring *r, struct conn *c)
 	op->kind = OP_RECV;
 	op->cb = recv_done;
 	op->owner = c;
-	op->fd = c->fd;
-	op->addr = c->rbuf + c->rlen;
-	op->len = RBUF - c->rlen;
+	op->arm.fd = c->fd;
+	op->arm.addr = c->rbuf + c->rlen;
+	op->arm.len = RBUF - c->rlen;
 	ring_arm(r, op);
 	c->recv_armed = true;
 	return 0;
@@ -268,10 +268,11 @@ static int net_open(struct ush_writer *w)
 	 * left over, the first send would wait for one forever. */
 	struct ush_ring *r = w->ring;
 	if (o->ioengine != USH_IOENGINE_PSYNC &&
-	    r->armed + nc >= r->opts.iodepth)
+	    ring_armed(r) + nc >= ring_opts(r)->iodepth)
 		return ushi_fail(-EINVAL, "net: %u workers need an iodepth "
 				"above %u (each holds a receive), this ring "
-				"has %u", nc, r->armed + nc, r->opts.iodepth);
+				"has %u", nc, ring_armed(r) + nc,
+				ring_opts(r)->iodepth);
 	struct net *n = ushi_calloc(1, sizeof(*n));
 	struct conn *c = n ? ushi_calloc(nc, sizeof(*c)) : NULL;
 	char (*peers)[USHI_NET_PEER] = ushi_calloc(nc, USHI_NET_PEER);
@@ -330,10 +331,10 @@ static void data_done(struct ushi_op *op, int res)
 {
 	struct conn *c = op->owner;
 	struct ush_writer *w = c->n->w;
-	c->zc_notifs += op->zc_notifs;
-	c->zc_copied += op->zc_copied;
-	c->n->st->net_zc_notifs += op->zc_notifs;
-	c->n->st->net_zc_copied += op->zc_copied;
+	c->zc_notifs += op->send.zc_notifs;
+	c->zc_copied += op->send.zc_copied;
+	c->n->st->net_zc_notifs += op->send.zc_notifs;
+	c->n->st->net_zc_copied += op->send.zc_copied;
 	if (c->zc && w->o.send_zc == 0 && c->zc_notifs >= ZC_SAMPLE &&
 	    c->zc_copied * 2 > c->zc_notifs) {
 		/* The kernel copied anyway (loopback does): plain SEND
@@ -345,8 +346,8 @@ static void data_done(struct ushi_op *op, int res)
 		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
 			  res == -ECANCELED ? "send stalled past the timeout" :
 					      "send failed");
-	writer_completed(w, op->t0);
-	writer_frame_done(w, op->buf, op->buf ? NULL : op->addr);
+	writer_completed(w, op->io.t0);
+	writer_frame_done(w, op->io.buf, op->io.buf ? NULL : op->io.addr);
 }
 
 /* Waits on the ring until done(c) or c fails; the deadline restarts
@@ -459,11 +460,11 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	op->kind = zc ? OP_SEND_ZC : OP_SEND;
 	op->cb = data_done;
 	op->owner = c;
-	op->buf = b;
-	op->addr = b ? b->data : mem;
-	op->len = flen;
-	op->fd = c->fd;
-	op->timeout_ms = n->timeout_ms;
+	op->io.buf = b;
+	op->io.addr = b ? b->data : mem;
+	op->io.len = flen;
+	op->io.fd = c->fd;
+	op->send.timeout_ms = n->timeout_ms;
 	conn_send(c, op);
 	c->unacked += flen;
 	writer_stored(w, flen);
@@ -481,7 +482,7 @@ static void ctrl_done(struct ushi_op *op, int res)
 	if (res < 0)
 		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
 			  "sending MAPPER_END");
-	ushi_free((void *)op->addr);
+	ushi_free((void *)op->io.addr);
 }
 
 /* MAPPER_END for connection ci: its partitions with batches. */
@@ -523,10 +524,10 @@ static int send_mapper_end(struct net *n, unsigned ci, const uint32_t *owner,
 	op->kind = OP_SEND;
 	op->cb = ctrl_done;
 	op->owner = c;
-	op->addr = m;
-	op->len = (uint32_t)len;
-	op->fd = c->fd;
-	op->timeout_ms = n->timeout_ms;
+	op->io.addr = m;
+	op->io.len = (uint32_t)len;
+	op->io.fd = c->fd;
+	op->send.timeout_ms = n->timeout_ms;
 	n->ctrl_inflight++;
 	conn_send(c, op);
 	return 0;

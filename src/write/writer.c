@@ -45,7 +45,7 @@ void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
 		       const uint8_t *mem)
 {
 	if (b)
-		pool_put(&w->ring->pool, b);
+		pool_put(w->pool, b);
 	else
 		ushi_free((void *)mem);
 	w->inflight--;
@@ -90,16 +90,14 @@ static struct ushi_frame frame_of(const struct ush_writer *w,
 static bool compress(struct ush_writer *w, struct ushi_frame *f,
 		     const uint8_t *src, uint8_t *dst, size_t cap)
 {
-	struct ush_ring *r = w->ring;
-	long n = dst ? codec_compress(&r->codec, r->opts.codec, r->opts.level,
-				      src + USH_FRAME_HDR_SIZE, f->raw_len,
-				      dst + USH_FRAME_HDR_SIZE, cap)
+	long n = dst ? ring_compress(w->ring, src + USH_FRAME_HDR_SIZE,
+				     f->raw_len, dst + USH_FRAME_HDR_SIZE, cap)
 		     : 0;
 	if (n <= 0) {
 		w->st.stored_raw++;
 		return false;
 	}
-	f->codec = (uint8_t)r->opts.codec;
+	f->codec = (uint8_t)ring_opts(w->ring)->codec;
 	f->payload_len = (uint32_t)n;
 	return true;
 }
@@ -124,10 +122,10 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 /* Frames one handed-off buffer and gives it to the sink. */
 static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 {
-	struct ushi_pool *pool = &w->ring->pool;
+	struct ushi_pool *pool = w->pool;
 	struct ushi_frame f = frame_of(w, b->part, b->seq, b->len, b->nrec);
 	struct ushi_buf *out = b;
-	if (w->ring->opts.codec != USH_CODEC_NONE && b->len) {
+	if (ring_opts(w->ring)->codec != USH_CODEC_NONE && b->len) {
 		/* Compress into a buffer of the same class; the raw one goes
 		 * straight back to the pool. No idle buffer: store raw. */
 		struct ushi_buf *c = pool_get(pool, b->order);
@@ -225,10 +223,10 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 		/* After an error nothing may be handed off (evict). */
 		if (w->err)
 			return sticky(w);
-		struct ushi_buf *b = pool_get(&r->pool, order);
+		struct ushi_buf *b = pool_get(w->pool, order);
 		for (unsigned o = order; !b && o > min_order && !w->qhead &&
-					 !r->inflight;)
-			b = pool_get(&r->pool, --o);
+					 !ring_inflight(r);)
+			b = pool_get(w->pool, --o);
 		if (b) {
 			*out = b;
 			return 0;
@@ -237,7 +235,7 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 		int ret = 0;
 		if (w->qhead)
 			ret = flush_queue(w);
-		else if (r->inflight)
+		else if (ring_inflight(r))
 			ret = ring_reap(r, 1);
 		else if (!evict(w))
 			return ushi_fail(USH_EPOOL, "writer: the %zu KiB pool "
@@ -246,7 +244,7 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 					"release buffers taken with "
 					"ush_writer_acquire() or raise "
 					"ush_ring_opts.pool_bytes",
-					r->pool.bytes >> 10,
+					ring_opts(r)->pool_bytes >> 10,
 					(USHI_BUF_MIN << min_order) >> 10);
 		if (ret)
 			return ret;
@@ -264,7 +262,7 @@ static int close_part(struct ush_writer *w, uint32_t partition)
 		return 0;
 	p->buf = NULL;
 	if (!p->len) {
-		pool_put(&w->ring->pool, b);
+		pool_put(w->pool, b);
 		return 0;
 	}
 	uint32_t len = p->len, nrec = p->nrec;
@@ -278,7 +276,7 @@ static int close_part(struct ush_writer *w, uint32_t partition)
  */
 static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 {
-	struct ushi_pool *pool = &w->ring->pool;
+	struct ushi_pool *pool = w->pool;
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_buf *b = p->buf;
 	size_t want = USH_FRAME_HDR_SIZE + p->len + need;
@@ -326,7 +324,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_frame f = frame_of(w, partition, p->seq++, (uint32_t)raw, 1);
 	p->st.batches++;
-	if (w->ring->opts.codec != USH_CODEC_NONE) {
+	if (ring_opts(w->ring)->codec != USH_CODEC_NONE) {
 		uint8_t *c = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
 		if (compress(w, &f, m, c, raw)) {
 			ushi_free(m);
@@ -359,7 +357,7 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 				USH_RECORD_MAX);
 	size_t need = USH_RECORD_HDR_SIZE + len;
 	struct ushi_part *p = &w->parts[partition];
-	if (need > w->ring->opts.push_size - USH_FRAME_HDR_SIZE) {
+	if (need > w->push_size - USH_FRAME_HDR_SIZE) {
 		ret = write_alone(w, partition, rec, len);
 	} else {
 		if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
@@ -417,7 +415,7 @@ static int handoff_batch(struct ush_writer *w, struct ushi_buf *b,
 
 static struct ushi_buf *user_buf(struct ush_writer *w, const void *payload)
 {
-	struct ushi_buf *b = pool_lookup(&w->ring->pool,
+	struct ushi_buf *b = pool_lookup(w->pool,
 					(const uint8_t *)payload -
 						USH_FRAME_HDR_SIZE);
 	if (unlikely(b->state != BUF_USER))
@@ -428,7 +426,7 @@ static struct ushi_buf *user_buf(struct ush_writer *w, const void *payload)
 
 int ush_writer_release(ush_writer *w, void *buf)
 {
-	pool_put(&w->ring->pool, user_buf(w, buf));
+	pool_put(w->pool, user_buf(w, buf));
 	return 0;
 }
 
@@ -458,7 +456,7 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	int ret = check_part(w, partition);
 	if (ret)
 		return ret;
-	int order = pool_order(&w->ring->pool, USH_FRAME_HDR_SIZE + len);
+	int order = pool_order(w->pool, USH_FRAME_HDR_SIZE + len);
 	if (order < 0)
 		return ushi_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
@@ -514,14 +512,14 @@ int ush_writer_abort(ush_writer *w)
 	while (w->qhead) {
 		struct ushi_buf *b = w->qhead;
 		w->qhead = b->next;
-		pool_put(&w->ring->pool, b);
+		pool_put(w->pool, b);
 	}
 	w->qtail = NULL;
 	w->qlen = 0;
 	for (uint32_t i = 0; i < w->o.partitions; i++) {
 		struct ushi_part *p = &w->parts[i];
 		if (p->buf)
-			pool_put(&w->ring->pool, p->buf);
+			pool_put(w->pool, p->buf);
 		p->buf = NULL;
 	}
 	drain(w);
@@ -627,7 +625,9 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	ush_lat_init(&w->complete_lat);
 	w->ring = ring;
 	w->sink = sink;
-	w->push_order = ring->pool.max_order;
+	w->pool = ring_pool(ring);
+	w->push_size = ring_opts(ring)->push_size;
+	w->push_order = w->pool->max_order;
 	ret = sink->open(w);
 	if (ret) {
 		w->sink = NULL;

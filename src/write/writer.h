@@ -43,6 +43,8 @@ enum ushi_writer_state { W_OPEN, W_COMMITTED, W_ABORTED };
 
 struct ush_writer {
 	struct ush_ring *ring;
+	struct ushi_pool *pool; /* ring_pool(ring) */
+	size_t push_size;       /* ring_opts(ring)->push_size */
 	struct ush_writer_opts o;
 	const struct ushi_sink_ops *sink;
 	void *sink_state;
