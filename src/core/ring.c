@@ -470,6 +470,20 @@ void ring_start(struct ush_ring *r, struct ushi_op *op)
 	}
 }
 
+void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
+		   const uint8_t *addr, uint64_t off, uint32_t len, int fd,
+		   int slot)
+{
+	op->kind = OP_WRITE;
+	op->io.buf = b;
+	op->io.addr = addr;
+	op->io.off = off;
+	op->io.len = len;
+	op->io.fd = slot >= 0 ? slot : fd;
+	op->io.fixed_file = slot >= 0;
+	ring_start(r, op);
+}
+
 /* -------------------------------------------------------------- armed ops */
 
 void ring_arm(struct ush_ring *r, struct ushi_op *op)

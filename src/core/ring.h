@@ -115,6 +115,12 @@ int ring_op_get(struct ush_ring *r, struct ushi_op **op);
  * or reap.
  */
 void ring_start(struct ush_ring *r, struct ushi_op *op);
+/* ring_start() of op as a write of len bytes at addr (inside pool buffer
+ * b, or NULL) to file offset off of fd, or of its registered slot when
+ * slot >= 0. The caller has set op->cb and op->owner. */
+void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
+		   const uint8_t *addr, uint64_t off, uint32_t len, int fd,
+		   int slot);
 /*
  * Arms op (OP_RECV, OP_RECV_MS, OP_ACCEPT_MS or OP_READ). Armed ops wait
  * for peers, so they count in ring_armed() rather than ring_inflight().
@@ -148,12 +154,5 @@ int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg);
  * caller should use the plain fd. */
 int ring_file_add(struct ush_ring *r, int fd);
 void ring_file_del(struct ush_ring *r, int slot);
-/* Points io at a file: its slot from ring_file_add() when it has one,
- * else the plain fd. */
-static inline void ring_io_file(struct ushi_io *io, int fd, int slot)
-{
-	io->fd = slot >= 0 ? slot : fd;
-	io->fixed_file = slot >= 0;
-}
 
 #endif

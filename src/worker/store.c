@@ -190,12 +190,7 @@ static int submit(struct wk_part *p, struct ushi_buf *b, uint8_t *data,
 		buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 	op->cb = write_done;
 	op->owner = p;
-	op->io.buf = b;
-	op->io.addr = data;
-	op->io.off = p->off;
-	op->io.len = n;
-	ring_io_file(&op->io, p->fd, p->slot);
-	ring_start(t->ring, op);
+	ring_write_at(t->ring, op, b, data, p->off, n, p->fd, p->slot);
 	p->off += n;
 	p->writes++;
 	t->writes++;

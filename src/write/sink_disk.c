@@ -218,12 +218,7 @@ static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		return psync_write(w, d, b, mem, len);
 	op->cb = disk_done;
 	op->owner = w;
-	op->io.buf = b;
-	op->io.addr = p;
-	op->io.off = d->off;
-	op->io.len = len;
-	ring_io_file(&op->io, d->fd, d->slot);
-	ring_start(w->ring, op);
+	ring_write_at(w->ring, op, b, p, d->off, len, d->fd, d->slot);
 	d->off += len;
 	writer_stored(w, len);
 	return 0;
