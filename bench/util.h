@@ -173,7 +173,11 @@ static inline void bench_set(const char *prog, const struct bench_opt *o,
 	case BENCH_LIST: {
 		const struct bench_list *l = o->dst;
 		char buf[256], *save, *tok, *p = buf;
-		snprintf(buf, sizeof(buf), "%s", val);
+		if (strlen(val) >= sizeof(buf)) /* never cut a number */
+			bench_bad(prog, "--%s: a list of %zu characters, "
+				  "at most %zu", o->name, strlen(val),
+				  sizeof(buf) - 1);
+		memcpy(buf, val, strlen(val) + 1);
 		*l->n = 0;
 		while ((tok = strtok_r(p, ",", &save))) {
 			p = NULL;

@@ -157,6 +157,30 @@ static void every_target_rw_codec(void **state)
 	th_rmrf(dir);
 }
 
+/*
+ * allocs/batch is process-wide: an embedded worker lives in its own
+ * library (libushuffle_worker, with its own counter), and its allocations
+ * (partition files, connections) still count in the write phase.
+ */
+static void embedded_worker_allocations_count(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("cliallocs");
+	char dirarg[600];
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	struct cli_out r = cli_run(NULL, "--name=allocs", "--target=net",
+				   "--rw=write", dirarg, "--size=4m",
+				   "--partitions=8", "--output-format=json",
+				   "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	json_object *j0 = json_object_array_get_idx(jget(j, "jobs"), 0);
+	assert_true(jint(j0, "write/allocs") > 0);
+	json_object_put(j);
+	cli_free(&r);
+	th_rmrf(dir);
+}
+
 /* Runs one disk shuffle with extra arguments; all records verified. */
 static void shuffle_ok(const char *dir, const char *const *extra)
 {
@@ -329,6 +353,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_target_rw_codec),
+		cmocka_unit_test(embedded_worker_allocations_count),
 		cmocka_unit_test(ab_switches_and_paths),
 		cmocka_unit_test(time_based_keep_and_grouping),
 		cmocka_unit_test(normal_report_to_file),

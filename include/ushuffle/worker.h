@@ -8,9 +8,10 @@
  *
  * Conventions are libushuffle's (ushuffle.h): 0 or a negative errno or
  * USH_E* code, described by ush_strerror(); extensible options structs
- * with a size field set by their _init(). The worker library keeps its own
- * per-thread detail message: read it with ush_worker_last_error(), not
- * ush_last_error().
+ * with a size field set by their _init(). The worker library carries its
+ * own copy of the core, so it has its own per-thread detail message
+ * (ush_worker_last_error(), not ush_last_error()) and its own log sink
+ * (ush_worker_set_log(), not ush_set_log()).
  */
 #ifndef USHUFFLE_WORKER_H
 #define USHUFFLE_WORKER_H
@@ -73,6 +74,14 @@ USH_API void ush_worker_free(ush_worker *w);
 /* The detailed message of the last failing worker call on this thread
  * (what, where, errno). Never NULL. */
 USH_API const char *ush_worker_last_error(void);
+/* Where every worker in the process logs, as ush_set_log() for the
+ * client library: fn == NULL restores "ushuffle: <msg>" on stderr. */
+USH_API void ush_worker_set_log(ush_log_fn fn, void *arg);
+
+#ifdef USH_UNSTABLE_API
+/* ush_alloc_count() of the worker library: its heap allocations. */
+USH_API uint64_t ush_worker_alloc_count(void);
+#endif
 
 #ifdef __cplusplus
 }

@@ -259,7 +259,7 @@ struct job_ctx {
 	atomic_uint phase;       /* the last mark all threads passed, + 1 */
 	uint64_t eta_t, eta_w, eta_r; /* the previous status line's */
 	uint64_t t_start;        /* CLOCK_MONOTONIC ns */
-	uint64_t alloc_at[4];    /* ush_alloc_count() at the marks */
+	uint64_t alloc_at[4];    /* both libraries' alloc counts at the marks */
 	atomic_uint parts_done;  /* partitions read to the end */
 	pthread_mutex_t lock;
 	/* net: the workers the threads push to and fetch from: --workers,

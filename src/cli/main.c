@@ -46,6 +46,7 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	ush_set_log(log_once, NULL);
+	ush_worker_set_log(log_once, NULL); /* the embedded worker */
 	cli_signals();
 	int eta = l.global.eta == ETA_ALWAYS ||
 		  (l.global.eta == ETA_AUTO && isatty(STDERR_FILENO));

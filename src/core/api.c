@@ -14,7 +14,11 @@ const char *ush_version_string(void)
 	return USH_VERSION_STRING;
 }
 
-/* Every extensible struct starts with its uint32_t size. */
+/* Every extensible struct starts with its uint32_t size. A caller's
+ * struct, of any version, is far smaller than STRUCT_MAX: a larger size
+ * is a field never initialised, not a struct to scan. */
+#define STRUCT_MAX 4096u
+
 static uint32_t size_of(const void *s)
 {
 	uint32_t n;
@@ -25,6 +29,8 @@ static uint32_t size_of(const void *s)
 void ushi_struct_init(void *dst, size_t size, const void *defaults,
 		      size_t ours)
 {
+	if (size < sizeof(uint32_t))
+		return; /* not even room for the size field */
 	size_t n = size < ours ? size : ours;
 	memcpy(dst, defaults, n);
 	if (size > ours) /* a newer caller: its fields stay at zero */
@@ -40,15 +46,18 @@ int ushi_opts_load(void *dst, const void *defaults, size_t ours,
 	if (!src)
 		return 0;
 	size_t n = size_of(src);
-	if (n < sizeof(uint32_t))
-		return ushi_fail(-EINVAL, "%s: size %zu: initialise the struct "
-				 "with its _init() before setting fields", what, n);
+	if (n < sizeof(uint32_t) || n > STRUCT_MAX)
+		return ushi_fail(-EINVAL, "%s: size field %zu is not a struct "
+				 "size: initialise the struct with its _init() "
+				 "before setting fields", what, n);
 	for (size_t i = ours; i < n; i++)
 		if (((const uint8_t *)src)[i])
 			return ushi_fail(-E2BIG, "%s: the caller's struct (%zu "
 					 "bytes) sets fields this library "
-					 "(%s, %zu bytes) does not know", what,
-					 n, USH_VERSION_STRING, ours);
+					 "(%s, %zu bytes) does not know; run "
+					 "with the libushuffle the program was "
+					 "built against", what, n,
+					 USH_VERSION_STRING, ours);
 	memcpy(dst, src, n < ours ? n : ours);
 	uint32_t s = (uint32_t)ours;
 	memcpy(dst, &s, sizeof(s));

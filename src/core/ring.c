@@ -565,6 +565,7 @@ static void complete(struct ush_ring *r, struct ushi_op *op, int res,
 		complete_armed(r, op, res, flags);
 	}
 }
+
 static unsigned reap_cqes(struct ush_ring *r)
 {
 	struct io_uring_cqe *cqe;

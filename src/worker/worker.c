@@ -28,9 +28,21 @@ void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
 	ushi_struct_init(o, size, &worker_defaults, sizeof(*o));
 }
 
+/* This library's own copy of the core's state, for callers that also
+ * link libushuffle (whose functions of the same names are not these). */
 const char *ush_worker_last_error(void)
 {
-	return ush_last_error(); /* this library's own copy of the core */
+	return ush_last_error();
+}
+
+void ush_worker_set_log(ush_log_fn fn, void *arg)
+{
+	ush_set_log(fn, arg);
+}
+
+uint64_t ush_worker_alloc_count(void)
+{
+	return ush_alloc_count();
 }
 
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)

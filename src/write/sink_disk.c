@@ -83,7 +83,7 @@ static int disk_open(struct ush_writer *w)
 		return ret;
 	}
 	if (o->ioengine == USH_IOENGINE_PSYNC) {
-		d->copy_cap = w->push_size;
+		d->copy_cap = w->ropts->push_size;
 		d->copy = ushi_aligned_alloc(d->copy_cap);
 		if (!d->copy) {
 			w->sink->abort(w);
@@ -148,8 +148,7 @@ static void disk_done(struct ushi_op *op, int res)
 		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
 			     d->data, (unsigned long long)op->io.off,
 			     op->io.len);
-	writer_completed(w, op->io.t0);
-	writer_frame_done(w, op->io.buf, op->io.addr);
+	writer_frame_done(w, op->io.buf, op->io.addr, op->io.t0);
 }
 
 /* The baseline engine, like fio's psync: a private copy of each frame,
@@ -164,8 +163,7 @@ static int psync_write(struct ush_writer *w, struct disk *d,
 		src = d->copy;
 	}
 	int ret = pwrite_all(d->fd, src, len, d->off, d->data);
-	writer_completed(w, t0);
-	writer_frame_done(w, b, mem);
+	writer_frame_done(w, b, mem, t0);
 	if (ret)
 		return ret;
 	d->off += len;
@@ -205,7 +203,7 @@ static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	if (!ret && !d->copy)
 		ret = ring_op_get(w->ring, &op);
 	if (ret) {
-		writer_frame_done(w, b, mem);
+		writer_frame_done(w, b, mem, 0);
 		return ret;
 	}
 	/* Pool buffers and heap frames are allocated in USHI_ALIGN units,

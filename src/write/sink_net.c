@@ -346,8 +346,8 @@ static void data_done(struct ushi_op *op, int res)
 		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
 			  res == -ECANCELED ? "send stalled past the timeout" :
 					      "send failed");
-	writer_completed(w, op->io.t0);
-	writer_frame_done(w, op->io.buf, op->io.buf ? NULL : op->io.addr);
+	writer_frame_done(w, op->io.buf, op->io.buf ? NULL : op->io.addr,
+			  op->io.t0);
 }
 
 /* Waits on the ring until done(c) or c fails; the deadline restarts
@@ -436,8 +436,7 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		ret = c->err ? c->err : net_write(c->fd, b ? b->data : mem, flen);
 		if (ret)
 			conn_dead(c, ret, "send failed");
-		writer_completed(w, t0);
-		writer_frame_done(w, b, mem);
+		writer_frame_done(w, b, mem, t0);
 		if (ret)
 			return ret;
 		c->unacked += flen;
@@ -453,7 +452,7 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	if (!ret)
 		ret = ring_op_get(w->ring, &op);
 	if (ret) {
-		writer_frame_done(w, b, mem);
+		writer_frame_done(w, b, mem, 0);
 		return c->err ? c->err : ret;
 	}
 	bool zc = w->o.send_zc == 1 || (c->zc && flen >= n->threshold);

@@ -12,7 +12,7 @@ static int null_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 {
 	(void)partition;
 	writer_stored(w, flen);
-	writer_frame_done(w, b, mem);
+	writer_frame_done(w, b, mem, 0);
 	return 0;
 }
 

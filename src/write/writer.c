@@ -42,8 +42,10 @@ static int sticky(struct ush_writer *w)
 }
 
 void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
-		       const uint8_t *mem)
+		       const uint8_t *mem, uint64_t t0)
 {
+	if (t0)
+		ush_lat_add(&w->complete_lat, ushi_now_ns() - t0);
 	if (b)
 		pool_put(w->pool, b);
 	else
@@ -97,7 +99,7 @@ static bool compress(struct ush_writer *w, struct ushi_frame *f,
 		w->st.stored_raw++;
 		return false;
 	}
-	f->codec = (uint8_t)ring_opts(w->ring)->codec;
+	f->codec = (uint8_t)w->ropts->codec;
 	f->payload_len = (uint32_t)n;
 	return true;
 }
@@ -125,7 +127,7 @@ static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 	struct ushi_pool *pool = w->pool;
 	struct ushi_frame f = frame_of(w, b->part, b->seq, b->len, b->nrec);
 	struct ushi_buf *out = b;
-	if (ring_opts(w->ring)->codec != USH_CODEC_NONE && b->len) {
+	if (w->ropts->codec != USH_CODEC_NONE && b->len) {
 		/* Compress into a buffer of the same class; the raw one goes
 		 * straight back to the pool. No idle buffer: store raw. */
 		struct ushi_buf *c = pool_get(pool, b->order);
@@ -244,7 +246,7 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 					"release buffers taken with "
 					"ush_writer_acquire() or raise "
 					"ush_ring_opts.pool_bytes",
-					ring_opts(r)->pool_bytes >> 10,
+					w->ropts->pool_bytes >> 10,
 					(USHI_BUF_MIN << min_order) >> 10);
 		if (ret)
 			return ret;
@@ -324,7 +326,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_frame f = frame_of(w, partition, p->seq++, (uint32_t)raw, 1);
 	p->st.batches++;
-	if (ring_opts(w->ring)->codec != USH_CODEC_NONE) {
+	if (w->ropts->codec != USH_CODEC_NONE) {
 		uint8_t *c = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
 		if (compress(w, &f, m, c, raw)) {
 			ushi_free(m);
@@ -357,7 +359,7 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 				USH_RECORD_MAX);
 	size_t need = USH_RECORD_HDR_SIZE + len;
 	struct ushi_part *p = &w->parts[partition];
-	if (need > w->push_size - USH_FRAME_HDR_SIZE) {
+	if (need > w->ropts->push_size - USH_FRAME_HDR_SIZE) {
 		ret = write_alone(w, partition, rec, len);
 	} else {
 		if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
@@ -544,11 +546,6 @@ void writer_stored(struct ush_writer *w, uint64_t bytes)
 	w->st.stored_bytes += bytes;
 }
 
-void writer_completed(struct ush_writer *w, uint64_t t0)
-{
-	ush_lat_add(&w->complete_lat, ushi_now_ns() - t0);
-}
-
 uint64_t writer_part_batches(const struct ush_writer *w, uint32_t p)
 {
 	return w->parts[p].st.batches;
@@ -621,12 +618,11 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 		return ushi_fail(-ENOMEM, "writer: %u partitions",
 				o->partitions);
 	}
-	w->st.size = sizeof(w->st);
 	ush_lat_init(&w->complete_lat);
 	w->ring = ring;
 	w->sink = sink;
 	w->pool = ring_pool(ring);
-	w->push_size = ring_opts(ring)->push_size;
+	w->ropts = ring_opts(ring);
 	w->push_order = w->pool->max_order;
 	ret = sink->open(w);
 	if (ret) {

@@ -43,8 +43,9 @@ enum ushi_writer_state { W_OPEN, W_COMMITTED, W_ABORTED };
 
 struct ush_writer {
 	struct ush_ring *ring;
-	struct ushi_pool *pool; /* ring_pool(ring) */
-	size_t push_size;       /* ring_opts(ring)->push_size */
+	/* Borrowed from ring for the hot paths: its pool and options. */
+	struct ushi_pool *pool;
+	const struct ush_ring_opts *ropts;
 	struct ush_writer_opts o;
 	const struct ushi_sink_ops *sink;
 	void *sink_state;
@@ -63,17 +64,17 @@ struct ush_writer {
 /* Records a sticky error (first one wins) from a completion or sink. */
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Sinks count through these: bytes stored on the target, a frame's
- * completion (t0: its ushi_now_ns() at submission), the batches
+/* Sinks count through these: bytes stored on the target, the batches
  * written to partition p so far. */
 void writer_stored(struct ush_writer *w, uint64_t bytes);
-void writer_completed(struct ush_writer *w, uint64_t t0);
 uint64_t writer_part_batches(const struct ush_writer *w, uint32_t p);
 /* The writer's totals, for a sink's own counters (net_*). */
 struct ush_writer_stats *writer_counters(struct ush_writer *w);
 /* A submitted frame is done with (written, dropped or failed): returns
- * pool buffer b, or frees heap frame mem, and counts it out of flight. */
+ * pool buffer b, or frees heap frame mem, and counts it out of flight.
+ * t0, its ushi_now_ns() at submission, times its completion; 0 for a
+ * frame that never reached the target. */
 void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
-		       const uint8_t *mem);
+		       const uint8_t *mem, uint64_t t0);
 
 #endif

@@ -5,7 +5,8 @@
  * takes the defaults for the fields the caller has never heard of. Also
  * the other direction: a struct from a newer header is accepted when the
  * fields this library does not know are zero, refused (-E2BIG) when not,
- * and a struct never initialised is refused (-EINVAL).
+ * and a struct never initialised (size 0, or garbage) is refused
+ * (-EINVAL).
  *
  * Plain C and exit codes, not cmocka: cmocka's header would pull in
  * nothing of ushuffle, but this program must see only the old layout.
@@ -118,6 +119,11 @@ int main(int argc, char **argv)
 	CHECK(w == NULL);
 	/* Never initialised (designated initialisers leave size at 0). */
 	struct ush_writer_opts bare = {.shuffle = 1, .partitions = 4};
+	CHECK(ush_writer_open(&w, ring, &bare) == -EINVAL);
+	CHECK(strstr(ush_last_error(), "_init()") != NULL);
+	/* Never initialised on the stack: a garbage size is refused, not
+	 * taken as a struct to scan past the caller's memory. */
+	bare.size = 0xdeadbeef;
 	CHECK(ush_writer_open(&w, ring, &bare) == -EINVAL);
 	CHECK(strstr(ush_last_error(), "_init()") != NULL);
 
