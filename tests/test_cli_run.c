@@ -5,8 +5,10 @@
  * the status line, and Ctrl-C (exit 130, partial report, files removed).
  */
 #include "cli_run.h"
+#include "net_helpers.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define SIZE "192k"
@@ -157,27 +159,47 @@ static void every_target_rw_codec(void **state)
 	th_rmrf(dir);
 }
 
+/* write/allocs of one map of 8 partitions pushed to workers (NULL: an
+ * embedded one). */
+static uint64_t net_write_allocs(const char *dir, const char *workers)
+{
+	char dirarg[600], warg[96] = "--eta=never";
+	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
+	if (workers)
+		snprintf(warg, sizeof(warg), "--workers=%s", workers);
+	struct cli_out r = cli_run(NULL, "--name=allocs", "--target=net",
+				   "--rw=write", dirarg, "--size=4m",
+				   "--numjobs=1", "--partitions=8",
+				   "--output-format=json", "--eta=never", warg);
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	json_object *j0 = json_object_array_get_idx(jget(j, "jobs"), 0);
+	uint64_t n = jint(j0, "write/allocs");
+	json_object_put(j);
+	cli_free(&r);
+	return n;
+}
+
 /*
  * allocs/batch is process-wide: an embedded worker lives in its own
- * library (libushuffle_worker, with its own counter), and its allocations
- * (partition files, connections) still count in the write phase.
+ * library (libushuffle_worker, with its own counter), and what it
+ * allocates while storing (partitions, the commit) counts in the write
+ * phase, which ends after the commit. The same job against a worker in
+ * another process counts the client alone.
  */
 static void embedded_worker_allocations_count(void **state)
 {
 	(void)state;
 	const char *dir = th_tmpdir("cliallocs");
-	char dirarg[600];
-	snprintf(dirarg, sizeof(dirarg), "--dir=%s", dir);
-	struct cli_out r = cli_run(NULL, "--name=allocs", "--target=net",
-				   "--rw=write", dirarg, "--size=4m",
-				   "--partitions=8", "--output-format=json",
-				   "--eta=never");
-	cli_expect(&r, 0);
-	json_object *j = cli_json(&r);
-	json_object *j0 = json_object_array_get_idx(jget(j, "jobs"), 0);
-	assert_true(jint(j0, "write/allocs") > 0);
-	json_object_put(j);
-	cli_free(&r);
+	struct th_worker wk = {0};
+	snprintf(wk.dir, sizeof(wk.dir), "%.400s/worker", dir);
+	assert_int_equal(mkdir(wk.dir, 0755), 0);
+	th_worker_spawn(&wk, "127.0.0.1", 0, 1);
+	uint64_t client = net_write_allocs(dir, wk.addr);
+	th_worker_stop(&wk);
+	uint64_t both = net_write_allocs(dir, NULL);
+	assert_true(client > 0); /* the commit's tables */
+	assert_true(both > client);
 	th_rmrf(dir);
 }
 

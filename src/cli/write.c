@@ -267,9 +267,6 @@ void write_phase(struct thread_ctx *t)
 		job_fail(t, ret, "map %u: %s", t->index,
 			 s.oom ? "out of memory" : ush_last_error());
 	stage_free(&s);
-	uint64_t t1 = now_ns();
-	phase_barrier(t, 1);
-	uint64_t t2 = now_ns();
 	if (w && !ret && !job_stopping(j)) {
 		if ((ret = ush_writer_commit(w, parts)))
 			job_fail(t, ret, "map %u commit: %s", t->index,
@@ -277,7 +274,12 @@ void write_phase(struct thread_ctx *t)
 	} else if (w) {
 		ush_writer_abort(w);
 	}
-	d->runtime_ns = (t1 - t0) + (now_ns() - t2);
+	d->runtime_ns = now_ns() - t0;
+	/*
+	 * The phase ends after the commit, as its runtime does: a worker
+	 * stores asynchronously, and only its commit reply says it is done.
+	 */
+	phase_barrier(t, 1);
 	if (w)
 		publish(t, w, ret ? NULL : parts);
 	ush_writer_free(w);
