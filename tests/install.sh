@@ -83,7 +83,7 @@ cc $cflags -o app-pc-static app.c $(pkg-config --cflags ushuffle) \
 cat >CMakeLists.txt <<'CM'
 cmake_minimum_required(VERSION 3.20)
 project(app C)
-find_package(ushuffle 0.2 REQUIRED)
+find_package(ushuffle 0.3 REQUIRED)
 add_executable(app-cmake app.c)
 target_link_libraries(app-cmake PRIVATE ushuffle::worker ushuffle::ushuffle)
 add_executable(app-cmake-static app.c)

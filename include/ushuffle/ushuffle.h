@@ -35,9 +35,9 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define USH_VERSION_MAJOR 0
-#define USH_VERSION_MINOR 2
+#define USH_VERSION_MINOR 3
 #define USH_VERSION_PATCH 0
-#define USH_VERSION_STRING "0.2.0"
+#define USH_VERSION_STRING "0.3.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, as zstd's ZSTD_VERSION_NUMBER. */
 #define USH_VERSION_NUMBER                                                   \
 	(USH_VERSION_MAJOR * 10000 + USH_VERSION_MINOR * 100 + USH_VERSION_PATCH)
@@ -54,7 +54,7 @@ USH_API const char *ush_version_string(void);
  * fields the caller's struct has and takes the defaults for the rest; a
  * library older than the caller accepts a larger struct only if every
  * byte it does not know is zero (else -E2BIG). Fields are only ever
- * appended, and a field added after 0.2 has zero as its default. So:
+ * appended, and a field added after 0.3 has zero as its default. So:
  * call the _init() before setting fields; for writer and reader options,
  * whose every field defaults to zero, a designated initialiser that sets
  * .size = sizeof(the struct) does the same. A struct whose size is 0 is
@@ -85,7 +85,7 @@ USH_API const char *ush_version_string(void);
 	X(POOL, -4005, "buffer pool exhausted")                              \
 	X(CODEC, -4006, "compression or decompression failed")               \
 	X(STATE, -4007, "object in the wrong state for this call")           \
-	X(COMMITTED, -4008, "map output already committed by another attempt")
+	X(COMMITTED, -4008, "map attempt already committed")
 
 enum {
 #define USH_ERR_ENUM(name, code, msg) USH_E##name = (code),
@@ -314,8 +314,14 @@ static inline size_t ush_record_put(void *dst, const void *rec, uint32_t len)
 
 /*
  * Flushes every partition, waits for every completion, makes the output
- * durable and publishes it atomically. parts, if not NULL, receives
- * `partitions` entries. After commit the writer accepts no more records.
+ * durable and publishes it atomically: on disk the attempt's index is
+ * renamed into place; on the net target every worker has synced and
+ * logged the attempt. parts, if not NULL, receives `partitions` entries.
+ * After commit the writer accepts no more records, and
+ * ush_writer_status() yields the map status. A commit that failed
+ * publishes nothing a reader can be given: retry the map as a new
+ * attempt. An I/O error (a failed fdatasync included) is sticky: a
+ * retried commit returns it again.
  */
 USH_API int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts);
 /* Drops everything written so far and removes partial files. */
@@ -330,19 +336,56 @@ USH_API const char *ush_writer_error(const ush_writer *w);
  * aborted. */
 USH_API void ush_writer_free(ush_writer *w);
 
+/* -------------------------------------------------------------- map status */
+
+/*
+ * A map status: the compact bytes a commit yields (docs/format.md §3). It
+ * names the shuffle, map and attempt, where the data lives (the disk
+ * directory or the worker list) and, per partition, the batch count and a
+ * checksum over the batches' CRC32Cs. The caller's driver decides which
+ * attempt of each map counts, as Spark's MapOutputTracker does: it
+ * collects the statuses (carrying them in its own machinery; they are
+ * plain bytes, position-independent) and opens readers with the ones it
+ * chose. Workers store every attempt and elect none.
+ */
+struct ush_status {
+	const void *data;
+	size_t len;
+};
+
+/* After a successful commit: the map status, borrowed from w (valid until
+ * ush_writer_free()). Otherwise USH_ESTATE. */
+USH_API int ush_writer_status(const ush_writer *w, struct ush_status *st);
+
+struct ush_status_info {
+	uint32_t size;          /* sizeof, set by the inline wrapper */
+	uint32_t shuffle, map, attempt, partitions;
+	enum ush_target target; /* USH_TARGET_DISK or USH_TARGET_NET */
+	uint64_t batches;       /* of every partition */
+	uint32_t location_len;  /* bytes of the directory or worker list */
+};
+/* Checks a map status (bounds, version, header CRC) and describes it:
+ * 0, USH_ECORRUPT or USH_EVERSION, with a message saying what is wrong. */
+USH_API int ush_status_info_size(const struct ush_status *st,
+				 struct ush_status_info *info, size_t size);
+static inline int ush_status_info(const struct ush_status *st,
+				  struct ush_status_info *info)
+{
+	return ush_status_info_size(st, info, sizeof(*info));
+}
+
 /* ------------------------------------------------------------------ reader */
 
 typedef struct ush_reader ush_reader;
 
 struct ush_reader_opts {
 	uint32_t size;        /* sizeof, set by ush_reader_opts_init() */
-	const char *dir;      /* spill directory the writers used */
-	uint32_t shuffle;
 	uint32_t partition;
-	uint32_t maps;        /* map ids 0 .. maps-1 must all be committed */
-	/* Set to read over the network instead of dir: the writers' worker
-	 * list; the partition is fetched from its worker (copied). */
-	const char *workers;
+	/* The map statuses of one shuffle to read, one per map: exactly
+	 * these attempts are read, from where each status says. Borrowed
+	 * until ush_reader_open() returns. */
+	const struct ush_status *statuses;
+	uint32_t nstatuses;
 	uint32_t timeout_ms;  /* net: give up on a silent worker (10000) */
 };
 
@@ -352,11 +395,15 @@ USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,
 USH_SIZED_INIT(ush_reader_opts)
 
 /*
- * Opens partition of shuffle over the committed outputs of maps 0..maps-1
- * in dir, or, when opts->workers is set, fetched from the partition's
- * worker (only committed attempts, each batch once, counts checked
- * against the writers' MAPPER_END). A map without a committed output is
- * an error (USH_ENOTCOMMITTED).
+ * Opens partition over the attempts the statuses name. Fails at open
+ * with -EINVAL for bad arguments (no statuses, statuses of different
+ * shuffles or partition counts, one map named twice, a partition beyond
+ * the count), USH_ECORRUPT for a status that does not parse, and
+ * USH_ENOTCOMMITTED when a named attempt is not committed where its
+ * status says (a missing index or directory; a worker that does not
+ * hold it). The reader checks every map's batches against its status: a
+ * missing, extra or different batch is USH_ECORRUPT naming map,
+ * partition and file or worker.
  */
 USH_API int ush_reader_open(ush_reader **out,
 			    const struct ush_reader_opts *opts);

@@ -188,6 +188,10 @@ struct manifest {
 	uint32_t shuffle, maps, partitions;
 	uint32_t rec_min, rec_max;
 	uint64_t *records, *bytes; /* [map * partitions + part] */
+	/* The driver's choice of attempt per map: its committed status
+	 * (data heap-owned), what a read job's readers are opened with. */
+	struct ush_status *status;
+	char workers[1024];        /* net: the workers the job used */
 };
 
 void manifest_path(char *buf, size_t n, const char *dir, uint32_t shuffle);

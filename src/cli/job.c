@@ -139,13 +139,12 @@ static bool spill_file(const char *n)
 		return false;
 	while (isdigit((unsigned char)*n))
 		n++;
-	if (!strcmp(n, ".index"))
-		return true;
 	if (strncmp(n, ".a", 2) || !isdigit((unsigned char)n[2]))
 		return false;
 	for (n += 2; isdigit((unsigned char)*n);)
 		n++;
-	return !strcmp(n, ".data") || !strcmp(n, ".index.tmp");
+	return !strcmp(n, ".data") || !strcmp(n, ".index") ||
+	       !strcmp(n, ".index.tmp");
 }
 
 /* Removes a shuffle's spill files and manifest, then its directory. */
@@ -215,7 +214,10 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 		size_t cells = (size_t)j->maps * j->partitions;
 		j->expect.records = calloc(cells, sizeof(uint64_t));
 		j->expect.bytes = calloc(cells, sizeof(uint64_t));
-		if (!j->expect.records || !j->expect.bytes) {
+		j->expect.status = calloc(j->maps, sizeof(struct ush_status));
+		j->expect.maps = j->maps;
+		if (!j->expect.records || !j->expect.bytes ||
+		    !j->expect.status) {
 			snprintf(res->errmsg, sizeof(res->errmsg),
 				 "out of memory for %zu partition counters",
 				 cells);
@@ -276,6 +278,8 @@ static void finish(struct job_ctx *j, struct job_result *res)
 		j->expect.partitions = j->partitions;
 		j->expect.rec_min = j->gen.min;
 		j->expect.rec_max = j->gen.max;
+		snprintf(j->expect.workers, sizeof(j->expect.workers), "%s",
+			 j->workers);
 		int ret = manifest_save(&j->expect, o, res->errmsg,
 					sizeof(res->errmsg));
 		if (ret)
@@ -316,7 +320,9 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	mkdir(o->dir, 0755); /* the worker makes only its own directory */
 	struct ush_worker_opts wo;
 	ush_worker_opts_init(&wo);
-	wo.listen = "127.0.0.1:0";
+	/* A read job's worker serves where the map statuses say the data
+	 * is: the address the writing job's worker had. */
+	wo.listen = o->rw == RW_READ ? j->expect.workers : "127.0.0.1:0";
 	wo.dir = j->wdir;
 	wo.direct = o->direct;
 	wo.log_level = 0;
@@ -331,6 +337,20 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	snprintf(j->workers, sizeof(j->workers), "127.0.0.1:%d",
 		 ush_worker_port(j->embedded));
 	return 0;
+}
+
+/* Workers keep every attempt until the shuffle is dropped: a job writing
+ * the shuffle anew drops what an earlier run left (as the disk target
+ * cleans its files), and a shuffle job drops it when done. */
+static int net_drop(struct job_ctx *j, struct job_result *res)
+{
+	if (j->o->target != TARGET_NET || j->o->rw == RW_READ)
+		return 0;
+	int ret = ush_net_drop(j->workers, j->shuffle, 0);
+	if (ret)
+		snprintf(res->errmsg, sizeof(res->errmsg), "dropping shuffle %u "
+			 "on the workers: %.400s", j->shuffle, ush_last_error());
+	return ret;
 }
 
 static void net_teardown(struct job_ctx *j)
@@ -365,6 +385,8 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 		ret = res->err = prepare(&j, res);
 	if (!ret)
 		ret = res->err = net_setup(&j, res);
+	if (!ret)
+		ret = res->err = net_drop(&j, res);
 	if (!ret) {
 		pthread_barrier_init(&j.bar, NULL, res->nthreads);
 		j.t_start = now_ns();
@@ -389,6 +411,9 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 		pthread_barrier_destroy(&j.bar);
 		res->ran = true;
 		finish(&j, res);
+		if (o->rw == RW_SHUFFLE && !o->keep && net_drop(&j, res) &&
+		    !res->err)
+			res->err = -EIO;
 	} else if (!res->err) {
 		res->err = -EINVAL;
 	}

@@ -1,8 +1,9 @@
 /*
  * The manifest a write job leaves beside its spill files (json-c): the
- * job's shape and how many records each map committed to each partition,
- * so a later --rw=read knows what to expect without repeating options and
- * can tell a missing record from a short job.
+ * job's shape, how many records each map committed to each partition,
+ * and each map's status (hex), so a later --rw=read reads exactly the
+ * attempts this job committed, knows what to expect without repeating
+ * options, and can tell a missing record from a short job.
  */
 #include "cli.h"
 
@@ -58,6 +59,20 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 			       u64_matrix(m->records, m->maps, m->partitions));
 	json_object_object_add(j, "bytes",
 			       u64_matrix(m->bytes, m->maps, m->partitions));
+	json_object_object_add(j, "workers",
+			       json_object_new_string(m->workers));
+	json_object *st = json_object_new_array_ext((int)m->maps);
+	for (uint32_t i = 0; i < m->maps; i++) {
+		const uint8_t *b = m->status[i].data;
+		char *hex = malloc(2 * m->status[i].len + 1);
+		for (size_t k = 0; hex && k < m->status[i].len; k++)
+			sprintf(hex + 2 * k, "%02x", b[k]);
+		if (hex)
+			hex[2 * m->status[i].len] = 0;
+		json_object_array_add(st, json_object_new_string(hex ? hex : ""));
+		free(hex);
+	}
+	json_object_object_add(j, "map_statuses", st);
 	/* The disk target made these; a net job's spill lives elsewhere. */
 	snprintf(tmp, sizeof(tmp), "%s/s%u", o->dir, m->shuffle);
 	mkdir(o->dir, 0755);
@@ -85,6 +100,25 @@ static int get_u32(json_object *j, const char *key, uint32_t *v)
 	uint64_t u = json_object_get_uint64(f);
 	*v = (uint32_t)u;
 	return u == *v ? 0 : -1;
+}
+
+/* Map i's status from its hex string: 0, or -1 if it is not hex. */
+static int get_status(json_object *a, uint32_t i, struct ush_status *st)
+{
+	const char *hex = json_object_get_string(json_object_array_get_idx(a, i));
+	size_t n = hex ? strlen(hex) : 0;
+	uint8_t *b = n && n % 2 == 0 ? malloc(n / 2) : NULL;
+	for (size_t k = 0; b && k < n / 2; k++) {
+		unsigned v;
+		if (sscanf(hex + 2 * k, "%2x", &v) != 1) {
+			free(b);
+			return -1;
+		}
+		b[k] = (uint8_t)v;
+	}
+	st->data = b;
+	st->len = n / 2;
+	return b ? 0 : -1;
 }
 
 static int get_matrix(json_object *j, const char *key, uint64_t *v,
@@ -146,6 +180,17 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 		ret = get_matrix(j, "records", m->records, m->maps,
 				 m->partitions) |
 		      get_matrix(j, "bytes", m->bytes, m->maps, m->partitions);
+	json_object *a = NULL, *w = NULL;
+	if (!ret && (!json_object_object_get_ex(j, "map_statuses", &a) ||
+		     json_object_array_length(a) != m->maps ||
+		     !json_object_object_get_ex(j, "workers", &w) ||
+		     !(m->status = calloc(m->maps, sizeof(*m->status)))))
+		ret = -1;
+	for (uint32_t i = 0; !ret && i < m->maps; i++)
+		ret = get_status(a, i, &m->status[i]);
+	if (!ret)
+		snprintf(m->workers, sizeof(m->workers), "%s",
+			 json_object_get_string(w));
 	json_object_put(j);
 	if (ret) {
 		ret = USH_ECORRUPT;
@@ -160,7 +205,11 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 
 void manifest_free(struct manifest *m)
 {
+	for (uint32_t i = 0; m->status && i < m->maps; i++)
+		free((void *)m->status[i].data);
+	free(m->status);
 	free(m->records);
 	free(m->bytes);
 	m->records = m->bytes = NULL;
+	m->status = NULL;
 }

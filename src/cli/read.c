@@ -89,9 +89,8 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 	struct job_ctx *j = t->job;
 	const struct job_opts *o = j->o;
 	struct dir_stats *d = &t->res->r;
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = o->dir,
-		.shuffle = j->shuffle, .partition = part, .maps = j->maps,
-		.workers = j->workers[0] ? j->workers : NULL};
+	struct ush_reader_opts ro = {.size = sizeof(ro), .partition = part,
+		.statuses = j->expect.status, .nstatuses = j->maps};
 	struct part_check c = {.g = &j->gen, .part = part, .maps = j->maps,
 			       .count = count, .next = count + j->maps};
 	ush_reader *r = NULL;

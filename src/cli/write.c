@@ -223,6 +223,14 @@ static void publish(struct thread_ctx *t, ush_writer *w,
 		j->expect.records[k] = parts[p].records;
 		j->expect.bytes[k] = parts[p].bytes;
 	}
+	/* The driver keeps each map's status: the attempt its reads read. */
+	struct ush_status ms;
+	if (parts && !ush_writer_status(w, &ms)) {
+		void *copy = malloc(ms.len);
+		if (copy)
+			j->expect.status[t->index] = (struct ush_status){
+				memcpy(copy, ms.data, ms.len), ms.len};
+	}
 }
 
 void write_phase(struct thread_ctx *t)

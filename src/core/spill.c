@@ -17,9 +17,10 @@ int spill_data(char *buf, size_t n, const char *dir, uint32_t shuffle,
 }
 
 int spill_index(char *buf, size_t n, const char *dir, uint32_t shuffle,
-		uint32_t map)
+		uint32_t map, uint32_t attempt)
 {
-	return snprintf(buf, n, "%s/s%u/m%u.index", dir, shuffle, map);
+	return snprintf(buf, n, "%s/s%u/m%u.a%u.index", dir, shuffle, map,
+			attempt);
 }
 
 uint32_t spill_crc(uint32_t crc, const void *p, size_t n)

@@ -1,9 +1,10 @@
 /*
  * Local spill layout, shared by the disk sink and the reader
  * (docs/format.md): per map attempt a data file of frames and an index of
- * 16-byte entries closed by a 48-byte trailer. The committed index is
- * named after the map alone, so its atomic rename decides which attempt
- * counts.
+ * 16-byte entries closed by a 48-byte trailer. The index is written under
+ * a temporary name and renamed into place at commit: its presence is the
+ * attempt's atomic publish. Which attempt of a map counts is the
+ * caller's driver's choice (the map status), never the files'.
  */
 #ifndef USHI_SPILL_H
 #define USHI_SPILL_H
@@ -30,12 +31,12 @@ struct spill_trailer {
 };
 
 /* "<dir>/s<shuffle>", "<dir>/s<S>/m<map>.a<attempt>.data",
- * "<dir>/s<S>/m<M>.index": snprintf into buf; returns its length. */
+ * "<dir>/s<S>/m<M>.a<A>.index": snprintf into buf; returns its length. */
 int spill_dir(char *buf, size_t n, const char *dir, uint32_t shuffle);
 int spill_data(char *buf, size_t n, const char *dir, uint32_t shuffle,
 	       uint32_t map, uint32_t attempt);
 int spill_index(char *buf, size_t n, const char *dir, uint32_t shuffle,
-		uint32_t map);
+		uint32_t map, uint32_t attempt);
 
 void spill_entry_put(uint8_t *p, const struct spill_entry *e);
 void spill_entry_get(const uint8_t *p, struct spill_entry *e);

@@ -174,7 +174,7 @@ static int hello_reply(int fd, const char *peer, struct proto_hello *h)
 	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_HELLO, b, &f);
 	if (ret)
 		return ret;
-	proto_get_hello(b + USH_FRAME_HDR_SIZE, h);
+	proto_get_hello(&f, b + USH_FRAME_HDR_SIZE, h);
 	if (h->version != USHI_PROTO_VERSION)
 		return ushi_fail(USH_EVERSION, "net: worker %s speaks protocol "
 				"version %u, this library %u", peer,
@@ -186,8 +186,8 @@ static int hello_reply(int fd, const char *peer, struct proto_hello *h)
 	return 0;
 }
 
-int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
-	     struct proto_hello *reply)
+int net_dial(const char *peer, const struct proto_hello *hello,
+	     uint32_t timeout_ms, struct proto_hello *reply)
 {
 	char host[USHI_NET_PEER], port[16];
 	if (split(peer, host, sizeof(host), port, sizeof(port)))
@@ -207,7 +207,8 @@ int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
 	if (fd < 0)
 		return ushi_fail(fd, "net: connect to worker %s", peer);
 	uint8_t b[USHI_PROTO_SMALL];
-	struct proto_hello h = {USHI_PROTO_VERSION, role, 0, 0};
+	struct proto_hello h = *hello;
+	h.version = USHI_PROTO_VERSION;
 	ret = net_write(fd, b, proto_put_hello(b, &h));
 	if (ret)
 		ushi_fail(ret, "net: worker %s: sending HELLO", peer);
@@ -235,7 +236,8 @@ int ush_net_drop(const char *workers, uint32_t shuffle, uint32_t timeout_ms)
 		ret = 0;
 	for (unsigned i = 0; !ret && i < n; i++) {
 		struct proto_hello h;
-		int fd = net_dial(peers[i], USHI_ROLE_ADMIN,
+		struct proto_hello admin = {.role = USHI_ROLE_ADMIN};
+		int fd = net_dial(peers[i], &admin,
 				  timeout_ms ? timeout_ms : USHI_NET_TIMEOUT_MS,
 				  &h);
 		if (fd < 0) {

@@ -19,13 +19,14 @@ int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
 /* Counts the entries of a worker list (0 when empty). */
 unsigned net_count_workers(const char *list);
 /*
- * Connects to peer ("HOST:PORT") within timeout_ms and says HELLO as role;
+ * Connects to peer ("HOST:PORT") within timeout_ms and says HELLO (its
+ * role and, for a writer, the attempt; the version is filled in);
  * *reply gets the worker's HELLO. The socket is blocking with send and
  * receive timeouts of timeout_ms. Returns the fd or an error (a refusal
  * carries the worker's ERROR message).
  */
-int net_dial(const char *peer, uint32_t role, uint32_t timeout_ms,
-	     struct proto_hello *reply);
+int net_dial(const char *peer, const struct proto_hello *hello,
+	     uint32_t timeout_ms, struct proto_hello *reply);
 /* Reads exactly n bytes; -ETIMEDOUT after the socket's timeout, -EPIPE
  * at EOF. */
 int net_read(int fd, void *buf, size_t n);

@@ -23,24 +23,23 @@ static int check_ctrl(const struct ushi_frame *f, const char **why)
 	case USHI_FRAME_ACK:
 		return n == USHI_PROTO_ACK_LEN ? 0 : bad(why, "ACK length");
 	case USHI_FRAME_FETCH:
-		return n == USHI_PROTO_FETCH_LEN ? 0 : bad(why, "FETCH length");
+		return n > USHI_PROTO_FETCH_LEN && n <= USHI_PROTO_CTRL_MAX &&
+				       (n - USHI_PROTO_FETCH_LEN) %
+						       USHI_PROTO_WANT_LEN ==
+					       0 ? 0 :
+			bad(why, "FETCH length (an offset, then 8 bytes per "
+			    "attempt)");
 	case USHI_FRAME_FETCH_END:
 		return n == USHI_PROTO_FETCH_END_LEN ? 0 :
 			bad(why, "FETCH_END length");
 	case USHI_FRAME_DROP:
-		return n == 0 ? 0 : bad(why, "DROP length");
+	case USHI_FRAME_MAPPER_END:
+	case USHI_FRAME_MANIFEST:
+		return n == 0 ? 0 : bad(why, "non-empty DROP, MAPPER_END or "
+					     "MANIFEST");
 	case USHI_FRAME_ERROR:
 		return n >= 8 && n <= 8 + USHI_PROTO_ERRMSG_MAX ? 0 :
 			bad(why, "ERROR length");
-	case USHI_FRAME_MAPPER_END:
-		/* seq counts the entries; checked before the multiply. */
-		return f->seq <= USHI_PROTO_CTRL_MAX / USHI_PROTO_COUNT_LEN &&
-				       n == f->seq * USHI_PROTO_COUNT_LEN ? 0 :
-			bad(why, "MAPPER_END length disagrees with its count");
-	case USHI_FRAME_MANIFEST:
-		return f->seq <= USHI_PROTO_ENTRIES_MAX &&
-				       n == f->seq * USHI_PROTO_MANIFEST_LEN ? 0 :
-			bad(why, "MANIFEST length disagrees with its count");
 	}
 	return bad(why, "unknown frame type");
 }
@@ -91,8 +90,8 @@ size_t proto_put_hello(uint8_t *buf, const struct proto_hello *h)
 	put_le32(p + 4, h->role);
 	put_le32(p + 8, h->window);
 	put_le32(p + 12, h->max_frame);
-	return put_ctrl(buf, USHI_FRAME_HELLO, 0, 0, 0, 0, 0,
-			USHI_PROTO_HELLO_LEN);
+	return put_ctrl(buf, USHI_FRAME_HELLO, h->shuffle, h->map, h->attempt,
+			0, 0, USHI_PROTO_HELLO_LEN);
 }
 
 size_t proto_put_ack(uint8_t *buf, uint32_t shuffle, uint32_t map,
@@ -117,12 +116,25 @@ size_t proto_put_error(uint8_t *buf, int code, const char *msg)
 			8 + (uint32_t)n);
 }
 
-size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
-		       uint64_t offset)
+size_t proto_fetch_size(uint32_t n)
 {
-	put_le64(buf + USH_FRAME_HDR_SIZE, offset);
+	return USH_FRAME_HDR_SIZE + USHI_PROTO_FETCH_LEN +
+	       (size_t)n * USHI_PROTO_WANT_LEN;
+}
+
+size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
+		       uint64_t offset, const struct proto_want *w,
+		       uint32_t n)
+{
+	uint8_t *p = buf + USH_FRAME_HDR_SIZE;
+	put_le64(p, offset);
+	p += USHI_PROTO_FETCH_LEN;
+	for (uint32_t i = 0; i < n; i++, p += USHI_PROTO_WANT_LEN) {
+		put_le32(p, w[i].map);
+		put_le32(p + 4, w[i].attempt);
+	}
 	return put_ctrl(buf, USHI_FRAME_FETCH, shuffle, 0, 0, partition, 0,
-			USHI_PROTO_FETCH_LEN);
+			(uint32_t)(proto_fetch_size(n) - USH_FRAME_HDR_SIZE));
 }
 
 size_t proto_put_fetch_end(uint8_t *buf, uint32_t shuffle,
@@ -146,44 +158,25 @@ size_t proto_put_pad(uint8_t *buf, uint32_t total)
 	return put_ctrl(buf, USHI_FRAME_PAD, 0, 0, 0, 0, 0, n);
 }
 
-size_t proto_mapper_end_size(uint32_t n)
-{
-	return USH_FRAME_HDR_SIZE + (size_t)n * USHI_PROTO_COUNT_LEN;
-}
-
 size_t proto_put_mapper_end(uint8_t *buf, uint32_t shuffle, uint32_t map,
-			    uint32_t attempt, uint32_t parts,
-			    const struct proto_count *e, uint32_t n)
+			    uint32_t attempt)
 {
-	uint8_t *p = buf + USH_FRAME_HDR_SIZE;
-	for (uint32_t i = 0; i < n; i++, p += USHI_PROTO_COUNT_LEN) {
-		put_le32(p, e[i].partition);
-		put_le64(p + 4, e[i].batches);
-	}
-	return put_ctrl(buf, USHI_FRAME_MAPPER_END, shuffle, map, attempt,
-			parts, n, n * USHI_PROTO_COUNT_LEN);
+	return put_ctrl(buf, USHI_FRAME_MAPPER_END, shuffle, map, attempt, 0, 0,
+			0);
 }
 
-size_t proto_manifest_size(uint32_t n)
+size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition)
 {
-	return USH_FRAME_HDR_SIZE + (size_t)n * USHI_PROTO_MANIFEST_LEN;
+	return put_ctrl(buf, USHI_FRAME_MANIFEST, shuffle, 0, 0, partition, 0,
+			0);
 }
 
-size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition,
-			  const struct proto_manifest *e, uint32_t n)
+void proto_get_hello(const struct ushi_frame *f, const uint8_t *p,
+		     struct proto_hello *h)
 {
-	uint8_t *p = buf + USH_FRAME_HDR_SIZE;
-	for (uint32_t i = 0; i < n; i++, p += USHI_PROTO_MANIFEST_LEN) {
-		put_le32(p, e[i].map);
-		put_le32(p + 4, e[i].attempt);
-		put_le64(p + 8, e[i].batches);
-	}
-	return put_ctrl(buf, USHI_FRAME_MANIFEST, shuffle, 0, 0, partition, n,
-			n * USHI_PROTO_MANIFEST_LEN);
-}
-
-void proto_get_hello(const uint8_t *p, struct proto_hello *h)
-{
+	h->shuffle = f->shuffle;
+	h->map = f->map;
+	h->attempt = f->attempt;
 	h->version = get_le32(p);
 	h->role = get_le32(p + 4);
 	h->window = get_le32(p + 8);
@@ -214,33 +207,16 @@ int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n)
 	return code < 0 && code > -5000 ? code : -EPROTO;
 }
 
-void proto_get_count(const uint8_t *p, uint32_t i, struct proto_count *e)
+uint32_t proto_wants(const struct ushi_frame *f)
 {
-	p += (size_t)i * USHI_PROTO_COUNT_LEN;
-	e->partition = get_le32(p);
-	e->batches = get_le64(p + 4);
+	return (f->payload_len - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN;
 }
 
-void proto_get_manifest(const uint8_t *p, uint32_t i,
-			struct proto_manifest *e)
+void proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w)
 {
-	p += (size_t)i * USHI_PROTO_MANIFEST_LEN;
-	e->map = get_le32(p);
-	e->attempt = get_le32(p + 4);
-	e->batches = get_le64(p + 8);
-}
-
-int proto_check_mapper_end(const uint8_t *p, const struct ushi_frame *f)
-{
-	struct proto_count e;
-	int64_t last = -1;
-	for (uint32_t i = 0; i < f->seq; i++) {
-		proto_get_count(p, i, &e);
-		if ((int64_t)e.partition <= last || e.partition >= f->partition)
-			return USH_ECORRUPT;
-		last = e.partition;
-	}
-	return 0;
+	p += USHI_PROTO_FETCH_LEN + (size_t)i * USHI_PROTO_WANT_LEN;
+	w->map = get_le32(p);
+	w->attempt = get_le32(p + 4);
 }
 
 uint32_t proto_worker_of(uint32_t partition, uint32_t nworkers)

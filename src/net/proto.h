@@ -8,18 +8,18 @@
 
 #include "core/frame.h"
 
-#define USHI_PROTO_VERSION 1
-/* Control payloads are small except MAPPER_END and MANIFEST, which carry
- * one entry per partition or map; this bounds them. */
+#define USHI_PROTO_VERSION 2
+/* Control payloads are small except FETCH, which names one attempt per
+ * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
 #define USHI_PROTO_ERRMSG_MAX 512u
 #define USHI_PROTO_HELLO_LEN 16u
 #define USHI_PROTO_ACK_LEN 16u
-#define USHI_PROTO_FETCH_LEN 8u
+#define USHI_PROTO_FETCH_LEN 8u     /* the offset; then the attempts */
+#define USHI_PROTO_WANT_LEN 8u      /* FETCH entry: map, attempt */
+#define USHI_PROTO_WANTS_MAX                                                  \
+	((USHI_PROTO_CTRL_MAX - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN)
 #define USHI_PROTO_FETCH_END_LEN 8u
-#define USHI_PROTO_COUNT_LEN 12u    /* MAPPER_END entry */
-#define USHI_PROTO_MANIFEST_LEN 16u /* MANIFEST entry */
-#define USHI_PROTO_ENTRIES_MAX (USHI_PROTO_CTRL_MAX / USHI_PROTO_MANIFEST_LEN)
 /* Bytes a control frame may take, rounded for small stack buffers. */
 #define USHI_PROTO_SMALL 64u
 #define USHI_PROTO_ERROR_SIZE (USH_FRAME_HDR_SIZE + 8u + USHI_PROTO_ERRMSG_MAX)
@@ -48,8 +48,11 @@ enum ushi_proto_ack {
 	USHI_ACK_DROP = 3,
 };
 
+/* A writer's HELLO names the attempt it writes in the header's shuffle,
+ * map and attempt fields. */
 struct proto_hello {
 	uint32_t version, role, window, max_frame;
+	uint32_t shuffle, map, attempt;
 };
 
 struct proto_ack {
@@ -58,14 +61,9 @@ struct proto_ack {
 	uint64_t value;
 };
 
-struct proto_count {
-	uint32_t partition;
-	uint64_t batches;
-};
-
-struct proto_manifest {
+/* A FETCH names the attempt of each map to stream, ascending maps. */
+struct proto_want {
 	uint32_t map, attempt;
-	uint64_t batches;
 };
 
 /*
@@ -88,36 +86,34 @@ size_t proto_put_hello(uint8_t *buf, const struct proto_hello *h);
 size_t proto_put_ack(uint8_t *buf, uint32_t shuffle, uint32_t map,
 		     uint32_t attempt, const struct proto_ack *a);
 size_t proto_put_error(uint8_t *buf, int code, const char *msg);
+size_t proto_fetch_size(uint32_t n);
 size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
-		       uint64_t offset);
+		       uint64_t offset, const struct proto_want *w,
+		       uint32_t n);
 size_t proto_put_fetch_end(uint8_t *buf, uint32_t shuffle,
 			   uint32_t partition, uint64_t frames,
 			   uint64_t bytes);
 size_t proto_put_drop(uint8_t *buf, uint32_t shuffle);
 /* total >= USH_FRAME_HDR_SIZE; the payload bytes are zeroed. */
 size_t proto_put_pad(uint8_t *buf, uint32_t total);
-/* MAPPER_END of n entries, partitions strictly ascending below parts. */
-size_t proto_mapper_end_size(uint32_t n);
 size_t proto_put_mapper_end(uint8_t *buf, uint32_t shuffle, uint32_t map,
-			    uint32_t attempt, uint32_t parts,
-			    const struct proto_count *e, uint32_t n);
-size_t proto_manifest_size(uint32_t n);
-size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition,
-			  const struct proto_manifest *e, uint32_t n);
+			    uint32_t attempt);
+/* MANIFEST: the FETCH is accepted (every attempt it names is committed
+ * here); the stream follows. */
+size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition);
 
 /* Decoders of payloads whose length proto_header() checked. FETCH and
- * FETCH_END payloads are one get_le64() value (offset, bytes). */
-void proto_get_hello(const uint8_t *p, struct proto_hello *h);
+ * FETCH_END payloads start with one get_le64() value (offset, bytes). */
+void proto_get_hello(const struct ushi_frame *f, const uint8_t *p,
+		     struct proto_hello *h);
 void proto_get_ack(const uint8_t *p, struct proto_ack *a);
 /* Copies the message (NUL-terminated, at most n - 1 bytes) into msg and
  * returns the code: a negative errno or USH_E* value, or -EPROTO when the
  * peer sent anything else. */
 int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n);
-void proto_get_count(const uint8_t *p, uint32_t i, struct proto_count *e);
-void proto_get_manifest(const uint8_t *p, uint32_t i,
-			struct proto_manifest *e);
-/* Checks a MAPPER_END payload: entries ascending, below f->partition. */
-int proto_check_mapper_end(const uint8_t *p, const struct ushi_frame *f);
+/* The FETCH's attempts: their number, and entry i. */
+uint32_t proto_wants(const struct ushi_frame *f);
+void proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w);
 
 /* Partition -> worker: jump consistent hash (Lamping & Veach) of a mixed
  * partition number, stable when workers are appended to the list. */

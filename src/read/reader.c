@@ -1,35 +1,61 @@
 /*
- * The reduce-side reader over local spill files. For each map it reads the
- * committed index (which names the winning attempt), keeps the entries of
- * its partition, then reads each frame, checks header against index, the
- * CRC32C and the record structure before yielding a single record.
+ * The reduce-side reader. It reads exactly the attempts its map statuses
+ * name, from where each status says: a spill directory (each map's index,
+ * then the frames of the partition) or the worker that holds the
+ * partition (one stream per distinct worker). Every frame is checked
+ * (header, CRC32C, records) before a single record is yielded, and each
+ * map's batches are checked against its status: their number, their
+ * order and the checksum over their CRCs.
  */
 #include "core/codec.h"
-#include "core/frame.h"
 #include "core/spill.h"
+#include "core/status.h"
+#include "net/net.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* One map: the attempt its status names and what it says of the
+ * partition, then what was read. */
+struct rmap {
+	uint32_t map, attempt;
+	uint32_t src;              /* where it lives: index into srcs */
+	uint64_t expect;           /* batches, per the status */
+	uint32_t want_sum;         /* their checksum, per the status */
+	uint64_t got, next_seq;    /* batches read; lower seqs: duplicates */
+	uint32_t sum;              /* running checksum of those read */
+};
+
+/* A place maps live: a spill directory, or the worker holding the
+ * partition and its stream. */
+struct rsrc {
+	char *loc;
+	struct reader_net *net;
+};
+
 struct ush_reader {
-	struct ush_reader_opts o;
+	uint32_t shuffle, partition, partitions;
+	uint8_t target;
+	struct rmap *maps;         /* ascending map ids */
+	uint32_t nmaps;
+	struct rsrc *srcs;
+	uint32_t nsrcs;
+	uint32_t next;             /* disk: next map; net: current source */
 	struct ushi_codec_ctx codec;
-	uint32_t map;              /* next map to open */
-	int fd;                    /* current map's data file */
+	/* disk: the map being read */
+	struct rmap *cur;
+	int fd;
 	char path[PATH_MAX];
-	struct spill_trailer t;
 	struct spill_entry *ents;  /* this partition's entries of the map */
 	size_t nents, ei, ecap;    /* ecap in bytes, as ushi_grow() keeps it */
-	uint64_t next_seq;         /* lower sequence numbers are duplicates */
-	struct reader_net *net;    /* reading from a worker instead */
-	uint8_t *fbuf, *rbuf;      /* frame and decompressed batch */
-	uint8_t *ibuf;             /* the map's index file */
-	size_t fcap, rcap, icap;
+	uint8_t *ibuf, *fbuf, *rbuf; /* index, frame, decompressed batch */
+	size_t icap, fcap, rcap;
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;
@@ -55,22 +81,90 @@ static int read_all(int fd, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
-/* Reads map's committed index and keeps this partition's entries. */
-static int load_index(struct ush_reader *r, uint32_t map)
+/* ----------------------------------------------------- checks of a map */
+
+static int check_map(const struct ush_reader *r, const struct rmap *m,
+		     const char *where)
 {
-	const struct ush_reader_opts *o = &r->o;
+	if (m->got == m->expect && ~m->sum == m->want_sum)
+		return 0;
+	return ushi_fail(USH_ECORRUPT, "reader: %s partition %u map %u attempt "
+			"%u: %llu batches with checksum %08x, its map status "
+			"says %llu with %08x", where, r->partition, m->map,
+			m->attempt, (unsigned long long)m->got, ~m->sum,
+			(unsigned long long)m->expect, m->want_sum);
+}
+
+/*
+ * Takes a frame of map m whose header and CRC were checked: duplicates
+ * are dropped, a gap or an extra batch is an error; the batch is
+ * decompressed and its records checked. Returns 1 when r->batch is
+ * loaded, 0 for a duplicate, or an error.
+ */
+static int take(struct ush_reader *r, struct rmap *m,
+		const struct ushi_frame *f, const uint8_t *frame,
+		const char *where, uint64_t t0)
+{
+	if (f->seq < m->next_seq) {
+		r->st.dup_batches++;
+		return 0;
+	}
+	const char *what = NULL;
+	char buf[96];
+	if (f->seq > m->next_seq || m->got == m->expect) {
+		snprintf(buf, sizeof(buf), "batch %llu where %s was due",
+			 (unsigned long long)f->seq,
+			 m->got == m->expect ? "none" : "an earlier one");
+		what = buf;
+	}
+	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
+	int ret = what ? USH_ECORRUPT : 0;
+	if (!ret && f->codec != USH_CODEC_NONE) {
+		ret = ushi_grow(&r->rbuf, &r->rcap, f->raw_len ? f->raw_len : 1);
+		if (!ret)
+			ret = codec_decompress(&r->codec, f->codec, payload,
+					       f->payload_len, r->rbuf,
+					       f->raw_len);
+		what = "decompressing the frame";
+		payload = r->rbuf;
+	}
+	if (!ret && (ret = records_check(payload, f->raw_len, f->nrec)))
+		what = "records of the frame";
+	if (ret)
+		return ushi_fail(ret, "reader: %s partition %u map %u attempt "
+				"%u: %s", where, r->partition, m->map,
+				m->attempt, what);
+	m->next_seq = f->seq + 1;
+	m->got++;
+	m->sum = status_sum_add(m->sum, f->crc);
+	r->st.batches++;
+	r->st.raw_bytes += f->raw_len;
+	ush_lat_add(&r->load_lat, ushi_now_ns() - t0);
+	r->batch = payload;
+	r->blen = f->raw_len;
+	r->boff = 0;
+	return 1;
+}
+
+/* ------------------------------------------------------------- disk */
+
+static int index_path(char *buf, size_t n, const struct ush_reader *r,
+		      const struct rmap *m)
+{
+	return spill_index(buf, n, r->srcs[m->src].loc, r->shuffle, m->map,
+			   m->attempt);
+}
+
+/* Reads m's index and keeps this partition's entries. */
+static int load_index(struct ush_reader *r, const struct rmap *m)
+{
 	char ipath[PATH_MAX];
 	struct stat st = {0};
-	spill_index(ipath, sizeof(ipath), o->dir, o->shuffle, map);
+	struct spill_trailer t;
+	index_path(ipath, sizeof(ipath), r, m);
 	int fd = open(ipath, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ENOENT
-			       ? ushi_fail(USH_ENOTCOMMITTED, "reader: %s "
-					  "missing: map %u has no committed "
-					  "output (not committed yet, or another "
-					  "dir or shuffle id than its writer's)",
-					  ipath, map)
-			       : ushi_fail(-errno, "reader: open %s", ipath);
+		return ushi_fail(-errno, "reader: open %s", ipath);
 	int ret = fstat(fd, &st) ? -errno : 0;
 	size_t size = (size_t)st.st_size;
 	size_t bad = size; /* index offset named in an error */
@@ -84,66 +178,57 @@ static int load_index(struct ush_reader *r, uint32_t map)
 	if (!ret)
 		ret = ushi_grow((uint8_t **)&r->ents, &r->ecap,
 			       n * sizeof(*r->ents));
-	const uint8_t *buf = r->ibuf;
 	if (!ret)
 		ret = read_all(fd, r->ibuf, size, 0);
 	close(fd);
 	if (!ret) {
 		bad = n * USHI_INDEX_ENTRY; /* the trailer */
-		uint32_t crc = spill_crc(0xffffffffu, buf, n * USHI_INDEX_ENTRY);
-		ret = spill_trailer_get(buf + n * USHI_INDEX_ENTRY, &r->t, crc);
+		uint32_t crc = spill_crc(0xffffffffu, r->ibuf,
+					 n * USHI_INDEX_ENTRY);
+		ret = spill_trailer_get(r->ibuf + n * USHI_INDEX_ENTRY, &t, crc);
 	}
-	if (!ret && (r->t.entries != n || r->t.shuffle != o->shuffle ||
-		     r->t.map != map || o->partition >= r->t.partitions))
+	if (!ret && (t.entries != n || t.shuffle != r->shuffle ||
+		     t.map != m->map || t.attempt != m->attempt ||
+		     r->partition >= t.partitions))
 		ret = USH_ECORRUPT;
 	r->nents = r->ei = 0;
 	for (size_t i = 0; !ret && i < n; i++) {
 		struct spill_entry e;
-		spill_entry_get(buf + i * USHI_INDEX_ENTRY, &e);
-		if (e.len < USH_FRAME_HDR_SIZE || e.off > r->t.data_bytes ||
-		    e.len > r->t.data_bytes - e.off) {
+		spill_entry_get(r->ibuf + i * USHI_INDEX_ENTRY, &e);
+		if (e.len < USH_FRAME_HDR_SIZE || e.off > t.data_bytes ||
+		    e.len > t.data_bytes - e.off) {
 			ret = USH_ECORRUPT;
 			bad = i * USHI_INDEX_ENTRY;
 			break;
 		}
-		if (e.partition == o->partition)
+		if (e.partition == r->partition)
 			r->ents[r->nents++] = e;
 	}
 	if (ret)
 		return ushi_fail(ret, "reader: index %s offset %zu partition %u",
-				ipath, bad, o->partition);
-	return 0;
-}
-
-static int open_map(struct ush_reader *r, uint32_t map)
-{
-	int ret = load_index(r, map);
-	if (ret)
-		return ret;
-	spill_data(r->path, sizeof(r->path), r->o.dir, r->o.shuffle, map,
-		   r->t.attempt);
+				ipath, bad, r->partition);
+	spill_data(r->path, sizeof(r->path), r->srcs[m->src].loc, r->shuffle,
+		   m->map, m->attempt);
 	r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
 	if (r->fd < 0)
 		return ushi_fail(-errno, "reader: open %s (map %u partition %u)",
-				r->path, map, r->o.partition);
-	struct stat st;
+				r->path, m->map, r->partition);
 	if (fstat(r->fd, &st))
 		return ushi_fail(-errno, "reader: stat %s", r->path);
-	if ((uint64_t)st.st_size < r->t.data_bytes)
+	if ((uint64_t)st.st_size < t.data_bytes)
 		return ushi_fail(USH_ECORRUPT, "reader: %s offset %lld "
 				"partition %u: data file truncated (index "
 				"expects %llu bytes)",
-				r->path, (long long)st.st_size, r->o.partition,
-				(unsigned long long)r->t.data_bytes);
-	r->next_seq = 0;
+				r->path, (long long)st.st_size, r->partition,
+				(unsigned long long)t.data_bytes);
 	return 0;
 }
 
-/* Validates the records of a batch before any is yielded. */
-/* Loads the next frame of the current map into r->batch. Returns 1 when
- * loaded, 0 when the map has no more, or an error. */
-static int load_frame(struct ush_reader *r)
+/* The next batch of the current map's file: 1, 0 at its end, or an
+ * error. */
+static int disk_frame(struct ush_reader *r)
 {
+	struct rmap *m = r->cur;
 	while (r->ei < r->nents) {
 		const struct spill_entry *e = &r->ents[r->ei++];
 		uint64_t t0 = ushi_now_ns();
@@ -155,91 +240,127 @@ static int load_frame(struct ush_reader *r)
 		if (!ret && (ret = frame_decode(r->fbuf, &f)))
 			what = "frame header";
 		if (!ret && (ush_frame_size(f.payload_len) != e->len ||
-			     f.shuffle != r->o.shuffle || f.map != r->t.map ||
-			     f.attempt != r->t.attempt ||
-			     f.partition != r->o.partition)) {
+			     f.shuffle != r->shuffle || f.map != m->map ||
+			     f.attempt != m->attempt ||
+			     f.partition != r->partition)) {
 			ret = USH_ECORRUPT;
 			what = "frame header disagrees with the index";
 		}
 		if (!ret && (ret = frame_check(r->fbuf, &f)))
 			what = "frame";
-		const uint8_t *payload = r->fbuf + USH_FRAME_HDR_SIZE;
-		if (!ret && f.codec != USH_CODEC_NONE) {
-			ret = ushi_grow(&r->rbuf, &r->rcap, f.raw_len ? f.raw_len : 1);
-			if (!ret)
-				ret = codec_decompress(&r->codec, f.codec,
-						       payload, f.payload_len,
-						       r->rbuf, f.raw_len);
-			what = "decompressing frame";
-			payload = r->rbuf;
-		}
-		if (!ret && (ret = records_check(payload, f.raw_len, f.nrec)))
-			what = "records of frame";
 		if (ret)
 			return ushi_fail(ret, "reader: %s offset %llu partition "
 					"%u: %s", r->path,
 					(unsigned long long)e->off,
-					r->o.partition, what);
+					r->partition, what);
 		r->st.stored_bytes += e->len;
-		if (f.seq < r->next_seq) {
-			r->st.dup_batches++;
-			continue; /* a duplicate batch: already yielded */
+		char where[PATH_MAX + 32];
+		snprintf(where, sizeof(where), "%s offset %llu", r->path,
+			 (unsigned long long)e->off);
+		ret = take(r, m, &f, r->fbuf, where, t0);
+		if (ret)
+			return ret;
+	}
+	return check_map(r, m, r->path);
+}
+
+/* The next batch from disk: 1, 0 at the end of every map, or an error. */
+static int disk_next(struct ush_reader *r)
+{
+	for (;;) {
+		int ret = r->cur ? disk_frame(r) : 0;
+		if (ret)
+			return ret;
+		if (r->fd >= 0)
+			close(r->fd);
+		r->fd = -1;
+		r->cur = NULL;
+		/* A map without batches of this partition has no file to
+		 * read: its status says so, under its CRC. */
+		while (r->next < r->nmaps && !r->maps[r->next].expect)
+			r->next++;
+		if (r->next == r->nmaps)
+			return 0;
+		r->cur = &r->maps[r->next++];
+		if ((ret = load_index(r, r->cur)))
+			return ret;
+	}
+}
+
+/* ------------------------------------------------------------- net */
+
+static struct rmap *find_map(struct ush_reader *r, uint32_t map)
+{
+	uint32_t lo = 0, hi = r->nmaps;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (r->maps[mid].map < map)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < r->nmaps && r->maps[lo].map == map ? &r->maps[lo] : NULL;
+}
+
+/* The next batch from the workers: 1, 0 at the end of every stream, or
+ * an error. */
+static int net_next(struct ush_reader *r)
+{
+	while (r->next < r->nsrcs) {
+		struct reader_net *s = r->srcs[r->next].net;
+		struct ushi_frame f;
+		const uint8_t *frame;
+		uint64_t t0 = ushi_now_ns();
+		int ret = reader_net_frame(s, &f, &frame);
+		if (ret == 0) { /* FETCH_END: every map of it complete? */
+			for (uint32_t i = 0; !ret && i < r->nmaps; i++)
+				if (r->maps[i].src == r->next)
+					ret = check_map(r, &r->maps[i],
+							reader_net_where(s));
+			if (ret)
+				return ret;
+			reader_net_free(s);
+			r->srcs[r->next++].net = NULL;
+			continue;
 		}
-		/* A committed map numbers each partition's batches 0, 1, ...
-		 * in file order: a gap is a lost or reordered batch, which
-		 * must not pass as a short partition. */
-		if (f.seq > r->next_seq)
-			return ushi_fail(USH_ECORRUPT, "reader: %s offset %llu "
-					"partition %u: batch %llu where %llu "
-					"was due", r->path,
-					(unsigned long long)e->off,
-					r->o.partition,
-					(unsigned long long)f.seq,
-					(unsigned long long)r->next_seq);
-		r->next_seq = f.seq + 1;
-		r->st.batches++;
-		r->st.raw_bytes += f.raw_len;
-		ush_lat_add(&r->load_lat, ushi_now_ns() - t0);
-		r->batch = payload;
-		r->blen = f.raw_len;
-		r->boff = 0;
-		return 1;
+		if (ret < 0)
+			return ret;
+		r->st.stored_bytes += proto_size(&f);
+		struct rmap *m = find_map(r, f.map);
+		if (!m || m->attempt != f.attempt || m->src != r->next)
+			return ushi_fail(USH_ECORRUPT, "reader: %s partition %u: "
+					"frame of map %u attempt %u, which this "
+					"reader did not ask for",
+					reader_net_where(s), r->partition,
+					f.map, f.attempt);
+		ret = take(r, m, &f, frame, reader_net_where(s), t0);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
 
+/* ------------------------------------------------------------- API */
+
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 {
-	if (r->net) {
-		int ret = reader_net_next(r->net, rec, len);
-		r->st.records += ret == 1;
-		return ret;
-	}
 	if (r->err)
 		return r->err;
 	for (;;) {
 		if (r->batch) {
-			int ret = records_next(r->batch, r->blen, &r->boff, rec,
-					       len);
-			if (ret == 1) {
+			if (records_next(r->batch, r->blen, &r->boff, rec,
+					 len) == 1) {
 				r->st.records++;
-				return 1; /* checked in check_records */
+				return 1; /* checked by records_check() */
 			}
 			r->batch = NULL;
 		}
-		int ret = r->fd >= 0 ? load_frame(r) : 0;
-		if (ret == 1)
-			continue;
-		if (ret == 0 && r->fd >= 0) {
-			close(r->fd);
-			r->fd = -1;
-		}
-		if (ret == 0 && r->map < r->o.maps)
-			ret = open_map(r, r->map++);
-		else if (ret == 0)
-			return 0;
+		int ret = r->target == USH_TARGET_NET ? net_next(r) :
+							disk_next(r);
 		if (ret < 0)
 			return r->err = ret;
+		if (ret == 0)
+			return 0;
 	}
 }
 
@@ -253,44 +374,179 @@ void ush_reader_opts_init_size(struct ush_reader_opts *o, size_t size)
 	ushi_struct_init(o, size, &reader_defaults, sizeof(*o));
 }
 
+/* The source index of location loc (n bytes), added if new. */
+static int add_src(struct ush_reader *r, const char *loc, size_t n,
+		   uint32_t *idx)
+{
+	for (uint32_t i = 0; i < r->nsrcs; i++)
+		if (strlen(r->srcs[i].loc) == n && !memcmp(r->srcs[i].loc, loc, n)) {
+			*idx = i;
+			return 0;
+		}
+	char *s = ushi_malloc(n + 1);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, loc, n);
+	s[n] = 0;
+	r->srcs[r->nsrcs] = (struct rsrc){s, NULL};
+	*idx = r->nsrcs++;
+	return 0;
+}
+
+/* The worker of a status's list that holds the partition. */
+static int owner(const struct status *s, uint32_t partition, char *peer)
+{
+	char list[USHI_STATUS_LOC_MAX + 1];
+	memcpy(list, s->loc, s->loc_len);
+	list[s->loc_len] = 0;
+	unsigned n = net_count_workers(list);
+	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
+	int ret = peers ? net_parse_workers(list, peers, n) : -EINVAL;
+	if (ret >= 0)
+		memcpy(peer, peers[proto_worker_of(partition, n)],
+		       USHI_NET_PEER);
+	ushi_free(peers);
+	return ret < 0 ? ret : 0;
+}
+
+static const char *target_name(uint8_t t)
+{
+	return t == USH_TARGET_NET ? "net" : "disk";
+}
+
+/* Status i into map entry m. */
+static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
+		   uint32_t i, struct rmap *m)
+{
+	const struct ush_status *st = &o->statuses[i];
+	struct status s;
+	const char *why;
+	int ret = status_parse(st->data, st->len, &s, &why);
+	if (ret)
+		return ushi_fail(ret, "reader: map status %u (%zu bytes): %s",
+				i, st->len, why);
+	if (!i) {
+		r->shuffle = s.shuffle;
+		r->target = s.target;
+		r->partitions = s.partitions;
+	}
+	if (s.shuffle != r->shuffle || s.target != r->target ||
+	    s.partitions != r->partitions)
+		return ushi_fail(-EINVAL, "reader: map status %u is of shuffle "
+				"%u with %u partitions on the %s target, status "
+				"0 of shuffle %u with %u on the %s target: one "
+				"reader reads one shuffle", i, s.shuffle,
+				s.partitions, target_name(s.target),
+				r->shuffle, r->partitions,
+				target_name(r->target));
+	if (o->partition >= s.partitions)
+		return ushi_fail(-EINVAL, "reader: partition %u out of range: "
+				"shuffle %u has partitions 0..%u",
+				o->partition, s.shuffle, s.partitions - 1);
+	if ((ret = status_part(&s, o->partition, &m->expect, &m->want_sum,
+			       &why)))
+		return ushi_fail(ret, "reader: map status %u (map %u): %s", i,
+				s.map, why);
+	m->map = s.map;
+	m->attempt = s.attempt;
+	m->sum = USHI_SUM_INIT;
+	char peer[USHI_NET_PEER];
+	if (s.target == USH_TARGET_DISK)
+		ret = add_src(r, s.loc, s.loc_len, &m->src);
+	else if (owner(&s, o->partition, peer))
+		return ushi_fail(USH_ECORRUPT, "reader: map status %u: bad "
+				"worker list '%.*s'", i, (int)s.loc_len, s.loc);
+	else
+		ret = add_src(r, peer, strlen(peer), &m->src);
+	return ret ? ushi_fail(ret, "reader: allocation") : 0;
+}
+
+static int by_map(const void *a, const void *b)
+{
+	const struct rmap *x = a, *y = b;
+	return x->map < y->map ? -1 : x->map > y->map;
+}
+
+/* Disk: every attempt's index must be in place (its commit). */
+static int disk_open(struct ush_reader *r)
+{
+	for (uint32_t i = 0; i < r->nmaps; i++) {
+		char ipath[PATH_MAX];
+		index_path(ipath, sizeof(ipath), r, &r->maps[i]);
+		if (access(ipath, F_OK))
+			return errno == ENOENT
+				       ? ushi_fail(USH_ENOTCOMMITTED, "reader: "
+						  "%s missing: map %u attempt "
+						  "%u is not committed there",
+						  ipath, r->maps[i].map,
+						  r->maps[i].attempt)
+				       : ushi_fail(-errno, "reader: %s", ipath);
+	}
+	return 0;
+}
+
+/* Net: one FETCH per worker, each naming its maps' attempts. */
+static int net_open(struct ush_reader *r, uint32_t timeout_ms)
+{
+	struct proto_want *w = ushi_malloc(r->nmaps * sizeof(*w));
+	if (!w)
+		return ushi_fail(-ENOMEM, "reader: allocation");
+	int ret = 0;
+	for (uint32_t s = 0; !ret && s < r->nsrcs; s++) {
+		uint32_t n = 0;
+		for (uint32_t i = 0; i < r->nmaps; i++)
+			if (r->maps[i].src == s)
+				w[n++] = (struct proto_want){r->maps[i].map,
+							     r->maps[i].attempt};
+		ret = reader_net_open(&r->srcs[s].net, r->srcs[s].loc,
+				      r->shuffle, r->partition, w, n,
+				      timeout_ms ? timeout_ms :
+						   USHI_NET_TIMEOUT_MS);
+	}
+	ushi_free(w);
+	return ret;
+}
+
 int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 {
-	struct ush_reader_opts copy;
+	struct ush_reader_opts o;
 	*out = NULL;
-	int ret = ushi_opts_load(&copy, &reader_defaults, sizeof(copy), opts,
+	int ret = ushi_opts_load(&o, &reader_defaults, sizeof(o), opts,
 				 "reader options");
 	if (ret)
 		return ret;
-	const struct ush_reader_opts *o = &copy;
-	if (o->workers && *o->workers) {
-		struct reader_net *net;
-		ret = reader_net_open(&net, o);
-		if (ret)
-			return ret;
-		struct ush_reader *r = ushi_calloc(1, sizeof(*r));
-		if (!r) {
-			reader_net_free(net);
-			return ushi_fail(-ENOMEM, "reader: allocation");
-		}
-		r->fd = -1;
-		r->net = net;
-		*out = r;
-		return 0;
-	}
-	if (!o->dir || !o->maps)
-		return ushi_fail(-EINVAL, "reader: needs a directory and at "
-				"least one map");
+	if (!o.statuses || !o.nstatuses)
+		return ushi_fail(-EINVAL, "reader: no map statuses: a reader "
+				"reads the attempts its statuses name");
 	struct ush_reader *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "reader: allocation");
 	r->fd = -1;
+	r->partition = o.partition;
 	ush_lat_init(&r->load_lat);
-	r->o = *o;
-	r->o.dir = ushi_strdup(o->dir);
-	ret = r->o.dir ? codec_init(&r->codec) : -ENOMEM;
+	r->maps = ushi_calloc(o.nstatuses, sizeof(*r->maps));
+	r->srcs = ushi_calloc(o.nstatuses, sizeof(*r->srcs));
+	ret = r->maps && r->srcs ? codec_init(&r->codec) : -ENOMEM;
+	if (ret)
+		ushi_fail(ret, "reader: allocation for %u maps", o.nstatuses);
+	for (uint32_t i = 0; !ret && i < o.nstatuses; i++)
+		ret = add_map(r, &o, i, &r->maps[i]);
+	r->nmaps = o.nstatuses;
+	if (!ret)
+		qsort(r->maps, r->nmaps, sizeof(*r->maps), by_map);
+	for (uint32_t i = 1; !ret && i < r->nmaps; i++)
+		if (r->maps[i].map == r->maps[i - 1].map)
+			ret = ushi_fail(-EINVAL, "reader: map %u named twice "
+				       "(attempts %u and %u): the driver "
+				       "chooses one", r->maps[i].map,
+				       r->maps[i - 1].attempt,
+				       r->maps[i].attempt);
+	if (!ret)
+		ret = r->target == USH_TARGET_NET ? net_open(r, o.timeout_ms) :
+						    disk_open(r);
 	if (ret) {
 		ush_reader_free(r);
-		return ushi_fail(ret, "reader: allocation");
+		return ret;
 	}
 	*out = r;
 	return 0;
@@ -299,17 +555,12 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 void ush_reader_stats_size(const ush_reader *r, struct ush_reader_stats *st,
 			   size_t size)
 {
-	struct ush_reader_stats s = r->st;
-	if (r->net) {
-		reader_net_stats(r->net, &s);
-		s.records = r->st.records;
-	}
-	ushi_struct_init(st, size, &s, sizeof(s));
+	ushi_struct_init(st, size, &r->st, sizeof(r->st));
 }
 
 const struct ush_lat *ush_reader_load_lat(const ush_reader *r)
 {
-	return r->net ? reader_net_load_lat(r->net) : &r->load_lat;
+	return &r->load_lat;
 }
 
 void ush_reader_free(ush_reader *r)
@@ -318,12 +569,16 @@ void ush_reader_free(ush_reader *r)
 		return;
 	if (r->fd >= 0)
 		close(r->fd);
-	reader_net_free(r->net);
+	for (uint32_t i = 0; r->srcs && i < r->nsrcs; i++) {
+		reader_net_free(r->srcs[i].net);
+		ushi_free(r->srcs[i].loc);
+	}
 	codec_destroy(&r->codec);
+	ushi_free(r->srcs);
+	ushi_free(r->maps);
 	ushi_free(r->ents);
 	ushi_free(r->ibuf);
 	ushi_free(r->fbuf);
 	ushi_free(r->rbuf);
-	ushi_free((void *)r->o.dir);
 	ushi_free(r);
 }

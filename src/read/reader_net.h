@@ -1,16 +1,29 @@
-/* The reader over the network (src/reader_net.c), behind ush_reader. */
+/*
+ * One worker's stream behind ush_reader (src/read/reader_net.c): FETCH of
+ * a partition's frames of the attempts the reader was given, read back
+ * frame by frame, every frame bounded and its CRC checked.
+ */
 #ifndef USHI_READER_NET_H
 #define USHI_READER_NET_H
 
-#include "core/internal.h"
+#include "net/proto.h"
 
 struct reader_net;
 
-int reader_net_open(struct reader_net **out, const struct ush_reader_opts *o);
-int reader_net_next(struct reader_net *r, const void **rec, size_t *len);
+/* Dials peer and asks for partition's frames of the n attempts w
+ * (ascending maps); reads the worker's acceptance or refusal (a named
+ * attempt it does not hold committed: USH_ENOTCOMMITTED). */
+int reader_net_open(struct reader_net **out, const char *peer,
+		    uint32_t shuffle, uint32_t partition,
+		    const struct proto_want *w, uint32_t n,
+		    uint32_t timeout_ms);
+/* The next DATA frame: returns 1 with *f and *frame (the whole frame,
+ * valid until the next call), 0 after a FETCH_END that agrees with the
+ * frames received, or an error naming the worker and offset. */
+int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
+		     const uint8_t **frame);
+/* "worker HOST:PORT offset N", the last frame's place, for messages. */
+const char *reader_net_where(struct reader_net *r);
 void reader_net_free(struct reader_net *r);
-/* Frame totals so far (records are counted by ush_reader). */
-void reader_net_stats(const struct reader_net *r, struct ush_reader_stats *st);
-const struct ush_lat *reader_net_load_lat(const struct reader_net *r);
 
 #endif

@@ -1,5 +1,8 @@
 /*
- * The commit table and its logs. Each thread appends the MAPPER_END and
+ * The attempt table and the commit logs. The table holds every attempt a
+ * writer opened (until its shuffle is dropped): open, abandoned (its
+ * writer left without a commit) or committed. Only commits and drops
+ * are durable: each thread appends the MAPPER_END and
  * DROP frames it accepts, exactly as received (so their CRC still
  * covers them), to its own log "<dir>/commit.t<N>.log", each preceded by
  * an 8-byte log sequence number shared by all threads, and syncs before
@@ -21,120 +24,91 @@
 
 static atomic_uint_fast64_t next_lsn = 1;
 
-int64_t wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map)
+static size_t slot_of(const struct ush_worker *wk, uint32_t shuffle,
+		      uint32_t map, uint32_t attempt)
 {
-	for (size_t i = 0; i < wk->ncommits; i++)
-		if (wk->commits[i].shuffle == shuffle &&
-		    wk->commits[i].map == map)
-			return wk->commits[i].attempt;
-	return -1;
+	uint64_t k = ((uint64_t)shuffle << 32 | map) * 0x9e3779b97f4a7c15ull;
+	k ^= (attempt + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+	return (size_t)(k ^ k >> 29) & (wk->acap - 1);
 }
 
-static void drop_shuffle(struct ush_worker *wk, uint32_t shuffle)
+struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
+				   uint32_t map, uint32_t attempt)
 {
-	size_t j = 0;
-	for (size_t i = 0; i < wk->ncommits; i++) {
-		if (wk->commits[i].shuffle == shuffle)
-			ushi_free(wk->commits[i].e);
-		else
-			wk->commits[j++] = wk->commits[i];
+	if (!wk->acap)
+		return NULL;
+	for (size_t i = slot_of(wk, shuffle, map, attempt);;
+	     i = (i + 1) & (wk->acap - 1)) {
+		struct wk_attempt *e = &wk->att[i];
+		if (!e->state)
+			return NULL;
+		if (e->shuffle == shuffle && e->map == map &&
+		    e->attempt == attempt)
+			return e;
 	}
-	wk->ncommits = j;
 }
 
-int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f,
-		    const uint8_t *payload)
+/* Places e in a table with room (no duplicate there). */
+static void place(struct ush_worker *wk, const struct wk_attempt *e)
 {
-	if (f->type == USHI_FRAME_DROP) {
-		drop_shuffle(wk, f->shuffle);
+	size_t i = slot_of(wk, e->shuffle, e->map, e->attempt);
+	while (wk->att[i].state)
+		i = (i + 1) & (wk->acap - 1);
+	wk->att[i] = *e;
+	wk->natt++;
+}
+
+/* Rebuilds the table with cap slots, leaving out shuffle `drop` (-1:
+ * none). */
+static int rebuild(struct ush_worker *wk, size_t cap, int64_t drop)
+{
+	struct wk_attempt *old = wk->att;
+	size_t ocap = wk->acap;
+	struct wk_attempt *t = ushi_calloc(cap, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	wk->att = t;
+	wk->acap = cap;
+	wk->natt = 0;
+	for (size_t i = 0; i < ocap; i++)
+		if (old[i].state && (int64_t)old[i].shuffle != drop)
+			place(wk, &old[i]);
+	ushi_free(old);
+	return 0;
+}
+
+int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
+		   uint32_t attempt, enum wk_attempt_state state)
+{
+	struct wk_attempt *e = wk_attempt_find(wk, shuffle, map, attempt);
+	if (e) {
+		e->state = (uint8_t)state;
 		return 0;
 	}
-	if (wk_committed(wk, f->shuffle, f->map) >= 0)
-		return 0; /* the first attempt to commit wins */
-	if (wk->ncommits == wk->ccap) {
-		size_t c = wk->ccap ? 2 * wk->ccap : 64;
-		struct wk_commit *n = ushi_malloc(c * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		if (wk->ncommits)
-			memcpy(n, wk->commits, wk->ncommits * sizeof(*n));
-		ushi_free(wk->commits);
-		wk->commits = n;
-		wk->ccap = c;
+	/* At most half full: probes stay short. */
+	if (2 * (wk->natt + 1) > wk->acap) {
+		int ret = rebuild(wk, wk->acap ? 2 * wk->acap : 1024, -1);
+		if (ret)
+			return ret;
 	}
-	struct wk_commit *c = &wk->commits[wk->ncommits];
-	c->shuffle = f->shuffle;
-	c->map = f->map;
-	c->attempt = f->attempt;
-	c->n = (uint32_t)f->seq;
-	c->e = ushi_malloc((c->n ? c->n : 1) * sizeof(*c->e));
-	if (!c->e)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < c->n; i++)
-		proto_get_count(payload, i, &c->e[i]);
-	wk->ncommits++;
+	place(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state});
 	return 0;
+}
+
+int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f)
+{
+	if (f->type == USHI_FRAME_DROP)
+		return wk->acap ? rebuild(wk, wk->acap, f->shuffle) : 0;
+	return wk_attempt_set(wk, f->shuffle, f->map, f->attempt,
+			      WK_COMMITTED);
 }
 
 void wk_commit_free(struct ush_worker *wk)
 {
-	for (size_t i = 0; i < wk->ncommits; i++)
-		ushi_free(wk->commits[i].e);
-	ushi_free(wk->commits);
+	ushi_free(wk->att);
 	ushi_free(wk->drops);
-	wk->commits = NULL;
-	wk->ncommits = wk->ccap = 0;
-}
-
-static uint64_t batches_of(const struct wk_commit *c, uint32_t partition)
-{
-	uint32_t lo = 0, hi = c->n;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (c->e[mid].partition < partition)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < c->n && c->e[lo].partition == partition ?
-		       c->e[lo].batches : 0;
-}
-
-static int by_map(const void *a, const void *b)
-{
-	const struct proto_manifest *x = a, *y = b;
-	return x->map < y->map ? -1 : x->map > y->map;
-}
-
-int wk_manifest(struct ush_worker *wk, uint32_t shuffle, uint32_t partition,
-		struct proto_manifest **out, uint32_t *n)
-{
-	pthread_mutex_lock(&wk->lock);
-	size_t cnt = 0;
-	for (size_t i = 0; i < wk->ncommits; i++)
-		cnt += wk->commits[i].shuffle == shuffle;
-	struct proto_manifest *m = NULL;
-	if (cnt > USHI_PROTO_ENTRIES_MAX ||
-	    !(m = ushi_malloc((cnt ? cnt : 1) * sizeof(*m)))) {
-		pthread_mutex_unlock(&wk->lock);
-		return cnt > USHI_PROTO_ENTRIES_MAX ? -E2BIG : -ENOMEM;
-	}
-	size_t k = 0;
-	for (size_t i = 0; i < wk->ncommits; i++) {
-		const struct wk_commit *c = &wk->commits[i];
-		if (c->shuffle != shuffle)
-			continue;
-		m[k].map = c->map;
-		m[k].attempt = c->attempt;
-		m[k].batches = batches_of(c, partition);
-		k++;
-	}
-	pthread_mutex_unlock(&wk->lock);
-	if (k)
-		qsort(m, k, sizeof(*m), by_map);
-	*out = m;
-	*n = (uint32_t)k;
-	return 0;
+	wk->att = NULL;
+	wk->natt = wk->acap = 0;
 }
 
 struct rec {
@@ -187,13 +161,24 @@ static int scan_log(struct ush_worker *wk, const char *path, uint8_t *b,
 		struct ushi_frame f;
 		const char *why;
 		const uint8_t *h = b + off + LSN_LEN;
+		/* Incomplete or failing its CRC: the torn tail. */
+		if (frame_parse(h, &f) ||
+		    f.payload_len > n - off - LSN_LEN - USH_FRAME_HDR_SIZE ||
+		    frame_check(h, &f))
+			break;
+		/* Whole and intact, yet not a record this version writes:
+		 * never cut it, refuse to start. */
 		if (proto_header(h, &f, wk->o.max_frame, false, &why) ||
 		    (f.type != USHI_FRAME_MAPPER_END &&
-		     f.type != USHI_FRAME_DROP) ||
-		    proto_size(&f) > n - off - LSN_LEN || frame_check(h, &f) ||
-		    (f.type == USHI_FRAME_MAPPER_END &&
-		     proto_check_mapper_end(h + USH_FRAME_HDR_SIZE, &f)))
-			break;
+		     f.type != USHI_FRAME_DROP))
+			return ushi_fail(USH_EVERSION, "worker: %s offset %zu: "
+					"not a commit record of protocol "
+					"version %u (%s): written by another "
+					"ushuffled version?", path, off,
+					USHI_PROTO_VERSION,
+					proto_header(h, &f, wk->o.max_frame,
+						     false, &why) ? why :
+								   "its type");
 		if (*nrec == *cap) {
 			size_t c = *cap ? 2 * *cap : 256;
 			struct rec *r = ushi_malloc(c * sizeof(*r));
@@ -262,7 +247,7 @@ int wk_commit_replay(struct ush_worker *wk)
 		struct ushi_frame f;
 		const uint8_t *h = recs[i].buf + recs[i].off + LSN_LEN;
 		frame_parse(h, &f);
-		ret = wk_commit_apply(wk, &f, h + USH_FRAME_HDR_SIZE);
+		ret = wk_commit_apply(wk, &f);
 		last = recs[i].lsn;
 	}
 	/* next_lsn is shared by every worker of the process: moving it
@@ -274,7 +259,7 @@ int wk_commit_replay(struct ush_worker *wk)
 		;
 	if (nrec)
 		wk_log(wk, 1, "replayed %zu commit log records: %zu map "
-		       "outputs committed", nrec, wk->ncommits);
+		       "attempts committed", nrec, wk->natt);
 	for (size_t i = 0; i < nbufs; i++)
 		ushi_free(bufs[i]);
 	ushi_free(bufs);

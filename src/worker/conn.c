@@ -116,11 +116,62 @@ void wk_conn_pump(struct wk_conn *c)
 	ring_start(c->t->ring, op);
 }
 
-static void hello(struct wk_conn *c, const uint8_t *payload)
+/* A writer's attempt: refused when committed, open on another
+ * connection, or left behind by an earlier writer (its frames are in the
+ * files: a reader could not tell them from the new ones). */
+static int claim(struct wk_conn *c, const struct proto_hello *h)
+{
+	struct ush_worker *wk = c->t->wk;
+	static const char *why[] = {
+		[WK_OPEN] = "is being written by another connection",
+		[WK_ABANDONED] = "has frames of an earlier writer that did "
+				 "not commit",
+		[WK_COMMITTED] = "is committed",
+	};
+	static const int code[] = {[WK_OPEN] = -EBUSY,
+				   [WK_ABANDONED] = -EEXIST,
+				   [WK_COMMITTED] = USH_ECOMMITTED};
+	pthread_mutex_lock(&wk->lock);
+	struct wk_attempt *e = wk_attempt_find(wk, h->shuffle, h->map,
+					       h->attempt);
+	int state = e ? e->state : 0;
+	int ret = state ? 0 : wk_attempt_set(wk, h->shuffle, h->map,
+					     h->attempt, WK_OPEN);
+	pthread_mutex_unlock(&wk->lock);
+	if (state) {
+		wk_conn_fail(c, code[state], "shuffle %u map %u attempt %u %s "
+			     "here: a retry needs a new attempt number",
+			     h->shuffle, h->map, h->attempt, why[state]);
+		return code[state];
+	}
+	if (ret) {
+		wk_conn_fail(c, ret, "attempt table: %s", ush_strerror(ret));
+		return ret;
+	}
+	c->att = (struct wk_attempt){h->shuffle, h->map, h->attempt, WK_OPEN};
+	return 0;
+}
+
+void wk_conn_leave(struct wk_conn *c)
+{
+	struct ush_worker *wk = c->t->wk;
+	if (c->att.state != WK_OPEN)
+		return;
+	pthread_mutex_lock(&wk->lock);
+	struct wk_attempt *e = wk_attempt_find(wk, c->att.shuffle, c->att.map,
+					       c->att.attempt);
+	if (e && e->state == WK_OPEN)
+		e->state = WK_ABANDONED;
+	pthread_mutex_unlock(&wk->lock);
+	c->att.state = 0;
+}
+
+static void hello(struct wk_conn *c, const struct ushi_frame *f,
+		  const uint8_t *payload)
 {
 	struct ush_worker *wk = c->t->wk;
 	struct proto_hello h;
-	proto_get_hello(payload, &h);
+	proto_get_hello(f, payload, &h);
 	if (h.version != USHI_PROTO_VERSION) {
 		wk_conn_fail(c, USH_EVERSION, "protocol version %u is not "
 			     "supported; this worker speaks version %u",
@@ -131,14 +182,34 @@ static void hello(struct wk_conn *c, const uint8_t *payload)
 		wk_conn_fail(c, -EPROTO, "HELLO with unknown role %u", h.role);
 		return;
 	}
+	if (h.role == USHI_ROLE_WRITER && claim(c, &h))
+		return;
 	c->role = h.role;
 	struct proto_hello r = {USHI_PROTO_VERSION, h.role, wk->o.window,
-				wk->o.max_frame};
+				wk->o.max_frame, 0, 0, 0};
 	uint8_t b[USHI_PROTO_SMALL];
 	wk_conn_send(c, b, proto_put_hello(b, &r));
-	wk_log(wk, 2, "peer %s: HELLO as %s", c->peer,
-	       h.role == USHI_ROLE_WRITER ? "writer" :
-	       h.role == USHI_ROLE_READER ? "reader" : "admin");
+	if (h.role == USHI_ROLE_WRITER)
+		wk_log(wk, 2, "peer %s: HELLO as writer of shuffle %u map %u "
+		       "attempt %u", c->peer, h.shuffle, h.map, h.attempt);
+	else
+		wk_log(wk, 2, "peer %s: HELLO as %s", c->peer,
+		       h.role == USHI_ROLE_READER ? "reader" : "admin");
+}
+
+/* A writer's frames belong to the attempt it named at HELLO. */
+static bool own_attempt(struct wk_conn *c, const struct ushi_frame *f)
+{
+	if (c->att.state == WK_OPEN && f->shuffle == c->att.shuffle &&
+	    f->map == c->att.map && f->attempt == c->att.attempt)
+		return true;
+	wk_conn_fail(c, -EPROTO, "%s frame of shuffle %u map %u attempt %u "
+		     "from the writer of shuffle %u map %u attempt %u%s",
+		     f->type == USHI_FRAME_DATA ? "DATA" : "MAPPER_END",
+		     f->shuffle, f->map, f->attempt, c->att.shuffle,
+		     c->att.map, c->att.attempt,
+		     c->att.state == WK_COMMITTED ? " (committed)" : "");
+	return false;
 }
 
 static void ack(struct wk_conn *c, const struct ushi_frame *f, uint32_t kind,
@@ -156,42 +227,34 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f,
 {
 	struct wk_thread *t = c->t;
 	struct ush_worker *wk = t->wk;
-	if (proto_check_mapper_end(frame + USH_FRAME_HDR_SIZE, f)) {
-		wk_conn_fail(c, USH_ECORRUPT, "MAPPER_END of shuffle %u map "
-			     "%u: partitions not ascending below %u",
-			     f->shuffle, f->map, f->partition);
+	if (!own_attempt(c, f))
 		return;
-	}
-	pthread_mutex_lock(&wk->lock);
-	int64_t a = wk_committed(wk, f->shuffle, f->map);
-	pthread_mutex_unlock(&wk->lock);
-	int status = 0, ret = 0;
-	if (a < 0)
-		ret = wk_store_sync(t);
+	int ret = wk_store_sync(t);
 	if (ret) {
 		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
-			     "%u map %u: %s", f->shuffle, f->map,
-			     ush_strerror(ret));
+			     "%u map %u attempt %u: %s", f->shuffle, f->map,
+			     f->attempt, ush_strerror(ret));
 		return;
 	}
 	pthread_mutex_lock(&wk->lock);
-	a = wk_committed(wk, f->shuffle, f->map);
-	if (a < 0) {
-		ret = wk_log_append(t, frame, proto_size(f));
-		if (!ret)
-			ret = wk_commit_apply(wk, f, frame + USH_FRAME_HDR_SIZE);
-	} else if (a != f->attempt) {
-		status = USH_ECOMMITTED;
-	}
+	struct wk_attempt *e = wk_attempt_find(wk, f->shuffle, f->map,
+					       f->attempt);
+	if (!e) /* dropped meanwhile */
+		ret = -ENOENT;
+	else if (!(ret = wk_log_append(t, frame, proto_size(f))))
+		e->state = WK_COMMITTED;
 	pthread_mutex_unlock(&wk->lock);
 	if (ret) {
-		wk_conn_fail(c, ret, "commit log: %s", ush_strerror(ret));
+		wk_conn_fail(c, ret, "commit of shuffle %u map %u attempt %u: "
+			     "%s", f->shuffle, f->map, f->attempt,
+			     ret == -ENOENT ? "the shuffle was dropped" :
+					      ush_strerror(ret));
 		return;
 	}
-	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u %s", c->peer,
-	       f->shuffle, f->map, f->attempt,
-	       status ? "refused: another attempt committed" : "committed");
-	ack(c, f, USHI_ACK_COMMIT, status);
+	c->att.state = WK_COMMITTED;
+	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u committed",
+	       c->peer, f->shuffle, f->map, f->attempt);
+	ack(c, f, USHI_ACK_COMMIT, 0);
 }
 
 static void unlink_shuffle(struct ush_worker *wk, uint32_t shuffle)
@@ -224,7 +287,7 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f,
 		d[wk->ndrops++] = f->shuffle;
 		ushi_free(wk->drops);
 		wk->drops = d;
-		wk_commit_apply(wk, f, NULL);
+		wk_commit_apply(wk, f);
 		atomic_fetch_add(&wk->drop_epoch, 1);
 	} else if (!ret) {
 		ret = -ENOMEM;
@@ -268,7 +331,7 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
 	if (!c->role) {
 		if (f->type == USHI_FRAME_HELLO)
-			hello(c, payload);
+			hello(c, f, payload);
 		else
 			wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
 				     type_name(f->type));
@@ -282,6 +345,8 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 	int ret;
 	switch (f->type) {
 	case USHI_FRAME_DATA:
+		if (!own_attempt(c, f))
+			break;
 		ret = wk_store_append(c->t, f, frame);
 		if (ret)
 			wk_conn_fail(c, ret, "storing shuffle %u partition %u: "

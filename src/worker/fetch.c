@@ -1,8 +1,9 @@
 /*
- * FETCH: a MANIFEST of the shuffle's committed map outputs (with their
- * batch counts of the partition), then the committed frames of every
- * thread's file of the partition exactly as stored, then FETCH_END. The
- * stream is produced a chunk at a time, only when the previous send has
+ * FETCH names the attempt of each map the reader was given. Each must be
+ * committed here, or the answer is an ERROR (USH_ENOTCOMMITTED); then a
+ * MANIFEST accepts, the frames of those attempts in every thread's file
+ * of the partition follow exactly as stored, then FETCH_END. The stream
+ * is produced a chunk at a time, only when the previous send has
  * completed, so a slow reader costs one chunk of memory.
  */
 #define _GNU_SOURCE
@@ -62,6 +63,41 @@ static int list_files(struct ush_worker *wk, struct wk_fetch *fe)
 	return ret;
 }
 
+/* Reads the FETCH's attempts (ascending maps), each committed here.
+ * Returns 0, or an error with msg set. */
+static int wants(struct ush_worker *wk, struct wk_fetch *fe,
+		 const struct ushi_frame *f, const uint8_t *payload,
+		 char *msg, size_t n)
+{
+	fe->nm = proto_wants(f);
+	fe->m = ushi_malloc(fe->nm * sizeof(*fe->m));
+	if (!fe->m)
+		return -ENOMEM;
+	int ret = 0;
+	pthread_mutex_lock(&wk->lock);
+	for (uint32_t i = 0; !ret && i < fe->nm; i++) {
+		struct proto_want *w = &fe->m[i];
+		proto_get_want(payload, i, w);
+		struct wk_attempt *e = wk_attempt_find(wk, f->shuffle, w->map,
+						       w->attempt);
+		if (i && w->map <= fe->m[i - 1].map) {
+			snprintf(msg, n, "FETCH maps not ascending at entry %u",
+				 i);
+			ret = USH_ECORRUPT;
+		} else if (!e || e->state != WK_COMMITTED) {
+			snprintf(msg, n, "shuffle %u map %u attempt %u is not "
+				 "committed on this worker (%s)", f->shuffle,
+				 w->map, w->attempt,
+				 !e ? "never written here, or dropped" :
+				 e->state == WK_OPEN ? "still being written" :
+						       "its writer failed");
+			ret = USH_ENOTCOMMITTED;
+		}
+	}
+	pthread_mutex_unlock(&wk->lock);
+	return ret;
+}
+
 int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 		   const uint8_t *payload)
 {
@@ -73,28 +109,33 @@ int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
 	fe->skip = get_le64(payload);
-	int ret = wk_manifest(wk, f->shuffle, f->partition, &fe->m, &fe->nm);
+	char msg[256] = "";
+	int ret = wants(wk, fe, f, payload, msg, sizeof(msg));
 	if (!ret)
 		ret = list_files(wk, fe);
-	struct wk_out *o = ret ? NULL :
-			   wk_out_new(proto_manifest_size(fe->nm));
+	struct wk_out *o = ret ? NULL : wk_out_new(USHI_PROTO_SMALL);
 	if (!ret && !o)
 		ret = -ENOMEM;
 	if (ret) {
 		wk_fetch_free(fe);
+		if (*msg) {
+			wk_conn_fail(c, ret, "FETCH of partition %u: %s",
+				     f->partition, msg);
+			return 0;
+		}
 		return ret;
 	}
 	o->len = (uint32_t)proto_put_manifest(o->data, f->shuffle,
-					      f->partition, fe->m, fe->nm);
+					      f->partition);
 	wk_conn_queue(c, o);
 	c->fetch = fe;
-	wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u committed "
-	       "maps, %u files", c->peer, f->shuffle, f->partition, fe->nm,
+	wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u attempts, "
+	       "%u files", c->peer, f->shuffle, f->partition, fe->nm,
 	       fe->nfiles);
 	return 0;
 }
 
-static bool committed(const struct wk_fetch *fe, const struct ushi_frame *f)
+static bool wanted(const struct wk_fetch *fe, const struct ushi_frame *f)
 {
 	uint32_t lo = 0, hi = fe->nm;
 	while (lo < hi) {
@@ -140,7 +181,7 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 				return -errno;
 			fe->off = 0;
 			/* Committed frames are all below the size now: the
-			 * commit table was read before the file opened. */
+			 * attempt table was read before the file opened. */
 			struct stat st;
 			if (fstat(fe->fd, &st))
 				return -errno;
@@ -155,7 +196,7 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 			fe->fd = -1;
 			continue;
 		}
-		if (f->type == USHI_FRAME_DATA && committed(fe, f))
+		if (f->type == USHI_FRAME_DATA && wanted(fe, f))
 			return 1;
 		fe->off += proto_size(f);
 	}

@@ -137,6 +137,7 @@ static void conn_reap(struct wk_thread *t)
 		if (done && !c->closed) {
 			shutdown(c->fd, SHUT_RDWR);
 			c->closed = true;
+			wk_conn_leave(c);
 		}
 		if (!c->closed || c->recv_armed || c->sending || c->qn) {
 			cp = &c->next;

@@ -28,10 +28,18 @@
 
 struct wk_thread;
 
-/* One committed map output: the MAPPER_END that committed it. */
-struct wk_commit {
-	uint32_t shuffle, map, attempt, n;
-	struct proto_count *e; /* ascending partitions */
+/* An attempt a writer opened here, in the table until its shuffle is
+ * dropped. Workers elect no winner: readers ask for the attempts their
+ * map statuses name. */
+enum wk_attempt_state {
+	WK_OPEN = 1,   /* a connection is writing it */
+	WK_ABANDONED,  /* its writer left without a commit */
+	WK_COMMITTED,  /* synced and logged (MAPPER_END) */
+};
+
+struct wk_attempt {
+	uint32_t shuffle, map, attempt;
+	uint8_t state; /* enum wk_attempt_state; 0: a free slot */
 };
 
 struct ush_worker {
@@ -42,9 +50,9 @@ struct ush_worker {
 	struct wk_thread *threads;
 	bool started;
 	atomic_int stop;
-	pthread_mutex_t lock; /* commits, drops */
-	struct wk_commit *commits;
-	size_t ncommits, ccap;
+	pthread_mutex_t lock; /* attempts, drops */
+	struct wk_attempt *att; /* open addressing, acap a power of two */
+	size_t natt, acap;
 	uint32_t *drops;      /* shuffles dropped, in epoch order */
 	size_t ndrops;
 	atomic_uint drop_epoch;
@@ -75,7 +83,7 @@ struct wk_out {
 struct wk_fetch {
 	uint32_t shuffle, partition;
 	uint64_t skip;            /* stream bytes the reader already has */
-	struct proto_manifest *m; /* committed maps, ascending */
+	struct proto_want *m;     /* attempts asked for, ascending maps */
 	uint32_t nm;
 	char **files;
 	unsigned nfiles, fi;
@@ -96,6 +104,8 @@ struct wk_conn {
 	int fd;
 	char peer[64];
 	uint32_t role;         /* 0 until HELLO */
+	struct wk_attempt att; /* a writer's attempt (state: WK_OPEN while
+				  it writes) */
 	uint64_t t_accept;     /* ushi_now_ns() when accepted */
 	struct wk_chunk q[WK_BUFS];
 	unsigned qhead, qn;
@@ -146,20 +156,19 @@ struct wk_thread {
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* commit.c: the shared table and the per-thread logs. */
+/* commit.c: the shared attempt table and the per-thread logs. The
+ * caller holds wk->lock around the table functions. */
 int wk_commit_replay(struct ush_worker *wk);
 void wk_commit_free(struct ush_worker *wk);
-/* The committed attempt of (shuffle, map), or -1. Caller holds the lock. */
-int64_t wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map);
+struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
+				   uint32_t map, uint32_t attempt);
+int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
+		   uint32_t attempt, enum wk_attempt_state state);
 /* Appends frame (a MAPPER_END or DROP) to t's log and syncs it. */
 int wk_log_append(struct wk_thread *t, const uint8_t *frame, size_t n);
 int wk_log_open(struct wk_thread *t);
-/* Applies a logged frame to the table (lock held). */
-int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f,
-		    const uint8_t *payload);
-/* The committed maps of shuffle with their batch counts of partition. */
-int wk_manifest(struct ush_worker *wk, uint32_t shuffle, uint32_t partition,
-		struct proto_manifest **out, uint32_t *n);
+/* Applies a logged frame (MAPPER_END or DROP) to the table. */
+int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f);
 
 /* store.c: partition files and flush buffers. */
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
@@ -174,6 +183,8 @@ int wk_part_path(char *buf, size_t n, const char *dir, uint32_t shuffle,
 
 /* conn.c */
 void wk_conn_process(struct wk_conn *c);
+/* A closing writer's attempt, unless committed, becomes abandoned. */
+void wk_conn_leave(struct wk_conn *c);
 /* An empty output with room for cap bytes, or NULL. */
 struct wk_out *wk_out_new(size_t cap);
 /* Appends o to c's output queue; c owns it from here on. */

@@ -4,7 +4,11 @@
  * frame padded to USHI_ALIGN); their index entries stream to a temporary
  * index. Commit syncs the data, closes the index with its trailer, syncs
  * it and renames it into place without replacing: the rename publishes
- * the output atomically, and the first attempt to commit wins.
+ * the attempt atomically.
+ *
+ * An attempt has one writer: it holds an exclusive flock on the data
+ * file from open to free. Only under the lock is the file truncated, so
+ * a second writer of a committed or busy attempt touches nothing.
  */
 #define _GNU_SOURCE
 #include "core/spill.h"
@@ -14,6 +18,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,7 +27,7 @@
 struct disk {
 	char data[PATH_MAX], itmp[PATH_MAX], index[PATH_MAX], sdir[PATH_MAX];
 	int fd, ifd, slot;
-	bool direct;
+	bool direct, locked;
 	uint64_t off;      /* next data offset */
 	uint64_t ioff;     /* bytes of index written */
 	uint64_t entries;
@@ -35,9 +40,19 @@ struct disk {
 	uint8_t ichunk[USHI_ALIGN];
 };
 
+static bool committed(struct ush_writer *w, struct disk *d)
+{
+	if (access(d->index, F_OK))
+		return false;
+	ushi_fail(USH_ECOMMITTED, "disk: map %u attempt %u is committed (%s "
+		  "exists): a retry needs a new attempt number", w->o.map,
+		  w->o.attempt, d->index);
+	return true;
+}
+
 static int open_data(struct ush_writer *w, struct disk *d)
 {
-	int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+	int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
 	d->direct = w->o.direct != 0;
 	d->fd = open(d->data, flags | (d->direct ? O_DIRECT : 0), 0644);
 	if (d->fd < 0 && d->direct && errno == EINVAL) {
@@ -49,6 +64,20 @@ static int open_data(struct ush_writer *w, struct disk *d)
 	d->prealloc = d->direct;
 	if (d->fd < 0)
 		return ushi_fail(-errno, "disk: open %s", d->data);
+	/* Checked again under the lock: a commit may have raced the open. */
+	if (flock(d->fd, LOCK_EX | LOCK_NB))
+		return errno == EWOULDBLOCK
+			       ? ushi_fail(-EBUSY, "disk: map %u attempt %u "
+					  "is open by another writer (%s is "
+					  "locked)", w->o.map, w->o.attempt,
+					  d->data)
+			       : ushi_fail(-errno, "disk: flock %s", d->data);
+	if (committed(w, d))
+		return USH_ECOMMITTED;
+	/* Ours now: what a failed earlier writer of it left goes. */
+	d->locked = true;
+	if (ftruncate(d->fd, 0))
+		return ushi_fail(-errno, "disk: truncate %s", d->data);
 	return 0;
 }
 
@@ -63,12 +92,15 @@ static int disk_open(struct ush_writer *w)
 	spill_dir(d->sdir, sizeof(d->sdir), o->dir, o->shuffle);
 	spill_data(d->data, sizeof(d->data), o->dir, o->shuffle, o->map,
 		   o->attempt);
-	spill_index(d->index, sizeof(d->index), o->dir, o->shuffle, o->map);
+	spill_index(d->index, sizeof(d->index), o->dir, o->shuffle, o->map,
+		    o->attempt);
 	snprintf(d->itmp, sizeof(d->itmp), "%.*s.index.tmp",
 		 (int)(strlen(d->data) - 5), d->data);
 	w->sink_state = d;
 	int ret = 0;
-	if (mkdir(o->dir, 0755) && errno != EEXIST)
+	if (committed(w, d))
+		ret = USH_ECOMMITTED;
+	else if (mkdir(o->dir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "disk: mkdir %s", o->dir);
 	else if (mkdir(d->sdir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "disk: mkdir %s", d->sdir);
@@ -232,9 +264,9 @@ static int sync_dir(const char *path)
 	return ret;
 }
 
-static int disk_commit(struct ush_writer *w)
+/* Syncs the data, writes and syncs the index, publishes it. */
+static int publish(struct ush_writer *w, struct disk *d)
 {
-	struct disk *d = w->sink_state;
 	if (d->alloc_end && ftruncate(d->fd, (off_t)d->off))
 		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
 				d->data, (unsigned long long)d->off);
@@ -260,26 +292,31 @@ static int disk_commit(struct ush_writer *w)
 	if (fdatasync(d->ifd))
 		return ushi_fail(-errno, "disk: fdatasync %s", d->itmp);
 	if (renameat2(AT_FDCWD, d->itmp, AT_FDCWD, d->index,
-		      RENAME_NOREPLACE)) {
-		if (errno == EEXIST)
-			return ushi_fail(USH_ECOMMITTED, "disk: %s exists: map "
-					"%u was committed by another attempt",
-					d->index, w->o.map);
-		return ushi_fail(-errno, "disk: rename %s to %s", d->itmp,
-				d->index);
-	}
+		      RENAME_NOREPLACE))
+		return ushi_fail(errno == EEXIST ? USH_ECOMMITTED : -errno,
+				"disk: rename %s to %s", d->itmp, d->index);
 	ret = sync_dir(d->sdir);
 	/* The shuffle directory may be new (this writer's mkdir or another
 	 * one's): its entry must be durable too, or a crash loses it. */
-	if (!ret)
-		ret = sync_dir(w->o.dir);
+	return ret ? ret : sync_dir(w->o.dir);
+}
+
+/*
+ * Every failure is sticky: Linux reports a writeback error to one
+ * fdatasync only, so a retried commit must not sync again and publish
+ * data that never reached the disk.
+ */
+static int disk_commit(struct ush_writer *w)
+{
+	struct disk *d = w->sink_state;
+	int ret = publish(w, d);
+	if (ret) {
+		writer_error(w, ret, "disk: commit of map %u attempt %u",
+			     w->o.map, w->o.attempt);
+		return ret;
+	}
 	disk_close(w, d);
-	/* Published, but perhaps not durable; the sink is gone, so no call
-	 * may reach it again (a retried commit or a write would find no
-	 * state): the error is sticky. */
-	if (ret)
-		writer_error(w, ret, "disk: commit of map %u", w->o.map);
-	return ret;
+	return 0;
 }
 
 static void disk_abort(struct ush_writer *w)
@@ -287,8 +324,10 @@ static void disk_abort(struct ush_writer *w)
 	struct disk *d = w->sink_state;
 	if (!d)
 		return;
-	unlink(d->data);
-	unlink(d->itmp);
+	if (d->locked) { /* never another writer's files */
+		unlink(d->data);
+		unlink(d->itmp);
+	}
 	disk_close(w, d);
 }
 

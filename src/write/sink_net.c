@@ -303,10 +303,13 @@ static int net_open(struct ush_writer *w)
 	w->sink_state = n;
 	n->st->net_workers = nc;
 	for (unsigned i = 0; !ret && i < nc; i++) {
-		struct proto_hello h;
+		struct proto_hello h, me = {.role = USHI_ROLE_WRITER,
+					    .shuffle = o->shuffle,
+					    .map = o->map,
+					    .attempt = o->attempt};
 		c[i].n = n;
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
-		int fd = net_dial(peers[i], USHI_ROLE_WRITER, n->timeout_ms, &h);
+		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
 		if (fd < 0) {
 			ret = fd;
 			break;
@@ -484,35 +487,21 @@ static void ctrl_done(struct ushi_op *op, int res)
 	ushi_free((void *)op->io.addr);
 }
 
-/* MAPPER_END for connection ci: its partitions with batches. */
-static int send_mapper_end(struct net *n, unsigned ci, const uint32_t *owner,
-			   uint32_t count)
+/* MAPPER_END to connection c: the attempt is complete. */
+static int send_mapper_end(struct net *n, struct conn *c)
 {
 	struct ush_writer *w = n->w;
-	struct conn *c = &n->c[ci];
-	if (count > USHI_PROTO_CTRL_MAX / USHI_PROTO_COUNT_LEN)
-		return ushi_fail(-E2BIG, "net: worker %s: %u partitions with "
-				"data exceed one MAPPER_END", c->peer, count);
-	struct proto_count *e = ushi_malloc((count ? count : 1) * sizeof(*e));
-	uint8_t *m = ushi_malloc(proto_mapper_end_size(count));
+	uint8_t *m = ushi_malloc(USHI_PROTO_SMALL);
 	struct ushi_op *op = NULL;
-	int ret = e && m ? 0 : -ENOMEM;
+	int ret = m ? 0 : -ENOMEM;
 	if (!ret && !n->psync)
 		ret = ring_op_get(w->ring, &op);
 	if (ret) {
-		ushi_free(e);
 		ushi_free(m);
-		return ushi_fail(ret, "net: worker %s: MAPPER_END of %u entries",
-				c->peer, count);
+		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
 	}
-	uint32_t k = 0;
-	for (uint32_t p = 0; p < w->o.partitions; p++)
-		if (owner[p] == ci && writer_part_batches(w, p))
-			e[k++] = (struct proto_count){p,
-						      writer_part_batches(w, p)};
 	size_t len = proto_put_mapper_end(m, w->o.shuffle, w->o.map,
-					  w->o.attempt, w->o.partitions, e, k);
-	ushi_free(e);
+					  w->o.attempt);
 	if (n->psync) {
 		ret = net_write(c->fd, m, len);
 		ushi_free(m);
@@ -541,20 +530,11 @@ static bool acked(struct conn *c, uint32_t unused)
 static int net_commit(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
-	uint32_t *owner = ushi_malloc(w->o.partitions * sizeof(*owner));
-	uint32_t *count = ushi_calloc(n->nc, sizeof(*count));
-	int ret = owner && count ? 0 : ushi_fail(-ENOMEM, "net: commit");
-	for (uint32_t p = 0; !ret && p < w->o.partitions; p++) {
-		owner[p] = proto_worker_of(p, n->nc);
-		count[owner[p]] += writer_part_batches(w, p) != 0;
-	}
+	int ret = 0;
 	/* Every worker learns of the commit, even one without data of
-	 * this map, so each can tell readers the map is complete. */
+	 * this map: a reader asks each for the attempt it was given. */
 	for (unsigned i = 0; !ret && i < n->nc; i++)
-		ret = n->c[i].err ? n->c[i].err :
-				    send_mapper_end(n, i, owner, count[i]);
-	ushi_free(owner);
-	ushi_free(count);
+		ret = n->c[i].err ? n->c[i].err : send_mapper_end(n, &n->c[i]);
 	if (!ret)
 		ret = ring_submit(w->ring);
 	for (unsigned i = 0; !ret && i < n->nc; i++) {
@@ -567,8 +547,8 @@ static int net_commit(struct ush_writer *w)
 	for (unsigned i = 0; !ret && i < n->nc; i++) {
 		if (n->c[i].status == USH_ECOMMITTED)
 			ret = ushi_fail(USH_ECOMMITTED, "net: worker %s: map %u "
-				       "was committed by another attempt",
-				       n->c[i].peer, w->o.map);
+				       "attempt %u is committed already",
+				       n->c[i].peer, w->o.map, w->o.attempt);
 		else if (n->c[i].status)
 			ret = ushi_fail(-EPROTO, "net: worker %s: commit ACK of "
 				       "map %u with unknown status %d",

@@ -7,6 +7,7 @@
  * queue is flushed, once per USHI_QUEUE_BATCH buffers, so submissions are
  * batched and the hand-off cost does not grow with the buffer size.
  */
+#include "core/status.h"
 #include "write/writer.h"
 
 #include <errno.h>
@@ -110,6 +111,8 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 		  struct ushi_buf *b, uint8_t *mem)
 {
 	frame_encode(b ? b->data : mem, f);
+	struct ushi_part *p = &w->parts[f->partition];
+	p->sum = status_sum_add(p->sum, f->crc);
 	uint32_t flen = (uint32_t)ush_frame_size(f->payload_len);
 	w->st.frame_bytes += flen;
 	w->st.raw_bytes += f->raw_len;
@@ -484,6 +487,50 @@ static int drain(struct ush_writer *w)
 	return ret;
 }
 
+static void part_entry(const void *arg, uint32_t p, uint64_t *batches,
+		       uint32_t *sum)
+{
+	const struct ushi_part *part = &((const struct ushi_part *)arg)[p];
+	*batches = part->st.batches;
+	*sum = ~part->sum;
+}
+
+/* The map status of the committed output: where it lives and, per
+ * partition, its batches and their checksum. */
+static int build_status(struct ush_writer *w)
+{
+	if (w->o.target == USH_TARGET_NULL)
+		return 0; /* nothing stored, nothing to read */
+	const char *loc = w->o.target == USH_TARGET_NET ? w->o.workers :
+							  w->o.dir;
+	struct status s = {
+		.target = (uint8_t)w->o.target,
+		.shuffle = w->o.shuffle,
+		.map = w->o.map,
+		.attempt = w->o.attempt,
+		.partitions = w->o.partitions,
+		.loc = loc,
+		.loc_len = (uint32_t)strlen(loc),
+	};
+	if (status_build(&w->status, &w->status_len, &s, part_entry,
+			 w->parts))
+		return ushi_fail(-ENOMEM, "writer: map status of %u "
+				"partitions", w->o.partitions);
+	return 0;
+}
+
+int ush_writer_status(const ush_writer *w, struct ush_status *st)
+{
+	if (w->state != W_COMMITTED || !w->status)
+		return ushi_fail(USH_ESTATE, "writer: map %u attempt %u has no "
+				"status: %s", w->o.map, w->o.attempt,
+				w->state != W_COMMITTED ? "not committed" :
+				"the null target stores nothing");
+	st->data = w->status;
+	st->len = w->status_len;
+	return 0;
+}
+
 int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 {
 	int ret = check_open(w);
@@ -496,6 +543,8 @@ int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 		ret = sticky(w);
 	if (!ret)
 		ret = w->sink->commit(w);
+	if (!ret)
+		ret = build_status(w);
 	if (ret)
 		return ret;
 	w->state = W_COMMITTED;
@@ -544,11 +593,6 @@ const struct ush_lat *ush_writer_complete_lat(const ush_writer *w)
 void writer_stored(struct ush_writer *w, uint64_t bytes)
 {
 	w->st.stored_bytes += bytes;
-}
-
-uint64_t writer_part_batches(const struct ush_writer *w, uint32_t p)
-{
-	return w->parts[p].st.batches;
 }
 
 struct ush_writer_stats *writer_counters(struct ush_writer *w)
@@ -601,6 +645,14 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 		return ushi_fail(-EINVAL, "writer: unknown target %d",
 				o->target);
 	}
+	size_t loc = o->target == USH_TARGET_DISK ? strlen(o->dir) :
+		     o->target == USH_TARGET_NET ? strlen(o->workers) : 0;
+	if (loc > USHI_STATUS_LOC_MAX)
+		return ushi_fail(-ENAMETOOLONG, "writer: %s of %zu bytes, "
+				"the map status holds at most %u",
+				o->target == USH_TARGET_DISK ? "directory" :
+							       "worker list",
+				loc, USHI_STATUS_LOC_MAX);
 	if (o->ioengine != USH_IOENGINE_URING &&
 	    o->ioengine != USH_IOENGINE_PSYNC)
 		return ushi_fail(-EINVAL, "writer: unknown ioengine %d",
@@ -618,6 +670,8 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 		return ushi_fail(-ENOMEM, "writer: %u partitions",
 				o->partitions);
 	}
+	for (uint32_t i = 0; i < o->partitions; i++)
+		w->parts[i].sum = USHI_SUM_INIT;
 	ush_lat_init(&w->complete_lat);
 	w->ring = ring;
 	w->sink = sink;
@@ -642,6 +696,7 @@ void ush_writer_free(ush_writer *w)
 		ush_writer_abort(w);
 	ushi_free((void *)w->o.dir);
 	ushi_free((void *)w->o.workers);
+	ushi_free(w->status);
 	ushi_free(w->parts);
 	ushi_free(w);
 }

@@ -36,6 +36,7 @@ struct ushi_part {
 	struct ushi_buf *buf; /* open batch, or NULL */
 	uint32_t len, nrec;  /* bytes and records in the open batch */
 	uint64_t seq;        /* next batch sequence number */
+	uint32_t sum;        /* running checksum of its frame CRCs */
 	struct ush_part_stats st;
 };
 
@@ -59,15 +60,15 @@ struct ush_writer {
 	char errmsg[256];
 	struct ush_writer_stats st;
 	struct ush_lat complete_lat;
+	uint8_t *status;   /* the map status, after commit */
+	size_t status_len;
 };
 
 /* Records a sticky error (first one wins) from a completion or sink. */
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Sinks count through these: bytes stored on the target, the batches
- * written to partition p so far. */
+/* Sinks count the bytes they stored on the target through it. */
 void writer_stored(struct ush_writer *w, uint64_t bytes);
-uint64_t writer_part_batches(const struct ush_writer *w, uint32_t p);
 /* The writer's totals, for a sink's own counters (net_*). */
 struct ush_writer_stats *writer_counters(struct ush_writer *w);
 /* A submitted frame is done with (written, dropped or failed): returns

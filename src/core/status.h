@@ -1,0 +1,54 @@
+/*
+ * The map status (docs/format.md §3): what a commit yields and a reader is
+ * opened with. A 32-byte header, the location (disk directory or worker
+ * list), a table of 64-partition blocks, then per partition a LEB128
+ * batch count and, when it is not zero, the checksum of its batches.
+ * The header CRC covers header, location and block table; each block has
+ * its own CRC, so a reader checks only the block of its partition.
+ */
+#ifndef USHI_STATUS_H
+#define USHI_STATUS_H
+
+#include "core/internal.h"
+
+#define USHI_STATUS_MAGIC 0x534d5355u /* "USMS" */
+#define USHI_STATUS_VERSION 1
+#define USHI_STATUS_HDR 32u
+#define USHI_STATUS_BLOCK 64u     /* partitions per block */
+#define USHI_STATUS_LOC_MAX 4096u /* location bytes */
+
+/* A parsed status: pointers into the caller's bytes. */
+struct status {
+	uint8_t target; /* enum ush_target */
+	uint32_t shuffle, map, attempt, partitions;
+	const char *loc; /* not NUL-terminated */
+	uint32_t loc_len;
+	const uint8_t *blocks, *body;
+	uint32_t body_len;
+};
+
+/* A partition's batches and the checksum over their frame CRCs: fold
+ * each CRC in with status_sum_add() in sequence order, starting from
+ * USHI_SUM_INIT; the stored value is the final ~sum. */
+#define USHI_SUM_INIT 0xffffffffu
+uint32_t status_sum_add(uint32_t sum, uint32_t frame_crc);
+
+/* Writes the status of a map into a new heap buffer (*out, *len; free it
+ * with ushi_free()). part(arg, p, &batches, &sum) gives partition p's
+ * batch count and final checksum. Returns 0 or -ENOMEM. */
+int status_build(uint8_t **out, size_t *len, const struct status *s,
+		 void (*part)(const void *arg, uint32_t p, uint64_t *batches,
+			      uint32_t *sum),
+		 const void *arg);
+/* Parses and checks the header, location and block table. Returns 0,
+ * USH_ECORRUPT or USH_EVERSION with *why naming the broken rule. */
+int status_parse(const uint8_t *p, size_t n, struct status *s,
+		 const char **why);
+/* Partition p's entry, its block's CRC checked: 0 or USH_ECORRUPT. */
+int status_part(const struct status *s, uint32_t p, uint64_t *batches,
+		uint32_t *sum, const char **why);
+/* Total batches of every partition (walks every block). */
+int status_batches(const struct status *s, uint64_t *batches,
+		   const char **why);
+
+#endif
