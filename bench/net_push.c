@@ -105,6 +105,13 @@ int main(int argc, char **argv)
 	double t = now() - t0, c = cpu() - c0;
 	if (ret)
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
+	/* The map status the reader is opened with, copied: the writer's
+	 * is borrowed until ush_writer_free(). */
+	struct ush_status bst, status = {NULL, 0};
+	if (ush_writer_status(w, &bst) || !(status.data = malloc(bst.len)))
+		return fprintf(stderr, "%s\n", ush_last_error()), 1;
+	memcpy((void *)status.data, bst.data, bst.len);
+	status.len = bst.len;
 	struct ush_writer_stats st;
 	ush_writer_stats(w, &st);
 	double gib = (double)st.frame_bytes / (1u << 30);
@@ -127,8 +134,8 @@ int main(int argc, char **argv)
 		c0 = cpu();
 		for (uint32_t p = 0; p < parts; p++) {
 			struct ush_reader_opts rdo = {.size = sizeof(rdo),
-				.shuffle = shuffle, .partition = p, .maps = 1,
-				.workers = workers};
+				.partition = p, .statuses = &status,
+				.nstatuses = 1};
 			ush_reader *r;
 			const void *got;
 			size_t glen;
@@ -149,6 +156,7 @@ int main(int argc, char **argv)
 		       t, (double)bytes / (1u << 30) / t,
 		       c / ((double)bytes / (1u << 30)));
 	}
+	free((void *)status.data);
 	ush_net_drop(workers, shuffle, 0);
 	return 0;
 }

@@ -17,7 +17,8 @@ echo "$lib" | awk '$1 !~ /^ush_/ || $1 ~ /^ush_worker_/ ||
 	END { exit bad }' || fail=1
 echo "$wlib" | awk '$1 !~ /^ush_worker_/ || $2 !~ /^\(?USHUFFLE_WORKER_/ {
 	print "libushuffle_worker exports", $0; bad=1 } END { exit bad }' || fail=1
-for s in ush_writer_open ush_reader_open ush_version ush_strerror; do
+for s in ush_writer_open ush_writer_status ush_status_info_size \
+	ush_reader_open ush_version ush_strerror; do
 	echo "$lib" | grep -q "^$s " || { echo "libushuffle lacks $s"; fail=1; }
 done
 echo "$wlib" | grep -q "^ush_worker_create " ||

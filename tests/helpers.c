@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include "core/status.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -106,4 +108,80 @@ int th_check(const void *buf, size_t len, uint64_t seed)
 			return 0;
 	}
 	return 1;
+}
+
+void th_status_copy(const ush_writer *w, struct ush_status *st)
+{
+	struct ush_status b;
+	int ret = ush_writer_status(w, &b);
+	if (ret)
+		fail_msg("ush_writer_status = %d (%s): %s", ret,
+			 ush_err_name(ret), ush_last_error());
+	void *p = malloc(b.len);
+	assert_non_null(p);
+	memcpy(p, b.data, b.len);
+	st->data = p;
+	st->len = b.len;
+}
+
+int th_commit(ush_writer *w, struct ush_part_stats *parts,
+	      struct ush_status *st)
+{
+	int ret = ush_writer_commit(w, parts);
+	if (!ret && st)
+		th_status_copy(w, st);
+	return ret;
+}
+
+void th_status_free(struct ush_status *st)
+{
+	free((void *)st->data);
+	st->data = NULL;
+	st->len = 0;
+}
+
+void th_statuses_free(struct ush_status *st, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		th_status_free(&st[i]);
+}
+
+static void no_batches(const void *arg, uint32_t p, uint64_t *batches,
+		       uint32_t *sum)
+{
+	(void)arg;
+	(void)p;
+	*batches = 0;
+	*sum = 0;
+}
+
+void th_status_forge(struct ush_status *st, enum ush_target target,
+		     const char *loc, uint32_t shuffle, uint32_t map,
+		     uint32_t attempt, uint32_t partitions)
+{
+	struct status s = {.target = (uint8_t)target, .shuffle = shuffle,
+			   .map = map, .attempt = attempt,
+			   .partitions = partitions, .loc = loc,
+			   .loc_len = (uint32_t)strlen(loc)};
+	uint8_t *b;
+	size_t n;
+	assert_int_equal(status_build(&b, &n, &s, no_batches, NULL), 0);
+	void *p = malloc(n);
+	assert_non_null(p);
+	memcpy(p, b, n);
+	ushi_free(b);
+	st->data = p;
+	st->len = n;
+}
+
+int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
+		   uint32_t partition, uint32_t timeout_ms)
+{
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.partition = partition;
+	ro.statuses = st;
+	ro.nstatuses = n;
+	ro.timeout_ms = timeout_ms;
+	return ush_reader_open(r, &ro);
 }

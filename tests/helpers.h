@@ -30,6 +30,29 @@ void th_fill(void *buf, size_t len, uint64_t seed);
 int th_check(const void *buf, size_t len, uint64_t seed);
 /* xorshift64* PRNG. */
 uint64_t th_rand(uint64_t *state);
+/*
+ * Map statuses (0.3). A committed writer's status is borrowed until
+ * ush_writer_free(); tests keep copies (malloc'd, th_status_free()).
+ */
+/* Copies w's map status into *st; fails the test if w has none. */
+void th_status_copy(const ush_writer *w, struct ush_status *st);
+/* Commits w (parts may be NULL); on success copies its status into *st
+ * (st may be NULL). Returns the commit's result. */
+int th_commit(ush_writer *w, struct ush_part_stats *parts,
+	      struct ush_status *st);
+/* Frees a copy (NULL data allowed) and zeroes it; n of them. */
+void th_status_free(struct ush_status *st);
+void th_statuses_free(struct ush_status *st, size_t n);
+/* A status naming shuffle/map/attempt at loc (a directory or a worker
+ * list) with no batches in any partition: what a driver could hold for an
+ * attempt that never committed there. Built with the library's encoder. */
+void th_status_forge(struct ush_status *st, enum ush_target target,
+		     const char *loc, uint32_t shuffle, uint32_t map,
+		     uint32_t attempt, uint32_t partitions);
+/* ush_reader_open() of partition over n statuses (timeout_ms 0: the
+ * default). */
+int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
+		   uint32_t partition, uint32_t timeout_ms);
 /* Asserts ret == 0, printing ush_last_error() otherwise. */
 #define th_ok(expr)                                                          \
 	do {                                                                 \

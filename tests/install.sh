@@ -45,13 +45,14 @@ int main(int argc, char **argv)
 	struct ush_writer_opts o = {.size = sizeof(o), .shuffle = 1,
 		.partitions = 1, .target = USH_TARGET_NET, .workers = list};
 	ush_writer *w;
+	struct ush_status st;
 	if (ush_ring_create(&ring, NULL) || ush_writer_open(&w, ring, &o) ||
-	    ush_writer_write(w, 0, "hello", 5) || ush_writer_commit(w, NULL))
+	    ush_writer_write(w, 0, "hello", 5) || ush_writer_commit(w, NULL) ||
+	    ush_writer_status(w, &st))
 		return 2;
-	ush_writer_free(w);
-	ush_ring_free(ring);
-	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 1,
-		.maps = 1, .workers = list};
+	/* The status is the writer's until it is freed: read before. */
+	struct ush_reader_opts ro = {.size = sizeof(ro), .statuses = &st,
+		.nstatuses = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
@@ -59,6 +60,8 @@ int main(int argc, char **argv)
 	    len != 5 || memcmp(rec, "hello", 5))
 		return 3;
 	ush_reader_free(r);
+	ush_writer_free(w);
+	ush_ring_free(ring);
 	ush_worker_free(wk);
 	printf("app: %s ok\n", ush_version_string());
 	return 0;

@@ -155,9 +155,22 @@ struct th_job {
 	uint32_t timeout_ms;
 	int send_zc;
 	enum ush_ioengine ioengine;
+	/* The map statuses, one per map (maps of them, zeroed at first):
+	 * th_push_map() stores a copy of each commit's status at its map,
+	 * replacing any earlier one; th_verify() reads them; free them with
+	 * th_job_free(). Each job needs an array of its own. */
+	struct ush_status *statuses;
 };
 
-/* Pushes map m (attempt a) of job; returns commit's result. */
+static inline void th_job_free(struct th_job *j)
+{
+	if (j->statuses)
+		th_statuses_free(j->statuses, j->maps);
+}
+
+/* Pushes map m (attempt a) of job; returns commit's result. A committed
+ * map's status goes to j->statuses[m] (if j->statuses). Cmocka-free: may
+ * run in a thread of its own. */
 static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 		       struct ush_writer_stats *st)
 {
@@ -181,6 +194,17 @@ static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 	}
 	if (!ret)
 		ret = ush_writer_commit(w, NULL);
+	struct ush_status bst;
+	if (!ret && j->statuses && !(ret = ush_writer_status(w, &bst))) {
+		void *copy = malloc(bst.len);
+		if (copy) {
+			memcpy(copy, bst.data, bst.len);
+			free((void *)j->statuses[m].data);
+			j->statuses[m] = (struct ush_status){copy, bst.len};
+		} else {
+			ret = -ENOMEM;
+		}
+	}
 	if (st && w)
 		ush_writer_stats(w, st);
 	ush_writer_free(w);
@@ -188,18 +212,20 @@ static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 	return ret;
 }
 
-/* Reads every partition back and checks each record exactly once. */
+/* Reads every partition back with the job's statuses and checks each
+ * record exactly once. */
 static inline void th_verify(const struct th_job *j)
 {
 	uint64_t total = 0;
 	uint8_t exp[1024];
 	uint8_t *seen = calloc((size_t)j->maps * j->records, 1);
+	assert_non_null(j->statuses);
+	for (uint32_t m = 0; m < j->maps; m++)
+		if (!j->statuses[m].data)
+			fail_msg("map %u has no status: not committed", m);
 	for (uint32_t p = 0; p < j->partitions; p++) {
-		struct ush_reader_opts ro = {.size = sizeof(ro),
-			.shuffle = j->shuffle, .partition = p, .maps = j->maps,
-			.workers = j->workers, .timeout_ms = 20000};
 		ush_reader *r;
-		th_ok(ush_reader_open(&r, &ro));
+		th_ok(th_reader_open(&r, j->statuses, j->maps, p, 20000));
 		const void *rec;
 		size_t len;
 		int ret;

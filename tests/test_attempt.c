@@ -1,9 +1,11 @@
 /*
- * Retried and competing attempts of one map. Only the committed attempt's
- * records come back, each exactly once: after an aborted attempt, after a
- * crashed one (a child process killed mid-write), when two attempts both
- * try to commit (the second gets USH_ECOMMITTED), and when the index
- * names the same frame twice.
+ * Retried and competing attempts of one map. The reader reads the attempt
+ * whose map status it is given, its records each exactly once: after an
+ * aborted attempt, after a crashed one (a child process killed
+ * mid-write), when two attempts both commit (each status reads its own
+ * attempt; a committed attempt cannot be reopened, an open one cannot be
+ * opened twice, and neither refusal touches its files), and when the
+ * index names the same frame twice.
  */
 #define _GNU_SOURCE
 #include "helpers.h"
@@ -49,7 +51,7 @@ static void paths(const char *dir, uint32_t attempt, char *data, char *tmp,
 	spill_data(data, PATH_MAX, dir, SHUFFLE, MAP, attempt);
 	snprintf(tmp, PATH_MAX, "%s/s%u/m%u.a%u.index.tmp", dir, SHUFFLE, MAP,
 		 attempt);
-	spill_index(index, PATH_MAX, dir, SHUFFLE, MAP);
+	spill_index(index, PATH_MAX, dir, SHUFFLE, MAP, attempt);
 }
 
 static ush_ring *new_ring(void)
@@ -91,17 +93,19 @@ static int write_range(ush_writer *w, uint32_t attempt, uint32_t from,
 	return 0;
 }
 
-/* Every partition holds exactly attempt's NREC records, in order, once. */
-static void expect_attempt(const char *dir, uint32_t attempt)
+/* Read with st, every partition holds exactly attempt's NREC records, in
+ * order, once. */
+static void expect_attempt(const struct ush_status *st, uint32_t attempt)
 {
 	static uint8_t want[PUSH + 1024];
+	struct ush_status_info info;
+	th_ok(ush_status_info(st, &info));
+	assert_int_equal(info.attempt, attempt);
 	for (uint32_t p = 0; p < NPARTS; p++) {
-		struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-			.shuffle = SHUFFLE, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *rec;
 		size_t len;
-		th_ok(ush_reader_open(&r, &ro));
+		th_ok(th_reader_open(&r, st, 1, p, 0));
 		for (uint32_t i = 0; i < NREC; i++) {
 			int ret = ush_reader_next(r, &rec, &len);
 			if (ret != 1)
@@ -122,32 +126,34 @@ static void expect_attempt(const char *dir, uint32_t attempt)
 	}
 }
 
-/* The map has no committed output: the reader says so, naming the index. */
-static void expect_uncommitted(const char *dir)
+/* attempt has no committed output: a reader given a status naming it
+ * (as a driver could hold) is refused at open, naming the index. */
+static void expect_uncommitted(const char *dir, uint32_t attempt)
 {
 	char index[PATH_MAX];
-	spill_index(index, sizeof(index), dir, SHUFFLE, MAP);
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = SHUFFLE, .partition = 0, .maps = 1};
-	ush_reader *r;
-	const void *rec;
-	size_t len;
-	th_ok(ush_reader_open(&r, &ro));
-	assert_int_equal(ush_reader_next(r, &rec, &len), USH_ENOTCOMMITTED);
+	spill_index(index, sizeof(index), dir, SHUFFLE, MAP, attempt);
+	struct ush_status st;
+	th_status_forge(&st, USH_TARGET_DISK, dir, SHUFFLE, MAP, attempt,
+			NPARTS);
+	ush_reader *r = NULL;
+	assert_int_equal(th_reader_open(&r, &st, 1, 0, 0), USH_ENOTCOMMITTED);
+	assert_null(r);
 	assert_non_null(strstr(ush_last_error(), index));
-	ush_reader_free(r);
+	th_status_free(&st);
 }
 
-/* Attempt 1 writes everything and commits; the reader gets it alone. */
+/* Attempt 1 writes everything and commits; its status reads it alone. */
 static void retry_commits(const char *dir)
 {
 	ush_ring *ring = new_ring();
 	ush_writer *w = open_attempt(ring, dir, 1);
+	struct ush_status st;
 	th_ok(write_range(w, 1, 0, NREC));
-	th_ok(ush_writer_commit(w, NULL));
+	th_ok(th_commit(w, NULL, &st));
 	ush_writer_free(w);
 	ush_ring_free(ring);
-	expect_attempt(dir, 1);
+	expect_attempt(&st, 1);
+	th_status_free(&st);
 }
 
 static void aborted_attempt(void **state)
@@ -171,7 +177,7 @@ static void aborted_attempt(void **state)
 	assert_int_equal(ush_writer_abort(w), USH_ESTATE);
 	ush_writer_free(w);
 	ush_ring_free(ring);
-	expect_uncommitted(dir);
+	expect_uncommitted(dir, 0);
 	retry_commits(dir);
 	th_rmrf(dir);
 }
@@ -214,53 +220,111 @@ static void crashed_attempt(void **state)
 	assert_true(st.st_size > 0);
 	assert_true(exists(tmp));
 	assert_false(exists(index));
-	expect_uncommitted(dir);
+	expect_uncommitted(dir, 0);
 	retry_commits(dir);
 	/* The stale files stay, ignored. */
 	assert_true(exists(data));
 	th_rmrf(dir);
 }
 
-/* Attempts 0 and 1 write the whole map side by side; `first` commits
- * first and wins; the other's commit fails and its files go. */
+/* Opening attempt's writer fails with err; its files are as they were
+ * (while another writer of it runs, its writes may land meanwhile: the
+ * file only grows, and its records are checked when read back). */
+static void refused_open(ush_ring *ring, const char *dir, uint32_t attempt,
+			 int err, const char *needle)
+{
+	char data[PATH_MAX], tmp[PATH_MAX], index[PATH_MAX];
+	paths(dir, attempt, data, tmp, index);
+	int had_tmp = exists(tmp), had_index = exists(index);
+	size_t dlen, dlen2;
+	uint8_t *before = th_read_file(data, &dlen);
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = SHUFFLE,
+		.map = MAP, .attempt = attempt, .partitions = NPARTS,
+		.target = USH_TARGET_DISK, .dir = dir, .direct = 1};
+	ush_writer *w = NULL;
+	assert_int_equal(ush_writer_open(&w, ring, &wo), err);
+	assert_null(w);
+	if (!strstr(ush_last_error(), needle))
+		fail_msg("\"%s\" lacks \"%s\"", ush_last_error(), needle);
+	uint8_t *after = th_read_file(data, &dlen2);
+	if (err == -EBUSY) {
+		assert_true(dlen2 >= dlen);
+	} else {
+		assert_int_equal(dlen, dlen2);
+		assert_memory_equal(before, after, dlen);
+	}
+	assert_int_equal(exists(tmp), had_tmp);
+	assert_int_equal(exists(index), had_index);
+	free(before);
+	free(after);
+}
+
+/*
+ * Attempts 0 and 1 write the whole map side by side; `first` commits
+ * first, then the other: both commit (no attempt wins on its own: the
+ * driver chooses one by the status it gives the reader), and each status
+ * reads back its own attempt's records. An attempt open in one writer
+ * cannot be opened by another (-EBUSY), a committed one cannot be
+ * reopened (USH_ECOMMITTED), and neither refusal touches its files.
+ */
 static void both_commit(uint32_t first)
 {
 	const char *dir = th_scratch("attempt-race");
 	uint32_t second = 1 - first;
-	char data[2][PATH_MAX], tmp[2][PATH_MAX], index[PATH_MAX];
-	paths(dir, 0, data[0], tmp[0], index);
-	paths(dir, 1, data[1], tmp[1], index);
+	char data[2][PATH_MAX], tmp[2][PATH_MAX], index[2][PATH_MAX];
+	paths(dir, 0, data[0], tmp[0], index[0]);
+	paths(dir, 1, data[1], tmp[1], index[1]);
 	ush_ring *ring = new_ring();
 	ush_writer *w[2] = {open_attempt(ring, dir, 0),
 			    open_attempt(ring, dir, 1)};
 	for (uint32_t i = 0; i < NREC; i += 50) {
 		th_ok(write_range(w[0], 0, i, i + 50));
 		th_ok(write_range(w[1], 1, i, i + 50));
+		if (i == 100) /* mid-write: each attempt has its writer */
+			for (uint32_t a = 0; a < 2; a++)
+				refused_open(ring, dir, a, -EBUSY, data[a]);
 	}
-	th_ok(ush_writer_commit(w[first], NULL));
-	assert_int_equal(ush_writer_commit(w[second], NULL), USH_ECOMMITTED);
-	assert_non_null(strstr(ush_last_error(), index));
-	/* The winner stays committed; the loser can only be aborted. */
+	struct ush_status st[2];
+	th_ok(th_commit(w[first], NULL, &st[first]));
+	assert_true(exists(index[first]));
+	assert_false(exists(index[second]));
+	th_ok(th_commit(w[second], NULL, &st[second]));
+	/* Committed once: the writers take no second commit. */
 	assert_int_equal(ush_writer_commit(w[first], NULL), USH_ESTATE);
-	th_ok(ush_writer_abort(w[second]));
-	assert_false(exists(data[second]));
-	assert_false(exists(tmp[second]));
-	assert_true(exists(data[first]));
-	assert_false(exists(tmp[first]));
+	assert_int_equal(ush_writer_commit(w[second], NULL), USH_ESTATE);
+	assert_int_equal(ush_writer_abort(w[second]), USH_ESTATE);
+	for (uint32_t a = 0; a < 2; a++) {
+		assert_true(exists(data[a]));
+		assert_false(exists(tmp[a]));
+		assert_true(exists(index[a]));
+	}
+	/* The status stays readable until the writer is freed. */
+	struct ush_status borrowed;
+	th_ok(ush_writer_status(w[first], &borrowed));
+	assert_int_equal(borrowed.len, st[first].len);
+	assert_memory_equal(borrowed.data, st[first].data, borrowed.len);
 	ush_writer_free(w[0]);
 	ush_writer_free(w[1]);
+	/* Freed after commit: the files stay. */
+	for (uint32_t a = 0; a < 2; a++)
+		assert_true(exists(index[a]));
+	/* A retry of a committed attempt is refused at open. */
+	for (uint32_t a = 0; a < 2; a++)
+		refused_open(ring, dir, a, USH_ECOMMITTED, index[a]);
 	ush_ring_free(ring);
-	expect_attempt(dir, first);
+	expect_attempt(&st[0], 0);
+	expect_attempt(&st[1], 1);
+	th_statuses_free(st, 2);
 	th_rmrf(dir);
 }
 
-static void first_of_two_wins(void **state)
+static void both_commit_in_order(void **state)
 {
 	(void)state;
 	both_commit(0);
 }
 
-static void second_of_two_wins(void **state)
+static void both_commit_reversed(void **state)
 {
 	(void)state;
 	both_commit(1);
@@ -288,8 +352,9 @@ static void duplicate_batch(void **state)
 	paths(dir, 0, data, tmp, index);
 	ush_ring *ring = new_ring();
 	ush_writer *w = open_attempt(ring, dir, 0);
+	struct ush_status st;
 	th_ok(write_range(w, 0, 0, NREC));
-	th_ok(ush_writer_commit(w, NULL));
+	th_ok(th_commit(w, NULL, &st));
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
@@ -332,7 +397,7 @@ static void duplicate_batch(void **state)
 			  spill_crc(0xffffffffu, b, m * USHI_INDEX_ENTRY));
 	write_index(index, b, m);
 	/* Every partition, the doctored one included, reads back whole. */
-	expect_attempt(dir, 0);
+	expect_attempt(&st, 0);
 
 	/* A copy of the last frame ahead of all others must not make the
 	 * reader drop the batches it skipped as "duplicates": refused. */
@@ -345,19 +410,18 @@ static void duplicate_batch(void **state)
 	write_index(index, b, m);
 	struct spill_entry last;
 	spill_entry_get(old + pe[np - 1] * USHI_INDEX_ENTRY, &last);
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = SHUFFLE, .partition = part, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
 	char needle[PATH_MAX + 64];
 	snprintf(needle, sizeof(needle), "%s offset %llu partition %u", data,
 		 (unsigned long long)last.off, part);
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_reader_open(&r, &st, 1, part, 0));
 	assert_int_equal(ush_reader_next(r, &rec, &len), USH_ECORRUPT);
 	if (!strstr(ush_last_error(), needle))
 		fail_msg("\"%s\" lacks \"%s\"", ush_last_error(), needle);
 	ush_reader_free(r);
+	th_status_free(&st);
 	free(b);
 	free(old);
 	th_rmrf(dir);
@@ -368,8 +432,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(aborted_attempt, th_teardown),
 		cmocka_unit_test_teardown(crashed_attempt, th_teardown),
-		cmocka_unit_test_teardown(first_of_two_wins, th_teardown),
-		cmocka_unit_test_teardown(second_of_two_wins, th_teardown),
+		cmocka_unit_test_teardown(both_commit_in_order, th_teardown),
+		cmocka_unit_test_teardown(both_commit_reversed, th_teardown),
 		cmocka_unit_test_teardown(duplicate_batch, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,11 @@
 /*
  * ushuffle --rw=read --verify=crc32c over spill files damaged after a
  * --rw=write: a flipped byte (the library's frame CRC names the file), a
- * record altered behind a recomputed frame CRC (only the record check can
- * see it), records missing or extra against what the writer committed,
- * and a truncated file. Each exits 1 and describes the first mismatches.
+ * record altered behind a recomputed frame CRC (the record check sees
+ * the record; the map status's checksum over the frame CRCs, the
+ * resealed frame), records missing or extra against what the writer
+ * committed, and a truncated file. Each exits 1 and describes the first
+ * mismatches.
  */
 #include "cli_run.h"
 #include "core/frame.h"
@@ -102,7 +104,9 @@ static void corrupted_spill_file_fails_the_read(void **state)
 }
 
 /* Alters a record inside map 0's first frame and re-seals the frame, so
- * the library's CRC passes and only the record check can tell. */
+ * the frame's own CRC passes: the record check names the record, and the
+ * reader, at the map's end, the checksum its map status holds over the
+ * frame CRCs (since 0.3). */
 static void record_altered_behind_a_valid_frame(void **state)
 {
 	(void)state;
@@ -130,7 +134,12 @@ static void record_altered_behind_a_valid_frame(void **state)
 	snprintf(want, sizeof(want), "partition %u map 0 seq ", f.partition);
 	cli_has(r.err, want);
 	cli_has(r.err, "crc32c mismatch: stored 0x");
-	cli_has(r.err, "verify failed: 1 errors");
+	snprintf(want, sizeof(want), "partition %u map 0 attempt 0: ",
+		 f.partition);
+	cli_has(r.err, data);
+	cli_has(r.err, want);
+	cli_has(r.err, "its map status says");
+	cli_has(r.err, "verify failed: 2 errors");
 	cli_free(&r);
 }
 

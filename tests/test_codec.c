@@ -390,7 +390,8 @@ static void writer_stores_raw(enum ush_codec codec)
 	th_ok(ush_writer_swap(w, 4, &buf, SMALL + 4, 1));
 	th_ok(ush_writer_release(w, buf));
 	th_ok(ush_writer_write(w, 5, rnd + 2, SMALL));
-	th_ok(ush_writer_commit(w, NULL));
+	struct ush_status status;
+	th_ok(th_commit(w, NULL, &status));
 	struct ush_writer_stats st;
 	ush_writer_stats(w, &st);
 	ush_writer_free(w);
@@ -447,19 +448,18 @@ static void writer_stores_raw(enum ush_codec codec)
 	/* Every partition reads back to its record. */
 	static const size_t offs[6] = {0, 0, 0, 0, 1, 2};
 	for (uint32_t p = 0; p < 6; p++) {
-		struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-			.shuffle = 2, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *got;
 		size_t len, want = p == 2 || p == 3 ? BIG : SMALL;
 		const uint8_t *src = p == 1 || p == 3 ? corpus : rnd + offs[p];
-		th_ok(ush_reader_open(&r, &ro));
+		th_ok(th_reader_open(&r, &status, 1, p, 0));
 		assert_int_equal(ush_reader_next(r, &got, &len), 1);
 		assert_int_equal(len, want);
 		assert_memory_equal(got, src, want);
 		assert_int_equal(ush_reader_next(r, &got, &len), 0);
 		ush_reader_free(r);
 	}
+	th_status_free(&status);
 	free(rnd);
 	free(batch);
 	th_rmrf(dir);

@@ -2,7 +2,8 @@
  * Damaged spill files: after a normal committed write of two maps, damage
  * map 1's data file or index (flipped header byte, flipped payload byte,
  * truncation, missing data file or index, corrupt index entry or trailer,
- * an entry dropped from a valid index) and read partition 1. The reader
+ * an entry dropped from a valid index) and read partition 1 with the map
+ * statuses the commits yielded. The reader
  * must return every record before the damage intact and in order, then an
  * error whose message names the file, the offset and the partition; never
  * a garbage record.
@@ -74,6 +75,7 @@ struct fx {
 	uint32_t nrec[MAXF];
 	size_t nents;
 	struct spill_entry other;             /* a frame of partition 0 */
+	struct ush_status st[NMAPS];          /* the maps' statuses */
 	uint8_t rec[1024];
 };
 
@@ -104,13 +106,14 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 				rec_fill(fx->rec, len, rec_seed(m, p, i));
 				th_ok(ush_writer_write(w, p, fx->rec, len));
 			}
-		th_ok(ush_writer_commit(w, NULL));
+		th_ok(th_commit(w, NULL, &fx->st[m]));
 		ush_writer_free(w);
 	}
 	ush_ring_free(ring);
 
 	spill_data(fx->data, sizeof(fx->data), fx->dir, SHUFFLE, BAD_MAP, 0);
-	spill_index(fx->index, sizeof(fx->index), fx->dir, SHUFFLE, BAD_MAP);
+	spill_index(fx->index, sizeof(fx->index), fx->dir, SHUFFLE, BAD_MAP,
+		    0);
 	fx->pdata = th_read_file(fx->data, &fx->dlen);
 	fx->pindex = th_read_file(fx->index, &fx->ilen);
 	fx->nidx = (fx->ilen - USHI_INDEX_TRAILER) / USHI_INDEX_ENTRY;
@@ -145,6 +148,7 @@ static void fx_teardown(struct fx *fx)
 {
 	free(fx->pdata);
 	free(fx->pindex);
+	th_statuses_free(fx->st, NMAPS);
 	th_rmrf(fx->dir);
 }
 
@@ -165,12 +169,10 @@ static uint64_t before(const struct fx *fx, size_t k)
  */
 static int read_part(struct fx *fx, uint64_t *n, char *msg, size_t msglen)
 {
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = fx->dir,
-		.shuffle = SHUFFLE, .partition = PART, .maps = NMAPS};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
-	int ret = ush_reader_open(&r, &ro);
+	int ret = th_reader_open(&r, fx->st, NMAPS, PART, 0);
 	*n = 0;
 	msg[0] = 0;
 	if (ret) {
@@ -325,10 +327,12 @@ static void truncations(struct fx *fx)
 	fx_restore(fx);
 }
 
+/* The attempt a status names is not committed there: refused at open,
+ * before any record of any map. */
 static void missing_index(struct fx *fx)
 {
 	assert_int_equal(unlink(fx->index), 0);
-	expect_error(fx, USH_ENOTCOMMITTED, before(fx, 0), fx->index, -1,
+	expect_error(fx, USH_ENOTCOMMITTED, 0, fx->index, -1,
 		     "missing index");
 	fx_restore(fx);
 }
@@ -454,6 +458,12 @@ static void index_damage(struct fx *fx)
 	drop_entry(fx, gi);
 	expect_error(fx, USH_ECORRUPT, before(fx, k), fx->data,
 		     (long long)fx->ents[k + 1].off, "entry dropped");
+	fx_restore(fx);
+	/* The partition's last entry dropped leaves no gap: the map status
+	 * says how many batches there are. */
+	drop_entry(fx, fx->gidx[fx->nents - 1]);
+	expect_error(fx, USH_ECORRUPT, before(fx, fx->nents - 1), fx->data,
+		     -1, "last entry dropped");
 	fx_restore(fx);
 	/* A trailer naming another map, shuffle or entry count. */
 	rewrite_index(fx, SIZE_MAX, NULL, fix_map);

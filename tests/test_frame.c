@@ -384,7 +384,8 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 		while (records_next(batch, len, &off, &rec, &rl) == 1)
 			th_ok(ush_writer_write(w, 0, rec, rl));
 	}
-	th_ok(ush_writer_commit(w, NULL));
+	struct ush_status status;
+	th_ok(th_commit(w, NULL, &status));
 	ush_writer_stats(w, &st);
 	ush_writer_free(w);
 
@@ -427,14 +428,14 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 	free(file);
 
 	/* Valid record batches read back to the same records. */
-	if (len && len < USH_RECORD_HDR_SIZE)
+	if (len && len < USH_RECORD_HDR_SIZE) {
+		th_status_free(&status);
 		return;
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = shuffle, .partition = 0, .maps = 1};
+	}
 	ush_reader *r;
 	const void *got, *rec;
 	size_t glen, rl, off = 0;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_reader_open(&r, &status, 1, 0, 0));
 	while (records_next(batch, len, &off, &rec, &rl) == 1) {
 		assert_int_equal(ush_reader_next(r, &got, &glen), 1);
 		assert_int_equal(glen, rl);
@@ -442,6 +443,7 @@ static void exact_case(ush_ring *ring, const char *dir, uint32_t shuffle,
 	}
 	assert_int_equal(ush_reader_next(r, &got, &glen), 0);
 	ush_reader_free(r);
+	th_status_free(&status);
 }
 
 /* Every size, content and hand-off on one ring (codec, push size). */
@@ -554,7 +556,8 @@ static void partition_order_with_big_record(void **state)
 		th_ok(ush_writer_write(w, 1, rec, lens[i]));
 		th_ok(ush_writer_write(w, 0, "x", 1));
 	}
-	th_ok(ush_writer_commit(w, NULL));
+	struct ush_status status;
+	th_ok(th_commit(w, NULL, &status));
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
@@ -577,12 +580,10 @@ static void partition_order_with_big_record(void **state)
 	assert_int_equal(off, size);
 	free(file);
 
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = 5, .partition = 1, .maps = 1};
 	ush_reader *r;
 	const void *got;
 	size_t len;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_reader_open(&r, &status, 1, 1, 0));
 	for (int i = 0; i < N; i++) {
 		int ret = ush_reader_next(r, &got, &len);
 		if (ret != 1)
@@ -595,6 +596,7 @@ static void partition_order_with_big_record(void **state)
 	}
 	assert_int_equal(ush_reader_next(r, &got, &len), 0);
 	ush_reader_free(r);
+	th_status_free(&status);
 	free(rec);
 	th_rmrf(dir);
 }

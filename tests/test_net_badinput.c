@@ -4,6 +4,7 @@
  * the same time succeeds and verifies.
  */
 #include "net_helpers.h"
+#include "core/status.h"
 #include "net/proto.h"
 
 #include <arpa/inet.h>
@@ -31,10 +32,18 @@ static void send_all(int fd, const void *p, size_t n)
 	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
 }
 
+/* Each hand-made writer connection names an attempt of its own (of
+ * shuffle 77, map 0): one left behind by an earlier connection would be
+ * refused (-EEXIST). DATA frames of it carry cur_attempt. */
+static uint32_t cur_attempt;
+
 static void hello(int fd, uint32_t version)
 {
+	static uint32_t next_attempt = 100;
 	uint8_t b[USHI_PROTO_SMALL];
-	struct proto_hello h = {version, USHI_ROLE_WRITER, 0, 0};
+	cur_attempt = next_attempt++;
+	struct proto_hello h = {version, USHI_ROLE_WRITER, 0, 0, 77, 0,
+				cur_attempt};
 	send_all(fd, b, proto_put_hello(b, &h));
 }
 
@@ -80,8 +89,9 @@ static int outcome(int fd, char *msg, size_t n)
 static size_t data_frame(uint8_t *b, uint32_t payload)
 {
 	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = 77,
-			      .partition = 0, .raw_len = payload,
-			      .payload_len = payload, .nrec = 1};
+			      .attempt = cur_attempt, .partition = 0,
+			      .raw_len = payload, .payload_len = payload,
+			      .nrec = 1};
 	put_le32(b + USH_FRAME_HDR_SIZE, payload - 4);
 	memset(b + USH_FRAME_HDR_SIZE + 4, 'x', payload - 4);
 	frame_encode(b, &f);
@@ -133,15 +143,32 @@ static void oversized_length(void **state)
 	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, USH_FRAME_HDR_SIZE);
 	expect_error(fd, "maximum size");
-	/* A control frame claiming a huge count. */
-	struct ushi_frame m = {.type = USHI_FRAME_MAPPER_END, .seq = 1ull << 40,
+	/* A MAPPER_END with a payload (version 1's counts): version 2's
+	 * is a bare header. */
+	struct ushi_frame m = {.type = USHI_FRAME_MAPPER_END, .shuffle = 77,
+			      .attempt = cur_attempt, .seq = 1ull << 40,
 			      .raw_len = 12, .payload_len = 12};
 	frame_encode(b, &m);
-	put_le64(b + 24, 1ull << 40);
 	fd = raw_connect();
 	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, USH_FRAME_HDR_SIZE);
-	expect_error(fd, "MAPPER_END length");
+	expect_error(fd, "MAPPER_END or MANIFEST");
+	/* FETCHes of a bad length: half an attempt, then none at all. */
+	static const uint32_t lens[] = {USHI_PROTO_FETCH_LEN + 4,
+					USHI_PROTO_FETCH_LEN};
+	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
+		struct ushi_frame q = {.type = USHI_FRAME_FETCH, .shuffle = 77,
+				      .raw_len = lens[i],
+				      .payload_len = lens[i]};
+		frame_encode(b, &q);
+		uint8_t hb[USHI_PROTO_SMALL];
+		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_READER,
+					0, 0, 0, 0, 0};
+		fd = raw_connect();
+		send_all(fd, hb, proto_put_hello(hb, &h));
+		send_all(fd, b, USH_FRAME_HDR_SIZE);
+		expect_error(fd, "FETCH length");
+	}
 }
 
 static void wrong_crc(void **state)
@@ -177,7 +204,7 @@ static void wrong_version(void **state)
 	assert_int_equal(outcome(fd, msg, sizeof(msg)), 1);
 	/* The refusal names both versions. */
 	assert_non_null(strstr(msg, "version 99"));
-	assert_non_null(strstr(msg, "speaks version 1"));
+	assert_non_null(strstr(msg, "speaks version 2"));
 	assert_true(th_worker_alive(&wk));
 }
 
@@ -197,8 +224,40 @@ static void silent_peer(void **state)
 	expect_error(fd, NULL); /* closed (after an ERROR) for silence */
 }
 
-/* A one-record DATA frame of shuffle s, map 0, partition 0, seq. */
-static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r)
+/* A writer writes only the attempt its HELLO named: DATA or MAPPER_END
+ * of another attempt (or map, or shuffle) is refused. */
+static void frames_of_another_attempt(void **state)
+{
+	(void)state;
+	uint8_t b[256];
+	for (int k = 0; k < 4; k++) {
+		int fd = raw_connect();
+		hello(fd, USHI_PROTO_VERSION);
+		size_t n = data_frame(b, 100);
+		struct ushi_frame f;
+		const char *why;
+		assert_int_equal(proto_header(b, &f, 4096, false, &why), 0);
+		if (k == 0)
+			f.attempt++;
+		else if (k == 1)
+			f.map++;
+		else if (k == 2)
+			f.shuffle++;
+		if (k < 3) {
+			frame_encode(b, &f);
+		} else {
+			send_all(fd, b, n); /* its own attempt: taken */
+			n = proto_put_mapper_end(b, 77, 0, cur_attempt + 1);
+		}
+		send_all(fd, b, n);
+		expect_error(fd, "from the writer of shuffle 77 map 0");
+	}
+}
+
+/* A one-record DATA frame of shuffle s, map 0, attempt 0, partition 0,
+ * seq; *crc gets its CRC. */
+static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r,
+			uint32_t *crc)
 {
 	uint32_t n = (uint32_t)strlen(r);
 	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
@@ -207,21 +266,59 @@ static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r)
 	put_le32(b + USH_FRAME_HDR_SIZE, n);
 	memcpy(b + USH_FRAME_HDR_SIZE + 4, r, n);
 	frame_encode(b, &f);
+	*crc = f.crc;
 	return USH_FRAME_HDR_SIZE + 4 + n;
 }
 
-/* Pushes frames by hand, commits claiming `claimed` batches, and waits
- * for the commit ACK. */
-static void raw_push(uint32_t s, uint64_t claimed)
+/* The status a driver would hold for map 0 attempt 0 of shuffle s on
+ * this worker: one partition of `batches` batches with checksum sum. */
+struct one_part {
+	uint64_t batches;
+	uint32_t sum;
+};
+
+static void one_part_entry(const void *arg, uint32_t p, uint64_t *batches,
+			   uint32_t *sum)
+{
+	(void)p;
+	const struct one_part *o = arg;
+	*batches = o->batches;
+	*sum = o->sum;
+}
+
+static void make_status(struct ush_status *st, uint32_t s, uint64_t batches,
+			uint32_t sum)
+{
+	struct status d = {.target = USH_TARGET_NET, .shuffle = s,
+			   .partitions = 1, .loc = wk.addr,
+			   .loc_len = (uint32_t)strlen(wk.addr)};
+	struct one_part o = {batches, sum};
+	uint8_t *b;
+	size_t n;
+	assert_int_equal(status_build(&b, &n, &d, one_part_entry, &o), 0);
+	void *copy = malloc(n);
+	assert_non_null(copy);
+	memcpy(copy, b, n);
+	ushi_free(b);
+	*st = (struct ush_status){copy, n};
+}
+
+/* Pushes frames by hand (of map 0 attempt 0 of shuffle s: seq 0, a
+ * duplicate of it, seq 1), commits with an empty MAPPER_END and waits for
+ * the commit ACK. *sum gets the checksum of the two batches. */
+static void raw_push(uint32_t s, uint32_t *sum)
 {
 	uint8_t b[256];
+	uint32_t crc[3];
 	int fd = raw_connect();
-	hello(fd, USHI_PROTO_VERSION);
-	send_all(fd, b, rec_frame(b, s, 0, "first"));
-	send_all(fd, b, rec_frame(b, s, 0, "first")); /* a duplicate */
-	send_all(fd, b, rec_frame(b, s, 1, "second"));
-	struct proto_count e = {0, claimed};
-	send_all(fd, b, proto_put_mapper_end(b, s, 0, 0, 1, &e, 1));
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				0, 0};
+	send_all(fd, b, proto_put_hello(b, &h));
+	send_all(fd, b, rec_frame(b, s, 0, "first", &crc[0]));
+	send_all(fd, b, rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
+	send_all(fd, b, rec_frame(b, s, 1, "second", &crc[2]));
+	*sum = ~status_sum_add(status_sum_add(USHI_SUM_INIT, crc[0]), crc[2]);
+	send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	for (;;) {
 		struct ushi_frame f;
 		const char *why;
@@ -246,26 +343,36 @@ static void duplicates_and_counts(void **state)
 	const void *rec;
 	size_t len;
 	ush_reader *r;
-	raw_push(50, 2);
-	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 50,
-		.partition = 0, .maps = 1, .workers = wk.addr};
-	th_ok(ush_reader_open(&r, &ro));
+	uint32_t sum;
+	struct ush_status st;
+	raw_push(50, &sum);
+	make_status(&st, 50, 2, sum);
+	th_ok(th_reader_open(&r, &st, 1, 0, 0));
 	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
 	assert_memory_equal(rec, "first", len);
 	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
 	assert_memory_equal(rec, "second", len);
 	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
 	ush_reader_free(r);
-	/* A MAPPER_END that claims a batch that never came. */
-	raw_push(51, 3);
-	ro.shuffle = 51;
-	th_ok(ush_reader_open(&r, &ro));
-	int ret;
-	while ((ret = ush_reader_next(r, &rec, &len)) == 1)
-		;
-	assert_int_equal(ret, USH_ECORRUPT);
-	assert_non_null(strstr(ush_last_error(), "MAPPER_END says 3"));
-	ush_reader_free(r);
+	th_status_free(&st);
+	/* A status that claims a batch that never came, then one with the
+	 * right count and another checksum. */
+	raw_push(51, &sum);
+	for (int k = 0; k < 2; k++) {
+		make_status(&st, 51, k ? 2 : 3, k ? sum ^ 1 : sum);
+		th_ok(th_reader_open(&r, &st, 1, 0, 0));
+		int ret;
+		while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+			;
+		assert_int_equal(ret, USH_ECORRUPT);
+		const char *want = k ? "its map status says 2"
+				     : "its map status says 3";
+		if (!strstr(ush_last_error(), want))
+			fail_msg("\"%s\" lacks \"%s\"", ush_last_error(),
+				 want);
+		ush_reader_free(r);
+		th_status_free(&st);
+	}
 }
 
 struct job_arg {
@@ -285,9 +392,10 @@ static void all_at_once(void **state)
 {
 	char list[64];
 	snprintf(list, sizeof(list), "%s", wk.addr);
+	struct ush_status statuses[2] = {{0}};
 	struct job_arg a = {.j = {.workers = list, .shuffle = 3,
 				  .partitions = 7, .maps = 2,
-				  .records = 40000}};
+				  .records = 40000, .statuses = statuses}};
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, normal_job, &a), 0);
 	random_bytes(state);
@@ -298,10 +406,12 @@ static void all_at_once(void **state)
 	wrong_version(state);
 	data_before_hello(state);
 	silent_peer(state);
+	frames_of_another_attempt(state);
 	pthread_join(tid, NULL);
 	th_ok(a.ret[0]);
 	th_ok(a.ret[1]);
 	th_verify(&a.j);
+	th_job_free(&a.j);
 	assert_true(th_worker_alive(&wk));
 }
 
@@ -334,6 +444,7 @@ int main(void)
 		cmocka_unit_test(wrong_version),
 		cmocka_unit_test(data_before_hello),
 		cmocka_unit_test(silent_peer),
+		cmocka_unit_test(frames_of_another_attempt),
 		cmocka_unit_test(duplicates_and_counts),
 		cmocka_unit_test(all_at_once),
 	};

@@ -167,7 +167,9 @@ static void zc_commit_stalled(void **state)
 }
 
 /* A fake worker: answers HELLO, then answers whatever comes next with a
- * MANIFEST of 300 entries (4800 payload bytes). */
+ * control frame larger than any reply a client expects: a FETCH naming
+ * 600 attempts (4808 payload bytes), which passes proto_header() (FETCH
+ * payloads may reach USHI_PROTO_CTRL_MAX). */
 struct fake {
 	int lfd, port;
 	int eager; /* send the MANIFEST right after HELLO */
@@ -180,15 +182,21 @@ static void *fake_worker(void *p)
 	if (fd < 0)
 		return NULL;
 	uint8_t in[USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN];
-	uint8_t out[USH_FRAME_HDR_SIZE + 300 * USHI_PROTO_MANIFEST_LEN];
-	struct proto_manifest m[300] = {{0}};
+	uint8_t out[4096 + 1024];
+	struct proto_want m[600];
+	for (uint32_t i = 0; i < 600; i++)
+		m[i] = (struct proto_want){i, 0};
+	_Static_assert(sizeof(out) >= USH_FRAME_HDR_SIZE +
+					      USHI_PROTO_FETCH_LEN +
+					      600 * USHI_PROTO_WANT_LEN,
+		       "fake reply buffer");
 	if (net_read(fd, in, sizeof(in)) == 0) {
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
-					4u << 20, 64u << 20};
+					4u << 20, 64u << 20, 0, 0, 0};
 		net_write(fd, out, proto_put_hello(out, &h));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
-			net_write(fd, out, proto_put_manifest(out, 1, 0, m, 300));
+			net_write(fd, out, proto_put_fetch(out, 1, 0, 0, m, 600));
 	}
 	usleep(100000);
 	close(fd);
@@ -256,11 +264,15 @@ static void drop_reply_too_large(void **state)
 	print_message("%s\n", ush_last_error());
 }
 
+/* A worker on dir, listening on addr if it is set (a restart where its
+ * map statuses point), else on any port, written into addr. */
 static ush_worker *inproc_worker(const char *dir, char *addr, size_t n)
 {
 	struct ush_worker_opts o;
+	char listen[64];
+	snprintf(listen, sizeof(listen), "%s", *addr ? addr : "127.0.0.1:0");
 	ush_worker_opts_init(&o);
-	o.listen = "127.0.0.1:0";
+	o.listen = listen;
 	o.dir = dir;
 	o.threads = 1;
 	o.log_level = 0;
@@ -278,14 +290,16 @@ static ush_worker *inproc_worker(const char *dir, char *addr, size_t n)
 static void drop_after_second_worker(void **state)
 {
 	(void)state;
-	char d1[512], d2[512], a1[64], a2[64];
+	char d1[512], d2[512], a1[64] = "", a2[64] = "";
 	snprintf(d1, sizeof(d1), "%s", th_tmpdir("lsn1"));
 	snprintf(d2, sizeof(d2), "%s", th_tmpdir("lsn2"));
 	ush_worker *wa = inproc_worker(d1, a1, sizeof(a1));
+	struct ush_status st9[2] = {{0}}, st1[2] = {{0}};
 	struct th_job j9 = {.workers = a1, .shuffle = 9, .partitions = 2,
-			    .maps = 2, .records = 100};
+			    .maps = 2, .records = 100, .statuses = st9};
 	struct th_job j1 = j9;
 	j1.shuffle = 1;
+	j1.statuses = st1;
 	for (uint32_t m = 0; m < 2; m++)
 		th_ok(th_push_map(&j9, m, 0, NULL));
 	for (uint32_t m = 0; m < 2; m++)
@@ -293,15 +307,15 @@ static void drop_after_second_worker(void **state)
 	ush_worker *wb = inproc_worker(d2, a2, sizeof(a2));
 	th_ok(ush_net_drop(a1, 1, 0));
 	ush_worker_free(wa);
-	wa = inproc_worker(d1, a1, sizeof(a1));
-	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 1,
-		.partition = 0, .maps = 2, .workers = a1};
+	wa = inproc_worker(d1, a1, sizeof(a1)); /* same port */
 	ush_reader *r;
-	int ret = ush_reader_open(&r, &ro);
+	int ret = th_reader_open(&r, st1, 2, 0, 0);
 	if (!ret)
 		ush_reader_free(r);
 	assert_int_equal(ret, USH_ENOTCOMMITTED);
 	th_verify(&j9);
+	th_job_free(&j9);
+	th_job_free(&j1);
 	ush_worker_free(wb);
 	ush_worker_free(wa);
 	th_rmrf(d1);
@@ -314,7 +328,7 @@ static void drop_after_second_worker(void **state)
 static void iodepth_below_workers(void **state)
 {
 	(void)state;
-	char d[512], a[64];
+	char d[512], a[64] = "";
 	snprintf(d, sizeof(d), "%s", th_tmpdir("iodepth"));
 	ush_worker *wk = inproc_worker(d, a, sizeof(a));
 	struct ush_ring_opts ro;

@@ -85,13 +85,16 @@ static void killed_then_restarted(void **state)
 	struct th_worker w = {0};
 	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netkill"));
 	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	struct ush_status st1[3] = {{0}}, st4[1] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 1, .partitions = 11,
-			   .maps = 3, .records = 30000, .codec = USH_CODEC_ZSTD};
+			   .maps = 3, .records = 30000, .codec = USH_CODEC_ZSTD,
+			   .statuses = st1};
 	for (uint32_t m = 0; m < j.maps; m++)
 		th_ok(th_push_map(&j, m, 0, NULL));
 	struct th_job j4 = j;
 	j4.shuffle = 4;
 	j4.maps = 1;
+	j4.statuses = st4;
 	th_ok(th_push_map(&j4, 0, 0, NULL));
 	fault_mid_push(&w, SIGKILL);
 
@@ -100,16 +103,21 @@ static void killed_then_restarted(void **state)
 	th_worker_spawn(&w, "127.0.0.1", port, 1);
 	th_verify(&j);
 	th_verify(&j4);
-	/* Shuffle 2 was never committed. */
-	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = 2,
-		.partition = 0, .maps = 1, .workers = w.addr};
+	/* Shuffle 2 (map 0 attempt 0, killed mid-push) was never
+	 * committed: a status naming it is refused. */
+	struct ush_status st2;
+	th_status_forge(&st2, USH_TARGET_NET, w.addr, 2, 0, 0, 8);
 	ush_reader *r;
-	assert_int_equal(ush_reader_open(&r, &ro), USH_ENOTCOMMITTED);
+	assert_int_equal(th_reader_open(&r, &st2, 1, 0, 0), USH_ENOTCOMMITTED);
+	th_status_free(&st2);
 	/* And after a clean stop and a second restart, still. */
 	th_worker_stop(&w);
 	th_worker_spawn(&w, "127.0.0.1", port, 3);
 	th_verify(&j);
+	th_verify(&j4);
 	th_worker_stop(&w);
+	th_job_free(&j);
+	th_job_free(&j4);
 	th_rmrf(w.dir);
 }
 

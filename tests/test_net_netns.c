@@ -72,14 +72,16 @@ static void two_hosts(void **state)
 		th_worker_spawn(&wk[i], addr[i], 7337, 2);
 	}
 	snprintf(list, sizeof(list), "%s,%s", wk[0].addr, wk[1].addr);
+	struct ush_status statuses[2] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 6, .partitions = 9,
-			   .maps = 2, .records = 30000};
+			   .maps = 2, .records = 30000, .statuses = statuses};
 	for (uint32_t m = 0; m < j.maps; m++) {
 		struct ush_writer_stats st;
 		th_ok(th_push_map(&j, m, 0, &st));
 		assert_int_equal(st.net_workers, 2);
 	}
 	th_verify(&j);
+	th_job_free(&j);
 	for (int i = 0; i < 2; i++) {
 		th_worker_stop(&wk[i]);
 		th_rmrf(wk[i].dir);

@@ -11,11 +11,17 @@ static void control_round_trips(void **state)
 	uint8_t b[USHI_PROTO_ERROR_SIZE + 64];
 	struct ushi_frame f;
 	const char *why;
-	struct proto_hello h = {1, USHI_ROLE_READER, 4096, 1u << 20}, h2;
+	/* A writer's HELLO names its attempt in the header. */
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 4096,
+				1u << 20, 7, 3, 2}, h2;
 	assert_int_equal(proto_put_hello(b, &h), 64);
 	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(frame_check(b, &f), 0);
-	proto_get_hello(b + USH_FRAME_HDR_SIZE, &h2);
+	assert_int_equal(f.type, USHI_FRAME_HELLO);
+	assert_int_equal(f.shuffle, 7);
+	assert_int_equal(f.map, 3);
+	assert_int_equal(f.attempt, 2);
+	proto_get_hello(&f, b + USH_FRAME_HDR_SIZE, &h2);
 	assert_memory_equal(&h, &h2, sizeof(h));
 
 	struct proto_ack a = {USHI_ACK_COMMIT, USH_ECOMMITTED, 12345}, a2;
@@ -38,25 +44,44 @@ static void control_round_trips(void **state)
 			 -EPROTO);
 	assert_int_equal(strlen(msg), sizeof(msg) - 1);
 
-	struct proto_count e[3] = {{1, 5}, {4, 1}, {9, 70}}, e2;
+	/* MAPPER_END and MANIFEST: bare headers naming what they are of. */
+	assert_int_equal(proto_put_mapper_end(b, 7, 3, 1), USH_FRAME_HDR_SIZE);
+	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
+	assert_int_equal(frame_check(b, &f), 0);
+	assert_int_equal(f.type, USHI_FRAME_MAPPER_END);
+	assert_int_equal(f.payload_len, 0);
+	assert_int_equal(f.shuffle, 7);
+	assert_int_equal(f.map, 3);
+	assert_int_equal(f.attempt, 1);
+	assert_int_equal(proto_put_manifest(b, 7, 5), USH_FRAME_HDR_SIZE);
+	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
+	assert_int_equal(frame_check(b, &f), 0);
+	assert_int_equal(f.type, USHI_FRAME_MANIFEST);
+	assert_int_equal(f.shuffle, 7);
+	assert_int_equal(f.partition, 5);
+
+	/* FETCH: an offset, then the attempt of each map wanted. */
+	struct proto_want w[3] = {{1, 0}, {4, 2}, {9, 70}}, w2;
 	uint8_t m[256];
-	proto_put_mapper_end(m, 7, 3, 1, 10, e, 3);
+	assert_int_equal(proto_fetch_size(3), USH_FRAME_HDR_SIZE + 8 + 24);
+	assert_int_equal(proto_put_fetch(m, 7, 5, 123456789012ull, w, 3),
+			 proto_fetch_size(3));
 	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
-	assert_int_equal(proto_check_mapper_end(m + USH_FRAME_HDR_SIZE, &f), 0);
-	proto_get_count(m + USH_FRAME_HDR_SIZE, 2, &e2);
-	assert_int_equal(e2.partition, 9);
-	assert_int_equal(e2.batches, 70);
-	/* Not ascending, or not below the partition count: refused. */
-	e[1].partition = 1;
-	proto_put_mapper_end(m, 7, 3, 1, 10, e, 3);
-	proto_header(m, &f, 1u << 20, false, &why);
-	assert_int_equal(proto_check_mapper_end(m + USH_FRAME_HDR_SIZE, &f),
-			 USH_ECORRUPT);
-	e[1].partition = 4;
-	proto_put_mapper_end(m, 7, 3, 1, 9, e, 3);
-	proto_header(m, &f, 1u << 20, false, &why);
-	assert_int_equal(proto_check_mapper_end(m + USH_FRAME_HDR_SIZE, &f),
-			 USH_ECORRUPT);
+	assert_int_equal(frame_check(m, &f), 0);
+	assert_int_equal(f.type, USHI_FRAME_FETCH);
+	assert_int_equal(f.shuffle, 7);
+	assert_int_equal(f.partition, 5);
+	assert_int_equal(get_le64(m + USH_FRAME_HDR_SIZE), 123456789012ull);
+	assert_int_equal(proto_wants(&f), 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		proto_get_want(m + USH_FRAME_HDR_SIZE, i, &w2);
+		assert_int_equal(w2.map, w[i].map);
+		assert_int_equal(w2.attempt, w[i].attempt);
+	}
+	assert_int_equal(proto_fetch_size(1), USH_FRAME_HDR_SIZE + 16);
+	proto_put_fetch(m, 7, 5, 0, w, 1);
+	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
+	assert_int_equal(proto_wants(&f), 1);
 }
 
 /* Every length rule refuses from the 48 header bytes alone. */
@@ -70,13 +95,18 @@ static void bounds(void **state)
 		{USHI_FRAME_HELLO, 15, 0},
 		{USHI_FRAME_ACK, 17, 0},
 		{USHI_FRAME_FETCH, 0, 0},
+		{USHI_FRAME_FETCH, 8, 0},  /* an offset, no attempt */
+		{USHI_FRAME_FETCH, 12, 0}, /* half an attempt */
+		{USHI_FRAME_FETCH, USHI_PROTO_CTRL_MAX + 8, 0},
 		{USHI_FRAME_FETCH_END, 9, 0},
 		{USHI_FRAME_DROP, 1, 0},
 		{USHI_FRAME_ERROR, 7, 0},
 		{USHI_FRAME_ERROR, 8 + USHI_PROTO_ERRMSG_MAX + 1, 0},
+		/* MAPPER_END and MANIFEST carry no payload (version 2). */
 		{USHI_FRAME_MAPPER_END, 12, 2},
-		{USHI_FRAME_MAPPER_END, 0, 1ull << 62}, /* no overflow */
+		{USHI_FRAME_MAPPER_END, 1, 1ull << 62},
 		{USHI_FRAME_MANIFEST, 16, 0},
+		{USHI_FRAME_MANIFEST, 8, 0},
 		{USHI_FRAME_PAD, 0, 0}, /* never on the wire */
 		{11, 0, 0},
 		{0, 0, 0},

@@ -15,9 +15,11 @@ static void run_job(unsigned nworkers, unsigned threads, enum ush_codec codec,
 		snprintf(list + strlen(list), sizeof(list) - strlen(list),
 			 "%s%s", i ? "," : "", w[i].addr);
 	}
+	struct ush_status statuses[3] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 5, .partitions = 13,
 			   .maps = 3, .records = 20000, .codec = codec,
-			   .send_zc = send_zc, .ioengine = engine};
+			   .send_zc = send_zc, .ioengine = engine,
+			   .statuses = statuses};
 	for (uint32_t m = 0; m < j.maps; m++) {
 		struct ush_writer_stats st;
 		th_ok(th_push_map(&j, m, 0, &st));
@@ -27,12 +29,16 @@ static void run_job(unsigned nworkers, unsigned threads, enum ush_codec codec,
 		assert_true(st.net_zc_copied <= st.net_zc_notifs);
 	}
 	th_verify(&j);
-	/* DROP removes the shuffle everywhere: nothing is served after. */
+	/* DROP removes the shuffle everywhere: nothing is served after,
+	 * whichever of its statuses a reader is given. */
 	th_ok(ush_net_drop(list, j.shuffle, 0));
-	struct ush_reader_opts ro = {.size = sizeof(ro), .shuffle = j.shuffle,
-		.partition = 0, .maps = 1, .workers = list};
 	ush_reader *r;
-	assert_int_equal(ush_reader_open(&r, &ro), USH_ENOTCOMMITTED);
+	for (uint32_t p = 0; p < j.partitions; p += 6)
+		assert_int_equal(th_reader_open(&r, statuses, j.maps, p, 0),
+				 USH_ENOTCOMMITTED);
+	assert_int_equal(th_reader_open(&r, &statuses[1], 1, 0, 0),
+			 USH_ENOTCOMMITTED);
+	th_job_free(&j);
 	for (unsigned i = 0; i < nworkers; i++) {
 		th_worker_stop(&w[i]);
 		th_rmrf(w[i].dir);
@@ -87,13 +93,40 @@ static void embedded_worker(void **state)
 	th_ok(ush_worker_start(wk));
 	char list[64];
 	snprintf(list, sizeof(list), "127.0.0.1:%d", ush_worker_port(wk));
+	struct ush_status st0[2] = {{0}}, st1[1] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 9, .partitions = 4,
-			   .maps = 2, .records = 5000};
+			   .maps = 2, .records = 5000, .statuses = st0};
 	for (uint32_t m = 0; m < j.maps; m++)
 		th_ok(th_push_map(&j, m, 0, NULL));
-	/* A second attempt of map 0 cannot commit over the first. */
-	assert_int_equal(th_push_map(&j, 0, 1, NULL), USH_ECOMMITTED);
+	/* A second attempt of map 0, with fewer records, commits too: the
+	 * worker elects none. Each status reads its own attempt. */
+	struct th_job j1 = j;
+	j1.maps = 1;
+	j1.records = 1234;
+	j1.statuses = st1;
+	th_ok(th_push_map(&j1, 0, 1, NULL));
 	th_verify(&j);
+	th_verify(&j1);
+	/* The driver's choice: attempt 1 of map 0 with attempt 0 of map 1. */
+	struct ush_status mix[2] = {st1[0], st0[1]};
+	uint64_t n = 0;
+	for (uint32_t p = 0; p < j.partitions; p++) {
+		ush_reader *r;
+		const void *rec;
+		size_t len;
+		int ret;
+		th_ok(th_reader_open(&r, mix, 2, p, 0));
+		while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+			n++;
+		th_ok(ret);
+		ush_reader_free(r);
+	}
+	assert_int_equal(n, 1234 + 5000);
+	/* A committed attempt cannot be written again. */
+	assert_int_equal(th_push_map(&j, 0, 0, NULL), USH_ECOMMITTED);
+	assert_int_equal(th_push_map(&j1, 0, 1, NULL), USH_ECOMMITTED);
+	th_job_free(&j);
+	th_job_free(&j1);
 	ush_worker_stop(wk);
 	th_ok(ush_worker_wait(wk));
 	ush_worker_free(wk);

@@ -478,7 +478,8 @@ static void swap_waits_for_same_size(void **state)
 	}
 	th_ok(ush_writer_release(w, buf));
 	struct ush_part_stats parts[2];
-	th_ok(ush_writer_commit(w, parts));
+	struct ush_status st;
+	th_ok(th_commit(w, parts, &st));
 	assert_int_equal(parts[0].records, total);
 	assert_int_equal(parts[0].batches, SWAPS);
 	assert_int_equal(parts[1].records, 1);
@@ -486,12 +487,10 @@ static void swap_waits_for_same_size(void **state)
 	assert_int_equal(idle_of(ring), 192 * KiB);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = 1, .partition = 0, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_reader_open(&r, &st, 1, 0, 0));
 	for (int i = 0; i < SWAPS; i++)
 		for (uint32_t j = 0; j < nrec; j++) {
 			uint64_t seed = ((uint64_t)i << 20) + j;
@@ -501,6 +500,7 @@ static void swap_waits_for_same_size(void **state)
 		}
 	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
 	ush_reader_free(r);
+	th_status_free(&st);
 	th_rmrf(dir);
 }
 
@@ -563,7 +563,8 @@ static void ten_thousand_partitions(void **state)
 	assert_non_null(parts);
 	th_ok(ush_writer_open(&w, ring, &wo));
 	write_plan(w, rec);
-	th_ok(ush_writer_commit(w, parts));
+	struct ush_status st;
+	th_ok(th_commit(w, parts, &st));
 	ush_writer_free(w);
 	/* Every buffer came back, and merged into whole blocks. */
 	assert_int_equal(idle_of(ring), 64 * MiB);
@@ -585,12 +586,10 @@ static void ten_thousand_partitions(void **state)
 		if (p % 97 && p % 1000 != 7 && p % 2500 != 11 &&
 		    p != NPARTS - 1)
 			continue;
-		struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-			.shuffle = 9, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *got;
 		size_t len;
-		th_ok(ush_reader_open(&r, &ro));
+		th_ok(th_reader_open(&r, &st, 1, p, 0));
 		for (uint32_t i = 0; i < NROUNDS; i++) {
 			if (!plan_len(p, i))
 				continue;
@@ -609,6 +608,7 @@ static void ten_thousand_partitions(void **state)
 		assert_int_equal(ush_reader_next(r, &got, &len), 0);
 		ush_reader_free(r);
 	}
+	th_status_free(&st);
 	free(parts);
 	free(rec);
 	th_rmrf(dir);
@@ -639,7 +639,8 @@ static void pool_smaller_than_partitions(void **state)
 			th_fill(rec, len, (uint64_t)p << 8 | round);
 			th_ok(ush_writer_write(w, p, rec, len));
 		}
-	th_ok(ush_writer_commit(w, NULL));
+	struct ush_status st;
+	th_ok(th_commit(w, NULL, &st));
 	struct ush_ring_info info;
 	ush_ring_info(ring, &info);
 	assert_int_equal(info.pool_idle_bytes, info.pool_bytes);
@@ -647,13 +648,11 @@ static void pool_smaller_than_partitions(void **state)
 	ush_ring_free(ring);
 
 	for (uint32_t p = 0; p < PARTS; p += 37) {
-		struct ush_reader_opts o = {.size = sizeof(o), .dir = dir,
-			.shuffle = 9, .partition = p, .maps = 1};
 		ush_reader *r;
 		const void *data;
 		size_t len;
 		uint32_t round = 0;
-		th_ok(ush_reader_open(&r, &o));
+		th_ok(th_reader_open(&r, &st, 1, p, 0));
 		while (ush_reader_next(r, &data, &len) == 1) {
 			assert_true(round < ROUNDS);
 			assert_int_equal(len, 1 + (p * 7 + round * 13) % sizeof(rec));
@@ -663,6 +662,7 @@ static void pool_smaller_than_partitions(void **state)
 		assert_int_equal(round, ROUNDS);
 		ush_reader_free(r);
 	}
+	th_status_free(&st);
 	th_rmrf(dir);
 }
 

@@ -26,17 +26,16 @@ static void counts_match_the_writer(void **state)
 		th_ok(ush_writer_write(w, 1, rec, sizeof(rec)));
 	th_ok(ush_writer_write(w, 0, rec, 10));
 	struct ush_part_stats parts[2];
-	th_ok(ush_writer_commit(w, parts));
+	struct ush_status status;
+	th_ok(th_commit(w, parts, &status));
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts o = {.size = sizeof(o), .dir = dir, .shuffle = 9,
-		.partition = 1, .maps = 1};
 	ush_reader *r;
 	const void *p;
 	size_t len;
 	struct ush_reader_stats st;
-	th_ok(ush_reader_open(&r, &o));
+	th_ok(th_reader_open(&r, &status, 1, 1, 0));
 	ush_reader_stats(r, &st);
 	assert_int_equal(st.records, 0);
 	assert_int_equal(ush_reader_load_lat(r)->count, 0);
@@ -51,6 +50,7 @@ static void counts_match_the_writer(void **state)
 	assert_true(st.stored_bytes < st.raw_bytes); /* lz4 on 'x's */
 	assert_int_equal(ush_reader_load_lat(r)->count, st.batches);
 	ush_reader_free(r);
+	th_status_free(&status);
 	th_rmrf(dir);
 }
 

@@ -106,6 +106,7 @@ struct job {
 	enum ush_codec codec;
 	int direct;
 	const char *dir;
+	struct ush_status *statuses; /* NMAPS, by map: copies, filled here */
 	pthread_barrier_t *bar;
 	int err;
 	char msg[600];
@@ -175,6 +176,17 @@ static void *writer_thread(void *arg)
 			job_fail(j, ret, "ush_writer_commit");
 			break;
 		}
+		/* The map status, copied out before the writer is freed (no
+		 * cmocka assertion in this thread). */
+		struct ush_status bst;
+		ret = ush_writer_status(w[k], &bst);
+		void *copy = ret ? NULL : malloc(bst.len);
+		if (!copy) {
+			job_fail(j, ret, "ush_writer_status");
+			break;
+		}
+		memcpy(copy, bst.data, bst.len);
+		j->statuses[map] = (struct ush_status){copy, bst.len};
 		for (uint32_t p = 0; p < NPARTS; p++) {
 			uint64_t bytes = 0, n = rec_count(map, p);
 			for (uint32_t i = 0; i < n; i++)
@@ -222,8 +234,8 @@ static int want_cmp(const void *a, const void *b)
 
 /* Reads partition back and matches every record against the written
  * multiset, byte for byte. Returns the record count. */
-static uint64_t check_partition(const char *dir, uint32_t part, uint8_t *tmp,
-				struct want *ws)
+static uint64_t check_partition(const struct ush_status *statuses,
+				uint32_t part, uint8_t *tmp, struct want *ws)
 {
 	size_t n = 0;
 	for (uint32_t m = 0; m < NMAPS; m++) {
@@ -237,10 +249,8 @@ static uint64_t check_partition(const char *dir, uint32_t part, uint8_t *tmp,
 	}
 	qsort(ws, n, sizeof(*ws), want_cmp);
 
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = SHUFFLE, .partition = part, .maps = NMAPS};
 	ush_reader *r;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_reader_open(&r, statuses, NMAPS, part, 0));
 	const void *rec;
 	size_t len, got = 0;
 	int ret;
@@ -292,11 +302,12 @@ static void roundtrip(enum ush_codec codec, int direct)
 	pthread_barrier_t bar;
 	pthread_t th[NTHREADS];
 	struct job jobs[NTHREADS];
+	struct ush_status statuses[NMAPS] = {{0}};
 	assert_int_equal(pthread_barrier_init(&bar, NULL, NTHREADS), 0);
 	for (int t = 0; t < NTHREADS; t++) {
 		jobs[t] = (struct job){.tid = t, .codec = codec,
 				       .direct = direct, .dir = dir,
-				       .bar = &bar};
+				       .statuses = statuses, .bar = &bar};
 		assert_int_equal(pthread_create(&th[t], NULL, writer_thread,
 						&jobs[t]),
 				 0);
@@ -336,8 +347,9 @@ static void roundtrip(enum ush_codec codec, int direct)
 	assert_non_null(tmp);
 	assert_non_null(ws);
 	for (uint32_t p = 0; p < NPARTS; p++)
-		nrec += check_partition(dir, p, tmp, ws);
+		nrec += check_partition(statuses, p, tmp, ws);
 	assert_int_equal(nrec, st.records);
+	th_statuses_free(statuses, NMAPS);
 	free(ws);
 	free(tmp);
 	th_rmrf(dir);

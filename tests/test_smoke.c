@@ -16,16 +16,15 @@ static void round_trip_small(void **state)
 	th_ok(ush_writer_open(&w, ring, &wo));
 	th_ok(ush_writer_write(w, 1, "hello", 5));
 	th_ok(ush_writer_write(w, 1, "", 0));
-	th_ok(ush_writer_commit(w, NULL));
+	struct ush_status st;
+	th_ok(th_commit(w, NULL, &st));
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
-	struct ush_reader_opts ro = {.size = sizeof(ro), .dir = dir,
-		.shuffle = 3, .partition = 1, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t len;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_reader_open(&r, &st, 1, 1, 0));
 	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
 	assert_int_equal(len, 5);
 	assert_memory_equal(rec, "hello", 5);
@@ -33,6 +32,7 @@ static void round_trip_small(void **state)
 	assert_int_equal(len, 0);
 	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
 	ush_reader_free(r);
+	th_status_free(&st);
 	th_rmrf(dir);
 }
 

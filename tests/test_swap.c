@@ -139,7 +139,8 @@ static void swap_direct(int direct)
 	th_ok(ush_writer_release(w, buf));
 
 	struct ush_part_stats parts[NPARTS];
-	th_ok(ush_writer_commit(w, parts));
+	struct ush_status status;
+	th_ok(th_commit(w, parts, &status));
 	assert_int_equal(parts[PART].records, recs);
 	assert_int_equal(parts[PART].bytes, bytes);
 	assert_int_equal(parts[PART].batches, NBATCH);
@@ -161,7 +162,7 @@ static void swap_direct(int direct)
 	/* The committed index: one entry per batch, in hand-off order. */
 	char dpath[PATH_MAX], ipath[PATH_MAX], tpath[PATH_MAX];
 	spill_data(dpath, sizeof(dpath), dir, SHUFFLE, MAP, 0);
-	spill_index(ipath, sizeof(ipath), dir, SHUFFLE, MAP);
+	spill_index(ipath, sizeof(ipath), dir, SHUFFLE, MAP, 0);
 	snprintf(tpath, sizeof(tpath), "%s/s%u/m%u.a0.index.tmp", dir, SHUFFLE,
 		 MAP);
 	assert_int_equal(access(tpath, F_OK), -1);
@@ -221,13 +222,22 @@ static void swap_direct(int direct)
 	free(idx);
 	free(data);
 
+	/* The map status names this attempt and its batches. */
+	struct ush_status_info info;
+	th_ok(ush_status_info(&status, &info));
+	assert_int_equal(info.target, USH_TARGET_DISK);
+	assert_int_equal(info.shuffle, SHUFFLE);
+	assert_int_equal(info.map, MAP);
+	assert_int_equal(info.attempt, 0);
+	assert_int_equal(info.partitions, NPARTS);
+	assert_int_equal(info.batches, NBATCH);
+	assert_int_equal(info.location_len, strlen(dir));
+
 	/* Through the reader: every record of every batch, in order. */
-	struct ush_reader_opts rop = {.size = sizeof(rop), .dir = dir,
-		.shuffle = SHUFFLE, .partition = PART, .maps = 1};
 	ush_reader *r;
 	const void *rec;
 	size_t rlen;
-	th_ok(ush_reader_open(&r, &rop));
+	th_ok(th_reader_open(&r, &status, 1, PART, 0));
 	uint64_t got = 0;
 	for (uint32_t i = 0; i < NBATCH; i++) {
 		uint32_t n;
@@ -251,11 +261,11 @@ static void swap_direct(int direct)
 	ush_reader_free(r);
 
 	/* The other partitions are empty. */
-	rop.partition = 0;
-	th_ok(ush_reader_open(&r, &rop));
+	th_ok(th_reader_open(&r, &status, 1, 0, 0));
 	assert_int_equal(ush_reader_next(r, &rec, &rlen), 0);
 	ush_reader_free(r);
 
+	th_status_free(&status);
 	free(want);
 	th_rmrf(dir);
 }

@@ -264,6 +264,13 @@ struct ush_writer_stats {
 /*
  * Opens the map output (shuffle, map, attempt) on ring. The writer borrows
  * ring until ush_writer_free(). Returns 0 and *out, or an error.
+ *
+ * Attempts: an attempt has one writer, once. Opening one that is
+ * committed fails with USH_ECOMMITTED, one that another writer has open
+ * with -EBUSY; both touch nothing. A retry of a map is a new attempt
+ * number, as engines number task attempts. On disk, an attempt whose
+ * writer failed before its commit may be reopened (its partial files are
+ * replaced); a worker refuses one it holds frames of (-EEXIST).
  */
 USH_API int ush_writer_open(ush_writer **out, ush_ring *ring,
 			    const struct ush_writer_opts *opts);

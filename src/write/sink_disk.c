@@ -24,6 +24,8 @@
 
 #define ICHUNK_ENTRIES (USHI_ALIGN / USHI_INDEX_ENTRY)
 
+int (*ushi_fdatasync)(int fd) = fdatasync;
+
 struct disk {
 	char data[PATH_MAX], itmp[PATH_MAX], index[PATH_MAX], sdir[PATH_MAX];
 	int fd, ifd, slot;
@@ -270,7 +272,7 @@ static int publish(struct ush_writer *w, struct disk *d)
 	if (d->alloc_end && ftruncate(d->fd, (off_t)d->off))
 		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
 				d->data, (unsigned long long)d->off);
-	if (fdatasync(d->fd))
+	if (ushi_fdatasync(d->fd))
 		return ushi_fail(-errno, "disk: fdatasync %s", d->data);
 	int ret = flush_index(d);
 	if (ret)
@@ -289,7 +291,7 @@ static int publish(struct ush_writer *w, struct disk *d)
 	ret = pwrite_all(d->ifd, tr, sizeof(tr), d->ioff, d->itmp);
 	if (ret)
 		return ret;
-	if (fdatasync(d->ifd))
+	if (ushi_fdatasync(d->ifd))
 		return ushi_fail(-errno, "disk: fdatasync %s", d->itmp);
 	if (renameat2(AT_FDCWD, d->itmp, AT_FDCWD, d->index,
 		      RENAME_NOREPLACE))
@@ -311,8 +313,7 @@ static int disk_commit(struct ush_writer *w)
 	struct disk *d = w->sink_state;
 	int ret = publish(w, d);
 	if (ret) {
-		writer_error(w, ret, "disk: commit of map %u attempt %u",
-			     w->o.map, w->o.attempt);
+		writer_error_keep(w, ret);
 		return ret;
 	}
 	disk_close(w, d);

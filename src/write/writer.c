@@ -31,6 +31,14 @@ void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	w->err = err;
 }
 
+void writer_error_keep(struct ush_writer *w, int err)
+{
+	if (!w->err) {
+		w->err = err;
+		snprintf(w->errmsg, sizeof(w->errmsg), "%s", ush_last_error());
+	}
+}
+
 const char *ush_writer_error(const ush_writer *w)
 {
 	return w->err ? w->errmsg : NULL;

@@ -28,6 +28,10 @@ struct ushi_sink_ops {
 	int (*drain)(struct ush_writer *w);
 };
 
+/* The disk sink's fdatasync: a seam for tests, which make it fail the
+ * way Linux does (a writeback error reported to one call only). */
+extern int (*ushi_fdatasync)(int fd);
+
 extern const struct ushi_sink_ops ushi_sink_null;
 extern const struct ushi_sink_ops ushi_sink_disk;
 extern const struct ushi_sink_ops ushi_sink_net;
@@ -67,6 +71,8 @@ struct ush_writer {
 /* Records a sticky error (first one wins) from a completion or sink. */
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Makes err, whose message is this thread's last error, sticky. */
+void writer_error_keep(struct ush_writer *w, int err);
 /* Sinks count the bytes they stored on the target through it. */
 void writer_stored(struct ush_writer *w, uint64_t bytes);
 /* The writer's totals, for a sink's own counters (net_*). */

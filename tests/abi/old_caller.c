@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/abi_old_caller.%d",
 		 argc > 1 ? argv[1] : ".", (int)getpid());
-	CHECK(ush_version() >= 200);
+	CHECK(ush_version() >= 300);
 
 	GUARDED(struct ush_ring_opts) ro;
 	memset(&ro, 0xa5, sizeof(ro));
@@ -94,6 +94,14 @@ int main(int argc, char **argv)
 		ush_writer_stats_size(w, &ws.s, sizeof(ws.s));
 	CHECK(canary_ok(ws.canary));
 	CHECK(ws.s.size == sizeof(ws.s) && ws.s.records == 1000);
+	/* The map status, copied: the writer's is borrowed until freed. */
+	struct ush_status st = {NULL, 0}, bst;
+	CHECK(w && ush_writer_status(w, &bst) == 0);
+	if (w && bst.data && (st.data = malloc(bst.len))) {
+		memcpy((void *)st.data, bst.data, bst.len);
+		st.len = bst.len;
+	}
+	CHECK(st.data != NULL);
 	ush_writer_free(w);
 
 	/* A newer caller's larger struct: unknown fields zero, or not. */
@@ -134,11 +142,21 @@ int main(int argc, char **argv)
 		memset(&o, 0xa5, sizeof(o));
 		ush_reader_opts_init_size(&o.s, sizeof(o.s));
 		CHECK(canary_ok(o.canary));
-		o.s.dir = dir;
-		o.s.shuffle = 1;
+		CHECK(o.s.size == sizeof(o.s) && o.s.partition == 0 &&
+		      o.s.statuses == NULL && o.s.nstatuses == 0);
 		o.s.partition = p;
-		o.s.maps = 1;
-		o.s.workers = NULL;
+		o.s.statuses = &st;
+		o.s.nstatuses = 1;
+		/* On LP64 the old layout's sizeof equals today's: timeout_ms
+		 * fits in its tail padding. Half the readers pass the bytes
+		 * the old fields end at, with junk after them: the library
+		 * must read none of it and take the default timeout. */
+		size_t known = offsetof(struct ush_reader_opts, nstatuses) +
+			       sizeof(o.s.nstatuses);
+		if (p % 2 && known < sizeof(o.s)) {
+			o.s.size = (uint32_t)known;
+			memset((char *)&o.s + known, 0xa5, sizeof(o.s) - known);
+		}
 		ush_reader *r = NULL;
 		CHECK(ush_reader_open(&r, &o.s) == 0);
 		const void *rp;
@@ -151,6 +169,7 @@ int main(int argc, char **argv)
 		ush_reader_free(r);
 	}
 	CHECK(n == 1000);
+	free((void *)st.data);
 	ush_ring_free(ring);
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

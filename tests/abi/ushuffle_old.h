@@ -3,8 +3,9 @@
  * it sees the library: the same functions, but each extensible struct
  * lacks its newest fields (ring opts: level; writer opts: send_zc;
  * reader opts: timeout_ms; writer stats: the net_* counters; ring info:
- * pool_idle_bytes). Never edit a layout here: new fields go in
- * ushuffle.h only, appended.
+ * pool_idle_bytes). Frozen from the 0.3 layouts (0.3 replaced the reader
+ * options' dir, shuffle, maps and workers by the map statuses). Never
+ * edit a layout here: new fields go in ushuffle.h only, appended.
  */
 #ifndef USH_TEST_OLD_H
 #define USH_TEST_OLD_H
@@ -59,13 +60,16 @@ struct ush_writer_stats {
 	uint64_t grows;
 };
 
+struct ush_status {
+	const void *data;
+	size_t len;
+};
+
 struct ush_reader_opts {
 	uint32_t size;
-	const char *dir;
-	uint32_t shuffle;
 	uint32_t partition;
-	uint32_t maps;
-	const char *workers;
+	const struct ush_status *statuses;
+	uint32_t nstatuses;
 };
 
 struct ush_part_stats {
@@ -93,6 +97,7 @@ int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts);
 void ush_writer_stats_size(const ush_writer *w, struct ush_writer_stats *st,
 			   size_t size);
 void ush_writer_free(ush_writer *w);
+int ush_writer_status(const ush_writer *w, struct ush_status *st);
 void ush_reader_opts_init_size(struct ush_reader_opts *opts, size_t size);
 int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts);
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
