@@ -469,7 +469,11 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	return handoff_batch(w, b, BUF_WRITER, partition, len, nrecords);
 }
 
-/* Waits until none of this writer's operations is in flight. */
+/*
+ * Waits until none of this writer's operations is in flight. Completions
+ * write into the writer and its sink's state, so teardown must not pass
+ * this point early: a failed wait is retried, and its error made sticky.
+ */
 static int drain(struct ush_writer *w)
 {
 	int ret = w->qhead ? flush_queue(w) : 0;
@@ -478,7 +482,7 @@ static int drain(struct ush_writer *w)
 					 ring_reap(w->ring, 1);
 		if (r) {
 			writer_error(w, r, "writer: reap");
-			return r;
+			ret = ret ? ret : r;
 		}
 	}
 	return ret;

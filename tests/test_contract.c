@@ -1,0 +1,214 @@
+/*
+ * The API contract where it is easy to break (issue 9): teardown with
+ * operations in flight, the creator-thread rule, buffers the caller never
+ * released, lengths checked before arithmetic, ring setup failures and
+ * SQ sizing. Real rings, real files, real workers on loopback.
+ *
+ * Faults the kernel will not produce on demand are injected at the
+ * liburing boundary: the library is linked statically into this program,
+ * so the liburing functions defined below take the place of liburing's
+ * for it (and call through to them).
+ */
+#define _GNU_SOURCE
+#include "helpers.h"
+
+#include "core/pool.h"
+#include "core/ring.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+#define THREAD_MSG "used from a thread other than the one that created it"
+
+/* ----------------------------------------------------------- helpers */
+
+static ush_ring *ring_of(size_t pool, unsigned iodepth, int sqpoll)
+{
+	struct ush_ring_opts o;
+	ush_ring_opts_init(&o);
+	o.pool_bytes = pool;
+	o.iodepth = iodepth;
+	o.sqpoll = sqpoll;
+	ush_ring *r;
+	th_ok(ush_ring_create(&r, &o));
+	return r;
+}
+
+static ush_writer *disk_writer(ush_ring *r, const char *dir, uint32_t map)
+{
+	struct ush_writer_opts o = {.size = sizeof(o), .shuffle = 1,
+		.map = map, .partitions = 8, .target = USH_TARGET_DISK,
+		.dir = dir, .direct = 1};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, r, &o));
+	return w;
+}
+
+/* A batch of nrec records of len bytes each (byte i of record j is
+ * i + j); returns its length. */
+static size_t batch_of(uint8_t *buf, uint32_t nrec, uint32_t len)
+{
+	uint8_t rec[256];
+	size_t off = 0;
+	assert_true(len <= sizeof(rec));
+	for (uint32_t j = 0; j < nrec; j++) {
+		for (uint32_t i = 0; i < len; i++)
+			rec[i] = (uint8_t)(i + j);
+		off += ush_record_put(buf + off, rec, len);
+	}
+	return off;
+}
+
+/* Entries of directory path, . and .. aside. */
+static int dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+/* An embedded worker on loopback with one thread and a small pool. */
+static ush_worker *worker_on(const char *dir, char *addr, size_t n)
+{
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	o.dir = dir;
+	o.threads = 1;
+	o.log_level = 0;
+	o.pool_bytes = 1 * MiB;
+	ush_worker *w;
+	th_ok(ush_worker_create(&w, &o));
+	th_ok(ush_worker_start(w));
+	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(w));
+	return w;
+}
+
+/* ------------------------------------------- 1. teardown in flight */
+
+/* The next n waits for completions on this thread fail with -ENOMEM, as
+ * io_uring_enter may when the kernel is short of memory. Per thread, so
+ * an embedded worker's threads never see them. */
+static _Thread_local int fail_waits;
+
+int io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr)
+{
+	static int (*real)(struct io_uring *, unsigned);
+	if (!real)
+		real = (int (*)(struct io_uring *, unsigned))dlsym(
+			RTLD_NEXT, "io_uring_submit_and_wait");
+	if (fail_waits > 0) {
+		fail_waits--;
+		return -ENOMEM;
+	}
+	return real(ring, wait_nr);
+}
+
+int io_uring_submit_and_wait_timeout(struct io_uring *ring,
+				     struct io_uring_cqe **cqe,
+				     unsigned wait_nr,
+				     struct __kernel_timespec *ts,
+				     sigset_t *sigmask)
+{
+	static int (*real)(struct io_uring *, struct io_uring_cqe **,
+			   unsigned, struct __kernel_timespec *, sigset_t *);
+	if (!real)
+		real = (int (*)(struct io_uring *, struct io_uring_cqe **,
+				unsigned, struct __kernel_timespec *,
+				sigset_t *))dlsym(
+			RTLD_NEXT, "io_uring_submit_and_wait_timeout");
+	if (fail_waits > 0) {
+		fail_waits--;
+		return -ENOMEM;
+	}
+	return real(ring, cqe, wait_nr, ts, sigmask);
+}
+
+/*
+ * Writes past RLIMIT_FSIZE fail (EFBIG) in flight; then the first wait
+ * of the teardown fails. Freeing the writer must still reap every write
+ * before its state goes: their completions write into it.
+ */
+static void teardown_reaps_after_error(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("teardown");
+	ush_ring *r = ring_of(8 * MiB, 64, 0);
+	ush_writer *w = disk_writer(r, dir, 0);
+	static uint8_t batch[60 * KiB];
+	/* 60 KiB batches: two flushes of 16 writes, most past the limit. */
+	size_t len = batch_of(batch, 240, 252);
+	struct rlimit old, small = {256 * KiB, 0};
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	small.rlim_max = old.rlim_max;
+	signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	for (int i = 0; i < 32; i++)
+		th_ok(ush_writer_copy(w, (uint32_t)i % 8, batch, len, 1));
+	assert_true(ring_inflight(r) > 0);
+	fail_waits = 1;
+	ush_writer_free(w);
+	fail_waits = 0;
+	unsigned left = ring_inflight(r);
+	ush_ring_free(r); /* reaps what is left: into freed memory, if any */
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, SIG_DFL);
+	assert_int_equal(left, 0);
+	char sdir[600];
+	snprintf(sdir, sizeof(sdir), "%s/s1", dir);
+	assert_false(dir_entries(sdir)); /* the abort removed its files */
+}
+
+/* The net sink's receives stay armed until its teardown reaps them. */
+static void teardown_net_reaps_after_error(void **state)
+{
+	(void)state;
+	char addr[64];
+	const char *wdir = th_scratch("teardown-net");
+	ush_worker *wk = worker_on(wdir, addr, sizeof(addr));
+	ush_ring *r = ring_of(8 * MiB, 64, 0);
+	struct ush_writer_opts o = {.size = sizeof(o), .shuffle = 1,
+		.partitions = 4, .target = USH_TARGET_NET, .workers = addr};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, r, &o));
+	uint8_t rec[100] = {0};
+	for (int i = 0; i < 100; i++)
+		th_ok(ush_writer_write(w, (uint32_t)i % 4, rec, sizeof(rec)));
+	assert_int_equal(ring_armed(r), 1);
+	fail_waits = 1;
+	ush_writer_free(w);
+	fail_waits = 0;
+	unsigned armed = ring_armed(r), inflight = ring_inflight(r);
+	ush_ring_free(r);
+	ush_worker_free(wk);
+	assert_int_equal(armed, 0);
+	assert_int_equal(inflight, 0);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(teardown_reaps_after_error,
+					  th_teardown),
+		cmocka_unit_test_teardown(teardown_net_reaps_after_error,
+					  th_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
