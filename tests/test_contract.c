@@ -201,6 +201,99 @@ static void teardown_net_reaps_after_error(void **state)
 	assert_int_equal(inflight, 0);
 }
 
+/* ------------------------------------------------- 2. creator thread */
+
+/* Reads partition p of map 0 (shuffle 1) back from dir; returns the
+ * records, asserting each has len bytes (len (size_t)-1: any). */
+static uint64_t read_back(const char *dir, uint32_t p, size_t len)
+{
+	struct ush_reader_opts o = {.size = sizeof(o), .dir = dir,
+		.shuffle = 1, .partition = p, .maps = 1};
+	ush_reader *r;
+	th_ok(ush_reader_open(&r, &o));
+	const void *rec;
+	size_t n;
+	uint64_t count = 0;
+	int ret;
+	while ((ret = ush_reader_next(r, &rec, &n)) == 1) {
+		if (len != (size_t)-1)
+			assert_int_equal(n, len);
+		count++;
+	}
+	th_ok(ret);
+	ush_reader_free(r);
+	return count;
+}
+
+struct other {
+	ush_ring *ring;
+	ush_writer *w;
+	void *lent;
+	int ret[8];
+	char msg[8][512];
+};
+
+static void *other_thread(void *arg)
+{
+	struct other *o = arg;
+	uint8_t batch[64];
+	size_t len = batch_of(batch, 1, 10);
+	void *buf;
+	size_t cap;
+	ush_writer *w2 = NULL;
+	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = 1};
+	int n = 0;
+#define CALL(expr)                                                           \
+	do {                                                                 \
+		o->ret[n] = (expr);                                          \
+		snprintf(o->msg[n++], sizeof(o->msg[0]), "%s: %s", #expr,    \
+			 ush_last_error());                                  \
+	} while (0)
+	CALL(ush_writer_write(o->w, 0, "x", 1));
+	CALL(ush_writer_copy(o->w, 0, batch, len, 1));
+	CALL(ush_writer_acquire(o->w, &buf, &cap));
+	CALL(ush_writer_swap(o->w, 0, &o->lent, len, 1));
+	CALL(ush_writer_release(o->w, o->lent));
+	CALL(ush_writer_commit(o->w, NULL));
+	CALL(ush_writer_abort(o->w));
+	CALL(ush_writer_open(&w2, o->ring, &wo));
+#undef CALL
+	return NULL;
+}
+
+/* Another thread is refused with -EINVAL and a message, and the writer
+ * goes on working for its creator. */
+static void other_thread_refused(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("thread");
+	ush_ring *r = ring_of(4 * MiB, 64, 0);
+	ush_writer *w = disk_writer(r, dir, 0);
+	uint8_t rec[100] = {1};
+	th_ok(ush_writer_write(w, 0, rec, sizeof(rec)));
+	struct other o = {.ring = r, .w = w};
+	size_t cap;
+	th_ok(ush_writer_acquire(w, &o.lent, &cap));
+	void *lent = o.lent;
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, other_thread, &o), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	for (int i = 0; i < 8; i++) {
+		print_message("%s\n", o.msg[i]);
+		assert_int_equal(o.ret[i], -EINVAL);
+		assert_non_null(strstr(o.msg[i], THREAD_MSG));
+	}
+	assert_ptr_equal(o.lent, lent); /* not swapped: still the caller's */
+	size_t len = batch_of(lent, 3, 100);
+	th_ok(ush_writer_swap(w, 0, &lent, len, 3));
+	th_ok(ush_writer_release(w, lent));
+	th_ok(ush_writer_write(w, 0, rec, sizeof(rec)));
+	th_ok(ush_writer_commit(w, NULL));
+	ush_writer_free(w);
+	ush_ring_free(r);
+	assert_int_equal(read_back(dir, 0, 100), 5);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -209,6 +302,7 @@ int main(void)
 					  th_teardown),
 		cmocka_unit_test_teardown(teardown_net_reaps_after_error,
 					  th_teardown),
+		cmocka_unit_test_teardown(other_thread_refused, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

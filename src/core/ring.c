@@ -3,6 +3,7 @@
  * kind (writes, sends, armed ops), each prepared and completed in its own
  * section; then submission, reaping and dispatch.
  */
+#define _GNU_SOURCE /* gettid */
 #include "core/ring.h"
 #include "core/codec.h"
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define USHI_FILE_SLOTS 64
 /* The whole pool is registered as one buffer (register_pool()), so every
@@ -23,6 +25,7 @@ struct ush_ring {
 	struct ushi_codec_ctx codec;
 	struct ush_ring_opts opts;
 	unsigned setup_flags;
+	pid_t owner;         /* the creator thread: the only one served */
 	bool fixedbufs;
 	bool files;          /* sparse file table registered */
 	uint64_t file_slots; /* bitmap of the 64 file slots in use */
@@ -136,6 +139,24 @@ static int register_pool(struct ush_ring *r)
 	return 0;
 }
 
+/* The calling thread's id, cached: every call on a ring compares it. */
+static pid_t self_tid(void)
+{
+	static _Thread_local pid_t tid;
+	if (unlikely(!tid))
+		tid = gettid();
+	return tid;
+}
+
+int ring_check_thread(const struct ush_ring *r, const char *who)
+{
+	if (likely(r->owner == self_tid()))
+		return 0;
+	return ushi_fail(-EINVAL, "%s: ring used from a thread other than the "
+			"one that created it (thread %d, creator %d); use one "
+			"ring per thread", who, (int)self_tid(), (int)r->owner);
+}
+
 int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 {
 	struct ush_ring_opts o;
@@ -151,6 +172,7 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 	struct ush_ring *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "ring: allocation");
+	r->owner = self_tid();
 	r->opts = *opts;
 	r->opts.pool_bytes = ALIGN_UP(opts->pool_bytes, opts->push_size);
 	r->uring.ring_fd = -1;
@@ -211,6 +233,10 @@ void ush_ring_free(ush_ring *r)
 {
 	if (!r)
 		return;
+	/* Only the creator can reap what is in flight, and a free cannot
+	 * fail: another thread here is a bug. */
+	if (ring_check_thread(r, "ush_ring_free"))
+		ushi_panic("%s", ush_last_error());
 	if (r->uring.ring_fd >= 0) {
 		/* Drain so no callback can fire into freed owners. */
 		ring_drain(r);

@@ -55,6 +55,9 @@ void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
 
 static int check_open(struct ush_writer *w)
 {
+	int ret = ring_check_thread(w->ring, "writer");
+	if (unlikely(ret))
+		return ret;
 	if (unlikely(w->err))
 		return sticky(w);
 	if (unlikely(w->state != W_OPEN))
@@ -428,6 +431,9 @@ static struct ushi_buf *user_buf(struct ush_writer *w, const void *payload)
 
 int ush_writer_release(ush_writer *w, void *buf)
 {
+	int ret = ring_check_thread(w->ring, "writer");
+	if (ret)
+		return ret;
 	pool_put(w->pool, user_buf(w, buf));
 	return 0;
 }
@@ -435,10 +441,10 @@ int ush_writer_release(ush_writer *w, void *buf)
 int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 		    size_t len, uint32_t nrecords)
 {
-	struct ushi_buf *b = user_buf(w, *buf), *nb;
 	int ret = check_part(w, partition);
 	if (ret)
 		return ret;
+	struct ushi_buf *b = user_buf(w, *buf), *nb;
 	if (len > b->cap - USH_FRAME_HDR_SIZE)
 		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
@@ -511,6 +517,9 @@ int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 
 int ush_writer_abort(ush_writer *w)
 {
+	int ret = ring_check_thread(w->ring, "writer");
+	if (ret)
+		return ret;
 	if (w->state != W_OPEN)
 		return ushi_fail(USH_ESTATE, "writer: abort after %s",
 				w->state == W_COMMITTED ? "commit" : "abort");
@@ -576,7 +585,10 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 {
 	struct ush_writer_opts copy;
 	*out = NULL;
-	int ret = ushi_opts_load(&copy, &writer_defaults, sizeof(copy), opts,
+	int ret = ring_check_thread(ring, "writer");
+	if (ret)
+		return ret;
+	ret = ushi_opts_load(&copy, &writer_defaults, sizeof(copy), opts,
 				 "writer options");
 	if (ret)
 		return ret;
@@ -642,6 +654,9 @@ void ush_writer_free(ush_writer *w)
 {
 	if (!w)
 		return;
+	/* As in ush_ring_free(): only the creator can reap. */
+	if (w->sink && ring_check_thread(w->ring, "ush_writer_free"))
+		ushi_panic("%s", ush_last_error());
 	if (w->sink && w->state == W_OPEN)
 		ush_writer_abort(w);
 	ushi_free((void *)w->o.dir);
