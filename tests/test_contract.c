@@ -294,6 +294,40 @@ static void other_thread_refused(void **state)
 	assert_int_equal(read_back(dir, 0, 100), 5);
 }
 
+/* ---------------------------------------------------- 3. lent buffers */
+
+static size_t idle_bytes(const ush_ring *r)
+{
+	struct ush_ring_info i;
+	ush_ring_info(r, &i);
+	return i.pool_idle_bytes;
+}
+
+/* Buffers the caller never released go back to the pool at free. */
+static void lent_buffers_return_at_free(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("lent");
+	ush_ring *r = ring_of(1 * MiB, 64, 0); /* 16 push buffers */
+	size_t start = idle_bytes(r);
+	for (uint32_t i = 0; i < 1000; i++) {
+		ush_writer *w = disk_writer(r, dir, i);
+		void *buf[3];
+		size_t cap;
+		for (int j = 0; j < 3; j++)
+			th_ok(ush_writer_acquire(w, &buf[j], &cap));
+		/* The swap lends a new buffer for the one handed over. */
+		size_t len = batch_of(buf[1], 2, 50);
+		th_ok(ush_writer_swap(w, i % 8, &buf[1], len, 2));
+		if (i % 100 == 0)
+			th_ok(ush_writer_commit(w, NULL));
+		ush_writer_free(w);
+	}
+	assert_int_equal(idle_bytes(r), start);
+	ush_ring_free(r);
+	assert_int_equal(read_back(dir, 0, 50), 2);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -303,6 +337,8 @@ int main(void)
 		cmocka_unit_test_teardown(teardown_net_reaps_after_error,
 					  th_teardown),
 		cmocka_unit_test_teardown(other_thread_refused, th_teardown),
+		cmocka_unit_test_teardown(lent_buffers_return_at_free,
+					  th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -383,6 +383,24 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 	return 0;
 }
 
+/* Lends b to the caller until it is swapped, released or the writer is
+ * freed; returns its payload. */
+static void *lend(struct ush_writer *w, struct ushi_buf *b)
+{
+	buf_move(b, BUF_WRITER, BUF_USER);
+	b->prev = &w->lent;
+	b->next = w->lent.next;
+	b->next->prev = b;
+	w->lent.next = b;
+	return b->data + USH_FRAME_HDR_SIZE;
+}
+
+static void unlend(struct ushi_buf *b)
+{
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+}
+
 int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 {
 	struct ushi_buf *b;
@@ -391,8 +409,7 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 		ret = get_buf(w, w->push_order, w->push_order, &b);
 	if (ret)
 		return ret;
-	buf_move(b, BUF_WRITER, BUF_USER);
-	*buf = b->data + USH_FRAME_HDR_SIZE;
+	*buf = lend(w, b);
 	*cap = b->cap - USH_FRAME_HDR_SIZE;
 	return 0;
 }
@@ -434,7 +451,9 @@ int ush_writer_release(ush_writer *w, void *buf)
 	int ret = ring_check_thread(w->ring, "writer");
 	if (ret)
 		return ret;
-	pool_put(w->pool, user_buf(w, buf));
+	struct ushi_buf *b = user_buf(w, buf);
+	unlend(b);
+	pool_put(w->pool, b);
 	return 0;
 }
 
@@ -452,8 +471,8 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 	if ((ret = check_nrec(len, nrecords)) ||
 	    (ret = get_buf(w, b->order, b->order, &nb)))
 		return ret;
-	buf_move(nb, BUF_WRITER, BUF_USER);
-	*buf = nb->data + USH_FRAME_HDR_SIZE;
+	*buf = lend(w, nb);
+	unlend(b);
 	return handoff_batch(w, b, BUF_USER, partition, len, nrecords);
 }
 
@@ -624,6 +643,7 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	struct ush_writer *w = ushi_calloc(1, sizeof(*w));
 	if (!w)
 		return ushi_fail(-ENOMEM, "writer: allocation");
+	w->lent.next = w->lent.prev = &w->lent;
 	w->parts = ushi_calloc(o->partitions, sizeof(*w->parts));
 	w->o = *o;
 	w->o.dir = o->dir ? ushi_strdup(o->dir) : NULL;
@@ -659,6 +679,12 @@ void ush_writer_free(ush_writer *w)
 		ushi_panic("%s", ush_last_error());
 	if (w->sink && w->state == W_OPEN)
 		ush_writer_abort(w);
+	/* What the caller never released; its pointers die here. */
+	while (w->lent.next != &w->lent) {
+		struct ushi_buf *b = w->lent.next;
+		unlend(b);
+		pool_put(w->pool, b);
+	}
 	ushi_free((void *)w->o.dir);
 	ushi_free((void *)w->o.workers);
 	ushi_free(w->parts);
