@@ -160,7 +160,7 @@ static void teardown_reaps_after_error(void **state)
 	signal(SIGXFSZ, SIG_IGN);
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
 	for (int i = 0; i < 32; i++)
-		th_ok(ush_writer_copy(w, (uint32_t)i % 8, batch, len, 1));
+		th_ok(ush_writer_copy(w, (uint32_t)i % 8, batch, len, 240));
 	assert_true(ring_inflight(r) > 0);
 	fail_waits = 1;
 	ush_writer_free(w);
@@ -328,6 +328,136 @@ static void lent_buffers_return_at_free(void **state)
 	assert_int_equal(read_back(dir, 0, 50), 2);
 }
 
+/* ------------------------------------------------------ 4. lengths */
+
+/* A copy's length is bounded before header + len is computed. */
+static void copy_length_checked(void **state)
+{
+	(void)state;
+	ush_ring *r = ring_of(1 * MiB, 64, 0);
+	struct ush_writer_opts o = {.size = sizeof(o), .partitions = 1};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, r, &o));
+	uint8_t batch[64];
+	size_t len = batch_of(batch, 1, 10);
+	size_t huge[] = {SIZE_MAX, SIZE_MAX - 10, SIZE_MAX - 47,
+			 (size_t)1 << 32, 64 * KiB - USH_FRAME_HDR_SIZE + 1};
+	for (size_t i = 0; i < ARRAY_SIZE(huge); i++) {
+		int ret = ush_writer_copy(w, 0, batch, huge[i], 1);
+		print_message("%zu: %s\n", huge[i], ush_last_error());
+		assert_true(ret == -EINVAL || ret == -EMSGSIZE);
+	}
+	assert_int_equal(ush_writer_copy(w, 0, NULL, 8, 1), -EINVAL);
+	th_ok(ush_writer_copy(w, 0, NULL, 0, 0));
+	th_ok(ush_writer_copy(w, 0, batch, len, 1));
+	th_ok(ush_writer_commit(w, NULL));
+	ush_writer_free(w);
+	ush_ring_free(r);
+}
+
+/* Size classes are USHI_BUF_MIN << order: sizes from 2 GiB up must be
+ * refused or sized, never shifted past the type. */
+static void pool_sizes_above_2g(void **state)
+{
+	(void)state;
+	struct ushi_pool p;
+	size_t caps[] = {(size_t)1 << 31, (size_t)1 << 32, (size_t)1 << 40,
+			 SIZE_MAX, SIZE_MAX - 4095, (size_t)3 << 30};
+	for (size_t i = 0; i < ARRAY_SIZE(caps); i++)
+		assert_int_equal(pool_init(&p, caps[i], caps[i]), -EINVAL);
+	assert_int_equal(pool_init(&p, SIZE_MAX, 64 * MiB), -EINVAL);
+	/* A 2 GiB pool of 64 MiB buffers is fine (mapped, not touched). */
+	th_ok(pool_init(&p, (size_t)2 << 30, 64 * MiB));
+	assert_int_equal(p.idle_bytes, (size_t)2 << 30);
+	assert_int_equal(pool_order(&p, 64 * MiB), 14);
+	assert_int_equal(pool_order(&p, 64 * MiB + 1), -1);
+	assert_int_equal(pool_order(&p, (size_t)1 << 31), -1);
+	assert_int_equal(pool_order(&p, SIZE_MAX), -1);
+	struct ushi_buf *b = pool_get(&p, 14);
+	assert_non_null(b);
+	assert_int_equal(b->cap, 64 * MiB);
+	pool_put(&p, b);
+	pool_destroy(&p);
+	/* The ring refuses them before the pool sees them. */
+	struct ush_ring_opts o;
+	ush_ring_opts_init(&o);
+	ush_ring *r;
+	o.pool_bytes = SIZE_MAX;
+	assert_int_equal(ush_ring_create(&r, &o), -EINVAL);
+	o.pool_bytes = 64 * MiB;
+	o.push_size = (size_t)1 << 31;
+	assert_int_equal(ush_ring_create(&r, &o), -EINVAL);
+}
+
+/* A zero-length record may come without a pointer; a longer one not. */
+static void write_null_record(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("null");
+	ush_ring *r = ring_of(1 * MiB, 64, 0);
+	ush_writer *w = disk_writer(r, dir, 0);
+	th_ok(ush_writer_write(w, 0, NULL, 0));
+	assert_int_equal(ush_writer_write(w, 0, NULL, 5), -EINVAL);
+	print_message("%s\n", ush_last_error());
+	assert_int_equal(ush_writer_write(w, 0, NULL, 1u << 20), -EINVAL);
+	th_ok(ush_writer_write(w, 0, NULL, 0));
+	th_ok(ush_writer_commit(w, NULL));
+	ush_writer_free(w);
+	ush_ring_free(r);
+	assert_int_equal(read_back(dir, 0, 0), 2);
+}
+
+/* Expects ret == -EINVAL with a message holding want. */
+static void refused(int ret, const char *want)
+{
+	print_message("%s\n", ush_last_error());
+	assert_int_equal(ret, -EINVAL);
+	if (!strstr(ush_last_error(), want))
+		fail_msg("message lacks \"%s\": %s", want, ush_last_error());
+}
+
+/* Record prefixes must add up to the batch: checked at hand-off, when the
+ * caller still owns the buffer. */
+static void batch_prefixes_checked(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("batch");
+	ush_ring *r = ring_of(1 * MiB, 64, 0);
+	ush_writer *w = disk_writer(r, dir, 0);
+	void *buf;
+	size_t cap;
+	th_ok(ush_writer_acquire(w, &buf, &cap));
+	void *lent = buf;
+	/* 3 records of 28 bytes end at 96; 4 bytes of garbage follow. */
+	size_t len = batch_of(buf, 3, 28);
+	assert_int_equal(len, 96);
+	memset((uint8_t *)buf + 96, 0xff, 4);
+	refused(ush_writer_swap(w, 7, &buf, 100, 3), "writer: partition 7: "
+		"batch of 100 bytes holds 3 records whose prefixes end at 96, "
+		"not 100");
+	refused(ush_writer_copy(w, 7, buf, 100, 3), "prefixes end at 96, "
+		"not 100");
+	/* A fourth prefix that runs past the end. */
+	refused(ush_writer_swap(w, 6, &buf, 100, 4), "partition 6");
+	refused(ush_writer_copy(w, 6, buf, 100, 4), "partition 6");
+	/* Fewer records than the prefixes hold. */
+	refused(ush_writer_swap(w, 5, &buf, 96, 2), "partition 5");
+	refused(ush_writer_copy(w, 5, buf, 96, 2), "prefixes end at 64, not 96");
+	refused(ush_writer_copy(w, 5, buf, 8, 3), "partition 5");
+	assert_ptr_equal(buf, lent); /* nothing was handed over */
+	th_ok(ush_writer_copy(w, 0, buf, 96, 3));
+	th_ok(ush_writer_swap(w, 0, &buf, 96, 3));
+	assert_ptr_not_equal(buf, lent);
+	th_ok(ush_writer_swap(w, 0, &buf, 0, 0));
+	th_ok(ush_writer_release(w, buf));
+	th_ok(ush_writer_commit(w, NULL));
+	ush_writer_free(w);
+	ush_ring_free(r);
+	assert_int_equal(read_back(dir, 0, 28), 6);
+	for (uint32_t p = 1; p < 8; p++)
+		assert_int_equal(read_back(dir, p, 28), 0);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -339,6 +469,10 @@ int main(void)
 		cmocka_unit_test_teardown(other_thread_refused, th_teardown),
 		cmocka_unit_test_teardown(lent_buffers_return_at_free,
 					  th_teardown),
+		cmocka_unit_test(copy_length_checked),
+		cmocka_unit_test(pool_sizes_above_2g),
+		cmocka_unit_test_teardown(write_null_record, th_teardown),
+		cmocka_unit_test_teardown(batch_prefixes_checked, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

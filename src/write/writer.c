@@ -5,7 +5,9 @@
  * A hand-off is O(1): the buffer joins the writer's queue and an idle one
  * comes back. Framing (codec, CRC32C) and SQE preparation happen when the
  * queue is flushed, once per USHI_QUEUE_BATCH buffers, so submissions are
- * batched and the hand-off cost does not grow with the buffer size.
+ * batched and the hand-off cost does not grow with the buffer size. Only
+ * swap and copy first walk the caller's record prefixes (one load per
+ * record), so a batch no reader could parse is refused before it goes.
  */
 #include "write/writer.h"
 
@@ -360,6 +362,9 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 		return ushi_fail(-EMSGSIZE, "writer: record of %zu bytes "
 				"exceeds the %u-byte limit", len,
 				USH_RECORD_MAX);
+	if (unlikely(!rec && len))
+		return ushi_fail(-EINVAL, "writer: partition %u: record of "
+				"%zu bytes at NULL", partition, len);
 	size_t need = USH_RECORD_HDR_SIZE + len;
 	struct ushi_part *p = &w->parts[partition];
 	if (need > w->ropts->push_size - USH_FRAME_HDR_SIZE) {
@@ -370,7 +375,8 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 		if (!ret) {
 			uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
 			put_le32(d, (uint32_t)len);
-			memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+			if (len) /* rec may be NULL then */
+				memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
 			p->len += (uint32_t)need;
 			p->nrec++;
 		}
@@ -414,12 +420,35 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 	return 0;
 }
 
-/* Every record has a 4-byte prefix: readers reject a batch of more. */
-static int check_nrec(size_t len, uint32_t nrecords)
+/*
+ * A caller-made batch must be exactly nrec records whose prefixes end at
+ * len: readers reject any other frame, so it is refused at hand-off, while
+ * the caller still owns it. One walk over the prefixes.
+ */
+static int check_batch(uint32_t partition, const uint8_t *batch, size_t len,
+		       uint32_t nrec)
 {
-	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
-		return ushi_fail(-EINVAL, "writer: %u records cannot fit in "
-				"%zu bytes", nrecords, len);
+	size_t off = 0, n;
+	const void *rec;
+	if (!batch && len)
+		return ushi_fail(-EINVAL, "writer: partition %u: batch of %zu "
+				"bytes at NULL", partition, len);
+	for (uint32_t i = 0; i < nrec; i++) {
+		int ret = records_next(batch, len, &off, &rec, &n);
+		if (ret == 0)
+			return ushi_fail(-EINVAL, "writer: partition %u: batch "
+					"of %zu bytes ends after %u of its %u "
+					"records", partition, len, i, nrec);
+		if (ret < 0)
+			return ushi_fail(-EINVAL, "writer: partition %u: batch "
+					"of %zu bytes: record %u of %u, at offset "
+					"%zu, runs past the end", partition, len,
+					i, nrec, off);
+	}
+	if (off != len)
+		return ushi_fail(-EINVAL, "writer: partition %u: batch of %zu "
+				"bytes holds %u records whose prefixes end at "
+				"%zu, not %zu", partition, len, nrec, off, len);
 	return 0;
 }
 
@@ -468,7 +497,8 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
 	/* Take the replacement first: on error nothing was handed over. */
-	if ((ret = check_nrec(len, nrecords)) ||
+	if ((ret = check_batch(partition, b->data + USH_FRAME_HDR_SIZE, len,
+			       nrecords)) ||
 	    (ret = get_buf(w, b->order, b->order, &nb)))
 		return ret;
 	*buf = lend(w, nb);
@@ -483,14 +513,17 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	int ret = check_part(w, partition);
 	if (ret)
 		return ret;
-	int order = pool_order(w->pool, USH_FRAME_HDR_SIZE + len);
-	if (order < 0)
+	/* Bounded before header + len is computed: it could wrap. */
+	if (len > w->ropts->push_size - USH_FRAME_HDR_SIZE)
 		return ushi_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
-	if ((ret = check_nrec(len, nrecords)) ||
-	    (ret = get_buf(w, (unsigned)order, (unsigned)order, &b)))
+	unsigned order =
+		(unsigned)pool_order(w->pool, USH_FRAME_HDR_SIZE + len);
+	if ((ret = check_batch(partition, batch, len, nrecords)) ||
+	    (ret = get_buf(w, order, order, &b)))
 		return ret;
-	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
+	if (len) /* batch may be NULL then */
+		memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
 	return handoff_batch(w, b, BUF_WRITER, partition, len, nrecords);
 }
 
