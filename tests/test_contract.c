@@ -458,6 +458,108 @@ static void batch_prefixes_checked(void **state)
 		assert_int_equal(read_back(dir, p, 28), 0);
 }
 
+/* ----------------------------------------------------- 5. ring setup */
+
+/* liburing 2.5 and later zero the ring before io_uring_setup, so a
+ * failed setup leaves ring_fd 0; 2.3 (Debian 12) leaves it untouched.
+ * Behave as the newer ones do. */
+int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+			       struct io_uring_params *p)
+{
+	static int (*real)(unsigned, struct io_uring *,
+			   struct io_uring_params *);
+	if (!real)
+		real = (int (*)(unsigned, struct io_uring *,
+				struct io_uring_params *))dlsym(
+			RTLD_NEXT, "io_uring_queue_init_params");
+	memset(ring, 0, sizeof(*ring));
+	return real(entries, ring, p);
+}
+
+/* io_uring_setup fails for real (no fd left under RLIMIT_NOFILE): the
+ * failed ring must not be torn down as a live one, which closes fd 0. */
+static void failed_setup_keeps_fd0(void **state)
+{
+	(void)state;
+	if (fcntl(0, F_GETFD) < 0)
+		assert_int_equal(open("/dev/null", O_RDONLY), 0);
+	struct stat before, after;
+	assert_int_equal(fstat(0, &before), 0);
+	int lowest = dup(0);
+	assert_true(lowest > 0);
+	close(lowest);
+	struct rlimit old, none;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	none = (struct rlimit){(rlim_t)lowest, old.rlim_max};
+	struct ush_ring_opts o;
+	ush_ring_opts_init(&o);
+	o.pool_bytes = 1 * MiB;
+	ush_ring *r;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &none), 0);
+	int ret = ush_ring_create(&r, &o);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	print_message("%s\n", ush_last_error());
+	assert_int_equal(ret, -EMFILE);
+	assert_int_not_equal(fcntl(0, F_GETFD), -1);
+	assert_int_equal(fstat(0, &after), 0);
+	assert_int_equal(before.st_ino, after.st_ino);
+	/* And a ring still works. */
+	ush_ring_free(ring_of(1 * MiB, 64, 0));
+}
+
+/*
+ * SQPOLL, iodepth 8 and 7 workers: 7 receives stay armed, and each send
+ * takes two SQEs (the send and its link timeout) while the SQPOLL thread
+ * consumes them in its own time.
+ */
+static void sqpoll_small_iodepth(void **state)
+{
+	(void)state;
+	enum { NW = 7 };
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.sqpoll = 1;
+	ro.iodepth = 8;
+	ro.pool_bytes = 4 * MiB;
+	ush_ring *r;
+	int ret = ush_ring_create(&r, &ro);
+	if (ret == -EPERM || ret == -EINVAL) {
+		print_message("SQPOLL refused here: %s\n", ush_last_error());
+		skip();
+	}
+	th_ok(ret);
+	const char *base = th_scratch("sqpoll");
+	ush_worker *wk[NW];
+	char list[NW * 24] = "", addr[64], dirs[NW][600];
+	for (int i = 0; i < NW; i++) {
+		snprintf(dirs[i], sizeof(dirs[i]), "%s/w%d", base, i);
+		wk[i] = worker_on(dirs[i], addr, sizeof(addr));
+		if (i)
+			strcat(list, ",");
+		strcat(list, addr);
+	}
+	/* Each writer arms its receives anew: ten rounds of them, and of
+	 * the sends that follow. The last one commits. */
+	uint8_t rec[700];
+	th_fill(rec, sizeof(rec), 1);
+	for (uint32_t m = 0; m < 10; m++) {
+		struct ush_writer_opts o = {.size = sizeof(o), .shuffle = 1,
+			.map = m, .partitions = 2 * NW,
+			.target = USH_TARGET_NET, .workers = list};
+		ush_writer *w;
+		th_ok(ush_writer_open(&w, r, &o));
+		for (uint32_t i = 0; i < 4000; i++)
+			th_ok(ush_writer_write(w, i % (2 * NW), rec,
+					       8 + i % (sizeof(rec) - 8)));
+		if (m == 9)
+			th_ok(ush_writer_commit(w, NULL));
+		ush_writer_free(w);
+	}
+	ush_ring_free(r);
+	for (int i = 0; i < NW; i++)
+		ush_worker_free(wk[i]);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -473,6 +575,8 @@ int main(void)
 		cmocka_unit_test(pool_sizes_above_2g),
 		cmocka_unit_test_teardown(write_null_record, th_teardown),
 		cmocka_unit_test_teardown(batch_prefixes_checked, th_teardown),
+		cmocka_unit_test(failed_setup_keeps_fd0),
+		cmocka_unit_test_teardown(sqpoll_small_iodepth, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
