@@ -83,20 +83,25 @@ int main(int argc, char **argv)
 	size_t cap;
 	int ret = ush_writer_acquire(w, &buf, &cap);
 	uint64_t n = ((uint64_t)total_mib << 20) / cap;
-	/* Whole buffers of 1 KiB records; with --read every buffer gets them
-	 * written (a fresh pool buffer holds zeros), which the push figures
-	 * then include. */
+	/* Whole buffers of 1 KiB records. A swap checks the record prefixes
+	 * (a fresh pool buffer holds zeros), so every buffer gets them; with
+	 * --read the record bytes too, which the push figures then include. */
 	uint32_t nrec = 0;
 	size_t len = 0;
 	static char rec[1020];
+	static const uint8_t prefix[4] = {sizeof(rec) & 0xff, sizeof(rec) >> 8};
 	while (len + 4 + sizeof(rec) <= cap)
 		len += ush_record_put((char *)buf + len, rec, sizeof(rec)),
 			nrec++;
 	double t0 = now(), c0 = cpu();
 	for (uint64_t i = 0; !ret && i < n; i++) {
 		ret = ush_writer_swap(w, (uint32_t)(i % parts), &buf, len, nrec);
-		for (size_t o = 0; !ret && readback && o < len;)
-			o += ush_record_put((char *)buf + o, rec, sizeof(rec));
+		for (size_t o = 0; !ret && o < len; o += 4 + sizeof(rec)) {
+			if (readback)
+				ush_record_put((char *)buf + o, rec, sizeof(rec));
+			else
+				memcpy((char *)buf + o, prefix, 4);
+		}
 	}
 	if (!ret) {
 		ush_writer_release(w, buf);

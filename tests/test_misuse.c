@@ -8,6 +8,7 @@
 #include "core/pool.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,6 +229,48 @@ static void misuse_release_foreign_pointer(void **state)
 	expect_abort(release_foreign_pointer, "not a pool buffer");
 }
 
+/* Only the creator thread can reap a ring, and a free cannot fail. */
+static void *free_writer(void *arg)
+{
+	(void)arg;
+	ush_writer_free(w);
+	return NULL;
+}
+
+static void *free_ring(void *arg)
+{
+	(void)arg;
+	ush_ring_free(ring);
+	return NULL;
+}
+
+static void free_from_thread(void *(*fn)(void *))
+{
+	pthread_t t;
+	child_open();
+	if (pthread_create(&t, NULL, fn, NULL) == 0)
+		pthread_join(t, NULL);
+}
+
+static void writer_free_other_thread(void)
+{
+	free_from_thread(free_writer);
+}
+
+static void ring_free_other_thread(void)
+{
+	free_from_thread(free_ring);
+}
+
+static void misuse_free_from_other_thread(void **state)
+{
+	(void)state;
+	expect_abort(writer_free_other_thread, "ush_writer_free: ring used "
+		     "from a thread other than the one that created it");
+	expect_abort(ring_free_other_thread, "ush_ring_free: ring used from "
+		     "a thread other than the one that created it");
+}
+
 /* ------------------------------------------------------- pool level */
 
 static struct ushi_pool pool;
@@ -332,6 +375,7 @@ int main(void)
 		cmocka_unit_test(misuse_release_after_swap),
 		cmocka_unit_test(misuse_swap_foreign_pointer),
 		cmocka_unit_test(misuse_release_foreign_pointer),
+		cmocka_unit_test(misuse_free_from_other_thread),
 		cmocka_unit_test(misuse_pool_put_twice),
 		cmocka_unit_test(misuse_wrong_transition),
 	};

@@ -9,12 +9,26 @@
  * A failing call also leaves a detailed message (what, where, errno) for the
  * calling thread in ush_last_error().
  *
- * Threading: a ush_ring and everything opened on it (writers) belong to the
- * thread that created the ring (io_uring SINGLE_ISSUER). Use one ring per
- * thread. Readers are independent objects usable from any one thread.
+ * Threading: a ush_ring and the writers opened on it serve the thread that
+ * created the ring (io_uring SINGLE_ISSUER; nothing is locked). From
+ * another thread every call on them but the getters (info, stats, error)
+ * changes nothing and returns -EINVAL ("ring used from a thread other than
+ * the one that created it"), and the free calls abort. Use one ring per
+ * thread. A reader is independent of rings: any thread may use it, one at
+ * a time.
  *
  * Asynchronous contract: once a call that hands a buffer over returns an
  * error, that buffer was not handed over and no completion for it will fire.
+ *
+ * Misuse that aborts: the library prints "ushuffle: BUG: ..." and calls
+ * abort() for the errors it cannot return, in every build:
+ *  - ush_writer_swap() or ush_writer_release() of a pointer that is not a
+ *    buffer the caller holds: not the payload of a buffer of the ring's
+ *    pool ("not a pool buffer"), or one not lent now: never lent, already
+ *    swapped or released ("not owned"); a pointer kept past
+ *    ush_writer_free() is caught so only until its buffer is lent again;
+ *  - ush_writer_free() or ush_ring_free() from a thread other than the
+ *    ring's creator.
  */
 #ifndef USHUFFLE_H
 #define USHUFFLE_H
@@ -153,7 +167,9 @@ struct ush_ring_opts {
 	unsigned iodepth;   /* in-flight operations bound (default 64); each
 			       connection of a net writer holds one, so
 			       it must exceed their number */
-	size_t pool_bytes;  /* registered buffer memory (default 64 MiB) */
+	size_t pool_bytes;  /* registered buffer memory, 2 push buffers ..
+			       1 GiB, rounded up to a push buffer multiple
+			       (default 64 MiB) */
 	size_t push_size;   /* push buffer size, power of two, 4 KiB..64 MiB
 			       (default 64 KiB) */
 	int sqpoll;         /* 1: IORING_SETUP_SQPOLL (default 0) */
@@ -171,10 +187,17 @@ USH_SIZED_INIT(ush_ring_opts)
  * Creates a ring for the calling thread: one io_uring, a pool of
  * pool_bytes carved into power-of-two buffers from 4 KiB to push_size, and
  * the compression contexts. On success *out owns them; free with
- * ush_ring_free() from the same thread.
+ * ush_ring_free() from the same thread. Options out of bounds: -EINVAL.
+ *
+ * The writers of a ring share its pool. A writer short of a buffer sends
+ * batches and waits for completions; USH_EPOOL means neither helps: the
+ * rest of the pool is held by the caller (buffers acquired or swapped and
+ * not released) or by other writers' open batches. Release buffers, or
+ * raise pool_bytes.
  */
 USH_API int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts);
-/* Frees the ring. Every writer opened on it must be freed first. */
+/* Frees the ring, from its creator thread. Every writer opened on it must
+ * be freed first. */
 USH_API void ush_ring_free(ush_ring *ring);
 
 struct ush_ring_info {
@@ -279,20 +302,35 @@ USH_API int ush_writer_open(ush_writer **out, ush_ring *ring,
  * Appends one record to partition's batch. Records are length-prefixed
  * and never split across batches; a record larger than the push buffer
  * goes out alone as its own batch. The record is copied; the caller keeps
- * rec. Returns 0 or an error (a sticky I/O error returns on every call).
+ * rec, which may be NULL when len is 0. Returns 0 or an error (a sticky
+ * I/O error returns on every call). A record is at most USH_RECORD_MAX
+ * bytes (else -EMSGSIZE); on the net target its frame must also fit the
+ * worker's frame limit (ush_worker_opts.max_frame, default 64 MiB), or the
+ * writer fails with a sticky -EMSGSIZE.
  */
 USH_API int ush_writer_write(ush_writer *w, uint32_t partition,
 			     const void *rec, size_t len);
 
 /*
  * Swap hand-off for callers that fill push buffers themselves.
- * ush_writer_acquire() gives the caller an idle push buffer: *buf points at
+ * ush_writer_acquire() lends the caller an idle push buffer: *buf points at
  * its payload area of *cap bytes (header room is reserved in front).
  * Fill it with records, each a 4-byte little-endian length then the bytes
  * (ush_record_put() does it). ush_writer_swap() hands *buf (len bytes,
- * nrecords records) over and stores in *buf a different idle buffer of the
+ * nrecords records) over and lends in *buf a different idle buffer of the
  * same capacity: the old pointer must not be touched again. In
  * ush_writer_release() the caller gives back a buffer it no longer needs.
+ * A buffer stays lent until then, or until ush_writer_free(), which takes
+ * back every buffer still lent: the caller's pointers die there.
+ *
+ * A batch must be exactly nrecords records whose prefixes end at len.
+ * swap stays O(1): it refuses at the call only what needs no walk
+ * (nrecords x 4 > len, len > the capacity); the prefixes are walked when
+ * the batch is framed, and a batch that does not parse is dropped with a
+ * sticky -EINVAL naming the partition (every later call and the commit
+ * return it; nothing is published). copy walks them at the call. On an
+ * error returned by the call itself nothing was handed over and *buf is
+ * unchanged, still the caller's.
  */
 USH_API int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap);
 USH_API int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
@@ -340,7 +378,9 @@ USH_SIZED_GET(ush_writer_stats, ush_writer)
 /* The sticky error message, or NULL if the writer has none. */
 USH_API const char *ush_writer_error(const ush_writer *w);
 /* Frees the writer, aborting it first if it was neither committed nor
- * aborted. */
+ * aborted, once none of its operations is in flight; returns the buffers
+ * still lent to the caller to the pool. From the ring's creator thread
+ * only. */
 USH_API void ush_writer_free(ush_writer *w);
 
 /* -------------------------------------------------------------- map status */

@@ -37,12 +37,12 @@ static void idle_unlink(struct ushi_pool *p, struct ushi_buf *b)
 int pool_init(struct ushi_pool *p, size_t bytes, size_t max_cap)
 {
 	memset(p, 0, sizeof(*p));
-	int order = 0;
-	while ((USHI_BUF_MIN << order) < max_cap)
-		order++;
-	if ((USHI_BUF_MIN << order) != max_cap || order >= USHI_POOL_ORDERS ||
-	    bytes < max_cap || bytes % max_cap)
+	/* Bounded before any shift: classes are USHI_BUF_MIN << order. */
+	if (max_cap < USHI_BUF_MIN ||
+	    max_cap > (size_t)USHI_BUF_MIN << (USHI_POOL_ORDERS - 1) ||
+	    (max_cap & (max_cap - 1)) || bytes < max_cap || bytes % max_cap)
 		return -EINVAL;
+	unsigned order = (unsigned)__builtin_ctzl(max_cap / USHI_BUF_MIN);
 	p->arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p->arena == MAP_FAILED) {
@@ -58,13 +58,13 @@ int pool_init(struct ushi_pool *p, size_t bytes, size_t max_cap)
 		return -ENOMEM;
 	}
 	p->bytes = bytes;
-	p->max_order = (unsigned)order;
+	p->max_order = order;
 	for (size_t i = 0; i < n; i++)
 		p->descs[i].data = p->arena + i * USHI_BUF_MIN;
 	/* Push top-level blocks in reverse so the first get is at offset 0. */
 	size_t step = (size_t)1 << order;
 	for (size_t i = n; i >= step; i -= step)
-		idle_push(p, &p->descs[i - step], (unsigned)order);
+		idle_push(p, &p->descs[i - step], order);
 	return 0;
 }
 

@@ -28,7 +28,9 @@ struct ushi_buf {
 	uint32_t cap;
 	uint8_t order;               /* cap == USHI_BUF_MIN << order */
 	uint8_t state;
-	/* Set at hand-off, read when the batch is framed. */
+	/* Set at hand-off, read when the batch is framed; swapped: the
+	 * caller made it, so its record prefixes are walked then. */
+	bool swapped;
 	uint32_t part, len, nrec;
 	uint64_t seq;
 };

@@ -3,6 +3,7 @@
  * kind (writes, sends, armed ops), each prepared and completed in its own
  * section; then submission, reaping and dispatch.
  */
+#define _GNU_SOURCE /* gettid */
 #include "core/ring.h"
 #include "core/codec.h"
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define USHI_FILE_SLOTS 64
 /* The whole pool is registered as one buffer (register_pool()), so every
@@ -23,6 +25,8 @@ struct ush_ring {
 	struct ushi_codec_ctx codec;
 	struct ush_ring_opts opts;
 	unsigned setup_flags;
+	pid_t owner;         /* the creator thread: the only one served */
+	bool live;           /* io_uring set up: only then is it torn down */
 	bool fixedbufs;
 	bool files;          /* sparse file table registered */
 	uint64_t file_slots; /* bitmap of the 64 file slots in use */
@@ -93,16 +97,19 @@ static int setup_uring(struct ush_ring *r)
 		 * list (IORING_FEAT_NODROP) until they are reaped. */
 		p.cq_entries = 4 * r->opts.iodepth;
 		p.sq_thread_idle = 100;
-		ret = io_uring_queue_init_params(r->opts.iodepth, &r->uring, &p);
+		/* Two SQEs per op: a send and its link timeout (get_sqe). */
+		ret = io_uring_queue_init_params(2 * r->opts.iodepth, &r->uring,
+						 &p);
 		if (ret == 0) {
 			r->setup_flags = p.flags;
+			r->live = true;
 			return 0;
 		}
 		if (ret != -EINVAL)
 			break;
 	}
 	return ushi_fail(ret, "ring: io_uring_queue_init(%u entries%s)",
-			r->opts.iodepth, r->opts.sqpoll ? ", SQPOLL" : "");
+			2 * r->opts.iodepth, r->opts.sqpoll ? ", SQPOLL" : "");
 }
 
 static int register_pool(struct ush_ring *r)
@@ -136,6 +143,24 @@ static int register_pool(struct ush_ring *r)
 	return 0;
 }
 
+/* The calling thread's id, cached: every call on a ring compares it. */
+static pid_t self_tid(void)
+{
+	static _Thread_local pid_t tid;
+	if (unlikely(!tid))
+		tid = gettid();
+	return tid;
+}
+
+int ring_check_thread(const struct ush_ring *r, const char *who)
+{
+	if (likely(r->owner == self_tid()))
+		return 0;
+	return ushi_fail(-EINVAL, "%s: ring used from a thread other than the "
+			"one that created it (thread %d, creator %d); use one "
+			"ring per thread", who, (int)self_tid(), (int)r->owner);
+}
+
 int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 {
 	struct ush_ring_opts o;
@@ -151,9 +176,9 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 	struct ush_ring *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "ring: allocation");
+	r->owner = self_tid();
 	r->opts = *opts;
 	r->opts.pool_bytes = ALIGN_UP(opts->pool_bytes, opts->push_size);
-	r->uring.ring_fd = -1;
 	ret = pool_init(&r->pool, r->opts.pool_bytes, r->opts.push_size);
 	if (ret) {
 		ushi_fail(ret, "ring: mapping a %zu KiB pool",
@@ -211,7 +236,13 @@ void ush_ring_free(ush_ring *r)
 {
 	if (!r)
 		return;
-	if (r->uring.ring_fd >= 0) {
+	/* Only the creator can reap what is in flight, and a free cannot
+	 * fail: another thread here is a bug. */
+	if (ring_check_thread(r, "ush_ring_free"))
+		ushi_panic("%s", ush_last_error());
+	/* Not ring_fd >= 0: liburing 2.5 on zeroes the ring before setup, so
+	 * a failed one reads fd 0. */
+	if (r->live) {
 		/* Drain so no callback can fire into freed owners. */
 		ring_drain(r);
 		io_uring_queue_exit(&r->uring);
@@ -300,22 +331,19 @@ static void finish(struct ush_ring *r, struct ushi_op *op, int res)
 	recycle(r, op);
 }
 
+/*
+ * The SQ has two entries per op (setup_uring), an op queues at most two
+ * SQEs at a time (a send and its link timeout), and without SQPOLL they
+ * leave the SQ inside the io_uring_enter() that precedes their CQEs: an
+ * entry is always free. An SQPOLL thread, though, may post an op's CQE
+ * before it moves the SQ head past the op's SQEs: wait for it then.
+ * Never submits, so a send and its link timeout go out together.
+ */
 static struct io_uring_sqe *get_sqe(struct ush_ring *r)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->uring);
-	if (!sqe) {
-		/* The SQ is full: submit to make room. Without SQPOLL a
-		 * submit that succeeds consumes every queued SQE
-		 * (SUBMIT_ALL), so a slot is free after it. Not so under
-		 * SQPOLL, whose kernel thread consumes SQEs in its own
-		 * time, nor when the submit fails; and ops do not bound
-		 * SQEs (a send with a link timeout takes two). Then this
-		 * panics. */
-		ring_submit(r);
-		sqe = io_uring_get_sqe(&r->uring);
-		if (!sqe)
-			ushi_panic("ring: no SQE after submit");
-	}
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(&r->uring)))
+		io_uring_sqring_wait(&r->uring);
 	return sqe;
 }
 
@@ -385,10 +413,6 @@ static void prep_send(struct ush_ring *r, struct ushi_op *op)
 {
 	struct ushi_io *io = &op->io;
 	struct ushi_send *s = &op->send;
-	/* The send and its link timeout must go in one submission, or the
-	 * link would end at the submission boundary. */
-	if (s->timeout_ms && io_uring_sq_space_left(&r->uring) < 2)
-		ring_submit(r);
 	struct io_uring_sqe *sqe = get_sqe(r);
 	const uint8_t *a = io->addr + io->done;
 	size_t n = io->len - io->done;

@@ -139,6 +139,12 @@ int ring_reap(struct ush_ring *r, unsigned min);
  * Returns 0 or the reap's error. */
 int ring_drain(struct ush_ring *r);
 
+/* 0 when the calling thread created r, else -EINVAL with a message
+ * naming who. A ring and all on it serve their creator thread only
+ * (io_uring SINGLE_ISSUER, and nothing here is locked), so every entry
+ * point that may submit or touch the pool checks first. */
+int ring_check_thread(const struct ush_ring *r, const char *who);
+
 /* Ops started and not yet completed; ops armed and not yet ended. */
 unsigned ring_inflight(const struct ush_ring *r);
 unsigned ring_armed(const struct ush_ring *r);

@@ -243,13 +243,15 @@ static void close_all(struct net *n)
 		if (n->c[i].fd >= 0)
 			shutdown(n->c[i].fd, SHUT_RDWR);
 	}
-	/* Shutdown completes the recvs and any send still waiting. */
+	/* Shutdown completes the recvs and any send still waiting. Their
+	 * callbacks use n and c: reap them all, retrying a failed wait. */
 	for (;;) {
 		bool busy = n->ctrl_inflight > 0;
 		for (unsigned i = 0; i < n->nc; i++)
 			busy |= n->c[i].recv_armed || n->c[i].busy;
-		if (!busy || ring_reap(r, 1))
+		if (!busy)
 			break;
+		ring_reap(r, 1);
 	}
 	for (unsigned i = 0; i < n->nc; i++)
 		if (n->c[i].fd >= 0)

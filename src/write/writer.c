@@ -5,7 +5,11 @@
  * A hand-off is O(1): the buffer joins the writer's queue and an idle one
  * comes back. Framing (codec, CRC32C) and SQE preparation happen when the
  * queue is flushed, once per USHI_QUEUE_BATCH buffers, so submissions are
- * batched and the hand-off cost does not grow with the buffer size.
+ * batched and the hand-off cost does not grow with the buffer size. A
+ * swapped batch's record prefixes are walked when it is framed (one load
+ * per record, next to the CRC over every byte), so a batch no reader
+ * could parse never goes out; copy walks them at the call, beside its
+ * memcpy.
  */
 #include "core/status.h"
 #include "write/writer.h"
@@ -64,6 +68,9 @@ void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
 
 static int check_open(struct ush_writer *w)
 {
+	int ret = ring_check_thread(w->ring, "writer");
+	if (unlikely(ret))
+		return ret;
 	if (unlikely(w->err))
 		return sticky(w);
 	if (unlikely(w->state != W_OPEN))
@@ -132,10 +139,49 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 	return ret;
 }
 
-/* Frames one handed-off buffer and gives it to the sink. */
+/*
+ * A caller-made batch must be exactly nrec records whose prefixes end at
+ * len: readers reject any other frame. One walk over the prefixes.
+ */
+static int check_batch(uint32_t partition, const uint8_t *batch, size_t len,
+		       uint32_t nrec)
+{
+	size_t off = 0, n;
+	const void *rec;
+	if (!batch && len)
+		return ushi_fail(-EINVAL, "writer: partition %u: batch of %zu "
+				"bytes at NULL", partition, len);
+	for (uint32_t i = 0; i < nrec; i++) {
+		int ret = records_next(batch, len, &off, &rec, &n);
+		if (ret == 0)
+			return ushi_fail(-EINVAL, "writer: partition %u: batch "
+					"of %zu bytes ends after %u of its %u "
+					"records", partition, len, i, nrec);
+		if (ret < 0)
+			return ushi_fail(-EINVAL, "writer: partition %u: batch "
+					"of %zu bytes: record %u of %u, at offset "
+					"%zu, runs past the end", partition, len,
+					i, nrec, off);
+	}
+	if (off != len)
+		return ushi_fail(-EINVAL, "writer: partition %u: batch of %zu "
+				"bytes holds %u records whose prefixes end at "
+				"%zu, not %zu", partition, len, nrec, off, len);
+	return 0;
+}
+
+/* Frames one handed-off buffer and gives it to the sink. A swapped
+ * batch that does not parse is dropped, and the error is sticky. */
 static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 {
 	struct ushi_pool *pool = w->pool;
+	int ret = b->swapped ? check_batch(b->part, b->data + USH_FRAME_HDR_SIZE,
+					   b->len, b->nrec) : 0;
+	if (ret) {
+		writer_error_keep(w, ret);
+		pool_put(pool, b);
+		return ret;
+	}
 	struct ushi_frame f = frame_of(w, b->part, b->seq, b->len, b->nrec);
 	struct ushi_buf *out = b;
 	if (w->ropts->codec != USH_CODEC_NONE && b->len) {
@@ -183,6 +229,7 @@ static int handoff(struct ush_writer *w, struct ushi_buf *b,
 {
 	struct ushi_part *p = &w->parts[partition];
 	buf_move(b, from, BUF_QUEUED);
+	b->swapped = from == BUF_USER;
 	b->part = partition;
 	b->len = len;
 	b->nrec = nrec;
@@ -368,6 +415,9 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 		return ushi_fail(-EMSGSIZE, "writer: record of %zu bytes "
 				"exceeds the %u-byte limit", len,
 				USH_RECORD_MAX);
+	if (unlikely(!rec && len))
+		return ushi_fail(-EINVAL, "writer: partition %u: record of "
+				"%zu bytes at NULL", partition, len);
 	size_t need = USH_RECORD_HDR_SIZE + len;
 	struct ushi_part *p = &w->parts[partition];
 	if (need > w->ropts->push_size - USH_FRAME_HDR_SIZE) {
@@ -378,7 +428,8 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 		if (!ret) {
 			uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
 			put_le32(d, (uint32_t)len);
-			memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+			if (len) /* rec may be NULL then */
+				memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
 			p->len += (uint32_t)need;
 			p->nrec++;
 		}
@@ -391,6 +442,24 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 	return 0;
 }
 
+/* Lends b to the caller until it is swapped, released or the writer is
+ * freed; returns its payload. */
+static void *lend(struct ush_writer *w, struct ushi_buf *b)
+{
+	buf_move(b, BUF_WRITER, BUF_USER);
+	b->prev = &w->lent;
+	b->next = w->lent.next;
+	b->next->prev = b;
+	w->lent.next = b;
+	return b->data + USH_FRAME_HDR_SIZE;
+}
+
+static void unlend(struct ushi_buf *b)
+{
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+}
+
 int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 {
 	struct ushi_buf *b;
@@ -399,18 +468,8 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 		ret = get_buf(w, w->push_order, w->push_order, &b);
 	if (ret)
 		return ret;
-	buf_move(b, BUF_WRITER, BUF_USER);
-	*buf = b->data + USH_FRAME_HDR_SIZE;
+	*buf = lend(w, b);
 	*cap = b->cap - USH_FRAME_HDR_SIZE;
-	return 0;
-}
-
-/* Every record has a 4-byte prefix: readers reject a batch of more. */
-static int check_nrec(size_t len, uint32_t nrecords)
-{
-	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
-		return ushi_fail(-EINVAL, "writer: %u records cannot fit in "
-				"%zu bytes", nrecords, len);
 	return 0;
 }
 
@@ -439,26 +498,35 @@ static struct ushi_buf *user_buf(struct ush_writer *w, const void *payload)
 
 int ush_writer_release(ush_writer *w, void *buf)
 {
-	pool_put(w->pool, user_buf(w, buf));
+	int ret = ring_check_thread(w->ring, "writer");
+	if (ret)
+		return ret;
+	struct ushi_buf *b = user_buf(w, buf);
+	unlend(b);
+	pool_put(w->pool, b);
 	return 0;
 }
 
 int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 		    size_t len, uint32_t nrecords)
 {
-	struct ushi_buf *b = user_buf(w, *buf), *nb;
 	int ret = check_part(w, partition);
 	if (ret)
 		return ret;
+	struct ushi_buf *b = user_buf(w, *buf), *nb;
 	if (len > b->cap - USH_FRAME_HDR_SIZE)
 		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
+	/* O(1) here; the prefixes are walked when the batch is framed. */
+	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
+		return ushi_fail(-EINVAL, "writer: partition %u: %u records "
+				"cannot fit in %zu bytes", partition, nrecords,
+				len);
 	/* Take the replacement first: on error nothing was handed over. */
-	if ((ret = check_nrec(len, nrecords)) ||
-	    (ret = get_buf(w, b->order, b->order, &nb)))
+	if ((ret = get_buf(w, b->order, b->order, &nb)))
 		return ret;
-	buf_move(nb, BUF_WRITER, BUF_USER);
-	*buf = nb->data + USH_FRAME_HDR_SIZE;
+	*buf = lend(w, nb);
+	unlend(b);
 	return handoff_batch(w, b, BUF_USER, partition, len, nrecords);
 }
 
@@ -469,18 +537,25 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	int ret = check_part(w, partition);
 	if (ret)
 		return ret;
-	int order = pool_order(w->pool, USH_FRAME_HDR_SIZE + len);
-	if (order < 0)
+	/* Bounded before header + len is computed: it could wrap. */
+	if (len > w->ropts->push_size - USH_FRAME_HDR_SIZE)
 		return ushi_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
-	if ((ret = check_nrec(len, nrecords)) ||
-	    (ret = get_buf(w, (unsigned)order, (unsigned)order, &b)))
+	unsigned order =
+		(unsigned)pool_order(w->pool, USH_FRAME_HDR_SIZE + len);
+	if ((ret = check_batch(partition, batch, len, nrecords)) ||
+	    (ret = get_buf(w, order, order, &b)))
 		return ret;
-	memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
+	if (len) /* batch may be NULL then */
+		memcpy(b->data + USH_FRAME_HDR_SIZE, batch, len);
 	return handoff_batch(w, b, BUF_WRITER, partition, len, nrecords);
 }
 
-/* Waits until none of this writer's operations is in flight. */
+/*
+ * Waits until none of this writer's operations is in flight. Completions
+ * write into the writer and its sink's state, so teardown must not pass
+ * this point early: a failed wait is retried, and its error made sticky.
+ */
 static int drain(struct ush_writer *w)
 {
 	int ret = w->qhead ? flush_queue(w) : 0;
@@ -489,7 +564,7 @@ static int drain(struct ush_writer *w)
 					 ring_reap(w->ring, 1);
 		if (r) {
 			writer_error(w, r, "writer: reap");
-			return r;
+			ret = ret ? ret : r;
 		}
 	}
 	return ret;
@@ -564,6 +639,9 @@ int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 
 int ush_writer_abort(ush_writer *w)
 {
+	int ret = ring_check_thread(w->ring, "writer");
+	if (ret)
+		return ret;
 	if (w->state != W_OPEN)
 		return ushi_fail(USH_ESTATE, "writer: abort after %s",
 				w->state == W_COMMITTED ? "commit" : "abort");
@@ -624,7 +702,10 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 {
 	struct ush_writer_opts copy;
 	*out = NULL;
-	int ret = ushi_opts_load(&copy, &writer_defaults, sizeof(copy), opts,
+	int ret = ring_check_thread(ring, "writer");
+	if (ret)
+		return ret;
+	ret = ushi_opts_load(&copy, &writer_defaults, sizeof(copy), opts,
 				 "writer options");
 	if (ret)
 		return ret;
@@ -668,6 +749,7 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	struct ush_writer *w = ushi_calloc(1, sizeof(*w));
 	if (!w)
 		return ushi_fail(-ENOMEM, "writer: allocation");
+	w->lent.next = w->lent.prev = &w->lent;
 	w->parts = ushi_calloc(o->partitions, sizeof(*w->parts));
 	w->o = *o;
 	w->o.dir = o->dir ? ushi_strdup(o->dir) : NULL;
@@ -700,8 +782,17 @@ void ush_writer_free(ush_writer *w)
 {
 	if (!w)
 		return;
+	/* As in ush_ring_free(): only the creator can reap. */
+	if (w->sink && ring_check_thread(w->ring, "ush_writer_free"))
+		ushi_panic("%s", ush_last_error());
 	if (w->sink && w->state == W_OPEN)
 		ush_writer_abort(w);
+	/* What the caller never released; its pointers die here. */
+	while (w->lent.next != &w->lent) {
+		struct ushi_buf *b = w->lent.next;
+		unlend(b);
+		pool_put(w->pool, b);
+	}
 	ushi_free((void *)w->o.dir);
 	ushi_free((void *)w->o.workers);
 	ushi_free(w->status);

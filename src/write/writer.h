@@ -56,6 +56,10 @@ struct ush_writer {
 	void *sink_state;
 	struct ushi_part *parts;
 	struct ushi_buf *qhead, *qtail; /* handed off, not yet framed */
+	/* Sentinel of the circular list (next/prev) of the buffers lent to
+	 * the caller, which ush_writer_free() takes back. Circular, so a
+	 * buffer leaves it without knowing which writer lent it. */
+	struct ushi_buf lent;
 	unsigned qlen;
 	unsigned inflight; /* this writer's ops in the ring */
 	unsigned push_order;
