@@ -375,6 +375,68 @@ static void duplicates_and_counts(void **state)
 	}
 }
 
+/* Reads frames until an ACK of kind; its status must be 0. */
+static void wait_ack(int fd, uint32_t kind)
+{
+	uint8_t b[64];
+	for (;;) {
+		struct ushi_frame f;
+		const char *why;
+		struct proto_ack a;
+		assert_int_equal(recv(fd, b, 64, MSG_WAITALL), 64);
+		assert_int_equal(proto_header(b, &f, 4096, false, &why), 0);
+		if (f.type != USHI_FRAME_ACK)
+			continue; /* the HELLO reply */
+		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
+		if (a.kind == kind) {
+			assert_int_equal(a.status, 0);
+			return;
+		}
+	}
+}
+
+/* A writer whose attempt was dropped under it, and then opened by
+ * another writer, cannot write into, commit or abandon the new one. */
+static void dropped_writer_cannot_touch_the_next(void **state)
+{
+	(void)state;
+	uint8_t b[256];
+	uint32_t crc[3], s = 60;
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				0, 0};
+	int old = raw_connect();
+	send_all(old, b, proto_put_hello(b, &h));
+	send_all(old, b, proto_put_drop(b, s));
+	wait_ack(old, USHI_ACK_DROP);
+	int now = raw_connect();
+	send_all(now, b, proto_put_hello(b, &h));
+	send_all(now, b, rec_frame(b, s, 0, "good0", &crc[0]));
+	/* The new writer's HELLO is taken before the old one's frame
+	 * arrives (no reply to wait for on this connection but credit). */
+	usleep(100000);
+	send_all(old, b, rec_frame(b, s, 0, "EVIL", &crc[2]));
+	expect_error(old, "dropped since");
+	send_all(now, b, rec_frame(b, s, 1, "good1", &crc[1]));
+	send_all(now, b, proto_put_mapper_end(b, s, 0, 0));
+	wait_ack(now, USHI_ACK_COMMIT);
+	close(now);
+	struct ush_status st;
+	make_status(&st, s, 2,
+		    ~status_sum_add(status_sum_add(USHI_SUM_INIT, crc[0]),
+				    crc[1]));
+	ush_reader *r;
+	const void *rec;
+	size_t len;
+	th_ok(th_reader_open(&r, &st, 1, 0, 0));
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	assert_memory_equal(rec, "good0", len);
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	assert_memory_equal(rec, "good1", len);
+	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
+	ush_reader_free(r);
+	th_status_free(&st);
+}
+
 struct job_arg {
 	struct th_job j;
 	int ret[2];
@@ -436,6 +498,7 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(dropped_writer_cannot_touch_the_next),
 		cmocka_unit_test(random_bytes),
 		cmocka_unit_test(truncated_then_close),
 		cmocka_unit_test(oversized_length),

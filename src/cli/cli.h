@@ -192,6 +192,7 @@ struct manifest {
 	 * (data heap-owned), what a read job's readers are opened with. */
 	struct ush_status *status;
 	char workers[1024];        /* net: the workers the job used */
+	bool embedded;             /* ... an embedded worker, in DIR */
 };
 
 void manifest_path(char *buf, size_t n, const char *dir, uint32_t shuffle);

@@ -280,6 +280,7 @@ static void finish(struct job_ctx *j, struct job_result *res)
 		j->expect.rec_max = j->gen.max;
 		snprintf(j->expect.workers, sizeof(j->expect.workers), "%s",
 			 j->workers);
+		j->expect.embedded = j->embedded != NULL;
 		int ret = manifest_save(&j->expect, o, res->errmsg,
 					sizeof(res->errmsg));
 		if (ret)
@@ -307,8 +308,12 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	const struct job_opts *o = j->o;
 	if (o->target != TARGET_NET)
 		return 0;
-	if (o->workers[0]) {
-		snprintf(j->workers, sizeof(j->workers), "%s", o->workers);
+	/* A read job reads where the statuses say: the workers the writing
+	 * job used, or its embedded worker's storage, served again at the
+	 * address the statuses name. */
+	const char *given = o->rw == RW_READ ? j->expect.workers : o->workers;
+	if (o->rw == RW_READ ? !j->expect.embedded : o->workers[0] != 0) {
+		snprintf(j->workers, sizeof(j->workers), "%s", given);
 		return 0;
 	}
 	j->wdir_tmp = o->rw == RW_SHUFFLE && !o->keep;
@@ -320,8 +325,6 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	mkdir(o->dir, 0755); /* the worker makes only its own directory */
 	struct ush_worker_opts wo;
 	ush_worker_opts_init(&wo);
-	/* A read job's worker serves where the map statuses say the data
-	 * is: the address the writing job's worker had. */
 	wo.listen = o->rw == RW_READ ? j->expect.workers : "127.0.0.1:0";
 	wo.dir = j->wdir;
 	wo.direct = o->direct;

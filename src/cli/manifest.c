@@ -61,6 +61,8 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 			       u64_matrix(m->bytes, m->maps, m->partitions));
 	json_object_object_add(j, "workers",
 			       json_object_new_string(m->workers));
+	json_object_object_add(j, "embedded_worker",
+			       json_object_new_boolean(m->embedded));
 	json_object *st = json_object_new_array_ext((int)m->maps);
 	for (uint32_t i = 0; i < m->maps; i++) {
 		const uint8_t *b = m->status[i].data;
@@ -102,6 +104,12 @@ static int get_u32(json_object *j, const char *key, uint32_t *v)
 	return u == *v ? 0 : -1;
 }
 
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' :
+	       c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 /* Map i's status from its hex string: 0, or -1 if it is not hex. */
 static int get_status(json_object *a, uint32_t i, struct ush_status *st)
 {
@@ -109,12 +117,12 @@ static int get_status(json_object *a, uint32_t i, struct ush_status *st)
 	size_t n = hex ? strlen(hex) : 0;
 	uint8_t *b = n && n % 2 == 0 ? malloc(n / 2) : NULL;
 	for (size_t k = 0; b && k < n / 2; k++) {
-		unsigned v;
-		if (sscanf(hex + 2 * k, "%2x", &v) != 1) {
+		int hi = hex_digit(hex[2 * k]), lo = hex_digit(hex[2 * k + 1]);
+		if (hi < 0 || lo < 0) {
 			free(b);
 			return -1;
 		}
-		b[k] = (uint8_t)v;
+		b[k] = (uint8_t)(hi << 4 | lo);
 	}
 	st->data = b;
 	st->len = n / 2;
@@ -188,9 +196,14 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 		ret = -1;
 	for (uint32_t i = 0; !ret && i < m->maps; i++)
 		ret = get_status(a, i, &m->status[i]);
-	if (!ret)
+	json_object *e = NULL;
+	if (!ret && !json_object_object_get_ex(j, "embedded_worker", &e))
+		ret = -1;
+	if (!ret) {
 		snprintf(m->workers, sizeof(m->workers), "%s",
 			 json_object_get_string(w));
+		m->embedded = json_object_get_boolean(e);
+	}
 	json_object_put(j);
 	if (ret) {
 		ret = USH_ECORRUPT;

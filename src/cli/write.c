@@ -230,6 +230,9 @@ static void publish(struct thread_ctx *t, ush_writer *w,
 		if (copy)
 			j->expect.status[t->index] = (struct ush_status){
 				memcpy(copy, ms.data, ms.len), ms.len};
+		else
+			job_fail(t, -ENOMEM, "map %u: out of memory for its "
+				 "status", t->index);
 	}
 }
 

@@ -667,3 +667,15 @@ void ring_file_del(struct ush_ring *r, int slot)
 	io_uring_register_files_update(&r->uring, (unsigned)slot, &none, 1);
 	r->file_slots &= ~(1ull << slot);
 }
+
+void ring_teardown_failed(int err, unsigned *fails)
+{
+	if (!err) {
+		*fails = 0;
+		return;
+	}
+	if (++*fails >= 1000)
+		ushi_panic("ring: reaping in-flight operations failed %u times "
+			  "in a row (%s): their memory cannot be freed safely",
+			  *fails, ush_strerror(err));
+}

@@ -135,6 +135,10 @@ int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns);
 /* Submits, waits for at least min completions (if any are in flight), and
  * runs the callbacks of all available ones. Returns 0 or -errno. */
 int ring_reap(struct ush_ring *r, unsigned min);
+/* For teardown loops that must not free what the kernel may still write:
+ * counts a failed reap in *fails (a success resets it) and aborts once
+ * failures persist, rather than spin forever or free early. */
+void ring_teardown_failed(int err, unsigned *fails);
 /* Reaps until no started op is in flight (armed ones may stay armed).
  * Returns 0 or the reap's error. */
 int ring_drain(struct ush_ring *r);

@@ -91,7 +91,8 @@ int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 		if (ret)
 			return ret;
 	}
-	place(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state});
+	place(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state,
+				       0});
 	return 0;
 }
 

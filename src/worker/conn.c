@@ -137,6 +137,10 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 	int state = e ? e->state : 0;
 	int ret = state ? 0 : wk_attempt_set(wk, h->shuffle, h->map,
 					     h->attempt, WK_OPEN);
+	if (!state && !ret)
+		wk_attempt_find(wk, h->shuffle, h->map, h->attempt)->owner =
+			c->id;
+	c->att_epoch = atomic_load(&wk->drop_epoch);
 	pthread_mutex_unlock(&wk->lock);
 	if (state) {
 		wk_conn_fail(c, code[state], "shuffle %u map %u attempt %u %s "
@@ -148,8 +152,18 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 		wk_conn_fail(c, ret, "attempt table: %s", ush_strerror(ret));
 		return ret;
 	}
-	c->att = (struct wk_attempt){h->shuffle, h->map, h->attempt, WK_OPEN};
+	c->att = (struct wk_attempt){h->shuffle, h->map, h->attempt, WK_OPEN,
+				     c->id};
 	return 0;
+}
+
+/* c's attempt in the table, if it is still the one c opened: a DROP
+ * forgets it, and a later writer may then open it anew. Lock held. */
+static struct wk_attempt *mine(struct wk_conn *c)
+{
+	struct wk_attempt *e = wk_attempt_find(c->t->wk, c->att.shuffle,
+					       c->att.map, c->att.attempt);
+	return e && e->state == WK_OPEN && e->owner == c->id ? e : NULL;
 }
 
 void wk_conn_leave(struct wk_conn *c)
@@ -158,9 +172,8 @@ void wk_conn_leave(struct wk_conn *c)
 	if (c->att.state != WK_OPEN)
 		return;
 	pthread_mutex_lock(&wk->lock);
-	struct wk_attempt *e = wk_attempt_find(wk, c->att.shuffle, c->att.map,
-					       c->att.attempt);
-	if (e && e->state == WK_OPEN)
+	struct wk_attempt *e = mine(c);
+	if (e)
 		e->state = WK_ABANDONED;
 	pthread_mutex_unlock(&wk->lock);
 	c->att.state = 0;
@@ -197,18 +210,38 @@ static void hello(struct wk_conn *c, const struct ushi_frame *f,
 		       h.role == USHI_ROLE_READER ? "reader" : "admin");
 }
 
-/* A writer's frames belong to the attempt it named at HELLO. */
+/* Is c's attempt still its own? Only a DROP since it was last known
+ * can have taken it, so the lock is taken only then. */
+static bool still_mine(struct wk_conn *c)
+{
+	struct ush_worker *wk = c->t->wk;
+	unsigned epoch = atomic_load(&wk->drop_epoch);
+	if (epoch == c->att_epoch)
+		return true;
+	pthread_mutex_lock(&wk->lock);
+	bool ok = mine(c) != NULL;
+	pthread_mutex_unlock(&wk->lock);
+	c->att_epoch = epoch;
+	if (!ok)
+		c->att.state = 0;
+	return ok;
+}
+
+/* A writer's frames belong to the attempt it named at HELLO, while that
+ * attempt is still its own. */
 static bool own_attempt(struct wk_conn *c, const struct ushi_frame *f)
 {
 	if (c->att.state == WK_OPEN && f->shuffle == c->att.shuffle &&
-	    f->map == c->att.map && f->attempt == c->att.attempt)
+	    f->map == c->att.map && f->attempt == c->att.attempt &&
+	    still_mine(c))
 		return true;
 	wk_conn_fail(c, -EPROTO, "%s frame of shuffle %u map %u attempt %u "
 		     "from the writer of shuffle %u map %u attempt %u%s",
 		     f->type == USHI_FRAME_DATA ? "DATA" : "MAPPER_END",
 		     f->shuffle, f->map, f->attempt, c->att.shuffle,
 		     c->att.map, c->att.attempt,
-		     c->att.state == WK_COMMITTED ? " (committed)" : "");
+		     c->att.state == WK_COMMITTED ? " (committed)" :
+		     c->att.state ? "" : " (dropped since)");
 	return false;
 }
 
@@ -237,8 +270,7 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f,
 		return;
 	}
 	pthread_mutex_lock(&wk->lock);
-	struct wk_attempt *e = wk_attempt_find(wk, f->shuffle, f->map,
-					       f->attempt);
+	struct wk_attempt *e = mine(c);
 	if (!e) /* dropped meanwhile */
 		ret = -ENOENT;
 	else if (!(ret = wk_log_append(t, frame, proto_size(f))))
@@ -278,20 +310,22 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f,
 	struct wk_thread *t = c->t;
 	struct ush_worker *wk = t->wk;
 	pthread_mutex_lock(&wk->lock);
-	int ret = wk_log_append(t, frame, proto_size(f));
-	uint32_t *d = ret ? NULL :
-		      ushi_malloc((wk->ndrops + 1) * sizeof(*d));
-	if (d) {
+	/* What can fail without side effects first: the new drop list and
+	 * the table without the shuffle; then the log makes it durable. */
+	uint32_t *d = ushi_malloc((wk->ndrops + 1) * sizeof(*d));
+	int ret = d ? wk_commit_apply(wk, f) : -ENOMEM;
+	if (!ret)
+		ret = wk_log_append(t, frame, proto_size(f));
+	if (!ret) {
 		if (wk->ndrops)
 			memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
 		d[wk->ndrops++] = f->shuffle;
 		ushi_free(wk->drops);
 		wk->drops = d;
-		wk_commit_apply(wk, f);
+		d = NULL;
 		atomic_fetch_add(&wk->drop_epoch, 1);
-	} else if (!ret) {
-		ret = -ENOMEM;
 	}
+	ushi_free(d);
 	pthread_mutex_unlock(&wk->lock);
 	if (ret) {
 		wk_conn_fail(c, ret, "DROP of shuffle %u: %s", f->shuffle,

@@ -98,6 +98,7 @@ static void conn_new(struct wk_thread *t, int fd)
 	}
 	c->t = t;
 	c->fd = fd;
+	c->id = atomic_fetch_add(&t->wk->next_conn_id, 1) + 1;
 	c->t_accept = ushi_now_ns();
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);

@@ -39,7 +39,8 @@ enum wk_attempt_state {
 
 struct wk_attempt {
 	uint32_t shuffle, map, attempt;
-	uint8_t state; /* enum wk_attempt_state; 0: a free slot */
+	uint8_t state;  /* enum wk_attempt_state; 0: a free slot */
+	uint64_t owner; /* WK_OPEN: the id of the connection writing it */
 };
 
 struct ush_worker {
@@ -56,6 +57,7 @@ struct ush_worker {
 	uint32_t *drops;      /* shuffles dropped, in epoch order */
 	size_t ndrops;
 	atomic_uint drop_epoch;
+	atomic_uint_fast64_t next_conn_id;
 	int err;
 };
 
@@ -104,8 +106,11 @@ struct wk_conn {
 	int fd;
 	char peer[64];
 	uint32_t role;         /* 0 until HELLO */
+	uint64_t id;           /* unique in the worker, from 1 */
 	struct wk_attempt att; /* a writer's attempt (state: WK_OPEN while
 				  it writes) */
+	unsigned att_epoch;    /* drop_epoch when the attempt was last known
+				  to be this connection's */
 	uint64_t t_accept;     /* ushi_now_ns() when accepted */
 	struct wk_chunk q[WK_BUFS];
 	unsigned qhead, qn;

@@ -29,7 +29,7 @@ int (*ushi_fdatasync)(int fd) = fdatasync;
 struct disk {
 	char data[PATH_MAX], itmp[PATH_MAX], index[PATH_MAX], sdir[PATH_MAX];
 	int fd, ifd, slot;
-	bool direct, locked;
+	bool direct, locked, published;
 	uint64_t off;      /* next data offset */
 	uint64_t ioff;     /* bytes of index written */
 	uint64_t entries;
@@ -74,6 +74,16 @@ static int open_data(struct ush_writer *w, struct disk *d)
 					  "locked)", w->o.map, w->o.attempt,
 					  d->data)
 			       : ushi_fail(-errno, "disk: flock %s", d->data);
+	/* The lock is on the file we opened: a writer that held it before
+	 * may have unlinked it (abort), and a third may have made a new one
+	 * at the path. Only the file at the path counts. */
+	struct stat a, b;
+	if (fstat(d->fd, &a) || stat(d->data, &b) || a.st_ino != b.st_ino ||
+	    a.st_dev != b.st_dev)
+		return ushi_fail(-EBUSY, "disk: map %u attempt %u: %s was "
+				"replaced while this writer opened it (another "
+				"writer of the attempt)", w->o.map, w->o.attempt,
+				d->data);
 	if (committed(w, d))
 		return USH_ECOMMITTED;
 	/* Ours now: what a failed earlier writer of it left goes. */
@@ -107,7 +117,10 @@ static int disk_open(struct ush_writer *w)
 	else if (mkdir(d->sdir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "disk: mkdir %s", d->sdir);
 	else if (!(ret = open_data(w, d))) {
-		d->ifd = open(d->itmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		/* Made anew under the lock: never a file another writer of
+		 * the attempt still writes into. */
+		unlink(d->itmp);
+		d->ifd = open(d->itmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
 			      0644);
 		if (d->ifd < 0)
 			ret = ushi_fail(-errno, "disk: open %s", d->itmp);
@@ -297,6 +310,7 @@ static int publish(struct ush_writer *w, struct disk *d)
 		      RENAME_NOREPLACE))
 		return ushi_fail(errno == EEXIST ? USH_ECOMMITTED : -errno,
 				"disk: rename %s to %s", d->itmp, d->index);
+	d->published = true; /* the data is the index's from here on */
 	ret = sync_dir(d->sdir);
 	/* The shuffle directory may be new (this writer's mkdir or another
 	 * one's): its entry must be durable too, or a crash loses it. */
@@ -325,7 +339,8 @@ static void disk_abort(struct ush_writer *w)
 	struct disk *d = w->sink_state;
 	if (!d)
 		return;
-	if (d->locked) { /* never another writer's files */
+	/* Never another writer's files, nor data a visible index names. */
+	if (d->locked && !d->published) {
 		unlink(d->data);
 		unlink(d->itmp);
 	}

@@ -245,13 +245,13 @@ static void close_all(struct net *n)
 	}
 	/* Shutdown completes the recvs and any send still waiting. Their
 	 * callbacks use n and c: reap them all, retrying a failed wait. */
-	for (;;) {
+	for (unsigned fails = 0;;) {
 		bool busy = n->ctrl_inflight > 0;
 		for (unsigned i = 0; i < n->nc; i++)
 			busy |= n->c[i].recv_armed || n->c[i].busy;
 		if (!busy)
 			break;
-		ring_reap(r, 1);
+		ring_teardown_failed(ring_reap(r, 1), &fails);
 	}
 	for (unsigned i = 0; i < n->nc; i++)
 		if (n->c[i].fd >= 0)

@@ -559,6 +559,7 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 static int drain(struct ush_writer *w)
 {
 	int ret = w->qhead ? flush_queue(w) : 0;
+	unsigned fails = 0;
 	while (w->inflight) {
 		int r = w->sink->drain ? w->sink->drain(w) :
 					 ring_reap(w->ring, 1);
@@ -566,6 +567,7 @@ static int drain(struct ush_writer *w)
 			writer_error(w, r, "writer: reap");
 			ret = ret ? ret : r;
 		}
+		ring_teardown_failed(r, &fails);
 	}
 	return ret;
 }
@@ -595,6 +597,8 @@ static int build_status(struct ush_writer *w)
 		.loc = loc,
 		.loc_len = (uint32_t)strlen(loc),
 	};
+	ushi_free(w->status); /* a retried commit's */
+	w->status = NULL;
 	if (status_build(&w->status, &w->status_len, &s, part_entry,
 			 w->parts))
 		return ushi_fail(-ENOMEM, "writer: map status of %u "
@@ -624,10 +628,12 @@ int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 		ret = dret;
 	if (!ret && w->err)
 		ret = sticky(w);
-	if (!ret)
-		ret = w->sink->commit(w);
+	/* The status first: once the sink has published, nothing may fail
+	 * and leave a retry to a sink that is gone. */
 	if (!ret)
 		ret = build_status(w);
+	if (!ret)
+		ret = w->sink->commit(w);
 	if (ret)
 		return ret;
 	w->state = W_COMMITTED;
