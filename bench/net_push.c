@@ -162,6 +162,6 @@ int main(int argc, char **argv)
 		       c / ((double)bytes / (1u << 30)));
 	}
 	free((void *)status.data);
-	ush_net_drop(workers, shuffle, 0);
+	ush_shuffle_drop(workers, NULL, shuffle, 0);
 	return 0;
 }

@@ -161,7 +161,7 @@ void th_status_forge(struct ush_status *st, enum ush_target target,
 {
 	struct status s = {.target = (uint8_t)target, .shuffle = shuffle,
 			   .map = map, .attempt = attempt,
-			   .partitions = partitions, .loc = loc,
+			   .partitions = partitions, .app = "default", .app_len = 7, .loc = loc,
 			   .loc_len = (uint32_t)strlen(loc)};
 	uint8_t *b;
 	size_t n;

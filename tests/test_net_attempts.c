@@ -281,7 +281,7 @@ static void reader_open_fails_for_attempt_not_held(void **state)
 			    .kill_before_commit = -1};
 	run_attempt(&a);
 	assert_int_equal(a.ret, 0);
-	th_ok(ush_net_drop(wk[1].addr, 11, 5000));
+	th_ok(ush_shuffle_drop(wk[1].addr, NULL, 11, 5000));
 	uint32_t p = 0;
 	while (ush_net_worker_of(p, NW) != 1)
 		p++;

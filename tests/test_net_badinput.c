@@ -43,7 +43,7 @@ static void hello(int fd, uint32_t version)
 	uint8_t b[USHI_PROTO_SMALL];
 	cur_attempt = next_attempt++;
 	struct proto_hello h = {version, USHI_ROLE_WRITER, 0, 0, 77, 0,
-				cur_attempt};
+				cur_attempt, "default"};
 	send_all(fd, b, proto_put_hello(b, &h));
 }
 
@@ -152,7 +152,7 @@ static void oversized_length(void **state)
 	fd = raw_connect();
 	hello(fd, USHI_PROTO_VERSION);
 	send_all(fd, b, USH_FRAME_HDR_SIZE);
-	expect_error(fd, "MAPPER_END or MANIFEST");
+	expect_error(fd, "MAPPER_END, MANIFEST");
 	/* FETCHes of a bad length: half an attempt, then none at all. */
 	static const uint32_t lens[] = {USHI_PROTO_FETCH_LEN + 4,
 					USHI_PROTO_FETCH_LEN};
@@ -163,7 +163,7 @@ static void oversized_length(void **state)
 		frame_encode(b, &q);
 		uint8_t hb[USHI_PROTO_SMALL];
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_READER,
-					0, 0, 0, 0, 0};
+					0, 0, 0, 0, 0, "default"};
 		fd = raw_connect();
 		send_all(fd, hb, proto_put_hello(hb, &h));
 		send_all(fd, b, USH_FRAME_HDR_SIZE);
@@ -204,7 +204,7 @@ static void wrong_version(void **state)
 	assert_int_equal(outcome(fd, msg, sizeof(msg)), 1);
 	/* The refusal names both versions. */
 	assert_non_null(strstr(msg, "version 99"));
-	assert_non_null(strstr(msg, "speaks version 2"));
+	assert_non_null(strstr(msg, "speaks version 3"));
 	assert_true(th_worker_alive(&wk));
 }
 
@@ -254,6 +254,20 @@ static void frames_of_another_attempt(void **state)
 	}
 }
 
+/* Reads one whole control frame (at most 128 bytes) into b. */
+static void recv_frame(int fd, uint8_t *b, struct ushi_frame *f)
+{
+	const char *why;
+	assert_int_equal(recv(fd, b, USH_FRAME_HDR_SIZE, MSG_WAITALL),
+			 USH_FRAME_HDR_SIZE);
+	assert_int_equal(proto_header(b, f, 4096, false, &why), 0);
+	assert_true(f->payload_len <= USHI_PROTO_SMALL - USH_FRAME_HDR_SIZE);
+	if (f->payload_len)
+		assert_int_equal(recv(fd, b + USH_FRAME_HDR_SIZE,
+				      f->payload_len, MSG_WAITALL),
+				 f->payload_len);
+}
+
 /* A one-record DATA frame of shuffle s, map 0, attempt 0, partition 0,
  * seq; *crc gets its CRC. */
 static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r,
@@ -290,7 +304,7 @@ static void make_status(struct ush_status *st, uint32_t s, uint64_t batches,
 			uint32_t sum)
 {
 	struct status d = {.target = USH_TARGET_NET, .shuffle = s,
-			   .partitions = 1, .loc = wk.addr,
+			   .partitions = 1, .app = "default", .app_len = 7, .loc = wk.addr,
 			   .loc_len = (uint32_t)strlen(wk.addr)};
 	struct one_part o = {batches, sum};
 	uint8_t *b;
@@ -312,7 +326,7 @@ static void raw_push(uint32_t s, uint32_t *sum)
 	uint32_t crc[3];
 	int fd = raw_connect();
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
-				0, 0};
+				0, 0, "default"};
 	send_all(fd, b, proto_put_hello(b, &h));
 	send_all(fd, b, rec_frame(b, s, 0, "first", &crc[0]));
 	send_all(fd, b, rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
@@ -321,12 +335,10 @@ static void raw_push(uint32_t s, uint32_t *sum)
 	send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	for (;;) {
 		struct ushi_frame f;
-		const char *why;
 		struct proto_ack a;
-		assert_int_equal(recv(fd, b, 64, MSG_WAITALL), 64);
-		assert_int_equal(proto_header(b, &f, 4096, false, &why), 0);
+		recv_frame(fd, b, &f);
 		if (f.type == USHI_FRAME_HELLO)
-			continue; /* the reply to ours, 64 bytes too */
+			continue; /* the reply to ours */
 		assert_int_equal(f.type, USHI_FRAME_ACK);
 		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
 		if (a.kind == USHI_ACK_COMMIT) {
@@ -378,13 +390,11 @@ static void duplicates_and_counts(void **state)
 /* Reads frames until an ACK of kind; its status must be 0. */
 static void wait_ack(int fd, uint32_t kind)
 {
-	uint8_t b[64];
+	uint8_t b[USHI_PROTO_SMALL];
 	for (;;) {
 		struct ushi_frame f;
-		const char *why;
 		struct proto_ack a;
-		assert_int_equal(recv(fd, b, 64, MSG_WAITALL), 64);
-		assert_int_equal(proto_header(b, &f, 4096, false, &why), 0);
+		recv_frame(fd, b, &f);
 		if (f.type != USHI_FRAME_ACK)
 			continue; /* the HELLO reply */
 		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
@@ -403,7 +413,7 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	uint8_t b[256];
 	uint32_t crc[3], s = 60;
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
-				0, 0};
+				0, 0, "default"};
 	int old = raw_connect();
 	send_all(old, b, proto_put_hello(b, &h));
 	send_all(old, b, proto_put_drop(b, s));

@@ -192,7 +192,7 @@ static void *fake_worker(void *p)
 		       "fake reply buffer");
 	if (net_read(fd, in, sizeof(in)) == 0) {
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
-					4u << 20, 64u << 20, 0, 0, 0};
+					4u << 20, 64u << 20, 0, 0, 0, "default"};
 		net_write(fd, out, proto_put_hello(out, &h));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
@@ -257,7 +257,7 @@ static void drop_reply_too_large(void **state)
 	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
 	char addr[64];
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", fk.port);
-	int ret = ush_net_drop(addr, 1, 5000);
+	int ret = ush_shuffle_drop(addr, NULL, 1, 5000);
 	pthread_join(tid, NULL);
 	close(fk.lfd);
 	assert_int_equal(ret, USH_ECORRUPT);
@@ -305,7 +305,7 @@ static void drop_after_second_worker(void **state)
 	for (uint32_t m = 0; m < 2; m++)
 		th_ok(th_push_map(&j1, m, 0, NULL));
 	ush_worker *wb = inproc_worker(d2, a2, sizeof(a2));
-	th_ok(ush_net_drop(a1, 1, 0));
+	th_ok(ush_shuffle_drop(a1, NULL, 1, 0));
 	ush_worker_free(wa);
 	wa = inproc_worker(d1, a1, sizeof(a1)); /* same port */
 	ush_reader *r;

@@ -11,10 +11,11 @@ static void control_round_trips(void **state)
 	uint8_t b[USHI_PROTO_ERROR_SIZE + 64];
 	struct ushi_frame f;
 	const char *why;
-	/* A writer's HELLO names its attempt in the header. */
+	/* A writer's HELLO names its attempt in the header, every HELLO
+	 * its application in the payload. */
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 4096,
-				1u << 20, 7, 3, 2}, h2;
-	assert_int_equal(proto_put_hello(b, &h), 64);
+				1u << 20, 7, 3, 2, "app-1:x"}, h2;
+	assert_int_equal(proto_put_hello(b, &h), 48 + 80);
 	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(frame_check(b, &f), 0);
 	assert_int_equal(f.type, USHI_FRAME_HELLO);
@@ -23,6 +24,16 @@ static void control_round_trips(void **state)
 	assert_int_equal(f.attempt, 2);
 	proto_get_hello(&f, b + USH_FRAME_HDR_SIZE, &h2);
 	assert_memory_equal(&h, &h2, sizeof(h));
+	assert_true(proto_app_ok("app-1:x"));
+	assert_true(proto_app_ok("a") && !proto_app_ok(""));
+	assert_false(proto_app_ok("a b") || proto_app_ok("a/b") ||
+		     proto_app_ok("../x"));
+	char big[66];
+	memset(big, 'a', 65);
+	big[65] = 0;
+	assert_false(proto_app_ok(big));
+	big[64] = 0;
+	assert_true(proto_app_ok(big));
 
 	struct proto_ack a = {USHI_ACK_COMMIT, USH_ECOMMITTED, 12345}, a2;
 	proto_put_ack(b, 1, 2, 3, &a);
@@ -108,7 +119,8 @@ static void bounds(void **state)
 		{USHI_FRAME_MANIFEST, 16, 0},
 		{USHI_FRAME_MANIFEST, 8, 0},
 		{USHI_FRAME_PAD, 0, 0}, /* never on the wire */
-		{11, 0, 0},
+		{USHI_FRAME_HEARTBEAT, 4, 0},
+		{12, 0, 0},
 		{0, 0, 0},
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {

@@ -31,7 +31,7 @@ static void run_job(unsigned nworkers, unsigned threads, enum ush_codec codec,
 	th_verify(&j);
 	/* DROP removes the shuffle everywhere: nothing is served after,
 	 * whichever of its statuses a reader is given. */
-	th_ok(ush_net_drop(list, j.shuffle, 0));
+	th_ok(ush_shuffle_drop(list, NULL, j.shuffle, 0));
 	ush_reader *r;
 	for (uint32_t p = 0; p < j.partitions; p += 6)
 		assert_int_equal(th_reader_open(&r, statuses, j.maps, p, 0),

@@ -247,6 +247,11 @@ struct ush_writer_opts {
 	int send_zc;           /* net: 0 auto (threshold, and off on a
 				  connection whose sends the kernel copies),
 				  1 always, -1 never */
+	/* The application the shuffle belongs to: 1..64 characters of
+	 * A-Z a-z 0-9 . _ : - (NULL: "default"). Workers drop an
+	 * application's shuffles when its heartbeats stop (see
+	 * ush_app_heartbeat()); the map status carries it to readers. */
+	const char *app;
 };
 
 /* Fills opts (size bytes) with the defaults: every field zero (net
@@ -479,12 +484,21 @@ USH_API void ush_reader_free(ush_reader *r);
 /* --------------------------------------------------------------------- net */
 
 /*
- * Asks every worker of the list ("HOST:PORT,...") to drop all data of
- * shuffle, committed or not, and waits for each to confirm (timeout_ms 0:
- * 10 s). Returns 0 or the first error, naming the worker.
+ * Shuffle lifetimes on workers. Every shuffle belongs to the application
+ * that first wrote it (ush_writer_opts.app). ush_shuffle_drop() asks every
+ * worker of the list ("HOST:PORT,...") to drop all data of shuffle,
+ * committed or not, and waits for each to confirm; a worker refuses a
+ * shuffle of another application. ush_app_heartbeat() tells every worker
+ * the application is alive: a worker drops all shuffles of an application
+ * it has not heard of (heartbeat, or any connection naming it) for its
+ * --app-ttl (default 300 s). A driver heartbeats well within the TTL, and
+ * drops each shuffle when its job is done. timeout_ms 0: 10 s. Both
+ * return 0 or the first error, naming the worker.
  */
-USH_API int ush_net_drop(const char *workers, uint32_t shuffle,
-			 uint32_t timeout_ms);
+USH_API int ush_shuffle_drop(const char *workers, const char *app,
+			     uint32_t shuffle, uint32_t timeout_ms);
+USH_API int ush_app_heartbeat(const char *workers, const char *app,
+			      uint32_t timeout_ms);
 
 /* The worker (index into a writer's list of n) that stores partition. */
 USH_API uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers);

@@ -40,6 +40,9 @@ struct ush_worker_opts {
 	uint32_t flush_size; /* per-partition flush buffer (256 KiB) */
 	uint32_t hello_timeout_ms; /* a connection that has not said HELLO
 				      this long is closed (default 10000) */
+	uint32_t app_ttl_ms; /* an application not heard of this long (no
+				heartbeat, no connection naming it) loses
+				its shuffles (default 300000) */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */
@@ -48,8 +51,10 @@ USH_API void ush_worker_opts_init_size(struct ush_worker_opts *opts,
 USH_SIZED_INIT(ush_worker_opts)
 
 /*
- * Binds the listeners (so the port is known and bind errors surface
- * here) and replays the commit logs in dir. Serves nothing until
+ * Locks dir (one worker per directory: a second one fails, naming the
+ * holder's pid), refuses a port another process listens on, binds the
+ * listeners (so the port is known and bind errors surface here),
+ * replays the commit logs in dir and sweeps what no application owns. Serves nothing until
  * ush_worker_start() or ush_worker_run(). opts is copied (NULL: the
  * defaults). Returns 0 and *out, which the caller frees with
  * ush_worker_free(), or an error.

@@ -349,7 +349,7 @@ static int net_drop(struct job_ctx *j, struct job_result *res)
 {
 	if (j->o->target != TARGET_NET || j->o->rw == RW_READ)
 		return 0;
-	int ret = ush_net_drop(j->workers, j->shuffle, 0);
+	int ret = ush_shuffle_drop(j->workers, NULL, j->shuffle, 0);
 	if (ret)
 		snprintf(res->errmsg, sizeof(res->errmsg), "dropping shuffle %u "
 			 "on the workers: %.400s", j->shuffle, ush_last_error());

@@ -15,7 +15,8 @@ enum {
 	OFF_ATTEMPT = 16,
 	OFF_PARTS = 20,
 	OFF_BODY = 24,
-	OFF_CRC = 28,
+	OFF_APP_LEN = 28, /* then 3 reserved zero bytes */
+	OFF_CRC = 32,
 };
 _Static_assert(OFF_CRC + 4 == USHI_STATUS_HDR, "status header layout");
 
@@ -39,12 +40,12 @@ static uint32_t nblocks(uint32_t partitions)
 	return (partitions + USHI_STATUS_BLOCK - 1) / USHI_STATUS_BLOCK;
 }
 
-/* CRC32C of the header up to its CRC field, the location and the block
- * table. */
-static uint32_t header_crc(const uint8_t *p, uint32_t loc_len, uint32_t nb)
+/* CRC32C of the header up to its CRC field, the application, the
+ * location and the block table (the `strings` bytes after the header). */
+static uint32_t header_crc(const uint8_t *p, size_t strings, uint32_t nb)
 {
 	uint32_t c = crc(0xffffffffu, p, OFF_CRC);
-	return ~crc(c, p + USHI_STATUS_HDR, loc_len + 8u * (size_t)nb);
+	return ~crc(c, p + USHI_STATUS_HDR, strings + 8u * (size_t)nb);
 }
 
 static size_t put_varint(uint8_t *p, uint64_t v)
@@ -78,7 +79,8 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 		 const void *arg)
 {
 	uint32_t nb = nblocks(s->partitions);
-	size_t head = USHI_STATUS_HDR + s->loc_len + 8u * (size_t)nb;
+	size_t strings = s->app_len + s->loc_len;
+	size_t head = USHI_STATUS_HDR + strings + 8u * (size_t)nb;
 	/* Worst case per partition: a full varint and a checksum. */
 	uint8_t *b = ushi_malloc(head + (size_t)s->partitions *
 						(VARINT_MAX + 4));
@@ -95,7 +97,7 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 			q += 4;
 		}
 		if ((p + 1) % USHI_STATUS_BLOCK == 0 || p + 1 == s->partitions) {
-			uint8_t *e = b + USHI_STATUS_HDR + s->loc_len +
+			uint8_t *e = b + USHI_STATUS_HDR + strings +
 				     8u * (p / USHI_STATUS_BLOCK);
 			put_le32(e, (uint32_t)(q - body));
 			put_le32(e + 4, ~crc(0xffffffffu, blk, (size_t)(q - blk)));
@@ -111,8 +113,11 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 	put_le32(b + OFF_ATTEMPT, s->attempt);
 	put_le32(b + OFF_PARTS, s->partitions);
 	put_le32(b + OFF_BODY, (uint32_t)(q - body));
-	memcpy(b + USHI_STATUS_HDR, s->loc, s->loc_len);
-	put_le32(b + OFF_CRC, header_crc(b, s->loc_len, nb));
+	b[OFF_APP_LEN] = (uint8_t)s->app_len;
+	memset(b + OFF_APP_LEN + 1, 0, 3);
+	memcpy(b + USHI_STATUS_HDR, s->app, s->app_len);
+	memcpy(b + USHI_STATUS_HDR + s->app_len, s->loc, s->loc_len);
+	put_le32(b + OFF_CRC, header_crc(b, strings, nb));
 	*out = b;
 	*len = (size_t)(q - b);
 	return 0;
@@ -128,7 +133,7 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 		 const char **why)
 {
 	if (!p || n < USHI_STATUS_HDR)
-		return bad(why, "shorter than its 32-byte header");
+		return bad(why, "shorter than its 36-byte header");
 	if (get_le32(p + OFF_MAGIC) != USHI_STATUS_MAGIC)
 		return bad(why, "bad magic (not a map status)");
 	if (p[OFF_VERSION] != USHI_STATUS_VERSION) {
@@ -142,22 +147,28 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 	s->attempt = get_le32(p + OFF_ATTEMPT);
 	s->partitions = get_le32(p + OFF_PARTS);
 	s->body_len = get_le32(p + OFF_BODY);
+	s->app_len = p[OFF_APP_LEN];
 	if (s->target != USH_TARGET_DISK && s->target != USH_TARGET_NET)
 		return bad(why, "unknown target");
 	if (!s->loc_len || s->loc_len > USHI_STATUS_LOC_MAX)
 		return bad(why, "location length out of range 1..4096");
+	if (!s->app_len || s->app_len > USHI_STATUS_APP_MAX ||
+	    p[OFF_APP_LEN + 1] | p[OFF_APP_LEN + 2] | p[OFF_APP_LEN + 3])
+		return bad(why, "application id length out of range 1..64");
 	if (!s->partitions || s->partitions > PARTS_MAX)
 		return bad(why, "partition count out of range 1..16M");
 	uint32_t nb = nblocks(s->partitions);
-	size_t head = USHI_STATUS_HDR + s->loc_len + 8u * (size_t)nb;
+	size_t strings = s->app_len + s->loc_len;
+	size_t head = USHI_STATUS_HDR + strings + 8u * (size_t)nb;
 	if (n < head || n - head != s->body_len)
 		return bad(why, "length disagrees with its header");
-	if (header_crc(p, s->loc_len, nb) != get_le32(p + OFF_CRC))
+	if (header_crc(p, strings, nb) != get_le32(p + OFF_CRC))
 		return bad(why, "header CRC32C mismatch");
-	s->loc = (const char *)p + USHI_STATUS_HDR;
-	if (memchr(s->loc, 0, s->loc_len))
-		return bad(why, "NUL byte in its location");
-	s->blocks = p + USHI_STATUS_HDR + s->loc_len;
+	s->app = (const char *)p + USHI_STATUS_HDR;
+	s->loc = s->app + s->app_len;
+	if (memchr(s->app, 0, strings))
+		return bad(why, "NUL byte in its application or location");
+	s->blocks = p + USHI_STATUS_HDR + strings;
 	s->body = p + head;
 	uint32_t prev = 0;
 	for (uint32_t i = 0; i < nb; i++) {

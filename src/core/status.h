@@ -1,10 +1,11 @@
 /*
- * The map status (docs/format.md §3): what a commit yields and a reader is
- * opened with. A 32-byte header, the location (disk directory or worker
- * list), a table of 64-partition blocks, then per partition a LEB128
- * batch count and, when it is not zero, the checksum of its batches.
- * The header CRC covers header, location and block table; each block has
- * its own CRC, so a reader checks only the block of its partition.
+ * The map status (docs/format.md §5): what a commit yields and a reader is
+ * opened with. A 36-byte header, the application id, the location (disk
+ * directory or worker list), a table of 64-partition blocks, then per
+ * partition a LEB128 batch count and, when it is not zero, the checksum
+ * of its batches. The header CRC covers header, application, location
+ * and block table; each block has its own CRC, so a reader checks only
+ * the block of its partition.
  */
 #ifndef USHI_STATUS_H
 #define USHI_STATUS_H
@@ -13,16 +14,17 @@
 
 #define USHI_STATUS_MAGIC 0x534d5355u /* "USMS" */
 #define USHI_STATUS_VERSION 1
-#define USHI_STATUS_HDR 32u
+#define USHI_STATUS_HDR 36u
 #define USHI_STATUS_BLOCK 64u     /* partitions per block */
 #define USHI_STATUS_LOC_MAX 4096u /* location bytes */
+#define USHI_STATUS_APP_MAX 64u   /* application id bytes */
 
 /* A parsed status: pointers into the caller's bytes. */
 struct status {
 	uint8_t target; /* enum ush_target */
 	uint32_t shuffle, map, attempt, partitions;
-	const char *loc; /* not NUL-terminated */
-	uint32_t loc_len;
+	const char *app, *loc; /* not NUL-terminated */
+	uint32_t app_len, loc_len;
 	const uint8_t *blocks, *body;
 	uint32_t body_len;
 };

@@ -221,22 +221,26 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 	return fd;
 }
 
-int ush_net_drop(const char *workers, uint32_t shuffle, uint32_t timeout_ms)
+/* Sends one admin request (frame req of n bytes, named what) to every
+ * worker of the list as app, and waits for each one's ACK. */
+static int admin_all(const char *workers, const char *app,
+		     const uint8_t *req, size_t n, const char *what,
+		     uint32_t timeout_ms)
 {
-	unsigned n = net_count_workers(workers);
-	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
+	unsigned nw = workers ? net_count_workers(workers) : 0;
+	char (*peers)[USHI_NET_PEER] = nw ? ushi_calloc(nw, USHI_NET_PEER) : NULL;
 	if (!peers)
-		return n ? ushi_fail(-ENOMEM, "net: drop: %u workers", n) :
-			   ushi_fail(-EINVAL, "net: drop: no workers given");
-	int ret = net_parse_workers(workers, peers, n);
-	if (ret < 0)
+		return nw ? ushi_fail(-ENOMEM, "net: %s: %u workers", what, nw) :
+			    ushi_fail(-EINVAL, "net: %s: no workers given", what);
+	struct proto_hello admin = {.role = USHI_ROLE_ADMIN};
+	int ret = net_app(&admin, app);
+	if (!ret && (ret = net_parse_workers(workers, peers, nw)) < 0)
 		ushi_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
 			 workers);
-	else
+	else if (ret >= 0)
 		ret = 0;
-	for (unsigned i = 0; !ret && i < n; i++) {
+	for (unsigned i = 0; !ret && i < nw; i++) {
 		struct proto_hello h;
-		struct proto_hello admin = {.role = USHI_ROLE_ADMIN};
 		int fd = net_dial(peers[i], &admin,
 				  timeout_ms ? timeout_ms : USHI_NET_TIMEOUT_MS,
 				  &h);
@@ -246,16 +250,44 @@ int ush_net_drop(const char *workers, uint32_t shuffle, uint32_t timeout_ms)
 		}
 		uint8_t b[USHI_PROTO_ERROR_SIZE];
 		struct ushi_frame f;
-		ret = net_write(fd, b, proto_put_drop(b, shuffle));
+		ret = net_write(fd, req, n);
 		if (ret)
-			ushi_fail(ret, "net: worker %s: sending DROP", peers[i]);
+			ushi_fail(ret, "net: worker %s: sending %s", peers[i],
+				 what);
 		else
-			ret = read_reply(fd, peers[i], "DROP", USHI_FRAME_ACK, b,
+			ret = read_reply(fd, peers[i], what, USHI_FRAME_ACK, b,
 					 &f);
 		close(fd);
 	}
 	ushi_free(peers);
 	return ret;
+}
+
+int ush_shuffle_drop(const char *workers, const char *app, uint32_t shuffle,
+		     uint32_t timeout_ms)
+{
+	uint8_t b[USHI_PROTO_SMALL];
+	return admin_all(workers, app, b, proto_put_drop(b, shuffle), "DROP",
+			 timeout_ms);
+}
+
+int ush_app_heartbeat(const char *workers, const char *app,
+		      uint32_t timeout_ms)
+{
+	uint8_t b[USHI_PROTO_SMALL];
+	return admin_all(workers, app, b, proto_put_heartbeat(b), "HEARTBEAT",
+			 timeout_ms);
+}
+
+int net_app(struct proto_hello *h, const char *app)
+{
+	if (!app)
+		app = USHI_APP_DEFAULT;
+	if (!proto_app_ok(app))
+		return ushi_fail(-EINVAL, "net: application id '%.80s' is not "
+				"1..64 characters of A-Z a-z 0-9 . _ : -", app);
+	snprintf(h->app, sizeof(h->app), "%s", app);
+	return 0;
 }
 
 uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers)

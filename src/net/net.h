@@ -27,6 +27,11 @@ unsigned net_count_workers(const char *list);
  */
 int net_dial(const char *peer, const struct proto_hello *hello,
 	     uint32_t timeout_ms, struct proto_hello *reply);
+/* The application of clients that name none. */
+#define USHI_APP_DEFAULT "default"
+/* Sets h->app to app (NULL: the default) if it is a valid id; else
+ * -EINVAL with a message. */
+int net_app(struct proto_hello *h, const char *app);
 /* Reads exactly n bytes; -ETIMEDOUT after the socket's timeout, -EPIPE
  * at EOF. */
 int net_read(int fd, void *buf, size_t n);

@@ -35,8 +35,9 @@ static int check_ctrl(const struct ushi_frame *f, const char **why)
 	case USHI_FRAME_DROP:
 	case USHI_FRAME_MAPPER_END:
 	case USHI_FRAME_MANIFEST:
-		return n == 0 ? 0 : bad(why, "non-empty DROP, MAPPER_END or "
-					     "MANIFEST");
+	case USHI_FRAME_HEARTBEAT:
+		return n == 0 ? 0 : bad(why, "non-empty DROP, MAPPER_END, "
+					     "MANIFEST or HEARTBEAT");
 	case USHI_FRAME_ERROR:
 		return n >= 8 && n <= 8 + USHI_PROTO_ERRMSG_MAX ? 0 :
 			bad(why, "ERROR length");
@@ -90,6 +91,8 @@ size_t proto_put_hello(uint8_t *buf, const struct proto_hello *h)
 	put_le32(p + 4, h->role);
 	put_le32(p + 8, h->window);
 	put_le32(p + 12, h->max_frame);
+	memset(p + 16, 0, USHI_PROTO_APP_MAX);
+	memcpy(p + 16, h->app, strnlen(h->app, USHI_PROTO_APP_MAX));
 	return put_ctrl(buf, USHI_FRAME_HELLO, h->shuffle, h->map, h->attempt,
 			0, 0, USHI_PROTO_HELLO_LEN);
 }
@@ -151,6 +154,26 @@ size_t proto_put_drop(uint8_t *buf, uint32_t shuffle)
 	return put_ctrl(buf, USHI_FRAME_DROP, shuffle, 0, 0, 0, 0, 0);
 }
 
+size_t proto_put_heartbeat(uint8_t *buf)
+{
+	return put_ctrl(buf, USHI_FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0);
+}
+
+bool proto_app_ok(const char *app)
+{
+	size_t n = strnlen(app, USHI_PROTO_APP_MAX + 1);
+	if (!n || n > USHI_PROTO_APP_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = app[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == ':' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
 size_t proto_put_pad(uint8_t *buf, uint32_t total)
 {
 	uint32_t n = total - USH_FRAME_HDR_SIZE;
@@ -181,6 +204,8 @@ void proto_get_hello(const struct ushi_frame *f, const uint8_t *p,
 	h->role = get_le32(p + 4);
 	h->window = get_le32(p + 8);
 	h->max_frame = get_le32(p + 12);
+	memcpy(h->app, p + 16, USHI_PROTO_APP_MAX);
+	h->app[USHI_PROTO_APP_MAX] = 0;
 }
 
 void proto_get_ack(const uint8_t *p, struct proto_ack *a)

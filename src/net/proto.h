@@ -8,12 +8,13 @@
 
 #include "core/frame.h"
 
-#define USHI_PROTO_VERSION 2
+#define USHI_PROTO_VERSION 3
 /* Control payloads are small except FETCH, which names one attempt per
  * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
 #define USHI_PROTO_ERRMSG_MAX 512u
-#define USHI_PROTO_HELLO_LEN 16u
+#define USHI_PROTO_APP_MAX 64u /* application id bytes */
+#define USHI_PROTO_HELLO_LEN (16u + USHI_PROTO_APP_MAX)
 #define USHI_PROTO_ACK_LEN 16u
 #define USHI_PROTO_FETCH_LEN 8u     /* the offset; then the attempts */
 #define USHI_PROTO_WANT_LEN 8u      /* FETCH entry: map, attempt */
@@ -21,7 +22,7 @@
 	((USHI_PROTO_CTRL_MAX - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN)
 #define USHI_PROTO_FETCH_END_LEN 8u
 /* Bytes a control frame may take, rounded for small stack buffers. */
-#define USHI_PROTO_SMALL 64u
+#define USHI_PROTO_SMALL 128u
 #define USHI_PROTO_ERROR_SIZE (USH_FRAME_HDR_SIZE + 8u + USHI_PROTO_ERRMSG_MAX)
 
 enum ushi_proto_type {
@@ -34,6 +35,7 @@ enum ushi_proto_type {
 	USHI_FRAME_MANIFEST = 8,
 	USHI_FRAME_FETCH_END = 9,
 	USHI_FRAME_PAD = 10, /* worker files only: O_DIRECT padding */
+	USHI_FRAME_HEARTBEAT = 11,
 };
 
 enum ushi_proto_role {
@@ -46,14 +48,20 @@ enum ushi_proto_ack {
 	USHI_ACK_CREDIT = 1, /* value: DATA bytes consumed */
 	USHI_ACK_COMMIT = 2, /* status: 0 or USH_ECOMMITTED */
 	USHI_ACK_DROP = 3,
+	USHI_ACK_HEARTBEAT = 4,
 };
 
-/* A writer's HELLO names the attempt it writes in the header's shuffle,
- * map and attempt fields. */
+/* Every HELLO names the client's application (its shuffles' owner); a
+ * writer's names the attempt it writes in the header's shuffle, map and
+ * attempt fields. */
 struct proto_hello {
 	uint32_t version, role, window, max_frame;
 	uint32_t shuffle, map, attempt;
+	char app[USHI_PROTO_APP_MAX + 1]; /* NUL-terminated */
 };
+
+/* Is app a valid application id: 1..64 bytes of [A-Za-z0-9._:-]? */
+bool proto_app_ok(const char *app);
 
 struct proto_ack {
 	uint32_t kind;
@@ -94,6 +102,7 @@ size_t proto_put_fetch_end(uint8_t *buf, uint32_t shuffle,
 			   uint32_t partition, uint64_t frames,
 			   uint64_t bytes);
 size_t proto_put_drop(uint8_t *buf, uint32_t shuffle);
+size_t proto_put_heartbeat(uint8_t *buf);
 /* total >= USH_FRAME_HDR_SIZE; the payload bytes are zeroed. */
 size_t proto_put_pad(uint8_t *buf, uint32_t total);
 size_t proto_put_mapper_end(uint8_t *buf, uint32_t shuffle, uint32_t map,

@@ -41,6 +41,7 @@ struct rsrc {
 
 struct ush_reader {
 	uint32_t shuffle, partition, partitions;
+	char app[USHI_STATUS_APP_MAX + 1]; /* the statuses' application */
 	uint8_t target;
 	struct rmap *maps;         /* ascending map ids */
 	uint32_t nmaps;
@@ -429,15 +430,18 @@ static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		r->shuffle = s.shuffle;
 		r->target = s.target;
 		r->partitions = s.partitions;
+		memcpy(r->app, s.app, s.app_len);
 	}
 	if (s.shuffle != r->shuffle || s.target != r->target ||
-	    s.partitions != r->partitions)
+	    s.partitions != r->partitions || strlen(r->app) != s.app_len ||
+	    memcmp(r->app, s.app, s.app_len))
 		return ushi_fail(-EINVAL, "reader: map status %u is of shuffle "
-				"%u with %u partitions on the %s target, status "
-				"0 of shuffle %u with %u on the %s target: one "
-				"reader reads one shuffle", i, s.shuffle,
+				"%u of application '%.*s' with %u partitions on "
+				"the %s target, status 0 of shuffle %u of '%s' "
+				"with %u on the %s target: one reader reads one "
+				"shuffle", i, s.shuffle, (int)s.app_len, s.app,
 				s.partitions, target_name(s.target),
-				r->shuffle, r->partitions,
+				r->shuffle, r->app, r->partitions,
 				target_name(r->target));
 	if (o->partition >= s.partitions)
 		return ushi_fail(-EINVAL, "reader: partition %u out of range: "
@@ -498,7 +502,7 @@ static int net_open(struct ush_reader *r, uint32_t timeout_ms)
 			if (r->maps[i].src == s)
 				w[n++] = (struct proto_want){r->maps[i].map,
 							     r->maps[i].attempt};
-		ret = reader_net_open(&r->srcs[s].net, r->srcs[s].loc,
+		ret = reader_net_open(&r->srcs[s].net, r->srcs[s].loc, r->app,
 				      r->shuffle, r->partition, w, n,
 				      timeout_ms ? timeout_ms :
 						   USHI_NET_TIMEOUT_MS);

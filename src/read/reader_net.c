@@ -82,7 +82,7 @@ static int accepted(struct reader_net *r)
 }
 
 int reader_net_open(struct reader_net **out, const char *peer,
-		    uint32_t shuffle, uint32_t partition,
+		    const char *app, uint32_t shuffle, uint32_t partition,
 		    const struct proto_want *w, uint32_t n,
 		    uint32_t timeout_ms)
 {
@@ -102,6 +102,7 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	r->shuffle = shuffle;
 	r->partition = partition;
 	struct proto_hello me = {.role = USHI_ROLE_READER}, h;
+	snprintf(me.app, sizeof(me.app), "%s", app);
 	int ret = net_dial(peer, &me, timeout_ms, &h);
 	r->fd = ret;
 	if (ret >= 0) {

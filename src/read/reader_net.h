@@ -10,11 +10,11 @@
 
 struct reader_net;
 
-/* Dials peer and asks for partition's frames of the n attempts w
+/* Dials peer as app and asks for partition's frames of the n attempts w
  * (ascending maps); reads the worker's acceptance or refusal (a named
  * attempt it does not hold committed: USH_ENOTCOMMITTED). */
 int reader_net_open(struct reader_net **out, const char *peer,
-		    uint32_t shuffle, uint32_t partition,
+		    const char *app, uint32_t shuffle, uint32_t partition,
 		    const struct proto_want *w, uint32_t n,
 		    uint32_t timeout_ms);
 /* The next DATA frame: returns 1 with *f and *frame (the whole frame,

@@ -18,7 +18,8 @@ static const char *type_name(unsigned type)
 {
 	static const char *names[] = {"?", "DATA", "HELLO", "MAPPER_END",
 				      "FETCH", "ACK", "ERROR", "DROP",
-				      "MANIFEST", "FETCH_END", "PAD"};
+				      "MANIFEST", "FETCH_END", "PAD",
+				      "HEARTBEAT"};
 	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
 }
 
@@ -116,6 +117,28 @@ void wk_conn_pump(struct wk_conn *c)
 	ring_start(c->t->ring, op);
 }
 
+/*
+ * Is shuffle c's application's? An unowned one is claimed for it when
+ * claim is set (a writer's first HELLO: durable before it is answered).
+ * Fails c with -EACCES for another application's shuffle. Lock held.
+ */
+static int own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim)
+{
+	struct ush_worker *wk = c->t->wk;
+	const char *owner = wk_owner_of(wk, shuffle);
+	if (owner && strcmp(owner, c->app)) {
+		wk_conn_fail(c, -EACCES, "shuffle %u belongs to another "
+			     "application than '%s'", shuffle, c->app);
+		return -EACCES;
+	}
+	if (owner || !claim)
+		return 0;
+	struct wk_rec r = {.type = WK_REC_CLAIM, .shuffle = shuffle};
+	memcpy(r.app, c->app, sizeof(r.app));
+	int ret = wk_log_append(c->t, &r);
+	return ret ? ret : wk_rec_apply(wk, &r);
+}
+
 /* A writer's attempt: refused when committed, open on another
  * connection, or left behind by an earlier writer (its frames are in the
  * files: a reader could not tell them from the new ones). */
@@ -132,11 +155,14 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 				   [WK_ABANDONED] = -EEXIST,
 				   [WK_COMMITTED] = USH_ECOMMITTED};
 	pthread_mutex_lock(&wk->lock);
-	struct wk_attempt *e = wk_attempt_find(wk, h->shuffle, h->map,
-					       h->attempt);
+	int ret = own_shuffle(c, h->shuffle, true);
+	struct wk_attempt *e = ret ? NULL :
+				     wk_attempt_find(wk, h->shuffle, h->map,
+						     h->attempt);
 	int state = e ? e->state : 0;
-	int ret = state ? 0 : wk_attempt_set(wk, h->shuffle, h->map,
-					     h->attempt, WK_OPEN);
+	if (!ret && !state)
+		ret = wk_attempt_set(wk, h->shuffle, h->map, h->attempt,
+				     WK_OPEN);
 	if (!state && !ret)
 		wk_attempt_find(wk, h->shuffle, h->map, h->attempt)->owner =
 			c->id;
@@ -149,7 +175,10 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 		return code[state];
 	}
 	if (ret) {
-		wk_conn_fail(c, ret, "attempt table: %s", ush_strerror(ret));
+		if (ret != -EACCES)
+			wk_conn_fail(c, ret, "claiming shuffle %u map %u attempt "
+				     "%u: %s", h->shuffle, h->map, h->attempt,
+				     ush_strerror(ret));
 		return ret;
 	}
 	c->att = (struct wk_attempt){h->shuffle, h->map, h->attempt, WK_OPEN,
@@ -195,19 +224,35 @@ static void hello(struct wk_conn *c, const struct ushi_frame *f,
 		wk_conn_fail(c, -EPROTO, "HELLO with unknown role %u", h.role);
 		return;
 	}
+	if (!proto_app_ok(h.app)) {
+		wk_conn_fail(c, -EINVAL, "HELLO with a bad application id (not "
+			     "1..64 characters of A-Z a-z 0-9 . _ : -)");
+		return;
+	}
+	memcpy(c->app, h.app, sizeof(c->app));
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_app_seen(wk, c->app);
+	pthread_mutex_unlock(&wk->lock);
+	if (ret) {
+		wk_conn_fail(c, ret, "application table: %s",
+			     ush_strerror(ret));
+		return;
+	}
 	if (h.role == USHI_ROLE_WRITER && claim(c, &h))
 		return;
 	c->role = h.role;
 	struct proto_hello r = {USHI_PROTO_VERSION, h.role, wk->o.window,
-				wk->o.max_frame, 0, 0, 0};
+				wk->o.max_frame, 0, 0, 0, ""};
 	uint8_t b[USHI_PROTO_SMALL];
 	wk_conn_send(c, b, proto_put_hello(b, &r));
 	if (h.role == USHI_ROLE_WRITER)
 		wk_log(wk, 2, "peer %s: HELLO as writer of shuffle %u map %u "
-		       "attempt %u", c->peer, h.shuffle, h.map, h.attempt);
+		       "attempt %u of application %s", c->peer, h.shuffle,
+		       h.map, h.attempt, c->app);
 	else
-		wk_log(wk, 2, "peer %s: HELLO as %s", c->peer,
-		       h.role == USHI_ROLE_READER ? "reader" : "admin");
+		wk_log(wk, 2, "peer %s: HELLO as %s of application %s",
+		       c->peer, h.role == USHI_ROLE_READER ? "reader" : "admin",
+		       c->app);
 }
 
 /* Is c's attempt still its own? Only a DROP since it was last known
@@ -255,8 +300,7 @@ static void ack(struct wk_conn *c, const struct ushi_frame *f, uint32_t kind,
 }
 
 /* MAPPER_END: make the attempt's frames durable, log, then ACK. */
-static void commit(struct wk_conn *c, const struct ushi_frame *f,
-		   const uint8_t *frame)
+static void commit(struct wk_conn *c, const struct ushi_frame *f)
 {
 	struct wk_thread *t = c->t;
 	struct ush_worker *wk = t->wk;
@@ -273,7 +317,9 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f,
 	struct wk_attempt *e = mine(c);
 	if (!e) /* dropped meanwhile */
 		ret = -ENOENT;
-	else if (!(ret = wk_log_append(t, frame, proto_size(f))))
+	else if (!(ret = wk_log_append(t, &(struct wk_rec){
+				   .type = WK_REC_COMMIT, .shuffle = f->shuffle,
+				   .map = f->map, .attempt = f->attempt})))
 		e->state = WK_COMMITTED;
 	pthread_mutex_unlock(&wk->lock);
 	if (ret) {
@@ -289,53 +335,53 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f,
 	ack(c, f, USHI_ACK_COMMIT, 0);
 }
 
-static void unlink_shuffle(struct ush_worker *wk, uint32_t shuffle)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/s%u", wk->dir, shuffle);
-	DIR *d = opendir(path);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-	rmdir(path);
-}
-
-static void drop(struct wk_conn *c, const struct ushi_frame *f,
-		 const uint8_t *frame)
+static void drop(struct wk_conn *c, const struct ushi_frame *f)
 {
 	struct wk_thread *t = c->t;
 	struct ush_worker *wk = t->wk;
 	pthread_mutex_lock(&wk->lock);
-	/* What can fail without side effects first: the new drop list and
-	 * the table without the shuffle; then the log makes it durable. */
-	uint32_t *d = ushi_malloc((wk->ndrops + 1) * sizeof(*d));
-	int ret = d ? wk_commit_apply(wk, f) : -ENOMEM;
-	if (!ret)
-		ret = wk_log_append(t, frame, proto_size(f));
-	if (!ret) {
-		if (wk->ndrops)
-			memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
-		d[wk->ndrops++] = f->shuffle;
-		ushi_free(wk->drops);
-		wk->drops = d;
-		d = NULL;
-		atomic_fetch_add(&wk->drop_epoch, 1);
-	}
-	ushi_free(d);
+	int ret = own_shuffle(c, f->shuffle, false);
+	bool owned = !ret && wk_owner_of(wk, f->shuffle);
+	if (owned)
+		ret = wk_drop_locked(t, f->shuffle);
 	pthread_mutex_unlock(&wk->lock);
+	if (ret == -EACCES)
+		return;
 	if (ret) {
 		wk_conn_fail(c, ret, "DROP of shuffle %u: %s", f->shuffle,
 			     ush_strerror(ret));
 		return;
 	}
-	wk_store_drop(t, f->shuffle);
-	unlink_shuffle(wk, f->shuffle);
-	wk_log(wk, 1, "peer %s: dropped shuffle %u", c->peer, f->shuffle);
+	/* Unowned: nothing durable to forget, files only (if any). */
+	wk_drop_files(t, f->shuffle);
+	if (owned)
+		wk_log(wk, 1, "peer %s: application %s dropped shuffle %u",
+		       c->peer, c->app, f->shuffle);
 	ack(c, f, USHI_ACK_DROP, 0);
+}
+
+static void heartbeat(struct wk_conn *c, const struct ushi_frame *f)
+{
+	struct ush_worker *wk = c->t->wk;
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_app_seen(wk, c->app);
+	pthread_mutex_unlock(&wk->lock);
+	if (ret)
+		wk_conn_fail(c, ret, "application table: %s",
+			     ush_strerror(ret));
+	else
+		ack(c, f, USHI_ACK_HEARTBEAT, 0);
+}
+
+/* A reader fetches only its application's shuffles. */
+static int fetch(struct wk_conn *c, const struct ushi_frame *f,
+		 const uint8_t *payload)
+{
+	struct ush_worker *wk = c->t->wk;
+	pthread_mutex_lock(&wk->lock);
+	int ret = own_shuffle(c, f->shuffle, false);
+	pthread_mutex_unlock(&wk->lock);
+	return ret ? 0 : wk_fetch_start(c, f, payload);
 }
 
 static bool role_ok(const struct wk_conn *c, unsigned type)
@@ -348,6 +394,8 @@ static bool role_ok(const struct wk_conn *c, unsigned type)
 		return c->role == USHI_ROLE_READER && !c->fetch;
 	case USHI_FRAME_DROP:
 		return c->role == USHI_ROLE_WRITER || c->role == USHI_ROLE_ADMIN;
+	case USHI_FRAME_HEARTBEAT:
+		return true;
 	}
 	return false;
 }
@@ -390,17 +438,20 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 			c->credit += proto_size(f);
 		break;
 	case USHI_FRAME_MAPPER_END:
-		commit(c, f, frame);
+		commit(c, f);
 		break;
 	case USHI_FRAME_FETCH:
-		ret = wk_fetch_start(c, f, payload);
+		ret = fetch(c, f, payload);
 		if (ret)
 			wk_conn_fail(c, ret, "FETCH of shuffle %u partition "
 				     "%u: %s", f->shuffle, f->partition,
 				     ush_strerror(ret));
 		break;
 	case USHI_FRAME_DROP:
-		drop(c, f, frame);
+		drop(c, f);
+		break;
+	case USHI_FRAME_HEARTBEAT:
+		heartbeat(c, f);
 		break;
 	}
 }

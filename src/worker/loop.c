@@ -260,6 +260,12 @@ void *wk_thread_main(void *arg)
 			break;
 		}
 		check_drops(t);
+		/* One thread checks the applications' TTLs, once a second. */
+		if (t->idx == 0 && !stopping &&
+		    ushi_now_ns() - t->expire_ns > 1000000000ull) {
+			t->expire_ns = ushi_now_ns();
+			wk_app_expire(t);
+		}
 		while (t->naccepted) {
 			int fd = t->accepted[--t->naccepted];
 			if (stopping)

@@ -35,12 +35,36 @@ enum wk_attempt_state {
 	WK_OPEN = 1,   /* a connection is writing it */
 	WK_ABANDONED,  /* its writer left without a commit */
 	WK_COMMITTED,  /* synced and logged (MAPPER_END) */
+	WK_GONE,       /* dropped: a tombstone until the table grows */
 };
 
 struct wk_attempt {
 	uint32_t shuffle, map, attempt;
 	uint8_t state;  /* enum wk_attempt_state; 0: a free slot */
 	uint64_t owner; /* WK_OPEN: the id of the connection writing it */
+};
+
+/* A record of the worker's durable state (wal.c). */
+enum wk_rec_type {
+	WK_REC_CLAIM = 1,  /* app claims shuffle */
+	WK_REC_COMMIT = 2, /* (shuffle, map, attempt) committed */
+	WK_REC_DROP = 3,   /* shuffle dropped */
+};
+
+struct wk_rec {
+	uint8_t type;
+	uint32_t shuffle, map, attempt;
+	char app[USHI_PROTO_APP_MAX + 1];
+};
+
+struct wk_app {
+	char id[USHI_PROTO_APP_MAX + 1];
+	uint64_t seen_ns; /* last heard of */
+};
+
+struct wk_owner {
+	uint32_t shuffle;
+	char app[USHI_PROTO_APP_MAX + 1];
 };
 
 struct ush_worker {
@@ -51,9 +75,15 @@ struct ush_worker {
 	struct wk_thread *threads;
 	bool started;
 	atomic_int stop;
-	pthread_mutex_t lock; /* attempts, drops */
+	int dir_lock;         /* fd holding the flock on <dir>/ushuffled.lock */
+	pthread_mutex_t lock; /* attempts, owners, apps, drops, the logs */
 	struct wk_attempt *att; /* open addressing, acap a power of two */
-	size_t natt, acap;
+	size_t natt, nslots, acap; /* live entries, used slots, slots */
+	struct wk_owner *owners; /* ascending shuffle */
+	size_t nowners, cowners;
+	struct wk_app *apps;
+	size_t napps, capps;
+	uint64_t log_bytes;   /* appended since the last compaction */
 	uint32_t *drops;      /* shuffles dropped, in epoch order */
 	size_t ndrops;
 	atomic_uint drop_epoch;
@@ -106,6 +136,7 @@ struct wk_conn {
 	int fd;
 	char peer[64];
 	uint32_t role;         /* 0 until HELLO */
+	char app[USHI_PROTO_APP_MAX + 1]; /* its HELLO's application */
 	uint64_t id;           /* unique in the worker, from 1 */
 	struct wk_attempt att; /* a writer's attempt (state: WK_OPEN while
 				  it writes) */
@@ -151,6 +182,7 @@ struct wk_thread {
 	uint64_t log_off;
 	bool dir_unsynced;
 	unsigned drop_seen;
+	uint64_t expire_ns;    /* thread 0: the last TTL check */
 	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
 	char errmsg[512];      /* why setup failed (ush_last_error is
 				  per thread) */
@@ -161,19 +193,41 @@ struct wk_thread {
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* commit.c: the shared attempt table and the per-thread logs. The
- * caller holds wk->lock around the table functions. */
-int wk_commit_replay(struct ush_worker *wk);
-void wk_commit_free(struct ush_worker *wk);
+/* attempt.c: the shared attempt table. The caller holds wk->lock
+ * around every function below up to store.c, but wk_log_open,
+ * wk_log_replay, wk_app_expire, wk_drop_files and wk_sweep. */
 struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
 				   uint32_t map, uint32_t attempt);
 int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 		   uint32_t attempt, enum wk_attempt_state state);
-/* Appends frame (a MAPPER_END or DROP) to t's log and syncs it. */
-int wk_log_append(struct wk_thread *t, const uint8_t *frame, size_t n);
+void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle);
+/* The records that rebuild the live state (claims, then commits): fills
+ * out (room for n) and returns how many there are. */
+size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
+void wk_attempt_free(struct ush_worker *wk);
+
+/* wal.c: the durable records. */
 int wk_log_open(struct wk_thread *t);
-/* Applies a logged frame (MAPPER_END or DROP) to the table. */
-int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f);
+int wk_log_replay(struct ush_worker *wk);
+/* Appends r to t's log and syncs it (compacting when the logs grew). */
+int wk_log_append(struct wk_thread *t, const struct wk_rec *r);
+int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r);
+
+/* app.c: applications, the shuffles they own, drops and expiry. */
+const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle);
+int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app);
+void wk_owner_del(struct ush_worker *wk, uint32_t shuffle);
+/* The application is alive now. */
+int wk_app_seen(struct ush_worker *wk, const char *app);
+/* Logs and applies the drop of shuffle; the files go with
+ * wk_drop_files() after the lock is released. */
+int wk_drop_locked(struct wk_thread *t, uint32_t shuffle);
+void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
+/* Drops the shuffles of an application silent for the TTL. */
+void wk_app_expire(struct wk_thread *t);
+/* At start: removes shuffle directories no application owns. */
+void wk_sweep(struct ush_worker *wk);
+void wk_app_free(struct ush_worker *wk);
 
 /* store.c: partition files and flush buffers. */
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,

@@ -8,6 +8,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@ static const struct ush_worker_opts worker_defaults = {
 	.pool_bytes = 32u << 20,
 	.flush_size = 256u << 10,
 	.hello_timeout_ms = 10000,
+	.app_ttl_ms = 300000,
 };
 
 void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
@@ -141,6 +145,131 @@ static int bind_all(struct ush_worker *wk, int port)
 	return 0;
 }
 
+/* One worker per directory: two would interleave their logs and files.
+ * The lock file holds the owner's pid, to name it. */
+static int lock_dir(struct ush_worker *wk)
+{
+	char path[4096], pid[32] = "";
+	snprintf(path, sizeof(path), "%s/ushuffled.lock", wk->dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return ushi_fail(-errno, "worker: open %s", path);
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = 0;
+		pid[strcspn(pid, "\n")] = 0;
+		close(fd);
+		return e == EWOULDBLOCK
+			       ? ushi_fail(-EBUSY, "worker: %s is in use by "
+					  "another worker (pid %s)", wk->dir,
+					  *pid ? pid : "?")
+			       : ushi_fail(-e, "worker: flock %s", path);
+	}
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n) {
+		int e = -errno;
+		close(fd);
+		return ushi_fail(e, "worker: write %s", path);
+	}
+	wk->dir_lock = fd;
+	return 0;
+}
+
+/* The inode of a socket listening on port, from /proc/net/tcp{,6}. */
+static unsigned long listen_inode(int port)
+{
+	static const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+	unsigned long inode = 0;
+	for (unsigned i = 0; !inode && i < 2; i++) {
+		FILE *f = fopen(tables[i], "r");
+		char line[512];
+		while (f && !inode && fgets(line, sizeof(line), f)) {
+			char local[80];
+			unsigned st;
+			unsigned long ino;
+			if (sscanf(line, "%*d: %79s %*s %x %*s %*s %*s %*s %*s "
+				   "%lu", local, &st, &ino) != 3 || st != 0x0a)
+				continue;
+			const char *c = strrchr(local, ':');
+			if (c && strtol(c + 1, NULL, 16) == port)
+				inode = ino;
+		}
+		if (f)
+			fclose(f);
+	}
+	return inode;
+}
+
+/* "pid N (comm)" of the process listening on port, as far as /proc
+ * lets us see, or "another process". */
+static void port_holder(int port, char *who, size_t n)
+{
+	snprintf(who, n, "another process");
+	unsigned long inode = listen_inode(port);
+	char want[64], path[300], link[64];
+	snprintf(want, sizeof(want), "socket:[%lu]", inode);
+	DIR *proc = inode ? opendir("/proc") : NULL;
+	struct dirent *p;
+	while (proc && (p = readdir(proc))) {
+		int pid = atoi(p->d_name);
+		snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
+		DIR *fds = pid > 0 ? opendir(path) : NULL;
+		struct dirent *fd;
+		bool found = false;
+		while (fds && !found && (fd = readdir(fds))) {
+			snprintf(path, sizeof(path), "/proc/%d/fd/%s", pid,
+				 fd->d_name);
+			ssize_t k = readlink(path, link, sizeof(link) - 1);
+			found = k > 0 && (link[k] = 0, !strcmp(link, want));
+		}
+		if (fds)
+			closedir(fds);
+		if (found) {
+			char comm[64] = "?";
+			snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+			FILE *f = fopen(path, "r");
+			if (f && fgets(comm, sizeof(comm), f))
+				comm[strcspn(comm, "\n")] = 0;
+			if (f)
+				fclose(f);
+			snprintf(who, n, "pid %d (%s)", pid, comm);
+			break;
+		}
+	}
+	if (proc)
+		closedir(proc);
+}
+
+/* The listeners share their port with SO_REUSEPORT, which the kernel
+ * also grants another process of the same user: it would then split the
+ * connections. A plain bind first tells whether anyone listens there. */
+static int port_free(struct ush_worker *wk, int port)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+			*ai;
+	char ps[16];
+	snprintf(ps, sizeof(ps), "%d", port);
+	if (getaddrinfo(wk->host, ps, &hints, &ai))
+		return 0; /* bind_all reports it */
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), e = 0;
+	int one = 1;
+	if (fd >= 0) {
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen))
+			e = errno;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	if (e != EADDRINUSE)
+		return 0;
+	char who[128];
+	port_holder(port, who, sizeof(who));
+	return ushi_fail(-EADDRINUSE, "worker: %s:%d is in use by %s",
+			wk->host, port, who);
+}
+
 int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 {
 	const struct ush_worker_opts *def = &worker_defaults;
@@ -167,6 +296,9 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->o.flush_size = def->flush_size;
 	if (!wk->o.hello_timeout_ms)
 		wk->o.hello_timeout_ms = def->hello_timeout_ms;
+	if (!wk->o.app_ttl_ms)
+		wk->o.app_ttl_ms = def->app_ttl_ms;
+	wk->dir_lock = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	int port = 0;
 	char host[256];
@@ -209,7 +341,13 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (mkdir(wk->dir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "worker: mkdir %s", wk->dir);
 	if (!ret)
-		ret = wk_commit_replay(wk);
+		ret = lock_dir(wk);
+	if (!ret && port)
+		ret = port_free(wk, port);
+	if (!ret)
+		ret = wk_log_replay(wk);
+	if (!ret)
+		wk_sweep(wk);
 	if (!ret)
 		ret = bind_all(wk, port);
 	if (ret) {
@@ -296,7 +434,10 @@ void ush_worker_free(ush_worker *wk)
 		if (wk->threads[i].log_fd >= 0)
 			close(wk->threads[i].log_fd);
 	}
-	wk_commit_free(wk);
+	wk_attempt_free(wk);
+	wk_app_free(wk);
+	if (wk->dir_lock >= 0)
+		close(wk->dir_lock);
 	pthread_mutex_destroy(&wk->lock);
 	ushi_free(wk->threads);
 	ushi_free(wk->dir);

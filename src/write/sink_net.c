@@ -309,6 +309,7 @@ static int net_open(struct ush_writer *w)
 					    .shuffle = o->shuffle,
 					    .map = o->map,
 					    .attempt = o->attempt};
+		snprintf(me.app, sizeof(me.app), "%s", o->app);
 		c[i].n = n;
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
 		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);

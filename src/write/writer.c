@@ -12,6 +12,7 @@
  * memcpy.
  */
 #include "core/status.h"
+#include "net/net.h"
 #include "write/writer.h"
 
 #include <errno.h>
@@ -594,6 +595,8 @@ static int build_status(struct ush_writer *w)
 		.map = w->o.map,
 		.attempt = w->o.attempt,
 		.partitions = w->o.partitions,
+		.app = w->o.app,
+		.app_len = (uint32_t)strlen(w->o.app),
 		.loc = loc,
 		.loc_len = (uint32_t)strlen(loc),
 	};
@@ -748,6 +751,10 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 				o->target == USH_TARGET_DISK ? "directory" :
 							       "worker list",
 				loc, USHI_STATUS_LOC_MAX);
+	if (o->app && !proto_app_ok(o->app))
+		return ushi_fail(-EINVAL, "writer: application id '%.80s' is "
+				"not 1..64 characters of A-Z a-z 0-9 . _ : -",
+				o->app);
 	if (o->ioengine != USH_IOENGINE_URING &&
 	    o->ioengine != USH_IOENGINE_PSYNC)
 		return ushi_fail(-EINVAL, "writer: unknown ioengine %d",
@@ -760,8 +767,9 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	w->o = *o;
 	w->o.dir = o->dir ? ushi_strdup(o->dir) : NULL;
 	w->o.workers = o->workers ? ushi_strdup(o->workers) : NULL;
+	w->o.app = ushi_strdup(o->app ? o->app : USHI_APP_DEFAULT);
 	if (!w->parts || (o->dir && !w->o.dir) ||
-	    (o->workers && !w->o.workers)) {
+	    (o->workers && !w->o.workers) || !w->o.app) {
 		ush_writer_free(w);
 		return ushi_fail(-ENOMEM, "writer: %u partitions",
 				o->partitions);
@@ -801,6 +809,7 @@ void ush_writer_free(ush_writer *w)
 	}
 	ushi_free((void *)w->o.dir);
 	ushi_free((void *)w->o.workers);
+	ushi_free((void *)w->o.app);
 	ushi_free(w->status);
 	ushi_free(w->parts);
 	ushi_free(w);

@@ -1,0 +1,210 @@
+/*
+ * Applications and the shuffles they own. The first writer of a shuffle
+ * claims it for its application (a durable record); other applications
+ * are refused it. An application is alive while it is heard of: a
+ * HEARTBEAT, or any HELLO naming it. One that is silent for --app-ttl
+ * loses its shuffles, as a DROP of each would (the Celeborn/Uniffle
+ * application expiry: on explicit heartbeats, never on connection state,
+ * which SPARK-12583 showed is not a sign of an application's end).
+ * After a restart every application gets a full TTL again.
+ *
+ * Owners are kept sorted by shuffle; applications in a small array. All
+ * functions but wk_app_expire() and wk_drop_files() expect wk->lock.
+ */
+#define _GNU_SOURCE
+#include "worker/wk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* Index of the first owner entry >= shuffle. */
+static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
+{
+	size_t lo = 0, hi = wk->nowners;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (wk->owners[mid].shuffle < shuffle)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle)
+{
+	size_t i = owner_pos(wk, shuffle);
+	return i < wk->nowners && wk->owners[i].shuffle == shuffle ?
+		       wk->owners[i].app : NULL;
+}
+
+int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
+{
+	size_t i = owner_pos(wk, shuffle);
+	if (i == wk->nowners || wk->owners[i].shuffle != shuffle) {
+		if (wk->nowners == wk->cowners) {
+			size_t c = wk->cowners ? 2 * wk->cowners : 64;
+			struct wk_owner *n = ushi_malloc(c * sizeof(*n));
+			if (!n)
+				return -ENOMEM;
+			if (wk->nowners)
+				memcpy(n, wk->owners,
+				       wk->nowners * sizeof(*n));
+			ushi_free(wk->owners);
+			wk->owners = n;
+			wk->cowners = c;
+		}
+		memmove(&wk->owners[i + 1], &wk->owners[i],
+			(wk->nowners - i) * sizeof(*wk->owners));
+		wk->nowners++;
+		wk->owners[i].shuffle = shuffle;
+	}
+	snprintf(wk->owners[i].app, sizeof(wk->owners[i].app), "%s", app);
+	return wk_app_seen(wk, app);
+}
+
+void wk_owner_del(struct ush_worker *wk, uint32_t shuffle)
+{
+	size_t i = owner_pos(wk, shuffle);
+	if (i == wk->nowners || wk->owners[i].shuffle != shuffle)
+		return;
+	memmove(&wk->owners[i], &wk->owners[i + 1],
+		(wk->nowners - i - 1) * sizeof(*wk->owners));
+	wk->nowners--;
+}
+
+int wk_app_seen(struct ush_worker *wk, const char *app)
+{
+	uint64_t now = ushi_now_ns();
+	for (size_t i = 0; i < wk->napps; i++)
+		if (!strcmp(wk->apps[i].id, app)) {
+			wk->apps[i].seen_ns = now;
+			return 0;
+		}
+	if (wk->napps == wk->capps) {
+		size_t c = wk->capps ? 2 * wk->capps : 16;
+		struct wk_app *n = ushi_malloc(c * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		if (wk->napps)
+			memcpy(n, wk->apps, wk->napps * sizeof(*n));
+		ushi_free(wk->apps);
+		wk->apps = n;
+		wk->capps = c;
+	}
+	struct wk_app *a = &wk->apps[wk->napps++];
+	snprintf(a->id, sizeof(a->id), "%s", app);
+	a->seen_ns = now;
+	return 0;
+}
+
+int wk_drop_locked(struct wk_thread *t, uint32_t shuffle)
+{
+	struct ush_worker *wk = t->wk;
+	/* What can fail without side effects first: the new drop list; then
+	 * the log makes the drop durable, then memory follows. */
+	uint32_t *d = ushi_malloc((wk->ndrops + 1) * sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	struct wk_rec r = {.type = WK_REC_DROP, .shuffle = shuffle};
+	int ret = wk_log_append(t, &r);
+	if (!ret)
+		ret = wk_rec_apply(wk, &r);
+	if (ret) {
+		ushi_free(d);
+		return ret;
+	}
+	if (wk->ndrops)
+		memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
+	d[wk->ndrops++] = shuffle;
+	ushi_free(wk->drops);
+	wk->drops = d;
+	atomic_fetch_add(&wk->drop_epoch, 1);
+	return 0;
+}
+
+void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
+{
+	char path[4096];
+	wk_store_drop(t, shuffle);
+	snprintf(path, sizeof(path), "%s/s%u", t->wk->dir, shuffle);
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			unlinkat(dirfd(d), de->d_name, 0);
+	closedir(d);
+	rmdir(path);
+}
+
+void wk_app_expire(struct wk_thread *t)
+{
+	struct ush_worker *wk = t->wk;
+	uint64_t now = ushi_now_ns(), ttl = wk->o.app_ttl_ms * 1000000ull;
+	uint32_t gone[64];
+	size_t ngone = 0;
+	char app[USHI_PROTO_APP_MAX + 1] = "";
+	pthread_mutex_lock(&wk->lock);
+	for (size_t i = 0; i < wk->napps && !*app; i++)
+		if (now - wk->apps[i].seen_ns > ttl)
+			memcpy(app, wk->apps[i].id, sizeof(app));
+	/* A bounded batch per tick: the lock is shared with every thread. */
+	int err = 0;
+	for (size_t i = 0; *app && !err && i < wk->nowners && ngone < 64;) {
+		uint32_t s = wk->owners[i].shuffle;
+		if (strcmp(wk->owners[i].app, app))
+			i++; /* a drop removes entry i: no i++ then */
+		else if (!(err = wk_drop_locked(t, s)))
+			gone[ngone++] = s;
+	}
+	bool done = *app && !err && ngone < 64;
+	for (size_t i = 0; done && i < wk->napps; i++)
+		if (!strcmp(wk->apps[i].id, app))
+			wk->apps[i] = wk->apps[--wk->napps];
+	pthread_mutex_unlock(&wk->lock);
+	for (size_t i = 0; i < ngone; i++)
+		wk_drop_files(t, gone[i]);
+	if (ngone || err)
+		wk_log(wk, err ? 0 : 1, "application %s: no heartbeat for %u "
+		       "ms: %zu shuffles dropped%s%s%s", app,
+		       wk->o.app_ttl_ms, ngone, done ? "" : ", more next time",
+		       err ? ": " : "", err ? ush_strerror(err) : "");
+}
+
+void wk_app_free(struct ush_worker *wk)
+{
+	ushi_free(wk->apps);
+	ushi_free(wk->owners);
+	ushi_free(wk->drops);
+	wk->apps = NULL;
+	wk->owners = NULL;
+	wk->drops = NULL;
+	wk->napps = wk->nowners = wk->ndrops = 0;
+}
+
+void wk_sweep(struct ush_worker *wk)
+{
+	DIR *d = opendir(wk->dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		unsigned s;
+		char extra;
+		if (sscanf(de->d_name, "s%u%c", &s, &extra) != 1 ||
+		    wk_owner_of(wk, s))
+			continue;
+		/* No application owns it: a drop whose files outlived a
+		 * crash, or data of writers that never claimed it. */
+		struct wk_thread t = {.wk = wk};
+		wk_log(wk, 1, "sweeping %s/%s: no application owns shuffle %u",
+		       wk->dir, de->d_name, s);
+		wk_drop_files(&t, s);
+	}
+	closedir(d);
+}

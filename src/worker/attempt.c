@@ -1,0 +1,118 @@
+/*
+ * The attempt table: every attempt a writer opened, until its shuffle is
+ * dropped: open, abandoned (its writer left without a commit) or
+ * committed (durable: wal.c). Open addressing keyed by (shuffle, map,
+ * attempt), at most half full; a drop marks its entries gone in place,
+ * and growth rebuilds the table without them.
+ */
+#define _GNU_SOURCE
+#include "worker/wk.h"
+
+#include <errno.h>
+
+static size_t slot_of(const struct ush_worker *wk, uint32_t shuffle,
+		      uint32_t map, uint32_t attempt)
+{
+	uint64_t k = ((uint64_t)shuffle << 32 | map) * 0x9e3779b97f4a7c15ull;
+	k ^= (attempt + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+	return (size_t)(k ^ k >> 29) & (wk->acap - 1);
+}
+
+struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
+				   uint32_t map, uint32_t attempt)
+{
+	if (!wk->acap)
+		return NULL;
+	for (size_t i = slot_of(wk, shuffle, map, attempt);;
+	     i = (i + 1) & (wk->acap - 1)) {
+		struct wk_attempt *e = &wk->att[i];
+		if (!e->state)
+			return NULL;
+		if (e->state != WK_GONE && e->shuffle == shuffle &&
+		    e->map == map && e->attempt == attempt)
+			return e;
+	}
+}
+
+/* Places e in a table with room (no duplicate there). */
+static void place(struct ush_worker *wk, const struct wk_attempt *e)
+{
+	size_t i = slot_of(wk, e->shuffle, e->map, e->attempt);
+	while (wk->att[i].state)
+		i = (i + 1) & (wk->acap - 1);
+	wk->att[i] = *e;
+	wk->nslots++;
+}
+
+int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
+		   uint32_t attempt, enum wk_attempt_state state)
+{
+	struct wk_attempt *e = wk_attempt_find(wk, shuffle, map, attempt);
+	if (e) {
+		e->state = (uint8_t)state;
+		return 0;
+	}
+	/* At most half the slots used (dropped ones too): probes stay
+	 * short. The new table has room for four times the live ones. */
+	if (2 * (wk->nslots + 1) > wk->acap) {
+		size_t cap = 1024;
+		while (cap < 4 * (wk->natt + 1))
+			cap *= 2;
+		struct wk_attempt *old = wk->att, *t;
+		size_t ocap = wk->acap;
+		if (!(t = ushi_calloc(cap, sizeof(*t))))
+			return -ENOMEM;
+		wk->att = t;
+		wk->acap = cap;
+		wk->nslots = 0;
+		for (size_t i = 0; i < ocap; i++)
+			if (old[i].state && old[i].state != WK_GONE)
+				place(wk, &old[i]);
+		ushi_free(old);
+	}
+	place(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state,
+				       0});
+	wk->natt++;
+	return 0;
+}
+
+/* In place, allocating nothing: a logged drop always takes effect. */
+void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle)
+{
+	for (size_t i = 0; i < wk->acap; i++)
+		if (wk->att[i].state && wk->att[i].state != WK_GONE &&
+		    wk->att[i].shuffle == shuffle) {
+			wk->att[i].state = WK_GONE;
+			wk->natt--;
+		}
+}
+
+size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < wk->nowners; i++, k++)
+		if (k < n) {
+			out[k] = (struct wk_rec){.type = WK_REC_CLAIM,
+				.shuffle = wk->owners[i].shuffle};
+			memcpy(out[k].app, wk->owners[i].app,
+			       sizeof(out[k].app));
+		}
+	for (size_t i = 0; i < wk->acap; i++) {
+		const struct wk_attempt *e = &wk->att[i];
+		if (e->state != WK_COMMITTED)
+			continue;
+		if (k < n)
+			out[k] = (struct wk_rec){.type = WK_REC_COMMIT,
+				.shuffle = e->shuffle, .map = e->map,
+				.attempt = e->attempt};
+		k++;
+	}
+	return k;
+}
+
+void wk_attempt_free(struct ush_worker *wk)
+{
+	ushi_free(wk->att);
+	wk->att = NULL;
+	wk->natt = wk->nslots = wk->acap = 0;
+}

@@ -1,0 +1,340 @@
+/*
+ * The worker's durable state: fixed-size 128-byte records (claim of a
+ * shuffle by an application, commit of an attempt, drop of a shuffle),
+ * each with its own CRC32C and a log sequence number shared by all
+ * threads. Each thread appends to its own "<dir>/commit.t<N>.log" under
+ * wk->lock and syncs before it acknowledges.
+ *
+ * Fixed records make each one checkable on its own: a corrupt record is
+ * skipped and reported, losing only itself; a partial record at the end
+ * (a crash mid-append, never acknowledged) is cut. When the logs grow
+ * past a few times the live state, it is written as a snapshot
+ * ("commit.snap", renamed into place) and the logs start over, so
+ * restart time follows the live state, not the history. Replay reads the
+ * snapshot and the logs and applies every record in sequence order.
+ */
+#define _GNU_SOURCE
+#include "worker/wk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <isa-l/crc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REC 128u
+#define REC_MAGIC 0x4c485355u /* "USHL" */
+#define REC_VERSION 1
+#define SNAP "commit.snap"
+/* Logs are compacted past this, or 4 x the live records if more. */
+#define COMPACT_MIN (1u << 20)
+
+/* Record byte offsets. */
+enum {
+	OFF_MAGIC = 0,
+	OFF_VERSION = 4,
+	OFF_TYPE = 5,
+	OFF_APP_LEN = 6,
+	OFF_LSN = 8,
+	OFF_SHUFFLE = 16,
+	OFF_MAP = 20,
+	OFF_ATTEMPT = 24,
+	OFF_APP = 28, /* 64 bytes, then zeros */
+	OFF_CRC = 124,
+};
+_Static_assert(OFF_APP + USHI_PROTO_APP_MAX <= OFF_CRC, "record layout");
+_Static_assert(OFF_CRC + 4 == REC, "record size");
+
+static atomic_uint_fast64_t next_lsn = 1;
+
+static uint32_t rec_crc(const uint8_t *b)
+{
+	return ~crc32_iscsi((unsigned char *)b, OFF_CRC, 0xffffffffu);
+}
+
+static void rec_put(uint8_t *b, const struct wk_rec *r, uint64_t lsn)
+{
+	size_t n = strnlen(r->app, USHI_PROTO_APP_MAX);
+	memset(b, 0, REC);
+	put_le32(b + OFF_MAGIC, REC_MAGIC);
+	b[OFF_VERSION] = REC_VERSION;
+	b[OFF_TYPE] = r->type;
+	b[OFF_APP_LEN] = (uint8_t)n;
+	put_le64(b + OFF_LSN, lsn);
+	put_le32(b + OFF_SHUFFLE, r->shuffle);
+	put_le32(b + OFF_MAP, r->map);
+	put_le32(b + OFF_ATTEMPT, r->attempt);
+	memcpy(b + OFF_APP, r->app, n);
+	put_le32(b + OFF_CRC, rec_crc(b));
+}
+
+/* 0, or why the record is not one this version wrote whole. */
+static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
+{
+	if (get_le32(b + OFF_MAGIC) != REC_MAGIC)
+		return "bad magic";
+	if (rec_crc(b) != get_le32(b + OFF_CRC))
+		return "CRC32C mismatch";
+	if (b[OFF_VERSION] != REC_VERSION)
+		return "unknown version";
+	memset(r, 0, sizeof(*r));
+	r->type = b[OFF_TYPE];
+	*lsn = get_le64(b + OFF_LSN);
+	r->shuffle = get_le32(b + OFF_SHUFFLE);
+	r->map = get_le32(b + OFF_MAP);
+	r->attempt = get_le32(b + OFF_ATTEMPT);
+	size_t n = b[OFF_APP_LEN];
+	if (n > USHI_PROTO_APP_MAX)
+		return "application id too long";
+	memcpy(r->app, b + OFF_APP, n);
+	if (r->type < WK_REC_CLAIM || r->type > WK_REC_DROP ||
+	    (r->type == WK_REC_CLAIM && !proto_app_ok(r->app)))
+		return "unknown type or bad application id";
+	return NULL;
+}
+
+int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r)
+{
+	switch (r->type) {
+	case WK_REC_CLAIM:
+		return wk_owner_set(wk, r->shuffle, r->app);
+	case WK_REC_COMMIT:
+		return wk_attempt_set(wk, r->shuffle, r->map, r->attempt,
+				      WK_COMMITTED);
+	default: /* WK_REC_DROP: allocates nothing, cannot fail */
+		wk_owner_del(wk, r->shuffle);
+		wk_attempt_drop(wk, r->shuffle);
+		return 0;
+	}
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t r = pwrite(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int sync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int ret = fsync(fd) ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+int wk_log_open(struct wk_thread *t)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/commit.t%u.log", t->wk->dir, t->idx);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return ushi_fail(-errno, "worker: open %s", path);
+	struct stat st;
+	if (fstat(fd, &st)) {
+		close(fd);
+		return ushi_fail(-errno, "worker: stat %s", path);
+	}
+	pthread_mutex_lock(&t->wk->lock);
+	t->log_fd = fd;
+	t->log_off = (uint64_t)st.st_size;
+	pthread_mutex_unlock(&t->wk->lock);
+	return sync_dir(t->wk->dir) ?
+		       ushi_fail(-errno, "worker: fsync %s", t->wk->dir) : 0;
+}
+
+/* Writes the live state as the snapshot and empties every thread's log.
+ * Lock held. */
+static int compact(struct ush_worker *wk)
+{
+	size_t n = wk_live_records(wk, NULL, 0);
+	uint8_t *b = ushi_malloc((n ? n : 1) * REC);
+	struct wk_rec *r = ushi_malloc((n ? n : 1) * sizeof(*r));
+	char tmp[4096], path[4096];
+	snprintf(tmp, sizeof(tmp), "%s/" SNAP ".tmp", wk->dir);
+	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
+	int ret = b && r ? 0 : -ENOMEM, fd = -1;
+	if (!ret) {
+		wk_live_records(wk, r, n);
+		for (size_t i = 0; i < n; i++)
+			rec_put(b + i * REC, &r[i],
+				atomic_fetch_add(&next_lsn, 1));
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		ret = fd < 0 ? -errno : 0;
+	}
+	if (!ret)
+		ret = pwrite_all(fd, b, n * REC, 0);
+	if (!ret && fdatasync(fd))
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (!ret && rename(tmp, path))
+		ret = -errno;
+	if (!ret)
+		ret = sync_dir(wk->dir);
+	/* Published: the logs' records are all in it or older than it. */
+	for (unsigned i = 0; !ret && i < wk->nthreads; i++) {
+		struct wk_thread *t = &wk->threads[i];
+		if (t->log_fd >= 0 && ftruncate(t->log_fd, 0) == 0)
+			t->log_off = 0;
+	}
+	ushi_free(b);
+	ushi_free(r);
+	if (ret) {
+		unlink(tmp);
+		wk_log(wk, 0, "compacting the commit log: %s (the logs keep "
+		       "growing)", ush_strerror(ret));
+		return ret;
+	}
+	wk->log_bytes = 0;
+	wk_log(wk, 1, "commit log compacted: %zu live records", n);
+	return 0;
+}
+
+int wk_log_append(struct wk_thread *t, const struct wk_rec *r)
+{
+	struct ush_worker *wk = t->wk;
+	uint8_t b[REC];
+	rec_put(b, r, atomic_fetch_add(&next_lsn, 1));
+	int ret = pwrite_all(t->log_fd, b, REC, t->log_off);
+	if (!ret && fdatasync(t->log_fd))
+		ret = -errno;
+	if (ret)
+		return ret;
+	t->log_off += REC;
+	wk->log_bytes += REC;
+	size_t live = wk->natt + wk->nowners;
+	if (wk->log_bytes > COMPACT_MIN && wk->log_bytes > 4 * REC * live)
+		compact(wk); /* a failure is logged; the appends stand */
+	return 0;
+}
+
+/* ---------------------------------------------------------------- replay */
+
+struct item {
+	uint64_t lsn;
+	struct wk_rec r;
+};
+
+static int by_lsn(const void *a, const void *b)
+{
+	const struct item *x = a, *y = b;
+	return x->lsn < y->lsn ? -1 : x->lsn > y->lsn;
+}
+
+/* Reads path's records into *items; reports and skips corrupt ones and
+ * cuts a partial tail (cut: a log, not the snapshot). */
+static int read_log(struct ush_worker *wk, const char *path, bool cut,
+		    struct item **items, size_t *n, size_t *cap,
+		    size_t *bad)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : ushi_fail(-errno, "worker: open %s",
+						       path);
+	struct stat st;
+	int ret = fstat(fd, &st) ? -errno : 0;
+	size_t size = ret ? 0 : (size_t)st.st_size, good = 0;
+	uint8_t b[REC];
+	for (size_t off = 0; !ret && size - off >= REC; off += REC) {
+		if (pread(fd, b, REC, (off_t)off) != REC) {
+			ret = -EIO;
+			break;
+		}
+		struct item it;
+		const char *why = rec_get(b, &it.r, &it.lsn);
+		if (why) {
+			wk_log(wk, 0, "%s offset %zu: record skipped (%s)",
+			       path, off, why);
+			(*bad)++;
+			continue;
+		}
+		if (*n == *cap) {
+			size_t c = *cap ? 2 * *cap : 1024;
+			struct item *m = ushi_malloc(c * sizeof(*m));
+			if (!m) {
+				ret = -ENOMEM;
+				break;
+			}
+			if (*n)
+				memcpy(m, *items, *n * sizeof(*m));
+			ushi_free(*items);
+			*items = m;
+			*cap = c;
+		}
+		(*items)[(*n)++] = it;
+		good++;
+	}
+	close(fd);
+	if (ret)
+		return ushi_fail(ret, "worker: read %s", path);
+	if (size && !good)
+		return ushi_fail(USH_EVERSION, "worker: %s holds no record of "
+				"this version (%zu bytes): written by another "
+				"ushuffled version?", path, size);
+	if (cut && size % REC) {
+		wk_log(wk, 0, "%s: cutting %zu bytes of torn tail (never "
+		       "acknowledged)", path, size % REC);
+		if (truncate(path, (off_t)(size - size % REC)))
+			return ushi_fail(-errno, "worker: truncate %s", path);
+	}
+	return 0;
+}
+
+int wk_log_replay(struct ush_worker *wk)
+{
+	struct item *items = NULL;
+	size_t n = 0, cap = 0, bad = 0;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
+	int ret = read_log(wk, path, false, &items, &n, &cap, &bad);
+	DIR *d = ret ? NULL : opendir(wk->dir);
+	if (!ret && !d)
+		ret = ushi_fail(-errno, "worker: opendir %s", wk->dir);
+	struct dirent *de;
+	while (!ret && (de = readdir(d))) {
+		unsigned t;
+		char tail;
+		if (sscanf(de->d_name, "commit.t%u.lo%c", &t, &tail) != 2 ||
+		    tail != 'g')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", wk->dir, de->d_name);
+		struct stat st;
+		if (!stat(path, &st))
+			wk->log_bytes += (uint64_t)st.st_size;
+		ret = read_log(wk, path, true, &items, &n, &cap, &bad);
+	}
+	if (d)
+		closedir(d);
+	if (n)
+		qsort(items, n, sizeof(*items), by_lsn);
+	for (size_t i = 0; !ret && i < n; i++)
+		if ((ret = wk_rec_apply(wk, &items[i].r)))
+			ushi_fail(ret, "worker: replay");
+	/* next_lsn is shared by every worker of the process: moving it back
+	 * would let a later record sort before earlier ones at replay. */
+	uint64_t last = n ? items[n - 1].lsn : 0;
+	uint_fast64_t cur = atomic_load(&next_lsn);
+	while (cur < last + 1 &&
+	       !atomic_compare_exchange_weak(&next_lsn, &cur, last + 1))
+		;
+	ushi_free(items);
+	if (!ret && (n || bad))
+		wk_log(wk, 1, "replayed %zu commit log records (%zu corrupt, "
+		       "skipped): %zu attempts committed, %zu shuffles",
+		       n, bad, wk->natt, wk->nowners);
+	return ret;
+}
