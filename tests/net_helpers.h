@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +50,10 @@ struct th_worker {
 	char addr[64];
 	char ns[32]; /* network namespace to run in, or "" */
 	const char *extra; /* one more ushuffled option, or NULL */
+	unsigned nofile;   /* RLIMIT_NOFILE (soft and hard) to run under, or
+			      0: unchanged */
+	const char *errlog; /* file its stderr goes to (appended), or NULL:
+			       the test's */
 };
 
 /* Starts ushuffled on host:port (port 0: any) over dir; waits for its
@@ -67,6 +73,15 @@ static inline void th_worker_spawn(struct th_worker *w, const char *host, int po
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);
+		struct rlimit rl = {w->nofile, w->nofile};
+		if (w->nofile && setrlimit(RLIMIT_NOFILE, &rl))
+			_exit(126);
+		int efd = w->errlog ? open(w->errlog, O_WRONLY | O_CREAT |
+					   O_APPEND, 0644) : -1;
+		if (w->errlog && (efd < 0 || dup2(efd, 2) < 0))
+			_exit(126);
+		if (efd > 2)
+			close(efd);
 		if (w->ns[0])
 			execlp("ip", "ip", "netns", "exec", w->ns,
 			       USH_USHUFFLED_PATH, listen, dir, thr,

@@ -43,6 +43,22 @@ struct ush_worker_opts {
 	uint32_t app_ttl_ms; /* an application not heard of this long (no
 				heartbeat, no connection naming it) loses
 				its shuffles (default 300000) */
+	/* In the fields below, 0 is the default. */
+	uint32_t idle_timeout_ms;  /* a connection past HELLO that receives
+				      nothing and has nothing to send or
+				      stream this long gets ERROR -ETIMEDOUT
+				      and is closed (default 300000: a writer
+				      that computes between batches keeps its
+				      connection silent meanwhile) */
+	unsigned max_conns;        /* connections held at once, all threads
+				      together; one more gets ERROR -EBUSY
+				      and is closed (default 1024; a thread
+				      holds at most 1536) */
+	uint32_t drain_timeout_ms; /* after ush_worker_stop(): how long
+				      pushes, commits and fetches under way
+				      may go on before their connections are
+				      told the worker is shutting down
+				      (ERROR -ESHUTDOWN; default 20000) */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */
@@ -66,8 +82,12 @@ USH_API int ush_worker_port(const ush_worker *w);
 /* Starts the worker threads in the background and returns. */
 USH_API int ush_worker_start(ush_worker *w);
 /*
- * Asks the threads to stop accepting, finish in-flight writes, sync and
- * exit. Only sets a flag: safe from a signal handler and any thread.
+ * Asks the threads to drain and exit: they stop accepting; connections
+ * with nothing under way get ERROR -ESHUTDOWN "worker shutting down" and
+ * are closed; pushes (until their writer closes), commits and fetches
+ * under way may finish for drain_timeout_ms, after which their
+ * connections get the same ERROR; then the threads sync and exit. Only
+ * sets a flag: safe from a signal handler and any thread.
  */
 USH_API void ush_worker_stop(ush_worker *w);
 /* Waits for the threads to exit; returns 0 or their first error. */

@@ -54,21 +54,49 @@ void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)
 	wk_conn_queue(c, o);
 }
 
-void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
+static void conn_fail_v(struct wk_conn *c, int level, int code,
+			const char *fmt, va_list ap)
 {
 	if (c->failed)
 		return;
 	char msg[USHI_PROTO_ERRMSG_MAX];
 	uint8_t frame[USHI_PROTO_ERROR_SIZE];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	wk_log(c->t->wk, 0, "peer %s: %s (%s); closing the connection",
-	       c->peer, msg, ush_err_name(code));
+	/* One format per level: the log's rate limit counts formats. */
+	if (level)
+		wk_log(c->t->wk, 1, "peer %s: %s (%s); closing the connection",
+		       c->peer, msg, ush_err_name(code));
+	else
+		wk_log(c->t->wk, 0, "peer %s: %s (%s); closing the "
+		       "connection", c->peer, msg, ush_err_name(code));
 	c->failed = true;
 	c->credit = 0;
 	wk_conn_send(c, frame, proto_put_error(frame, code, msg));
+}
+
+void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	conn_fail_v(c, 0, code, fmt, ap);
+	va_end(ap);
+}
+
+void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	conn_fail_v(c, 1, code, fmt, ap);
+	va_end(ap);
+}
+
+bool wk_conn_busy(const struct wk_conn *c)
+{
+	/* A writer's attempt open or committed: the writer finishes its
+	 * push and commit, then closes (an ERROR between its commit ACK and
+	 * its close could fail a commit that waits on other workers). */
+	return c->out || c->sending || c->fetch || c->hlen || c->sneed ||
+	       c->qn || (c->role == USHI_ROLE_WRITER && c->att.state);
 }
 
 static void send_done(struct ushi_op *op, int res)
@@ -80,6 +108,7 @@ static void send_done(struct ushi_op *op, int res)
 		c->out_tail = NULL;
 	ushi_free(o);
 	c->sending = false;
+	c->t_active = ushi_now_ns();
 	if (res < 0 && !c->eof) {
 		c->eof = true;
 		c->rerr = res;
@@ -466,19 +495,57 @@ static bool header_ok(struct wk_conn *c, const uint8_t *h)
 	return !ret;
 }
 
-static bool stage_start(struct wk_conn *c, const uint8_t *h)
+/* Makes the stage hold n bytes, keeping the first c->sgot. */
+static bool stage_grow(struct wk_conn *c, size_t n)
 {
-	/* Bounded by proto_header: max_frame or the control limit. */
-	size_t need = proto_size(&c->f);
-	if (ushi_grow(&c->stage, &c->scap, need)) {
-		wk_conn_fail(c, -ENOMEM, "no memory for a %zu-byte frame",
-			     need);
+	if (n <= c->scap)
+		return true;
+	size_t cap = pow2_ceil(n);
+	cap = cap < c->sneed ? cap : c->sneed;
+	uint8_t *p = ushi_malloc(cap);
+	if (!p) {
+		wk_conn_fail(c, -ENOMEM, "no memory for %zu bytes of a %zu-byte "
+			     "frame", cap, c->sneed);
 		return false;
 	}
+	if (c->sgot)
+		memcpy(p, c->stage, c->sgot);
+	ushi_free(c->stage);
+	c->stage = p;
+	c->scap = cap;
+	return true;
+}
+
+/*
+ * A frame that did not come whole in one chunk. Its header alone may
+ * reserve up to the window (what a writer may have unacknowledged, so a
+ * frame a writer sends without waiting); a larger frame (a record above
+ * the window, sent once nothing else is unacknowledged) grows its stage
+ * as its bytes arrive. So an announced length costs nothing that does
+ * not come (proto_header bounds it by max_frame or the control limit).
+ */
+static bool stage_start(struct wk_conn *c, const uint8_t *h, size_t avail)
+{
+	size_t need = proto_size(&c->f), window = c->t->wk->o.window;
+	size_t first = need <= window ? need : USH_FRAME_HDR_SIZE + avail;
+	c->sneed = need;
+	c->sgot = 0;
+	if (!stage_grow(c, first))
+		return false;
 	memcpy(c->stage, h, USH_FRAME_HDR_SIZE);
 	c->sgot = USH_FRAME_HDR_SIZE;
-	c->sneed = need;
 	return true;
+}
+
+/* After a frame: a stage above the window (an outsized frame's) is not
+ * kept for a connection that may stay quiet for long. */
+static void stage_done(struct wk_conn *c)
+{
+	if (c->scap > c->t->wk->o.window) {
+		ushi_free(c->stage);
+		c->stage = NULL;
+		c->scap = 0;
+	}
 }
 
 /* Consumes n bytes of the stream. */
@@ -488,6 +555,8 @@ static void feed(struct wk_conn *c, const uint8_t *p, size_t n)
 		if (c->sneed) {
 			size_t k = c->sneed - c->sgot;
 			k = k < n ? k : n;
+			if (!stage_grow(c, c->sgot + k))
+				return;
 			memcpy(c->stage + c->sgot, p, k);
 			c->sgot += k;
 			p += k;
@@ -495,6 +564,7 @@ static void feed(struct wk_conn *c, const uint8_t *p, size_t n)
 			if (c->sgot == c->sneed) {
 				c->sneed = 0;
 				dispatch(c, &c->f, c->stage);
+				stage_done(c);
 			}
 			continue;
 		}
@@ -524,7 +594,7 @@ static void feed(struct wk_conn *c, const uint8_t *p, size_t n)
 			n -= plen;
 		} else if (!plen) {
 			dispatch(c, &c->f, h);
-		} else if (!stage_start(c, h)) {
+		} else if (!stage_start(c, h, n)) {
 			return;
 		}
 	}

@@ -2,8 +2,11 @@
  * A worker thread: its ring, its provided-buffer ring, multishot accept
  * on its own SO_REUSEPORT listener, multishot recv per connection. The
  * loop reaps, then lets each connection parse what arrived and send what
- * it owes. On stop: no more accepts, connections closed, flush buffers
- * written, files synced.
+ * it owes, and enforces the limits of docs/protocol.md §7: connections
+ * held (refused beyond with an ERROR), HELLO and idle timeouts, accept
+ * errors backed off. On stop it drains: no more accepts, connections
+ * told the worker is shutting down once nothing is under way on them (or
+ * at the drain's deadline), then flush buffers written, files synced.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -18,25 +21,64 @@
 #include <unistd.h>
 
 #define TICK_NS 100000000ull /* how soon a stop request is noticed */
+#define MS 1000000ull
+
+/* A connection over the limits gets an ERROR frame on its fresh socket
+ * (which has room for it), what it already sent is read so that the
+ * close is a FIN rather than a reset, and it is closed. */
+static void refuse(struct wk_thread *t, int fd, int code, const char *msg)
+{
+	uint8_t frame[USHI_PROTO_ERROR_SIZE];
+	send(fd, frame, proto_put_error(frame, code, msg),
+	     MSG_DONTWAIT | MSG_NOSIGNAL);
+	shutdown(fd, SHUT_WR);
+	uint8_t sink[4096];
+	for (int i = 0; i < 16 && recv(fd, sink, sizeof(sink),
+				       MSG_DONTWAIT) > 0; i++)
+		;
+	close(fd);
+	wk_log(t->wk, 1, "refused a connection: %s", msg);
+}
 
 static void on_accept(struct ushi_op *op, int res)
 {
 	struct wk_thread *t = op->owner;
+	struct ush_worker *wk = t->wk;
 	if (!(op->cqe_flags & IORING_CQE_F_MORE))
 		t->accept_armed = false;
+	if (res == -EINVAL || res == -ECANCELED)
+		return; /* the listener shut down: stopping */
 	if (res < 0) {
-		if (res != -EINVAL && res != -ECANCELED)
-			wk_log(t->wk, 1, "accept: %s", ush_strerror(res));
+		/* Out of descriptors or memory: accepting again at once
+		 * fails again at once. A peer that gave up costs nothing. */
+		unsigned b = t->accept_backoff_ms;
+		if (res != -ECONNABORTED) {
+			b = b ? 2 * b : WK_ACCEPT_BACKOFF_MIN_MS;
+			b = b < WK_ACCEPT_BACKOFF_MAX_MS ? b :
+							   WK_ACCEPT_BACKOFF_MAX_MS;
+			t->accept_backoff_ms = b;
+			t->accept_resume = ushi_now_ns() + b * MS;
+		}
+		wk_log(wk, 0, "thread %u: accept: %s; accepting again in %u ms",
+		       t->idx, ush_strerror(res), b);
 		return;
 	}
-	/* Set up in the loop: a callback never takes ops. */
-	if (t->naccepted + t->nconns < WK_MAX_CONNS) {
+	t->accept_backoff_ms = 0;
+	char msg[96];
+	unsigned n = atomic_fetch_add(&wk->nconns, 1);
+	if (n < wk->o.max_conns && t->nconns + t->naccepted < wk->thread_conns) {
+		/* Set up in the loop: a callback never takes ops. */
 		t->accepted[t->naccepted++] = res;
-	} else {
-		wk_log(t->wk, 0, "thread %u: %u connections, refusing more",
-		       t->idx, WK_MAX_CONNS);
-		close(res);
+		return;
 	}
+	atomic_fetch_sub(&wk->nconns, 1);
+	if (n >= wk->o.max_conns)
+		snprintf(msg, sizeof(msg), "worker at its connection limit "
+			 "(%u)", wk->o.max_conns);
+	else
+		snprintf(msg, sizeof(msg), "worker thread %u at its "
+			 "connection limit (%u)", t->idx, wk->thread_conns);
+	refuse(t, res, -EBUSY, msg);
 }
 
 static void on_recv(struct ushi_op *op, int res)
@@ -45,6 +87,7 @@ static void on_recv(struct ushi_op *op, int res)
 	if (!(op->cqe_flags & IORING_CQE_F_MORE))
 		c->recv_armed = false;
 	if (res > 0 && (op->cqe_flags & IORING_CQE_F_BUFFER)) {
+		/* Input counts as activity when it is processed (the loop). */
 		unsigned i = (c->qhead + c->qn) % WK_BUFS;
 		c->q[i].bid = (uint16_t)(op->cqe_flags >> IORING_CQE_BUFFER_SHIFT);
 		c->q[i].len = (uint32_t)res;
@@ -94,12 +137,13 @@ static void conn_new(struct wk_thread *t, int fd)
 	struct wk_conn *c = ushi_calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
+		atomic_fetch_sub(&t->wk->nconns, 1);
 		return;
 	}
 	c->t = t;
 	c->fd = fd;
 	c->id = atomic_fetch_add(&t->wk->next_conn_id, 1) + 1;
-	c->t_accept = ushi_now_ns();
+	c->t_accept = c->t_active = ushi_now_ns();
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	char host[INET6_ADDRSTRLEN] = "?";
@@ -121,6 +165,7 @@ static void conn_new(struct wk_thread *t, int fd)
 	if (arm_recv(c)) {
 		close(fd);
 		ushi_free(c);
+		atomic_fetch_sub(&t->wk->nconns, 1);
 		return;
 	}
 	c->next = t->conns;
@@ -129,12 +174,19 @@ static void conn_new(struct wk_thread *t, int fd)
 	wk_log(t->wk, 2, "peer %s: connected (thread %u)", c->peer, t->idx);
 }
 
-/* Closes finished connections; frees them once no op refers to them. */
-static void conn_reap(struct wk_thread *t)
+/* Closes finished connections; frees them once no op refers to them. A
+ * failed one, once its ERROR is out, half-closes and lingers: it reads
+ * until the peer closes, or for WK_LINGER_MS. */
+static void conn_reap(struct wk_thread *t, uint64_t now)
 {
 	for (struct wk_conn **cp = &t->conns; *cp;) {
 		struct wk_conn *c = *cp;
-		bool done = c->eof || (c->failed && !c->out && !c->sending);
+		bool sent = c->failed && !c->out && !c->sending;
+		if (sent && !c->t_linger && !c->eof) {
+			shutdown(c->fd, SHUT_WR);
+			c->t_linger = now + WK_LINGER_MS * MS;
+		}
+		bool done = c->eof || (sent && now > c->t_linger);
 		if (done && !c->closed) {
 			shutdown(c->fd, SHUT_RDWR);
 			c->closed = true;
@@ -155,6 +207,7 @@ static void conn_reap(struct wk_thread *t)
 		ushi_free(c->stage);
 		ushi_free(c);
 		t->nconns--;
+		atomic_fetch_sub(&t->wk->nconns, 1);
 	}
 }
 
@@ -163,14 +216,14 @@ static int setup(struct wk_thread *t)
 	struct ush_worker *wk = t->wk;
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
-	ro.iodepth = WK_IODEPTH;
+	ro.iodepth = WK_IODEPTH + 2 * wk->thread_conns;
 	ro.push_size = wk->o.flush_size;
 	ro.pool_bytes = ALIGN_UP(wk->o.pool_bytes, (size_t)wk->o.flush_size);
 	int ret = ush_ring_create(&t->ring, &ro);
 	if (ret)
 		return ret;
 	t->flush_order = ring_pool(t->ring)->max_order;
-	t->accepted = ushi_calloc(WK_MAX_CONNS, sizeof(*t->accepted));
+	t->accepted = ushi_calloc(wk->thread_conns, sizeof(*t->accepted));
 	/* The provided buffers and the ring of their descriptors. */
 	t->br_bytes = WK_BUFS * sizeof(struct io_uring_buf);
 	t->br = mmap(NULL, t->br_bytes, PROT_READ | PROT_WRITE,
@@ -235,6 +288,43 @@ static bool drained(struct wk_thread *t)
 	return !t->conns && !t->accept_armed && !t->naccepted;
 }
 
+/* ush_worker_stop(): no more accepts; conn_timeouts() does the rest. */
+static void drain_start(struct wk_thread *t, uint64_t now)
+{
+	struct ush_worker *wk = t->wk;
+	t->stopping = true;
+	t->drain_end = now + wk->o.drain_timeout_ms * MS;
+	shutdown(t->lfd, SHUT_RDWR); /* wakes the armed accept: -EINVAL */
+	unsigned busy = 0;
+	for (struct wk_conn *c = t->conns; c; c = c->next)
+		busy += !c->failed && !c->eof && wk_conn_busy(c);
+	wk_log(wk, 1, "thread %u: shutting down: %u of %u connections "
+	       "under way may finish within %u ms", t->idx, busy, t->nconns,
+	       wk->o.drain_timeout_ms);
+}
+
+/* What a connection may not outlast: the HELLO and idle timeouts, and a
+ * drain. Silent connections must not pin a recv op and a slot forever;
+ * one with output pending is not idle (the send's own timeout bounds a
+ * peer that stops reading). */
+static void conn_timeouts(struct wk_thread *t, struct wk_conn *c, uint64_t now)
+{
+	const struct ush_worker_opts *o = &t->wk->o;
+	if (t->stopping && now > t->drain_end + 2 * WK_LINGER_MS * MS)
+		c->eof = true; /* told, and lingered: close whatever is left */
+	if (c->failed || c->eof)
+		return;
+	if (t->stopping && (now >= t->drain_end || !wk_conn_busy(c)))
+		wk_conn_close_with(c, -ESHUTDOWN, "worker shutting down");
+	else if (!c->role && c->t_accept + o->hello_timeout_ms * MS < now)
+		wk_conn_fail(c, -ETIMEDOUT, "no HELLO within %u ms",
+			     o->hello_timeout_ms);
+	else if (c->role && !c->out && !c->sending && !c->fetch &&
+		 c->t_active + o->idle_timeout_ms * MS < now)
+		wk_conn_close_with(c, -ETIMEDOUT, "idle for %u ms",
+				   o->idle_timeout_ms);
+}
+
 void *wk_thread_main(void *arg)
 {
 	struct wk_thread *t = arg;
@@ -244,59 +334,59 @@ void *wk_thread_main(void *arg)
 		snprintf(t->errmsg, sizeof(t->errmsg), "%s", ush_last_error());
 	t->err = ret;
 	atomic_store(&t->ready, ret ? -1 : 1);
-	bool stopping = false;
 	unsigned stop_ticks = 0;
 	while (!ret) {
-		if (!stopping && atomic_load(&wk->stop)) {
-			stopping = true;
-			/* Wakes the armed accept with -EINVAL. */
-			shutdown(t->lfd, SHUT_RDWR);
-			for (struct wk_conn *c = t->conns; c; c = c->next)
-				c->eof = true;
-		}
-		int r = ring_reap_timeout(t->ring, 1, TICK_NS);
+		uint64_t now = ushi_now_ns();
+		if (!t->stopping && atomic_load(&wk->stop))
+			drain_start(t, now);
+		/* An accept that backs off wakes the loop when it may resume. */
+		uint64_t wait = TICK_NS;
+		if (!t->stopping && !t->accept_armed && t->accept_resume > now &&
+		    t->accept_resume - now < wait)
+			wait = t->accept_resume - now;
+		int r = ring_reap_timeout(t->ring, 1, wait);
 		if (r && r != -ETIME) {
 			ret = r;
 			break;
 		}
 		check_drops(t);
 		/* One thread checks the applications' TTLs, once a second. */
-		if (t->idx == 0 && !stopping &&
+		if (t->idx == 0 && !t->stopping &&
 		    ushi_now_ns() - t->expire_ns > 1000000000ull) {
 			t->expire_ns = ushi_now_ns();
 			wk_app_expire(t);
 		}
 		while (t->naccepted) {
 			int fd = t->accepted[--t->naccepted];
-			if (stopping)
-				close(fd);
-			else
+			if (!t->stopping) {
 				conn_new(t, fd);
+				continue;
+			}
+			atomic_fetch_sub(&wk->nconns, 1);
+			refuse(t, fd, -ESHUTDOWN, "worker shutting down");
 		}
-		uint64_t now = ushi_now_ns();
-		uint64_t hello_ns = wk->o.hello_timeout_ms * 1000000ull;
+		now = ushi_now_ns();
 		for (struct wk_conn *c = t->conns; c; c = c->next) {
+			if (c->qn)
+				c->t_active = now;
 			wk_conn_process(c);
-			/* Silent connections must not pin a recv op forever. */
-			if (!c->role && !c->failed && !c->eof &&
-			    now - c->t_accept > hello_ns)
-				wk_conn_fail(c, -ETIMEDOUT, "no HELLO within "
-					     "%u ms", wk->o.hello_timeout_ms);
-			if (stopping)
-				c->eof = true;
-			if (!c->recv_armed && !c->eof && !c->failed &&
-			    !c->closed && arm_recv(c))
+			conn_timeouts(t, c, now);
+			/* A failed connection reads on (and drops) until its
+			 * peer closes: see conn_reap(). */
+			if (!c->recv_armed && !c->eof && !c->closed &&
+			    arm_recv(c))
 				c->eof = true;
 			wk_conn_pump(c);
 		}
-		conn_reap(t);
-		if (!stopping && !t->accept_armed)
+		conn_reap(t, now);
+		wk_log_flush(wk);
+		if (!t->stopping && !t->accept_armed && now >= t->accept_resume)
 			ret = arm_accept(t);
-		if (stopping && drained(t))
+		if (t->stopping && drained(t))
 			break;
 		/* A listener whose accept does not wake on shutdown must not
 		 * hold the exit up: the ring's exit cancels it. */
-		if (stopping && !t->conns && ++stop_ticks > 20)
+		if (t->stopping && !t->conns && ++stop_ticks > 20)
 			break;
 	}
 	if (ret)

@@ -1,23 +1,62 @@
 /*
  * ushuffled: the shuffle worker daemon, a thin main around the library's
- * ush_worker. Runs in the foreground; SIGTERM or SIGINT drain and exit 0.
+ * ush_worker. Runs in the foreground; SIGTERM or SIGINT drain and exit 0;
+ * SIGHUP reopens --log-file (logrotate).
  */
 #include <ushuffle/worker.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static ush_worker *worker;
+static const char *log_path; /* --log-file: stderr goes there */
 
 static void on_signal(int sig)
 {
 	(void)sig;
 	if (worker)
 		ush_worker_stop(worker); /* an atomic store: signal-safe */
+}
+
+/* Points stderr (every log line) at log_path, created if missing.
+ * Async-signal-safe (open, dup2, close, write): SIGHUP calls it, so a
+ * rotated file is let go of at once, not at the next line. */
+static int open_log(void)
+{
+	int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+		      0644);
+	if (fd < 0)
+		return -1;
+	int ret = dup2(fd, STDERR_FILENO) < 0 ? -1 : 0;
+	close(fd);
+	return ret;
+}
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	int e = errno;
+	static const char ok[] = "ushuffled: SIGHUP: log file reopened\n";
+	static const char no[] = "ushuffled: SIGHUP: cannot reopen the log "
+				 "file; logging on to the old one\n";
+	static const char none[] = "ushuffled: SIGHUP ignored: no --log-file "
+				   "to reopen\n";
+	const char *m = none;
+	size_t n = sizeof(none);
+	if (log_path && !open_log())
+		m = ok, n = sizeof(ok);
+	else if (log_path)
+		m = no, n = sizeof(no);
+	if (write(STDERR_FILENO, m, n - 1) < 0)
+		(void)0; /* nowhere to report it */
+	errno = e;
 }
 
 static void usage(FILE *f)
@@ -39,7 +78,23 @@ static void usage(FILE *f)
 		"before HELLO (10000)\n"
 		"  --app-ttl=MS        drop the shuffles of an application not "
 		"heard of\n"
-		"                      this long (default 300000)\n");
+		"                      this long (default 300000)\n"
+		"  --idle-timeout=MS   close connections past HELLO that "
+		"receive nothing and\n"
+		"                      have nothing to send this long "
+		"(300000)\n"
+		"  --max-conns=N       connections at once, all threads; more "
+		"are refused\n"
+		"                      with an ERROR (1024; at most 1536 per "
+		"thread)\n"
+		"  --drain-timeout=MS  on SIGTERM, how long pushes and fetches "
+		"under way may\n"
+		"                      finish before clients are told it shuts "
+		"down (20000)\n"
+		"  --log-file=PATH     log there instead of stderr; SIGHUP "
+		"reopens it\n"
+		"  --version           print the version and exit\n"
+		"Limits and defaults: docs/protocol.md, \"Limits\".\n");
 }
 
 static int level(const char *s)
@@ -78,7 +133,12 @@ int main(int argc, char **argv)
 		{"max-frame", required_argument, NULL, 'm'},
 		{"pool", required_argument, NULL, 'p'},
 		{"hello-timeout", required_argument, NULL, 'H'},
-		{"app-ttl", required_argument, NULL, 'T'},
+		{"app-ttl", required_argument, NULL, 'A'},
+		{"idle-timeout", required_argument, NULL, 'I'},
+		{"max-conns", required_argument, NULL, 'C'},
+		{"drain-timeout", required_argument, NULL, 'T'},
+		{"log-file", required_argument, NULL, 'L'},
+		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -119,10 +179,29 @@ int main(int argc, char **argv)
 			bad = number(optarg, &v) || v < 1 || v > 3600000;
 			o.hello_timeout_ms = (uint32_t)v;
 			break;
-		case 'T':
+		case 'A':
 			bad = number(optarg, &v) || v < 1 || v > 1u << 31;
 			o.app_ttl_ms = (uint32_t)v;
 			break;
+		case 'I':
+			bad = number(optarg, &v) || v < 1 || v > 86400000;
+			o.idle_timeout_ms = (uint32_t)v;
+			break;
+		case 'C':
+			bad = number(optarg, &v) || v < 1 || v > 1536 * 1024;
+			o.max_conns = (unsigned)v;
+			break;
+		case 'T':
+			bad = number(optarg, &v) || v < 1 || v > 3600000;
+			o.drain_timeout_ms = (uint32_t)v;
+			break;
+		case 'L':
+			bad = !*optarg;
+			log_path = optarg;
+			break;
+		case 'V':
+			printf("ushuffled %s\n", ush_version_string());
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -140,6 +219,19 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (log_path && open_log()) {
+		fprintf(stderr, "ushuffled: --log-file=%s: %s\n", log_path,
+			strerror(errno));
+		return 1;
+	}
+	/* Each connection is a descriptor, and the soft limit is often 1024
+	 * below a far higher hard one: raise it, as systemd asks of programs
+	 * that need many (nothing here uses select()). */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	int ret = ush_worker_create(&worker, &o);
 	if (ret) {
 		fprintf(stderr, "ushuffled: %s\n", ush_worker_last_error());
@@ -149,6 +241,9 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	struct sigaction hup = {.sa_handler = on_hup, .sa_flags = SA_RESTART};
+	sigemptyset(&hup.sa_mask);
+	sigaction(SIGHUP, &hup, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	/* Scripts and tests read the bound port from this line. */
 	printf("ushuffled: port %d\n", ush_worker_port(worker));

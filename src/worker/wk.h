@@ -21,9 +21,23 @@
 #define WK_BUFS 256          /* provided recv buffers per thread */
 #define WK_BUF_SIZE (64u << 10)
 #define WK_BGID 7
+/* A thread's ring: WK_IODEPTH ops for partition writes, plus two per
+ * connection (its armed recv and one send); the ring's own bound (4096)
+ * caps the connections one thread serves at WK_THREAD_CONNS_MAX. */
 #define WK_IODEPTH 1024
-#define WK_MAX_CONNS 400     /* each holds an armed recv op */
+#define WK_THREAD_CONNS_MAX 1536
 #define WK_SEND_TIMEOUT_MS 30000
+/* A failed connection keeps reading (and dropping) what its peer still
+ * sends this long after its ERROR frame, so that closing with unread
+ * bytes does not reset the connection before the peer reads the ERROR. */
+#define WK_LINGER_MS 2000
+/* Accept errors (EMFILE...) pause accepting, from 10 ms doubling to 1 s. */
+#define WK_ACCEPT_BACKOFF_MIN_MS 10u
+#define WK_ACCEPT_BACKOFF_MAX_MS 1000u
+/* Log lines per second of one kind (one format string), beyond which
+ * they are counted and reported as suppressed. */
+#define WK_LOG_BURST 10u
+#define WK_LOG_KINDS 64u
 #define WK_FETCH_CHUNK (1u << 20)
 
 struct wk_thread;
@@ -67,6 +81,14 @@ struct wk_owner {
 	char app[USHI_PROTO_APP_MAX + 1];
 };
 
+/* A kind of log line (its format string) and its rate this second. */
+struct wk_log_kind {
+	const char *fmt;
+	uint64_t second;      /* ushi_now_ns() / 1e9 of the current window */
+	unsigned lines;       /* printed in it */
+	unsigned long suppressed; /* not printed since the last report */
+};
+
 struct ush_worker {
 	struct ush_worker_opts o;
 	char *dir, *host;
@@ -88,6 +110,12 @@ struct ush_worker {
 	size_t ndrops;
 	atomic_uint drop_epoch;
 	atomic_uint_fast64_t next_conn_id;
+	atomic_uint nconns;   /* connections accepted and not yet freed, all
+				 threads: at most o.max_conns */
+	unsigned thread_conns; /* what one thread may hold (its ring) */
+	pthread_mutex_t log_lock;
+	struct wk_log_kind log_kinds[WK_LOG_KINDS];
+	atomic_bool log_suppressed; /* some kind has lines to report */
 	int err;
 };
 
@@ -143,6 +171,9 @@ struct wk_conn {
 	unsigned att_epoch;    /* drop_epoch when the attempt was last known
 				  to be this connection's */
 	uint64_t t_accept;     /* ushi_now_ns() when accepted */
+	uint64_t t_active;     /* when bytes last came in or went out */
+	uint64_t t_linger;     /* failed: when it stops waiting for the
+				  peer's close (0: not lingering yet) */
 	struct wk_chunk q[WK_BUFS];
 	unsigned qhead, qn;
 	bool recv_armed, eof, failed, closed;
@@ -167,13 +198,18 @@ struct wk_thread {
 	struct ush_ring *ring;
 	int lfd;
 	bool accept_armed;
+	unsigned accept_backoff_ms; /* 0 after an accept that worked */
+	uint64_t accept_resume;     /* no accept armed before (ushi_now_ns) */
 	struct io_uring_buf_ring *br;
 	uint8_t *bufs;
 	size_t br_bytes;
 	struct wk_conn *conns;
 	unsigned nconns;
-	int *accepted;         /* fds accepted, not yet set up */
+	int *accepted;         /* fds accepted, not yet set up (at most
+				  wk->thread_conns, counted in wk->nconns) */
 	unsigned naccepted;
+	bool stopping;         /* draining: see drain_start() */
+	uint64_t drain_end;    /* then every connection is told to go */
 	struct wk_part **ptab;
 	size_t pmask, nparts;
 	unsigned writes;       /* partition writes in flight */
@@ -190,8 +226,13 @@ struct wk_thread {
 };
 
 /* worker.c */
+/* Logs at level (0 error, 1 info, 2 debug) unless the worker's level is
+ * lower. At most WK_LOG_BURST lines of one fmt per second are printed;
+ * the rest are counted, and wk_log_flush() reports them. */
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Reports lines suppressed in seconds that have ended. Cheap when none. */
+void wk_log_flush(struct ush_worker *wk);
 
 /* attempt.c: the shared attempt table. The caller holds wk->lock
  * around every function below up to store.c, but wk_log_open,
@@ -252,6 +293,13 @@ void wk_conn_queue(struct wk_conn *c, struct wk_out *o);
 void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n);
 void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* wk_conn_fail() for what is no fault of the peer's (a timeout, a
+ * shutdown): the same ERROR and close, logged at info level. */
+void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* During a drain: whether c is in the middle of something that may
+ * still finish (a push not yet closed, a stream, a frame, output). */
+bool wk_conn_busy(const struct wk_conn *c);
 void wk_conn_pump(struct wk_conn *c);
 
 /* fetch.c */

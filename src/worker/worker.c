@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +26,9 @@ static const struct ush_worker_opts worker_defaults = {
 	.flush_size = 256u << 10,
 	.hello_timeout_ms = 10000,
 	.app_ttl_ms = 300000,
+	.idle_timeout_ms = 300000,
+	.max_conns = 1024,
+	.drain_timeout_ms = 20000,
 };
 
 void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
@@ -49,9 +53,39 @@ uint64_t ush_worker_alloc_count(void)
 	return ush_alloc_count();
 }
 
+/* The rate of fmt's lines: true if this one may be printed. Lock held. */
+static bool log_admit(struct ush_worker *wk, const char *fmt, uint64_t sec)
+{
+	struct wk_log_kind *k = NULL;
+	for (unsigned i = 0; i < WK_LOG_KINDS && !k; i++)
+		if (wk->log_kinds[i].fmt == fmt || !wk->log_kinds[i].fmt)
+			k = &wk->log_kinds[i];
+	if (!k)
+		return true; /* more kinds than slots: format strings are
+				literals, so this does not happen */
+	k->fmt = fmt;
+	if (k->second != sec) {
+		k->second = sec;
+		k->lines = 0;
+	}
+	if (k->lines < WK_LOG_BURST) {
+		k->lines++;
+		return true;
+	}
+	k->suppressed++;
+	atomic_store(&wk->log_suppressed, true);
+	return false;
+}
+
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 {
 	if (level > wk->o.log_level)
+		return;
+	wk_log_flush(wk);
+	pthread_mutex_lock(&wk->log_lock);
+	bool ok = log_admit(wk, fmt, ushi_now_ns() / 1000000000u);
+	pthread_mutex_unlock(&wk->log_lock);
+	if (!ok)
 		return;
 	char msg[600];
 	va_list ap;
@@ -59,6 +93,28 @@ void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	ushi_warn("ushuffled: %s", msg);
+}
+
+void wk_log_flush(struct ush_worker *wk)
+{
+	if (!atomic_load(&wk->log_suppressed))
+		return;
+	uint64_t sec = ushi_now_ns() / 1000000000u;
+	pthread_mutex_lock(&wk->log_lock);
+	bool more = false;
+	for (unsigned i = 0; i < WK_LOG_KINDS && wk->log_kinds[i].fmt; i++) {
+		struct wk_log_kind *k = &wk->log_kinds[i];
+		if (!k->suppressed || k->second == sec) {
+			more |= k->suppressed > 0;
+			continue;
+		}
+		/* The format names the kind: its arguments vary. */
+		ushi_warn("ushuffled: ... suppressed %lu similar lines "
+			  "(\"%.60s\")", k->suppressed, k->fmt);
+		k->suppressed = 0;
+	}
+	atomic_store(&wk->log_suppressed, more);
+	pthread_mutex_unlock(&wk->log_lock);
 }
 
 /* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
@@ -299,13 +355,23 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!wk->o.app_ttl_ms)
 		wk->o.app_ttl_ms = def->app_ttl_ms;
 	wk->dir_lock = -1;
+	if (!wk->o.idle_timeout_ms)
+		wk->o.idle_timeout_ms = def->idle_timeout_ms;
+	if (!wk->o.max_conns)
+		wk->o.max_conns = def->max_conns;
+	if (!wk->o.drain_timeout_ms)
+		wk->o.drain_timeout_ms = def->drain_timeout_ms;
 	pthread_mutex_init(&wk->lock, NULL);
+	pthread_mutex_init(&wk->log_lock, NULL);
 	int port = 0;
 	char host[256];
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	wk->nthreads = wk->o.threads ? wk->o.threads :
 		       (unsigned)(ncpu > 0 ? ncpu : 1);
 	uint32_t fs = wk->o.flush_size;
+	/* Every connection may land on one thread (SO_REUSEPORT hashes). */
+	wk->thread_conns = wk->o.max_conns < WK_THREAD_CONNS_MAX ?
+				   wk->o.max_conns : WK_THREAD_CONNS_MAX;
 	if (!opts->dir)
 		ret = ushi_fail(-EINVAL, "worker: needs a directory");
 	else if (wk->nthreads > 1024)
@@ -316,10 +382,19 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			       "power of two >= 16 KiB, pool two of them", fs);
 	else if (wk->o.max_frame < 4096 || wk->o.max_frame > (1u << 30))
 		ret = ushi_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
+	else if (wk->o.max_conns > (uint64_t)wk->nthreads * WK_THREAD_CONNS_MAX)
+		ret = ushi_fail(-EINVAL, "worker: %u connections need %u "
+			       "threads or more (each holds at most %u)",
+			       wk->o.max_conns,
+			       (wk->o.max_conns + WK_THREAD_CONNS_MAX - 1) /
+				       WK_THREAD_CONNS_MAX,
+			       WK_THREAD_CONNS_MAX);
 	else if (split_hostport(wk->o.listen, host, sizeof(host), &port))
 		ret = ushi_fail(-EINVAL, "worker: --listen=%s is not HOST:PORT",
 			       wk->o.listen);
 	if (ret) {
+		pthread_mutex_destroy(&wk->lock);
+		pthread_mutex_destroy(&wk->log_lock);
 		ushi_free(wk);
 		return ret;
 	}
@@ -395,6 +470,16 @@ int ush_worker_start(ush_worker *wk)
 	}
 	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s", wk->host,
 	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir);
+	/* Each connection is a descriptor: below max_conns of them, accept
+	 * fails (EMFILE, and backs off) before the limit refuses anyone. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)wk->o.max_conns + 64)
+		wk_log(wk, 1, "RLIMIT_NOFILE is %llu, below %u connections "
+		       "plus files: accepts will fail before --max-conns "
+		       "refuses; raise it (ulimit -n, LimitNOFILE=) or lower "
+		       "--max-conns", (unsigned long long)rl.rlim_cur,
+		       wk->o.max_conns);
 	return 0;
 }
 
@@ -439,6 +524,7 @@ void ush_worker_free(ush_worker *wk)
 	if (wk->dir_lock >= 0)
 		close(wk->dir_lock);
 	pthread_mutex_destroy(&wk->lock);
+	pthread_mutex_destroy(&wk->log_lock);
 	ushi_free(wk->threads);
 	ushi_free(wk->dir);
 	ushi_free(wk->host);
