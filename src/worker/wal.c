@@ -29,8 +29,9 @@
 #define REC_MAGIC 0x4c485355u /* "USHL" */
 #define REC_VERSION 1
 #define SNAP "commit.snap"
-/* Logs are compacted past this, or 4 x the live records if more. */
-#define COMPACT_MIN (1u << 20)
+/* Logs are compacted past this (a replay of it takes milliseconds), or
+ * past 4 x the live records if more. */
+#define COMPACT_MIN (256u << 10)
 
 /* Record byte offsets. */
 enum {
