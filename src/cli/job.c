@@ -342,6 +342,9 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	return 0;
 }
 
+/* Well within a worker's default --app-ttl (300 s). */
+#define HEARTBEAT_NS (10 * 1000000000ull)
+
 /* Workers keep every attempt until the shuffle is dropped: a job writing
  * the shuffle anew drops what an earlier run left (as the disk target
  * cleans its files), and a shuffle job drops it when done. */
@@ -400,8 +403,17 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 			exit(EXIT_RUN);
 		}
 		uint64_t next_eta = j.t_start + 1000000000u;
+		uint64_t next_beat = j.t_start + HEARTBEAT_NS;
 		while (atomic_load(&j.threads_done) < res->nthreads) {
 			nanosleep(&(struct timespec){0, 50000000}, NULL);
+			/* The job's application is alive while it runs: a
+			 * worker drops the shuffles of a silent one. */
+			if (o->target == TARGET_NET && now_ns() >= next_beat) {
+				next_beat += HEARTBEAT_NS;
+				if (ush_app_heartbeat(j.workers, NULL, 5000))
+					fprintf(stderr, CLI_NAME ": heartbeat: "
+						"%s\n", ush_last_error());
+			}
 			if (eta && now_ns() >= next_eta) {
 				eta_tick(&j, false);
 				next_eta += 1000000000u;
