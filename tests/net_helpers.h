@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,10 @@ struct th_worker {
 	char addr[64];
 	char ns[32]; /* network namespace to run in, or "" */
 	const char *extra; /* one more ushuffled option, or NULL */
+	const char *more[4]; /* further options, up to the first NULL */
+	unsigned nofile;   /* RLIMIT_NOFILE soft limit of the worker, set in
+			      the child before exec (0: inherited) */
+	void (*child_setup)(void); /* called in the child before exec */
 };
 
 /* Starts ushuffled on host:port (port 0: any) over dir; waits for its
@@ -61,19 +66,44 @@ static inline void th_worker_spawn(struct th_worker *w, const char *host, int po
 	snprintf(listen, sizeof(listen), "--listen=%s:%d", host, port);
 	snprintf(dir, sizeof(dir), "--dir=%s", w->dir);
 	snprintf(thr, sizeof(thr), "--threads=%u", threads);
+	const char *argv[16];
+	unsigned n = 0;
+	if (w->ns[0]) {
+		argv[n++] = "ip";
+		argv[n++] = "netns";
+		argv[n++] = "exec";
+		argv[n++] = w->ns;
+		argv[n++] = USH_USHUFFLED_PATH;
+	} else {
+		argv[n++] = "ushuffled";
+	}
+	argv[n++] = listen;
+	argv[n++] = dir;
+	argv[n++] = thr;
+	argv[n++] = "--log-level=info";
+	if (w->extra)
+		argv[n++] = w->extra;
+	for (unsigned i = 0; i < 4 && w->more[i]; i++)
+		argv[n++] = w->more[i];
+	argv[n] = NULL;
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);
+		struct rlimit rl;
+		if (w->nofile && !getrlimit(RLIMIT_NOFILE, &rl)) {
+			rl.rlim_cur = w->nofile;
+			if (setrlimit(RLIMIT_NOFILE, &rl))
+				_exit(126);
+		}
+		if (w->child_setup)
+			w->child_setup();
 		if (w->ns[0])
-			execlp("ip", "ip", "netns", "exec", w->ns,
-			       USH_USHUFFLED_PATH, listen, dir, thr,
-			       "--log-level=info", w->extra, (char *)NULL);
+			execvp("ip", (char *const *)argv);
 		else
-			execl(USH_USHUFFLED_PATH, "ushuffled", listen, dir, thr,
-			      "--log-level=info", w->extra, (char *)NULL);
+			execv(USH_USHUFFLED_PATH, (char *const *)argv);
 		_exit(127);
 	}
 	close(pfd[1]);
