@@ -40,6 +40,12 @@ struct ush_worker_opts {
 	uint32_t flush_size; /* per-partition flush buffer (256 KiB) */
 	uint32_t hello_timeout_ms; /* a connection that has not said HELLO
 				      this long is closed (default 10000) */
+	unsigned max_open_files; /* partition files kept open, shared
+				    evenly by the threads (at least one
+				    each); the least recently written idle
+				    one is synced and closed to open
+				    another. 0 (default): a quarter of
+				    RLIMIT_NOFILE's soft limit at create */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */

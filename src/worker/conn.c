@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include "worker/wk.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -262,7 +261,7 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f,
 	struct ush_worker *wk = t->wk;
 	if (!own_attempt(c, f))
 		return;
-	int ret = wk_store_sync(t);
+	int ret = wk_store_sync_shuffle(t, f->shuffle);
 	if (ret) {
 		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
 			     "%u map %u attempt %u: %s", f->shuffle, f->map,
@@ -287,21 +286,6 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f,
 	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u committed",
 	       c->peer, f->shuffle, f->map, f->attempt);
 	ack(c, f, USHI_ACK_COMMIT, 0);
-}
-
-static void unlink_shuffle(struct ush_worker *wk, uint32_t shuffle)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/s%u", wk->dir, shuffle);
-	DIR *d = opendir(path);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-	rmdir(path);
 }
 
 static void drop(struct wk_conn *c, const struct ushi_frame *f,
@@ -333,7 +317,7 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f,
 		return;
 	}
 	wk_store_drop(t, f->shuffle);
-	unlink_shuffle(wk, f->shuffle);
+	wk_store_unlink(wk, f->shuffle);
 	wk_log(wk, 1, "peer %s: dropped shuffle %u", c->peer, f->shuffle);
 	ack(c, f, USHI_ACK_DROP, 0);
 }

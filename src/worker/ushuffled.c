@@ -36,7 +36,10 @@ static void usage(FILE *f)
 		"  --pool=BYTES        registered flush memory per thread "
 		"(default 32 MiB)\n"
 		"  --hello-timeout=MS  close connections silent this long "
-		"before HELLO (10000)\n");
+		"before HELLO (10000)\n"
+		"  --max-open-files=N  partition files kept open (default: a "
+		"quarter of\n"
+		"                      RLIMIT_NOFILE's soft limit)\n");
 }
 
 static int level(const char *s)
@@ -75,6 +78,7 @@ int main(int argc, char **argv)
 		{"max-frame", required_argument, NULL, 'm'},
 		{"pool", required_argument, NULL, 'p'},
 		{"hello-timeout", required_argument, NULL, 'H'},
+		{"max-open-files", required_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -114,6 +118,10 @@ int main(int argc, char **argv)
 		case 'H':
 			bad = number(optarg, &v) || v < 1 || v > 3600000;
 			o.hello_timeout_ms = (uint32_t)v;
+			break;
+		case 'F':
+			bad = number(optarg, &v) || v < 1 || v > (1u << 30);
+			o.max_open_files = (unsigned)v;
 			break;
 		case 'h':
 			usage(stdout);

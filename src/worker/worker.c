@@ -154,6 +154,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!wk)
 		return ushi_fail(-ENOMEM, "worker: allocation");
 	wk->o = o;
+	wk->dirfd = -1;
 	/* Zero fields take the defaults. */
 	if (!wk->o.listen)
 		wk->o.listen = def->listen;
@@ -208,6 +209,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	}
 	if (mkdir(wk->dir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "worker: mkdir %s", wk->dir);
+	if (!ret)
+		ret = wk_store_init(wk);
 	if (!ret)
 		ret = wk_commit_replay(wk);
 	if (!ret)
@@ -297,6 +300,7 @@ void ush_worker_free(ush_worker *wk)
 			close(wk->threads[i].log_fd);
 	}
 	wk_commit_free(wk);
+	wk_store_fini(wk);
 	pthread_mutex_destroy(&wk->lock);
 	ushi_free(wk->threads);
 	ushi_free(wk->dir);
