@@ -494,6 +494,25 @@ static unsigned files_of_threads(const char *dir, uint32_t shuffle,
 	return n;
 }
 
+/* Files of s<shuffle> whose size is a multiple of 4 KiB. */
+static unsigned aligned_files(const char *dir, uint32_t shuffle)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	unsigned n = 0;
+	struct dirent *de;
+	struct stat st;
+	while ((de = readdir(d)))
+		if (de->d_name[0] == 'p' &&
+		    !fstatat(dirfd(d), de->d_name, &st, 0) &&
+		    st.st_size % 4096 == 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
 static void restart_other_options(void **state)
 {
 	(void)state;
@@ -524,7 +543,16 @@ static void restart_other_options(void **state)
 	push_all(&b);
 	struct job ab[] = {a, b};
 	verify(ab, 2);
+	/* A shuffle whose files are new: O_DIRECT from the start, its
+	 * partial flushes padded with PAD frames. */
+	struct job d = {.workers = w.addr, .shuffle = 4, .partitions = 3,
+			.map0 = 0, .maps = 1, .records = 500,
+			.st = statuses(1)};
+	push_all(&d);
 	th_worker_stop(&w);
+	print_message("s4 after the O_DIRECT run: %u of %u files of a whole "
+		      "number of 4 KiB blocks\n", aligned_files(w.dir, 4),
+		      files_of_threads(w.dir, 4, 0));
 
 	/* Back to the defaults, two threads. */
 	memset(w.more, 0, sizeof(w.more));
@@ -536,10 +564,21 @@ static void restart_other_options(void **state)
 	push_all(&c);
 	struct job abc[] = {a, b, c};
 	verify(abc, 3);
+	/* Buffered appends after the PAD frames. */
+	verify(&d, 1);
+	struct job d1 = d;
+	d1.workers = w.addr;
+	d1.map0 = 1;
+	d1.st = statuses(1);
+	push_all(&d1);
+	struct job dd[] = {d, d1};
+	verify(dd, 2);
 	th_worker_stop(&w);
 	job_free(&a);
 	job_free(&b);
 	job_free(&c);
+	job_free(&d);
+	job_free(&d1);
 	th_rmrf(w.dir);
 }
 
