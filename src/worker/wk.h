@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #define WK_BUFS 256          /* provided recv buffers per thread */
@@ -73,6 +74,35 @@ struct wk_link {
 struct wk_list {
 	struct wk_link *head, *tail;
 };
+
+static inline void wk_list_add(struct wk_list *l, struct wk_link *n)
+{
+	n->next = NULL;
+	n->prev = l->tail;
+	if (l->tail)
+		l->tail->next = n;
+	else
+		l->head = n;
+	l->tail = n;
+}
+
+static inline void wk_list_del(struct wk_list *l, struct wk_link *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+}
+
+/* The part whose link `field` is at link. */
+#define WK_PART_OF(link, field)                                              \
+	((struct wk_part *)(void *)((char *)(link) -                         \
+				    offsetof(struct wk_part, field)))
 
 /* A shuffle's partition files on one thread (store.c). */
 struct wk_shuf {
@@ -218,7 +248,7 @@ int wk_log_open(struct wk_thread *t);
 /* Applies a logged frame (MAPPER_END or DROP) to the table. */
 int wk_commit_apply(struct ush_worker *wk, const struct ushi_frame *f);
 
-/* store.c: partition files and flush buffers. */
+/* files.c: --dir, the bounded cache of open partition files. */
 /* Opens --dir (wk->dirfd) and sets the open file budget. */
 int wk_store_init(struct ush_worker *wk);
 void wk_store_fini(struct ush_worker *wk);
@@ -229,6 +259,23 @@ void wk_store_fini(struct ush_worker *wk);
  * leaves --dir. */
 int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
 		    mode_t mode);
+/* Makes p's file open (created and scanned at the first open, reopened
+ * after an eviction) and the most recently used, closing another when
+ * the thread is at its budget. Returns 0 or -errno. */
+int wk_part_open(struct wk_thread *t, struct wk_part *p);
+/* fdatasyncs p's open file if it has unsynced writes. */
+void wk_part_sync(struct wk_part *p);
+/* Closes p's file (synced or not: a dropped shuffle's). */
+void wk_part_close(struct wk_thread *t, struct wk_part *p);
+/* Records p's failure (of what, at offset off) as its shuffle's error on
+ * this thread, logged once. */
+void wk_part_fail(struct wk_part *p, int err, const char *what,
+		  uint64_t off);
+/* Removes <dir>/s<S> and the files in it; a link in its place is
+ * removed, never followed. */
+void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
+
+/* store.c: partitions and their flush buffers. */
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame);
 /* Writes the shuffle's flush buffers, waits for its writes and syncs
@@ -240,9 +287,6 @@ int wk_store_sync_shuffle(struct wk_thread *t, uint32_t shuffle);
 int wk_store_sync(struct wk_thread *t);
 void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
 void wk_store_close(struct wk_thread *t);
-/* Removes <dir>/s<S> and the files in it; a link in its place is
- * removed, never followed. */
-void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
 /* How many thread numbers may have files of shuffle here: this run's
  * threads and those of an earlier run with more (found by listing s<S>
  * once per thread and shuffle). Returns 0 or -errno. */
