@@ -54,6 +54,8 @@ struct th_worker {
 			      0: unchanged */
 	const char *errlog; /* file its stderr goes to (appended), or NULL:
 			       the test's */
+	const char *more[4]; /* further options, up to the first NULL */
+	void (*child_setup)(void); /* called in the child before exec */
 };
 
 /* Starts ushuffled on host:port (port 0: any) over dir; waits for its
@@ -67,6 +69,26 @@ static inline void th_worker_spawn(struct th_worker *w, const char *host, int po
 	snprintf(listen, sizeof(listen), "--listen=%s:%d", host, port);
 	snprintf(dir, sizeof(dir), "--dir=%s", w->dir);
 	snprintf(thr, sizeof(thr), "--threads=%u", threads);
+	const char *argv[16];
+	unsigned n = 0;
+	if (w->ns[0]) {
+		argv[n++] = "ip";
+		argv[n++] = "netns";
+		argv[n++] = "exec";
+		argv[n++] = w->ns;
+		argv[n++] = USH_USHUFFLED_PATH;
+	} else {
+		argv[n++] = "ushuffled";
+	}
+	argv[n++] = listen;
+	argv[n++] = dir;
+	argv[n++] = thr;
+	argv[n++] = "--log-level=info";
+	if (w->extra)
+		argv[n++] = w->extra;
+	for (unsigned i = 0; i < 4 && w->more[i]; i++)
+		argv[n++] = w->more[i];
+	argv[n] = NULL;
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -82,13 +104,12 @@ static inline void th_worker_spawn(struct th_worker *w, const char *host, int po
 			_exit(126);
 		if (efd > 2)
 			close(efd);
+		if (w->child_setup)
+			w->child_setup();
 		if (w->ns[0])
-			execlp("ip", "ip", "netns", "exec", w->ns,
-			       USH_USHUFFLED_PATH, listen, dir, thr,
-			       "--log-level=info", w->extra, (char *)NULL);
+			execvp("ip", (char *const *)argv);
 		else
-			execl(USH_USHUFFLED_PATH, "ushuffled", listen, dir, thr,
-			      "--log-level=info", w->extra, (char *)NULL);
+			execv(USH_USHUFFLED_PATH, (char *const *)argv);
 		_exit(127);
 	}
 	close(pfd[1]);

@@ -59,6 +59,12 @@ struct ush_worker_opts {
 				      may go on before their connections are
 				      told the worker is shutting down
 				      (ERROR -ESHUTDOWN; default 20000) */
+	unsigned max_open_files; /* partition files kept open, shared
+				    evenly by the threads (at least one
+				    each); the least recently written idle
+				    one is synced and closed to open
+				    another. 0 (default): a quarter of
+				    RLIMIT_NOFILE's soft limit at create */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */

@@ -12,6 +12,12 @@
 /* Control payloads are small except FETCH, which names one attempt per
  * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
+/* The largest DATA frame the format allows (frame_decode()'s bounds):
+ * what stored files and fetch streams are read with, whatever a worker's
+ * max_frame is now (it bounds what the worker accepts from writers, and
+ * may have been larger when the frames were stored). */
+#define USHI_FRAME_MAX                                                        \
+	(USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE + USH_RECORD_MAX)
 #define USHI_PROTO_ERRMSG_MAX 512u
 #define USHI_PROTO_APP_MAX 64u /* application id bytes */
 #define USHI_PROTO_HELLO_LEN (16u + USHI_PROTO_APP_MAX)

@@ -15,7 +15,7 @@ struct reader_net {
 	int fd;
 	char peer[USHI_NET_PEER];
 	char where[USHI_NET_PEER + 48];
-	uint32_t shuffle, partition, max_frame;
+	uint32_t shuffle, partition;
 	uint8_t *fbuf;
 	size_t fcap;
 	uint64_t off;    /* stream bytes read */
@@ -38,7 +38,9 @@ static int fail_at(struct reader_net *r, int err, const char *what)
 			reader_net_where(r), r->partition, what);
 }
 
-/* Reads one whole frame into fbuf, bounded before it is allocated. */
+/* Reads one whole frame into fbuf, bounded before it is allocated: by
+ * the format's limit, not the worker's max_frame, which bounds what it
+ * accepts now and may have been larger when the frames were stored. */
 static int read_frame(struct reader_net *r, struct ushi_frame *f)
 {
 	const char *why = "";
@@ -47,7 +49,7 @@ static int read_frame(struct reader_net *r, struct ushi_frame *f)
 	int ret = net_read(r->fd, h, USH_FRAME_HDR_SIZE);
 	if (ret == -EPIPE)
 		why = "the worker closed the stream";
-	if (!ret && (ret = proto_header(h, f, r->max_frame, false, &why)) == 0)
+	if (!ret && (ret = proto_header(h, f, USHI_FRAME_MAX, false, &why)) == 0)
 		ret = ushi_grow(&r->fbuf, &r->fcap, proto_size(f));
 	if (!ret)
 		memcpy(r->fbuf, h, USH_FRAME_HDR_SIZE);
@@ -106,7 +108,6 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	int ret = net_dial(peer, &me, timeout_ms, &h);
 	r->fd = ret;
 	if (ret >= 0) {
-		r->max_frame = h.max_frame;
 		ret = net_write(r->fd, b, proto_put_fetch(b, shuffle, partition,
 							  0, w, n));
 		if (ret)

@@ -16,9 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
-#include <unistd.h>
 
 /* Index of the first owner entry >= shuffle. */
 static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
@@ -128,18 +126,8 @@ int wk_drop_locked(struct wk_thread *t, uint32_t shuffle)
 
 void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
 {
-	char path[4096];
 	wk_store_drop(t, shuffle);
-	snprintf(path, sizeof(path), "%s/s%u", t->wk->dir, shuffle);
-	DIR *d = opendir(path);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-	rmdir(path);
+	wk_store_unlink(t->wk, shuffle);
 }
 
 void wk_app_expire(struct wk_thread *t)

@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include "worker/wk.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -335,7 +334,7 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 	struct ush_worker *wk = t->wk;
 	if (!own_attempt(c, f))
 		return;
-	int ret = wk_store_sync(t);
+	int ret = wk_store_sync_shuffle(t, f->shuffle);
 	if (ret) {
 		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
 			     "%u map %u attempt %u: %s", f->shuffle, f->map,

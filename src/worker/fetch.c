@@ -5,11 +5,14 @@
  * of the partition follow exactly as stored, then FETCH_END. The stream
  * is produced a chunk at a time, only when the previous send has
  * completed, so a slow reader costs one chunk of memory.
+ *
+ * Files are opened beneath --dir without following links, one at a time
+ * and only while streamed, and read with the format's bounds: frames
+ * stored under a larger max_frame than today's are served.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,38 +32,66 @@ void wk_fetch_free(struct wk_fetch *fe)
 	ushi_free(fe);
 }
 
-static int list_files(struct ush_worker *wk, struct wk_fetch *fe)
+/* A partition file, beneath --dir and regular: an fd or -errno, with
+ * msg saying why not (a link, a FIFO, ...). */
+static int open_file(struct ush_worker *wk, const char *name, char *msg,
+		     size_t n)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/s%u", wk->dir, fe->shuffle);
-	DIR *d = opendir(path);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	struct dirent *de;
-	int ret = 0;
-	while (!ret && (de = readdir(d))) {
-		unsigned p, t;
-		char tail[8];
-		if (sscanf(de->d_name, "p%u.t%u.%7s", &p, &t, tail) != 3 ||
-		    p != fe->partition || strcmp(tail, "data"))
-			continue;
-		char **nf = ushi_malloc((fe->nfiles + 1) * sizeof(*nf));
-		char *s = ushi_malloc(strlen(path) + strlen(de->d_name) + 2);
-		if (!nf || !s) {
-			ushi_free(nf);
-			ushi_free(s);
-			ret = -ENOMEM;
-			break;
-		}
-		sprintf(s, "%s/%s", path, de->d_name);
-		if (fe->nfiles)
-			memcpy(nf, fe->files, fe->nfiles * sizeof(*nf));
-		ushi_free(fe->files);
-		fe->files = nf;
-		fe->files[fe->nfiles++] = s;
+	/* O_NONBLOCK: a FIFO in a file's place must not block the thread. */
+	int fd = wk_open_beneath(wk, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC,
+				 0);
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st)) {
+		close(fd);
+		fd = -errno;
+	} else if (fd >= 0 && !S_ISREG(st.st_mode)) {
+		close(fd);
+		fd = -EINVAL;
+		snprintf(msg, n, "%s is not a regular file", name);
 	}
-	closedir(d);
-	return ret;
+	if (fd < 0 && !*msg)
+		snprintf(msg, n, "%s: %s", name,
+			 fd == -ELOOP ? "a symbolic link: not followed "
+					"beneath the worker's --dir" :
+			 fd == -EXDEV ? "outside the worker's --dir" :
+					ush_strerror(fd));
+	return fd;
+}
+
+/* The partition's files: thread N's for every N that may have one.
+ * Each is opened once here, so that a refusal comes before MANIFEST. */
+static int list_files(struct wk_thread *t, struct wk_fetch *fe, char *msg,
+		      size_t n)
+{
+	unsigned nthr;
+	int ret = wk_store_fetch_threads(t, fe->shuffle, &nthr);
+	if (ret) {
+		snprintf(msg, n, "s%u: %s", fe->shuffle,
+			 ret == -ELOOP ? "a symbolic link: not followed "
+					 "beneath the worker's --dir" :
+					 ush_strerror(ret));
+		return ret;
+	}
+	fe->files = ushi_calloc(nthr, sizeof(*fe->files));
+	if (!fe->files)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nthr; i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "s%u/p%u.t%u.data", fe->shuffle,
+			 fe->partition, i);
+		int fd = open_file(t->wk, name, msg, n);
+		if (fd == -ENOENT) {
+			*msg = 0;
+			continue;
+		}
+		if (fd < 0)
+			return fd;
+		close(fd);
+		if (!(fe->files[fe->nfiles] = ushi_strdup(name)))
+			return -ENOMEM;
+		fe->nfiles++;
+	}
+	return 0;
 }
 
 /* Reads the FETCH's attempts (ascending maps), each committed here.
@@ -112,7 +143,7 @@ int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 	char msg[256] = "";
 	int ret = wants(wk, fe, f, payload, msg, sizeof(msg));
 	if (!ret)
-		ret = list_files(wk, fe);
+		ret = list_files(c->t, fe, msg, sizeof(msg));
 	struct wk_out *o = ret ? NULL : wk_out_new(USHI_PROTO_SMALL);
 	if (!ret && !o)
 		ret = -ENOMEM;
@@ -174,11 +205,12 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 	const char *why;
 	for (;;) {
 		if (fe->fd < 0) {
+			char msg[1] = "";
 			if (fe->fi == fe->nfiles)
 				return 0;
-			fe->fd = open(fe->files[fe->fi++], O_RDONLY | O_CLOEXEC);
+			fe->fd = open_file(wk, fe->files[fe->fi++], msg, 0);
 			if (fe->fd < 0)
-				return -errno;
+				return fe->fd;
 			fe->off = 0;
 			/* Committed frames are all below the size now: the
 			 * attempt table was read before the file opened. */
@@ -189,7 +221,7 @@ static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
 		}
 		if (fe->size - fe->off < USH_FRAME_HDR_SIZE ||
 		    read_at(fe->fd, h, sizeof(h), fe->off) ||
-		    proto_header(h, f, wk->o.max_frame, true, &why) ||
+		    proto_header(h, f, USHI_FRAME_MAX, true, &why) ||
 		    proto_size(f) > fe->size - fe->off) {
 			/* The end of this file's complete frames. */
 			close(fe->fd);

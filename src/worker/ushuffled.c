@@ -94,6 +94,9 @@ static void usage(FILE *f)
 		"  --log-file=PATH     log there instead of stderr; SIGHUP "
 		"reopens it\n"
 		"  --version           print the version and exit\n"
+		"  --max-open-files=N  partition files kept open (default: a "
+		"quarter of\n"
+		"                      RLIMIT_NOFILE's soft limit)\n"
 		"Limits and defaults: docs/protocol.md, \"Limits\".\n");
 }
 
@@ -139,6 +142,7 @@ int main(int argc, char **argv)
 		{"drain-timeout", required_argument, NULL, 'T'},
 		{"log-file", required_argument, NULL, 'L'},
 		{"version", no_argument, NULL, 'V'},
+		{"max-open-files", required_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -202,6 +206,10 @@ int main(int argc, char **argv)
 		case 'V':
 			printf("ushuffled %s\n", ush_version_string());
 			return 0;
+		case 'F':
+			bad = number(optarg, &v) || v < 1 || v > (1u << 30);
+			o.max_open_files = (unsigned)v;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -17,6 +17,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 #define WK_BUFS 256          /* provided recv buffers per thread */
 #define WK_BUF_SIZE (64u << 10)
@@ -116,17 +118,80 @@ struct ush_worker {
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
+	int dirfd;            /* --dir, opened once: paths resolve beneath */
+	unsigned open_max;    /* open partition files per thread */
 	int err;
 };
 
-/* A partition file of this thread and its flush buffer. */
+/* An intrusive doubly-linked list (NULL-terminated; the owner knows
+ * whether a node is on it). */
+struct wk_link {
+	struct wk_link *prev, *next;
+};
+
+struct wk_list {
+	struct wk_link *head, *tail;
+};
+
+static inline void wk_list_add(struct wk_list *l, struct wk_link *n)
+{
+	n->next = NULL;
+	n->prev = l->tail;
+	if (l->tail)
+		l->tail->next = n;
+	else
+		l->head = n;
+	l->tail = n;
+}
+
+static inline void wk_list_del(struct wk_list *l, struct wk_link *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+}
+
+/* The part whose link `field` is at link. */
+#define WK_PART_OF(link, field)                                              \
+	((struct wk_part *)(void *)((char *)(link) -                         \
+				    offsetof(struct wk_part, field)))
+
+/* A shuffle's partition files on one thread (store.c). */
+struct wk_shuf {
+	struct wk_shuf *hnext;
+	uint32_t shuffle;
+	struct wk_part *parts;  /* all of them, by snext */
+	struct wk_list dirty;   /* parts written since their last sync */
+	unsigned writes;        /* in flight */
+	unsigned fetch_threads; /* thread numbers whose files fetch looks
+				   for (0: not yet listed) */
+	bool dir_made;          /* s<S> exists (mkdir done) */
+	bool dir_unsynced;      /* s<S> has entries not yet synced */
+	int err; /* the first failed write or sync of the shuffle here:
+		    every later commit of it here fails with it */
+};
+
+/* A partition file of this thread and its flush buffer. Its fd may be
+ * closed (the open files are a bounded cache): the rest stays. */
 struct wk_part {
-	struct wk_part *hnext;
+	struct wk_part *hnext;  /* the thread's table */
+	struct wk_part *snext;  /* its shuffle's parts */
+	struct wk_link lru;     /* t->lru while fd >= 0 */
+	struct wk_link bufq;    /* t->bufq while buf != NULL */
+	struct wk_link dirty;   /* s->dirty while in_dirty */
 	struct wk_thread *t;
+	struct wk_shuf *s;
 	uint32_t shuffle, partition;
 	int fd, slot;
 	bool direct, unsynced;
-	bool created;        /* new file: its directory entry is unsynced */
+	bool opened;         /* the file was opened once (and scanned) */
+	bool in_dirty;
 	uint64_t off;        /* end of the data submitted so far */
 	struct ushi_buf *buf; /* flush buffer, or NULL */
 	uint32_t len;
@@ -212,6 +277,14 @@ struct wk_thread {
 	uint64_t drain_end;    /* then every connection is told to go */
 	struct wk_part **ptab;
 	size_t pmask, nparts;
+	struct wk_shuf **stab;
+	size_t smask, nshuf;
+	struct wk_list lru;    /* parts with an open file, least recently
+				  written first */
+	struct wk_list bufq;   /* parts holding a flush buffer, oldest
+				  first */
+	unsigned nopen;        /* open partition files (at most
+				  wk->open_max) */
 	unsigned writes;       /* partition writes in flight */
 	unsigned flush_order;
 	int log_fd;
@@ -270,16 +343,50 @@ void wk_app_expire(struct wk_thread *t);
 void wk_sweep(struct ush_worker *wk);
 void wk_app_free(struct ush_worker *wk);
 
-/* store.c: partition files and flush buffers. */
+/* files.c: --dir, the bounded cache of open partition files. */
+/* Opens --dir (wk->dirfd) and sets the open file budget. */
+int wk_store_init(struct ush_worker *wk);
+void wk_store_fini(struct ush_worker *wk);
+/* Opens path, relative to --dir, beneath it without following any
+ * symbolic link (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or
+ * O_NOFOLLOW at each component where the kernel lacks openat2).
+ * Returns an fd or -errno: -ELOOP for a link, -EXDEV for a path that
+ * leaves --dir. */
+int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
+		    mode_t mode);
+/* Makes p's file open (created and scanned at the first open, reopened
+ * after an eviction) and the most recently used, closing another when
+ * the thread is at its budget. Returns 0 or -errno. */
+int wk_part_open(struct wk_thread *t, struct wk_part *p);
+/* fdatasyncs p's open file if it has unsynced writes. */
+void wk_part_sync(struct wk_part *p);
+/* Closes p's file (synced or not: a dropped shuffle's). */
+void wk_part_close(struct wk_thread *t, struct wk_part *p);
+/* Records p's failure (of what, at offset off) as its shuffle's error on
+ * this thread, logged once. */
+void wk_part_fail(struct wk_part *p, int err, const char *what,
+		  uint64_t off);
+/* Removes <dir>/s<S> and the files in it; a link in its place is
+ * removed, never followed. */
+void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
+
+/* store.c: partitions and their flush buffers. */
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame);
-/* Writes every flush buffer, waits for all writes and syncs what they
- * touched: after it every frame received so far is durable. */
+/* Writes the shuffle's flush buffers, waits for its writes and syncs
+ * the files (and directories) they touched: after it every frame of
+ * the shuffle received so far is durable. Fails with the shuffle's
+ * first failed write or sync, if it had one here. */
+int wk_store_sync_shuffle(struct wk_thread *t, uint32_t shuffle);
+/* The same for every shuffle; returns the first failure that is new. */
 int wk_store_sync(struct wk_thread *t);
 void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
 void wk_store_close(struct wk_thread *t);
-int wk_part_path(char *buf, size_t n, const char *dir, uint32_t shuffle,
-		 uint32_t partition, unsigned thread);
+/* How many thread numbers may have files of shuffle here: this run's
+ * threads and those of an earlier run with more (found by listing s<S>
+ * once per thread and shuffle). Returns 0 or -errno. */
+int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
+			   unsigned *n);
 
 /* conn.c */
 void wk_conn_process(struct wk_conn *c);

@@ -339,6 +339,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!wk)
 		return ushi_fail(-ENOMEM, "worker: allocation");
 	wk->o = o;
+	wk->dirfd = -1;
 	/* Zero fields take the defaults. */
 	if (!wk->o.listen)
 		wk->o.listen = def->listen;
@@ -419,6 +420,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		ret = lock_dir(wk);
 	if (!ret && port)
 		ret = port_free(wk, port);
+	if (!ret)
+		ret = wk_store_init(wk);
 	if (!ret)
 		ret = wk_log_replay(wk);
 	if (!ret)
@@ -523,6 +526,7 @@ void ush_worker_free(ush_worker *wk)
 	wk_app_free(wk);
 	if (wk->dir_lock >= 0)
 		close(wk->dir_lock);
+	wk_store_fini(wk);
 	pthread_mutex_destroy(&wk->lock);
 	pthread_mutex_destroy(&wk->log_lock);
 	ushi_free(wk->threads);

@@ -1,0 +1,756 @@
+/*
+ * The worker's storage as a long-lived service, against real ushuffled
+ * processes:
+ *  - open partition files are a bounded cache: under a low RLIMIT_NOFILE
+ *    a shuffle of 100,000 partitions (USH_TEST_PARTITIONS) commits and
+ *    reads back, then 2,000 small shuffles (USH_TEST_SHUFFLES) come and
+ *    go, and the worker's open fds stay below the limit throughout, its
+ *    partition files within their budget. The slowest test here: about
+ *    two minutes on a virtual disk, most of it the fdatasync of every
+ *    file closed to open another, creating and unlinking 100,000 files
+ *    and 100,000 reader connections;
+ *  - a failed write (ENOSPC on a small tmpfs mounted here; skipped where
+ *    mount is not allowed) fails only its own shuffle: once space is
+ *    free, other shuffles commit on the same thread;
+ *  - a restart with other options (smaller --max-frame, --direct flipped,
+ *    fewer --threads, a smaller --pool) serves everything stored before,
+ *    and appends to the same partitions;
+ *  - symbolic links planted under --dir are not followed by writes,
+ *    fetches or DROP, with openat2 and without (seccomp answers ENOSYS).
+ *
+ * USH_TEST_FILTER=name runs one test.
+ */
+#include "net_helpers.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+/* Maps map0 .. map0 + maps - 1 of one shuffle, records each, record i
+ * to partition i % partitions. With big, every fourth record is
+ * big + i bytes. */
+struct job {
+	const char *workers;
+	uint32_t shuffle, partitions, map0, maps, records;
+	size_t big;
+	struct ush_status *st; /* maps of them, zeroed at first */
+};
+
+static char last_msg[1024]; /* ush_last_error() of push()'s failure */
+
+static size_t rec_len(const struct job *j, uint32_t m, uint32_t i)
+{
+	if (j->big && i % 4 == 0)
+		return j->big + i;
+	return 8 + (i * 37u + m * 11u) % 120u;
+}
+
+/* A record is 8 bytes of (map, i), then bytes seeded by them and the
+ * shuffle. */
+static uint64_t rec_seed(const struct job *j, uint64_t id)
+{
+	return id * 2654435761u + j->shuffle;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Pushes map m (attempt a) of j and commits; the status goes to
+ * j->st[m - j->map0]. Returns the first error (its message in
+ * last_msg). */
+static int push(const struct job *j, uint32_t m, uint32_t a)
+{
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 8u << 20;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = j->shuffle,
+		.map = m, .attempt = a, .partitions = j->partitions,
+		.target = USH_TARGET_NET, .workers = j->workers,
+		/* Generous: with far more partitions than open files, a
+		 * frame may cost the worker an fdatasync (the file it
+		 * closes to open another), and it credits a window of
+		 * them at once. */
+		.timeout_ms = 120000};
+	ush_writer *w = NULL;
+	uint8_t *buf = malloc(j->big + j->records + 128);
+	assert_non_null(buf);
+	int ret = ush_writer_open(&w, ring, &wo);
+	for (uint32_t i = 0; !ret && i < j->records; i++) {
+		size_t len = rec_len(j, m, i);
+		uint64_t id = (uint64_t)m << 32 | i;
+		memcpy(buf, &id, 8);
+		th_fill(buf + 8, len - 8, rec_seed(j, id));
+		ret = ush_writer_write(w, i % j->partitions, buf, len);
+	}
+	if (!ret)
+		ret = ush_writer_commit(w, NULL);
+	if (ret) {
+		snprintf(last_msg, sizeof(last_msg), "%s", ush_last_error());
+	} else {
+		struct ush_status *st = &j->st[m - j->map0];
+		th_status_free(st);
+		th_status_copy(w, st);
+	}
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	free(buf);
+	return ret;
+}
+
+static void push_all(const struct job *j)
+{
+	for (uint32_t m = j->map0; m < j->map0 + j->maps; m++) {
+		int ret = push(j, m, 0);
+		if (ret)
+			fail_msg("push shuffle %u map %u: %s: %s", j->shuffle, m,
+				 ush_err_name(ret), last_msg);
+	}
+}
+
+/* What the readers of one verify() share. */
+struct check {
+	const struct job *jobs;
+	unsigned n, nthreads;
+	struct ush_status *st;
+	uint32_t nst;
+	uint8_t **seen; /* per job, per record: readers of different
+			   partitions touch different bytes */
+	atomic_ulong got;
+	atomic_int failed;
+	char msg[1024]; /* the first failure */
+	pthread_mutex_t lock;
+};
+
+static int check_fail(struct check *c, uint32_t p, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int check_fail(struct check *c, uint32_t p, const char *fmt, ...)
+{
+	pthread_mutex_lock(&c->lock);
+	if (!atomic_load(&c->failed)) {
+		va_list ap;
+		va_start(ap, fmt);
+		int k = snprintf(c->msg, sizeof(c->msg), "shuffle %u partition "
+				 "%u: ", c->jobs[0].shuffle, p);
+		vsnprintf(c->msg + k, sizeof(c->msg) - (size_t)k, fmt, ap);
+		va_end(ap);
+		atomic_store(&c->failed, 1);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return -1;
+}
+
+/* Reads partition p and checks each record: 0 or -1 (c->msg). */
+static int check_partition(struct check *c, uint32_t p)
+{
+	ush_reader *r;
+	int ret = th_reader_open(&r, c->st, c->nst, p, 20000);
+	if (ret)
+		return check_fail(c, p, "open: %s: %s", ush_err_name(ret),
+				  ush_last_error());
+	const void *rec;
+	size_t len;
+	uint32_t parts = c->jobs[0].partitions;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+		uint64_t id = 0;
+		if (len >= 8)
+			memcpy(&id, rec, 8);
+		uint32_t m = (uint32_t)(id >> 32), i = (uint32_t)id;
+		unsigned k = 0;
+		while (k < c->n && (m < c->jobs[k].map0 ||
+				    m >= c->jobs[k].map0 + c->jobs[k].maps))
+			k++;
+		const struct job *j = &c->jobs[k];
+		if (len < 8 || k == c->n || i >= j->records ||
+		    i % parts != p || rec_len(j, m, i) != len ||
+		    !th_check((const uint8_t *)rec + 8, len - 8,
+			      rec_seed(j, id)))
+			break;
+		uint8_t *s = &c->seen[k][(size_t)(m - j->map0) * j->records +
+					 i];
+		if (*s)
+			break;
+		*s = 1;
+		atomic_fetch_add(&c->got, 1);
+	}
+	if (ret == 1)
+		ret = check_fail(c, p, "a wrong or repeated record (%zu "
+				 "bytes)", len);
+	else if (ret)
+		ret = check_fail(c, p, "%s: %s", ush_err_name(ret),
+				 ush_last_error());
+	ush_reader_free(r);
+	return ret;
+}
+
+struct checker {
+	struct check *c;
+	unsigned k;
+	pthread_t tid;
+};
+
+static void *check_some(void *arg)
+{
+	struct checker *t = arg;
+	struct check *c = t->c;
+	for (uint32_t p = t->k; p < c->jobs[0].partitions &&
+	     !atomic_load(&c->failed); p += c->nthreads)
+		check_partition(c, p);
+	return NULL;
+}
+
+/* Reads every partition of the jobs (one shuffle, disjoint maps in
+ * ascending order) with all their statuses and checks each record
+ * exactly once; many partitions are read by several threads. */
+static void verify(const struct job *jobs, unsigned n)
+{
+	struct check c = {.jobs = jobs, .n = n};
+	pthread_mutex_init(&c.lock, NULL);
+	uint32_t parts = jobs[0].partitions;
+	for (unsigned k = 0; k < n; k++)
+		c.nst += jobs[k].maps;
+	c.st = calloc(c.nst, sizeof(*c.st));
+	c.seen = calloc(n, sizeof(*c.seen));
+	assert_non_null(c.st);
+	assert_non_null(c.seen);
+	uint64_t want = 0;
+	for (unsigned k = 0, i = 0; k < n; k++) {
+		assert_int_equal(jobs[k].partitions, parts);
+		for (uint32_t m = 0; m < jobs[k].maps; m++) {
+			if (!jobs[k].st[m].data)
+				fail_msg("shuffle %u map %u has no status",
+					 jobs[k].shuffle, jobs[k].map0 + m);
+			c.st[i++] = jobs[k].st[m];
+		}
+		c.seen[k] = calloc((size_t)jobs[k].maps * jobs[k].records, 1);
+		assert_non_null(c.seen[k]);
+		want += (uint64_t)jobs[k].maps * jobs[k].records;
+	}
+	struct checker t[4];
+	c.nthreads = parts >= 1000 ? 4 : 1;
+	for (unsigned k = 0; k < c.nthreads; k++) {
+		t[k] = (struct checker){&c, k, 0};
+		assert_int_equal(pthread_create(&t[k].tid, NULL, check_some,
+						&t[k]), 0);
+	}
+	for (unsigned k = 0; k < c.nthreads; k++)
+		pthread_join(t[k].tid, NULL);
+	if (atomic_load(&c.failed))
+		fail_msg("%s", c.msg);
+	assert_int_equal(atomic_load(&c.got), want);
+	for (unsigned k = 0; k < n; k++)
+		free(c.seen[k]);
+	free(c.seen);
+	free(c.st);
+	pthread_mutex_destroy(&c.lock);
+}
+
+static void job_free(struct job *j)
+{
+	th_statuses_free(j->st, j->maps);
+	free(j->st);
+	j->st = NULL;
+}
+
+static struct ush_status *statuses(uint32_t n)
+{
+	struct ush_status *st = calloc(n, sizeof(*st));
+	assert_non_null(st);
+	return st;
+}
+
+/* ------------------------------------------------------ bounded fds */
+
+/* Entries of /proc/PID/fd, or 0 when it cannot be read; in *data those
+ * that are files under prefix (a shuffle directory's). */
+static unsigned fd_count(pid_t pid, const char *prefix, unsigned *data)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (data)
+		*data = 0;
+	if (!d)
+		return 0;
+	unsigned n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		n++;
+		char link[PATH_MAX];
+		ssize_t k = data ? readlinkat(dirfd(d), de->d_name, link,
+					      sizeof(link) - 1) : -1;
+		if (k > 0) {
+			link[k] = 0;
+			*data += !strncmp(link, prefix, strlen(prefix));
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+struct sampler {
+	pid_t pid;
+	char prefix[PATH_MAX + 8]; /* "<dir>/s" */
+	atomic_int stop;
+	atomic_uint max, max_data, samples;
+	pthread_t tid;
+};
+
+static void *sample(void *arg)
+{
+	struct sampler *s = arg;
+	while (!atomic_load(&s->stop)) {
+		unsigned data, n = fd_count(s->pid, s->prefix, &data);
+		if (n > atomic_load(&s->max))
+			atomic_store(&s->max, n);
+		if (data > atomic_load(&s->max_data))
+			atomic_store(&s->max_data, data);
+		atomic_fetch_add(&s->samples, 1);
+		usleep(2000);
+	}
+	return NULL;
+}
+
+#define NOFILE 256u
+
+static void open_files_bounded(void **state)
+{
+	(void)state;
+	struct th_worker w = {.nofile = NOFILE};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storefds"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	unsigned idle = fd_count(w.pid, NULL, NULL);
+	struct sampler s = {.pid = w.pid};
+	char abs[PATH_MAX];
+	assert_non_null(realpath(w.dir, abs));
+	snprintf(s.prefix, sizeof(s.prefix), "%s/s", abs);
+	assert_int_equal(pthread_create(&s.tid, NULL, sample, &s), 0);
+
+	const char *env = getenv("USH_TEST_PARTITIONS");
+	uint32_t parts = env ? (uint32_t)atoi(env) : 100000;
+	double t0 = now_s();
+	struct job big = {.workers = w.addr, .shuffle = 1,
+			  .partitions = parts, .maps = 1, .records = 2 * parts,
+			  .st = statuses(1)};
+	push_all(&big);
+	double t1 = now_s();
+	unsigned after_commit = fd_count(w.pid, NULL, NULL);
+	verify(&big, 1);
+	double t2 = now_s();
+	/* Unlinking 100,000 files takes seconds on a disk, tens of them on
+	 * a busy one. */
+	th_ok(ush_net_drop(w.addr, big.shuffle, 180000));
+	job_free(&big);
+	double t3 = now_s();
+	print_message("%u partitions: push and commit %.1f s, read back "
+		      "%.1f s, drop %.1f s; worker fds: %u idle, %u after "
+		      "the commit\n", parts, t1 - t0, t2 - t1, t3 - t2, idle,
+		      after_commit);
+
+	env = getenv("USH_TEST_SHUFFLES");
+	unsigned n = env ? (unsigned)atoi(env) : 2000;
+	for (unsigned i = 0; i < n; i++) {
+		struct job j = {.workers = w.addr, .shuffle = 100 + i,
+				.partitions = 16, .maps = 1, .records = 64,
+				.st = statuses(1)};
+		push_all(&j);
+		verify(&j, 1);
+		th_ok(ush_net_drop(w.addr, j.shuffle, 0));
+		job_free(&j);
+	}
+	double t4 = now_s();
+	unsigned end = fd_count(w.pid, NULL, NULL);
+	atomic_store(&s.stop, 1);
+	pthread_join(s.tid, NULL);
+	print_message("%u small shuffles pushed, read and dropped in %.1f s; "
+		      "worker fds: at most %u of RLIMIT_NOFILE %u, %u of them "
+		      "shuffle files (%u samples), %u at the end\n", n, t4 - t3,
+		      atomic_load(&s.max), NOFILE, atomic_load(&s.max_data),
+		      atomic_load(&s.samples), end);
+	/* Over thousands of shuffles a leak would reach the limit too. */
+	assert_true(atomic_load(&s.max) < NOFILE);
+	/* The default budget, a quarter of the limit, and one file per
+	 * stream of the 4 reader threads verify() runs (FETCH opens its
+	 * files outside the budget). */
+	assert_true(atomic_load(&s.max_data) <= NOFILE / 4 + 4);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
+/* ------------------------------------------------- a failed write */
+
+static void write_file(const char *path, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	uint8_t *b = calloc(1, n);
+	assert_non_null(b);
+	assert_int_equal(write(fd, b, n), (ssize_t)n);
+	close(fd);
+	free(b);
+}
+
+static char mounted[512];
+
+static int unmount(void **state)
+{
+	(void)state;
+	if (mounted[0])
+		umount2(mounted, MNT_DETACH);
+	mounted[0] = 0;
+	return 0;
+}
+
+static void failed_write_scoped(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storefull"));
+	if (mount("tmpfs", w.dir, "tmpfs", 0, "size=2m,mode=0755")) {
+		print_message("skipped: cannot mount a 2 MiB tmpfs at %s "
+			      "(%s): needs CAP_SYS_ADMIN\n", w.dir,
+			      strerror(errno));
+		th_rmrf(w.dir);
+		skip();
+	}
+	snprintf(mounted, sizeof(mounted), "%s", w.dir);
+	/* Ballast leaves about half a MiB free. */
+	char ballast[600];
+	snprintf(ballast, sizeof(ballast), "%s/ballast", w.dir);
+	write_file(ballast, 1536u << 10);
+	/* One thread: every shuffle shares its files' thread. */
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+
+	struct job full = {.workers = w.addr, .shuffle = 1, .partitions = 4,
+			   .maps = 2, .records = 20000, .st = statuses(2)};
+	int ret = push(&full, 0, 0);
+	print_message("shuffle 1 on a full file system: %s: %s\n",
+		      ush_err_name(ret), last_msg);
+	assert_int_not_equal(ret, 0);
+	if (!strstr(last_msg, "No space left on device"))
+		fail_msg("the error does not say why: %s", last_msg);
+
+	/* Space freed, shuffle 1 still there (not dropped): other
+	 * shuffles commit on the same thread. */
+	assert_int_equal(unlink(ballast), 0);
+	struct job other = {.workers = w.addr, .shuffle = 2, .partitions = 4,
+			    .maps = 2, .records = 2000, .st = statuses(2)};
+	push_all(&other);
+	verify(&other, 1);
+
+	/* Shuffle 1's files have a failed write: it commits no more on
+	 * this thread, until it is dropped. */
+	ret = push(&full, 1, 0);
+	print_message("shuffle 1 again: %s: %s\n", ush_err_name(ret),
+		      last_msg);
+	assert_int_not_equal(ret, 0);
+	th_ok(ush_net_drop(w.addr, full.shuffle, 0));
+	full.records = 2000;
+	push_all(&full);
+	verify(&full, 1);
+	verify(&other, 1);
+	job_free(&full);
+	job_free(&other);
+	th_worker_stop(&w);
+	if (umount2(w.dir, 0))
+		fail_msg("umount %s: %s", w.dir, strerror(errno));
+	mounted[0] = 0;
+	th_rmrf(w.dir);
+}
+
+/* ------------------------------------------- restart, other options */
+
+/* Files of s<shuffle> written by a thread numbered from `from` up. */
+static unsigned files_of_threads(const char *dir, uint32_t shuffle,
+				 unsigned from)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	unsigned n = 0, p, t;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (sscanf(de->d_name, "p%u.t%u.data", &p, &t) == 2 &&
+		    t >= from)
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Files of s<shuffle> whose size is a multiple of 4 KiB. */
+static unsigned aligned_files(const char *dir, uint32_t shuffle)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	unsigned n = 0;
+	struct dirent *de;
+	struct stat st;
+	while ((de = readdir(d)))
+		if (de->d_name[0] == 'p' &&
+		    !fstatat(dirfd(d), de->d_name, &st, 0) &&
+		    st.st_size % 4096 == 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void restart_other_options(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storeopts"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 4);
+	/* Frames over 1 MiB, from 8 writers: some land on threads 1-3. */
+	struct job a = {.workers = w.addr, .shuffle = 3, .partitions = 5,
+			.map0 = 0, .maps = 8, .records = 12,
+			.big = 1100u << 10, .st = statuses(8)};
+	push_all(&a);
+	verify(&a, 1);
+	th_worker_stop(&w);
+	unsigned high = files_of_threads(w.dir, a.shuffle, 1);
+	print_message("%u files of threads 1-3\n", high);
+	assert_true(high > 0);
+
+	/* One thread, frames up to 1 MiB, O_DIRECT, a 1 MiB pool. */
+	int port = w.port;
+	w.more[0] = "--max-frame=1M";
+	w.more[1] = "--direct=1";
+	w.more[2] = "--pool=1M";
+	th_worker_spawn(&w, "127.0.0.1", port, 1);
+	verify(&a, 1);
+	struct job b = {.workers = w.addr, .shuffle = 3, .partitions = 5,
+			.map0 = 8, .maps = 2, .records = 3000,
+			.st = statuses(2)};
+	push_all(&b);
+	struct job ab[] = {a, b};
+	verify(ab, 2);
+	/* A shuffle whose files are new: O_DIRECT from the start, its
+	 * partial flushes padded with PAD frames. */
+	struct job d = {.workers = w.addr, .shuffle = 4, .partitions = 3,
+			.map0 = 0, .maps = 1, .records = 500,
+			.st = statuses(1)};
+	push_all(&d);
+	th_worker_stop(&w);
+	print_message("s4 after the O_DIRECT run: %u of %u files of a whole "
+		      "number of 4 KiB blocks\n", aligned_files(w.dir, 4),
+		      files_of_threads(w.dir, 4, 0));
+
+	/* Back to the defaults, two threads. */
+	memset(w.more, 0, sizeof(w.more));
+	th_worker_spawn(&w, "127.0.0.1", port, 2);
+	verify(ab, 2);
+	struct job c = {.workers = w.addr, .shuffle = 3, .partitions = 5,
+			.map0 = 10, .maps = 2, .records = 8,
+			.big = 1100u << 10, .st = statuses(2)};
+	push_all(&c);
+	struct job abc[] = {a, b, c};
+	verify(abc, 3);
+	/* Buffered appends after the PAD frames. */
+	verify(&d, 1);
+	struct job d1 = d;
+	d1.workers = w.addr;
+	d1.map0 = 1;
+	d1.st = statuses(1);
+	push_all(&d1);
+	struct job dd[] = {d, d1};
+	verify(dd, 2);
+	th_worker_stop(&w);
+	job_free(&a);
+	job_free(&b);
+	job_free(&c);
+	job_free(&d);
+	job_free(&d1);
+	th_rmrf(w.dir);
+}
+
+/* ------------------------------------------------------- symlinks */
+
+static unsigned entries(const char *path)
+{
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	unsigned n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void expect_refusal(int ret, const char *msg, const char *what)
+{
+	print_message("%s: %s: %s\n", what, ush_err_name(ret), msg);
+	if (!ret)
+		fail_msg("%s succeeded through a symbolic link", what);
+	if (!strstr(msg, "symbolic link"))
+		fail_msg("%s: the error does not say why: %s", what, msg);
+}
+
+/* A stream may fail at its first frame rather than at the open: its
+ * error, or 0. */
+static int first_record(ush_reader *r)
+{
+	const void *rec;
+	size_t len;
+	int ret = ush_reader_next(r, &rec, &len);
+	return ret < 0 ? ret : 0;
+}
+
+/* A worker whose kernel lacks openat2: seccomp answers ENOSYS. */
+static void no_openat2(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		_exit(125);
+}
+
+static void symlinks(void (*child_setup)(void))
+{
+	char out[PATH_MAX], path[PATH_MAX + 100], target[PATH_MAX + 100];
+	/* Links need absolute targets: th_tmpdir() may be relative. */
+	assert_non_null(realpath(th_tmpdir("outside"), out));
+	snprintf(path, sizeof(path), "%s/canary", out);
+	write_file(path, 100);
+	struct th_worker w = {.child_setup = child_setup};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storelink"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+
+	/* A shuffle directory that is a link elsewhere: writes refused,
+	 * DROP deletes nothing there. */
+	snprintf(path, sizeof(path), "%s/s7", w.dir);
+	assert_int_equal(symlink(out, path), 0);
+	struct job j7 = {.workers = w.addr, .shuffle = 7, .partitions = 2,
+			 .maps = 1, .records = 100, .st = statuses(1)};
+	expect_refusal(push(&j7, 0, 0), last_msg, "a push into s7 -> outside");
+	assert_int_equal(entries(out), 1);
+	th_ok(ush_net_drop(w.addr, 7, 0));
+	assert_int_equal(entries(out), 1);
+	job_free(&j7);
+
+	/* Committed shuffles 8 and 9, then, with the worker down, s8
+	 * moved out and linked back, and s9's partition 0 file replaced by
+	 * a link to a file outside. */
+	struct job j8 = {.workers = w.addr, .shuffle = 8, .partitions = 2,
+			 .maps = 1, .records = 100, .st = statuses(1)};
+	struct job j9 = j8;
+	j9.shuffle = 9;
+	j9.maps = 2;
+	j9.st = statuses(2);
+	push_all(&j8);
+	j9.maps = 1;
+	push_all(&j9);
+	j9.maps = 2;
+	th_worker_stop(&w);
+	snprintf(path, sizeof(path), "%s/s8", w.dir);
+	snprintf(target, sizeof(target), "%s/s8", out);
+	assert_int_equal(rename(path, target), 0);
+	assert_int_equal(symlink(target, path), 0);
+	unsigned n8 = entries(target);
+	snprintf(target, sizeof(target), "%s/victim", out);
+	write_file(target, 4096);
+	snprintf(path, sizeof(path), "%s/s9/p0.t0.data", w.dir);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(symlink(target, path), 0);
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+
+	ush_reader *r = NULL;
+	int ret = th_reader_open(&r, j8.st, 1, 0, 0);
+	if (!ret)
+		ret = first_record(r);
+	expect_refusal(ret, ush_last_error(), "a read of s8 -> outside");
+	ush_reader_free(r);
+	r = NULL;
+	ret = th_reader_open(&r, j9.st, 1, 0, 0);
+	if (!ret)
+		ret = first_record(r);
+	expect_refusal(ret, ush_last_error(),
+		       "a read of s9/p0.t0.data -> outside");
+	ush_reader_free(r);
+	expect_refusal(push(&j9, 1, 0), last_msg,
+		       "a push into s9/p0.t0.data -> outside");
+	struct stat st;
+	assert_int_equal(stat(target, &st), 0);
+	assert_int_equal(st.st_size, 4096);
+
+	/* Partition 1 of shuffle 9 is a plain file: still served. */
+	r = NULL;
+	th_ok(th_reader_open(&r, j9.st, 1, 1, 0));
+	const void *rec;
+	size_t len;
+	unsigned nrec = 0;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+		nrec++;
+	th_ok(ret);
+	assert_int_equal(nrec, j9.records / 2);
+	ush_reader_free(r);
+
+	th_ok(ush_net_drop(w.addr, 8, 0));
+	th_ok(ush_net_drop(w.addr, 9, 0));
+	snprintf(path, sizeof(path), "%s/s8", out);
+	assert_int_equal(entries(path), n8);
+	assert_int_equal(stat(target, &st), 0);
+	assert_int_equal(st.st_size, 4096);
+	snprintf(path, sizeof(path), "%s/canary", out);
+	assert_int_equal(stat(path, &st), 0);
+	job_free(&j8);
+	job_free(&j9);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	th_rmrf(out);
+}
+
+static void symlinks_not_followed(void **state)
+{
+	(void)state;
+	symlinks(NULL);
+}
+
+/* The same where the worker falls back to O_NOFOLLOW at each step. */
+static void symlinks_not_followed_without_openat2(void **state)
+{
+	(void)state;
+	symlinks(no_openat2);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	/* One test by name: USH_TEST_FILTER=open_files_bounded. */
+	if (getenv("USH_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("USH_TEST_FILTER"));
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(symlinks_not_followed),
+		cmocka_unit_test(symlinks_not_followed_without_openat2),
+		cmocka_unit_test(restart_other_options),
+		cmocka_unit_test_teardown(failed_write_scoped, unmount),
+		cmocka_unit_test(open_files_bounded),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
