@@ -246,7 +246,7 @@ static void writer_reply_too_large(void **state)
 	close(fk.lfd);
 }
 
-/* ush_net_drop reads the reply into a buffer sized for an ERROR: a larger
+/* ush_shuffle_drop reads the reply into a buffer sized for an ERROR: a larger
  * control frame is refused, not read past the buffer's end. */
 static void drop_reply_too_large(void **state)
 {
@@ -322,6 +322,45 @@ static void drop_after_second_worker(void **state)
 	th_rmrf(d2);
 }
 
+/* A DROP (and a heartbeat, the same request path) goes to every worker of
+ * the list even when one of them is down: the error names the dead one,
+ * and the live one has dropped the shuffle. A heartbeat that stopped at
+ * the first dead worker let the live ones expire the application. */
+static void drop_past_dead_worker(void **state)
+{
+	(void)state;
+	char d[512], a[64] = "", list[160];
+	snprintf(d, sizeof(d), "%s", th_tmpdir("admindead"));
+	ush_worker *wk = inproc_worker(d, a, sizeof(a));
+	int s = socket(AF_INET, SOCK_STREAM, 0); /* a port nobody listens on */
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
+	close(s);
+	char dead[64];
+	snprintf(dead, sizeof(dead), "127.0.0.1:%d", ntohs(sa.sin_port));
+	snprintf(list, sizeof(list), "%s,%s", dead, a);
+	struct ush_status st[1] = {{0}};
+	struct th_job j = {.workers = a, .shuffle = 5, .partitions = 4,
+			   .maps = 1, .records = 100, .statuses = st};
+	th_ok(th_push_map(&j, 0, 0, NULL));
+	assert_int_equal(ush_app_heartbeat(list, NULL, 2000), -ECONNREFUSED);
+	assert_int_equal(ush_shuffle_drop(list, NULL, 5, 2000), -ECONNREFUSED);
+	if (!strstr(ush_last_error(), dead))
+		fail_msg("the error does not name %s: %s", dead,
+			 ush_last_error());
+	ush_reader *r;
+	int ret = th_reader_open(&r, st, 1, 0, 0);
+	if (!ret)
+		ush_reader_free(r);
+	assert_int_equal(ret, USH_ENOTCOMMITTED);
+	th_job_free(&j);
+	ush_worker_free(wk);
+	th_rmrf(d);
+}
+
 /* Each worker connection holds an armed receive op for good: a ring
  * whose iodepth leaves no op for sends must be refused at open, not hang
  * the first send waiting for a reply that needs data first. */
@@ -372,6 +411,7 @@ int main(void)
 		cmocka_unit_test(writer_reply_too_large),
 		cmocka_unit_test(drop_after_second_worker),
 		cmocka_unit_test(iodepth_below_workers),
+		cmocka_unit_test(drop_past_dead_worker),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
