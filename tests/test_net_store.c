@@ -355,7 +355,7 @@ static void open_files_bounded(void **state)
 	double t2 = now_s();
 	/* Unlinking 100,000 files takes seconds on a disk, tens of them on
 	 * a busy one. */
-	th_ok(ush_net_drop(w.addr, big.shuffle, 180000));
+	th_ok(ush_shuffle_drop(w.addr, NULL, big.shuffle, 180000));
 	job_free(&big);
 	double t3 = now_s();
 	print_message("%u partitions: push and commit %.1f s, read back "
@@ -371,7 +371,7 @@ static void open_files_bounded(void **state)
 				.st = statuses(1)};
 		push_all(&j);
 		verify(&j, 1);
-		th_ok(ush_net_drop(w.addr, j.shuffle, 0));
+		th_ok(ush_shuffle_drop(w.addr, NULL, j.shuffle, 0));
 		job_free(&j);
 	}
 	double t4 = now_s();
@@ -460,7 +460,7 @@ static void failed_write_scoped(void **state)
 	print_message("shuffle 1 again: %s: %s\n", ush_err_name(ret),
 		      last_msg);
 	assert_int_not_equal(ret, 0);
-	th_ok(ush_net_drop(w.addr, full.shuffle, 0));
+	th_ok(ush_shuffle_drop(w.addr, NULL, full.shuffle, 0));
 	full.records = 2000;
 	push_all(&full);
 	verify(&full, 1);
@@ -650,7 +650,7 @@ static void symlinks(void (*child_setup)(void))
 			 .maps = 1, .records = 100, .st = statuses(1)};
 	expect_refusal(push(&j7, 0, 0), last_msg, "a push into s7 -> outside");
 	assert_int_equal(entries(out), 1);
-	th_ok(ush_net_drop(w.addr, 7, 0));
+	th_ok(ush_shuffle_drop(w.addr, NULL, 7, 0));
 	assert_int_equal(entries(out), 1);
 	job_free(&j7);
 
@@ -711,8 +711,8 @@ static void symlinks(void (*child_setup)(void))
 	assert_int_equal(nrec, j9.records / 2);
 	ush_reader_free(r);
 
-	th_ok(ush_net_drop(w.addr, 8, 0));
-	th_ok(ush_net_drop(w.addr, 9, 0));
+	th_ok(ush_shuffle_drop(w.addr, NULL, 8, 0));
+	th_ok(ush_shuffle_drop(w.addr, NULL, 9, 0));
 	snprintf(path, sizeof(path), "%s/s8", out);
 	assert_int_equal(entries(path), n8);
 	assert_int_equal(stat(target, &st), 0);

@@ -222,7 +222,10 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 }
 
 /* Sends one admin request (frame req of n bytes, named what) to every
- * worker of the list as app, and waits for each one's ACK. */
+ * worker of the list as app, and waits for each one's ACK. A worker that
+ * fails does not keep the request from the others (a heartbeat that
+ * stopped at a dead worker would let the live ones expire the
+ * application); the first error is returned, and its message kept. */
 static int admin_all(const char *workers, const char *app,
 		     const uint8_t *req, size_t n, const char *what,
 		     uint32_t timeout_ms)
@@ -239,28 +242,35 @@ static int admin_all(const char *workers, const char *app,
 			 workers);
 	else if (ret >= 0)
 		ret = 0;
+	int first = ret;
+	char msg[512] = "";
 	for (unsigned i = 0; !ret && i < nw; i++) {
 		struct proto_hello h;
 		int fd = net_dial(peers[i], &admin,
 				  timeout_ms ? timeout_ms : USHI_NET_TIMEOUT_MS,
 				  &h);
-		if (fd < 0) {
-			ret = fd;
-			break;
+		int r = fd < 0 ? fd : 0;
+		if (fd >= 0) {
+			uint8_t b[USHI_PROTO_ERROR_SIZE];
+			struct ushi_frame f;
+			r = net_write(fd, req, n);
+			if (r)
+				ushi_fail(r, "net: worker %s: sending %s",
+					 peers[i], what);
+			else
+				r = read_reply(fd, peers[i], what,
+					       USHI_FRAME_ACK, b, &f);
+			close(fd);
 		}
-		uint8_t b[USHI_PROTO_ERROR_SIZE];
-		struct ushi_frame f;
-		ret = net_write(fd, req, n);
-		if (ret)
-			ushi_fail(ret, "net: worker %s: sending %s", peers[i],
-				 what);
-		else
-			ret = read_reply(fd, peers[i], what, USHI_FRAME_ACK, b,
-					 &f);
-		close(fd);
+		if (r && !first) {
+			first = r;
+			snprintf(msg, sizeof(msg), "%s", ush_last_error());
+		}
 	}
 	ushi_free(peers);
-	return ret;
+	if (first && *msg)
+		ushi_fail(first, "%s", msg);
+	return first;
 }
 
 int ush_shuffle_drop(const char *workers, const char *app, uint32_t shuffle,

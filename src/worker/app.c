@@ -133,13 +133,18 @@ void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
 void wk_app_expire(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
-	uint64_t now = ushi_now_ns(), ttl = wk->o.app_ttl_ms * 1000000ull;
+	uint64_t ttl = wk->o.app_ttl_ms * 1000000ull;
 	uint32_t gone[64];
 	size_t ngone = 0;
 	char app[USHI_PROTO_APP_MAX + 1] = "";
 	pthread_mutex_lock(&wk->lock);
+	/* Read under the lock: a HELLO that another thread handled while
+	 * this one waited for it stamps a later time than a clock read
+	 * before, and the difference must not wrap into "expired". */
+	uint64_t now = ushi_now_ns();
 	for (size_t i = 0; i < wk->napps && !*app; i++)
-		if (now - wk->apps[i].seen_ns > ttl)
+		if (now > wk->apps[i].seen_ns &&
+		    now - wk->apps[i].seen_ns > ttl)
 			memcpy(app, wk->apps[i].id, sizeof(app));
 	/* A bounded batch per tick: the lock is shared with every thread. */
 	int err = 0;
