@@ -15,7 +15,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
-           "scaling", "partitions"]
+           "scaling", "partitions", "small_jobs", "restart"]
 
 
 def log(msg):
@@ -276,9 +276,66 @@ def t_parts(res, m):
                   ""], rows), note
 
 
+def t_small_jobs(res, m):
+    ps, p99, cpu = (res["median_per_s"], res["median_p99_us"],
+                    res["median_cpu_us"])
+    rows = [["shuffles per second", f"{ps['none']:.1f}",
+             f"{ps['heartbeat']:.1f}",
+             f"{ps['heartbeat'] / ps['none']:.2f}×", "—", ""],
+            ["job latency p99", f"{p99['none'] / 1000:.1f} ms",
+             f"{p99['heartbeat'] / 1000:.1f} ms",
+             f"{p99['heartbeat'] / p99['none']:.2f}×", "—", ""],
+            ["CPU per shuffle (client + worker)",
+             f"{cpu['none'] / 1000:.2f} ms",
+             f"{cpu['heartbeat'] / 1000:.2f} ms",
+             f"{cpu['heartbeat'] / cpu['none']:.2f}×", "—", ""]]
+    cmd = res["data"]["none"][0]["cmd"].split(" --workers")[0]
+    note = (f"Baseline: jobs without heartbeats; then a heartbeat "
+            f"(ush_app_heartbeat) before every job. Each job: 1 map × "
+            f"{res['partitions']} partitions ({res['records']} records of "
+            f"{res['record_size']} B) written, committed, every partition "
+            f"read back and checked, dropped; {res['jobs']} jobs per run "
+            f"against one `ushuffled --direct=1` on the scratch disk, "
+            f"{res['rounds']} alternating rounds (`{os.path.basename(cmd)}"
+            f" --workers=… --jobs={res['jobs']} [--heartbeat-every=1]`).")
+    return table(["measure", "baseline (no heartbeat)",
+                  "with a heartbeat per job", "ratio", "target", ""],
+                 rows), note
+
+
+def t_restart(res, m):
+    rows = []
+    ns = res["history"]
+    t0 = res["median_total_ms"][str(ns[0])]
+    for n in ns:
+        b = res["built"][str(n)]
+        t = res["median_total_ms"][str(n)]
+        last = n == ns[-1]
+        rows.append([f"{n:,} shuffles of history (logs "
+                     f"{(b['log_bytes'] + b['snap_bytes']) / 1024:,.0f} KiB)",
+                     f"{t0:.1f} ms",
+                     f"{t:.1f} ms (replay "
+                     f"{res['median_create_ms'][str(n)]:.1f} ms, start "
+                     f"{res['median_start_ms'][str(n)]:.1f} ms)",
+                     f"{t / t0:.2f}×",
+                     "≤ 1.5× (flat)" if last else "—",
+                     met(t / t0 <= 1.5) if last else ""])
+    note = (f"Baseline: a directory with no history. Restart = "
+            f"ush_worker_create (lock, bind, replay of the commit logs, "
+            f"sweep) + ush_worker_start (threads: rings, pools, buffers), "
+            f"timed in `ush_bench_restart` on a directory whose worker ran "
+            f"N shuffles (1 map × 4 partitions, committed, then dropped: "
+            f"three log records each) and stopped; medians of "
+            f"{res['rounds']} alternating rounds of 5 restarts. Logs: the "
+            f"commit logs and their snapshot after the history.")
+    return table(["history", "baseline (N = 0)", "restart", "ratio",
+                  "target", ""], rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
-          "scaling": t_scaling, "partitions": t_parts}
+          "scaling": t_scaling, "partitions": t_parts,
+          "small_jobs": t_small_jobs, "restart": t_restart}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -286,7 +343,9 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "net": "5. Push to a worker",
           "codec": "6. Codec cost",
           "scaling": "7. Scaling",
-          "partitions": "8. Many partitions"}
+          "partitions": "8. Many partitions",
+          "small_jobs": "9. Small jobs",
+          "restart": "10. Restart time vs commit-log history"}
 
 
 def gnuplot(script, png, dat):
