@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 
 #define TIMEOUT_MS 2000u
@@ -361,6 +362,71 @@ static void drop_past_dead_worker(void **state)
 	th_rmrf(d);
 }
 
+/* A compaction of the commit log keeps every record appended before it,
+ * the one whose append set it off included: that record used to be
+ * appended, then the live state (which its caller had not yet updated)
+ * written as the snapshot and the log truncated, so a commit or claim
+ * acknowledged then was gone at the next restart. The log is padded to
+ * just under the compaction size (1 MiB) with copies of real records,
+ * which replay applies harmlessly; then shuffles are committed, never
+ * dropped, so that every record is a claim or a commit, until the log
+ * shrinks; after a restart every one of them reads back. */
+#define COMPACT_SHUFFLES 200
+static void compaction_keeps_the_last_record(void **state)
+{
+	(void)state;
+	char d[512], a[64] = "", log[600];
+	snprintf(d, sizeof(d), "%s", th_tmpdir("compact"));
+	snprintf(log, sizeof(log), "%s/commit.t0.log", d);
+	ush_worker *wk = inproc_worker(d, a, sizeof(a));
+	struct ush_status st0[1] = {{0}};
+	struct th_job j0 = {.workers = a, .shuffle = 1000, .partitions = 2,
+			    .maps = 1, .records = 10, .statuses = st0};
+	th_ok(th_push_map(&j0, 0, 0, NULL));
+	th_ok(ush_shuffle_drop(a, NULL, 1000, 0));
+	th_job_free(&j0);
+	ush_worker_free(wk);
+	size_t n;
+	uint8_t *recs = th_read_file(log, &n); /* claim, commit, drop */
+	assert_true(n > 0);
+	int fd = open(log, O_WRONLY | O_APPEND);
+	assert_true(fd >= 0);
+	for (size_t have = n; have + n <= (1u << 20) - (8u << 10); have += n)
+		assert_int_equal(write(fd, recs, n), (ssize_t)n);
+	close(fd);
+	free(recs);
+
+	wk = inproc_worker(d, a, sizeof(a)); /* same port */
+	static struct ush_status st[COMPACT_SHUFFLES];
+	static struct th_job j[COMPACT_SHUFFLES];
+	struct stat sb;
+	assert_int_equal(stat(log, &sb), 0);
+	off_t last = sb.st_size;
+	bool compacted = false;
+	unsigned k;
+	for (k = 0; k < COMPACT_SHUFFLES && !compacted; k++) {
+		st[k] = (struct ush_status){0};
+		j[k] = (struct th_job){.workers = a, .shuffle = 1 + k,
+			.partitions = 2, .maps = 1, .records = 10,
+			.statuses = &st[k]};
+		th_ok(th_push_map(&j[k], 0, 0, NULL));
+		assert_int_equal(stat(log, &sb), 0);
+		compacted = sb.st_size < last;
+		last = sb.st_size;
+	}
+	if (!compacted)
+		fail_msg("no compaction after %u shuffles past a log of "
+			 "1 MiB - 8 KiB", k);
+	ush_worker_free(wk);
+	wk = inproc_worker(d, a, sizeof(a));
+	for (unsigned i = 0; i < k; i++) {
+		th_verify(&j[i]);
+		th_job_free(&j[i]);
+	}
+	ush_worker_free(wk);
+	th_rmrf(d);
+}
+
 /* Each worker connection holds an armed receive op for good: a ring
  * whose iodepth leaves no op for sends must be refused at open, not hang
  * the first send waiting for a reply that needs data first. */
@@ -412,6 +478,7 @@ int main(void)
 		cmocka_unit_test(drop_after_second_worker),
 		cmocka_unit_test(iodepth_below_workers),
 		cmocka_unit_test(drop_past_dead_worker),
+		cmocka_unit_test(compaction_keeps_the_last_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -207,6 +207,16 @@ static int compact(struct ush_worker *wk)
 int wk_log_append(struct wk_thread *t, const struct wk_rec *r)
 {
 	struct ush_worker *wk = t->wk;
+	/* Compact before this record, never right after one: a caller
+	 * applies its record to memory only once it is logged, so a snapshot
+	 * of memory taken inside the append would miss the record that the
+	 * truncated logs no longer hold (a commit acknowledged, then lost at
+	 * the next restart). Every record appended before this call has
+	 * been applied: each caller holds wk->lock from its append through
+	 * its apply. */
+	size_t live = wk->natt + wk->nowners;
+	if (wk->log_bytes > COMPACT_MIN && wk->log_bytes > 4 * REC * live)
+		compact(wk); /* a failure is logged; the appends stand */
 	uint8_t b[REC];
 	rec_put(b, r, atomic_fetch_add(&next_lsn, 1));
 	int ret = pwrite_all(t->log_fd, b, REC, t->log_off);
@@ -216,9 +226,6 @@ int wk_log_append(struct wk_thread *t, const struct wk_rec *r)
 		return ret;
 	t->log_off += REC;
 	wk->log_bytes += REC;
-	size_t live = wk->natt + wk->nowners;
-	if (wk->log_bytes > COMPACT_MIN && wk->log_bytes > 4 * REC * live)
-		compact(wk); /* a failure is logged; the appends stand */
 	return 0;
 }
 
