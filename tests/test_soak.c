@@ -29,7 +29,8 @@
  * long the test waits for something that must happen; no assertion is
  * about how fast anything is.
  *
- * Knobs (environment, default): USH_SOAK_SHUFFLES (2000) shuffles in all;
+ * Knobs (environment, default): USH_SOAK_SHUFFLES (2000; 1000 in a
+ * sanitizer build, which runs about twice as long) shuffles in all;
  * USH_SOAK_CLIENTS (4) client threads; USH_SOAK_MAX_PARTS (2000) largest
  * partition count; USH_SOAK_KILL_MS (4000) between kills, 0 for none
  * (a restart gives every application a full TTL again: a worker killed
@@ -65,6 +66,11 @@
 #define WAIT_UP_S 60     /* a killed worker is back within this */
 #define EXPIRY_S 120     /* abandoned shuffles are gone within this */
 #define OP_TIMEOUT_MS 10000u
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SHUFFLES 1000
+#else
+#define SHUFFLES 2000
+#endif
 
 /* Bounds at the end against the start (see the file's top). A worker
  * thread's flush pool (32 MiB by default) and receive buffers (16 MiB)
@@ -864,7 +870,7 @@ static void soak(void **state)
 {
 	(void)state;
 	K = (struct knobs){
-		.shuffles = knob("USH_SOAK_SHUFFLES", 2000),
+		.shuffles = knob("USH_SOAK_SHUFFLES", SHUFFLES),
 		.clients = knob("USH_SOAK_CLIENTS", 4),
 		.max_parts = knob("USH_SOAK_MAX_PARTS", 2000),
 		.kill_ms = knob("USH_SOAK_KILL_MS", 4000),
