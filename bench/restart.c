@@ -70,7 +70,8 @@ static void *client(void *arg)
 	if (ret) {
 		int zero = 0;
 		if (atomic_compare_exchange_strong(&h->err, &zero, ret))
-			snprintf(h->msg, sizeof(h->msg), "%s", ush_last_error());
+			snprintf(h->msg, sizeof(h->msg), "%s",
+				 ush_last_error());
 	}
 	ush_ring_free(ring);
 	return NULL;
@@ -201,7 +202,8 @@ int main(int argc, char **argv)
 		       "\"partitions\": %u, \"history_s\": %.3f, "
 		       "\"log_bytes\": %llu, \"snap_bytes\": %llu, "
 		       "\"restarts\": %u, \"create_ms_median\": %.3f, "
-		       "\"start_ms_median\": %.3f, \"total_ms_median\": %.3f}\n",
+		       "\"start_ms_median\": %.3f, "
+		       "\"total_ms_median\": %.3f}\n",
 		       n, parts, hist_s, (unsigned long long)logs,
 		       (unsigned long long)snap, restarts, mc, ms, mt);
 	else

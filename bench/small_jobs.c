@@ -86,7 +86,8 @@ static int job(ush_ring *ring, const struct cfg *c, uint32_t j,
 		while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
 			uint32_t h[2];
 			memcpy(h, rec, sizeof(h));
-			if (len != c->rec_len || h[0] != j || h[1] % c->parts != p ||
+			if (len != c->rec_len || h[0] != j ||
+			    h[1] % c->parts != p ||
 			    memcmp(rec, exp, rec_of(exp, j, h[1], len))) {
 				fprintf(stderr, "%s: job %u partition %u: a "
 					"record differs\n", PROG, j, p);

@@ -29,14 +29,18 @@
  * long the test waits for something that must happen; no assertion is
  * about how fast anything is.
  *
- * Knobs (environment, default): USH_SOAK_SHUFFLES (2000) shuffles in all;
+ * Knobs (environment, default): USH_SOAK_SHUFFLES (2000; 1000 in a
+ * sanitizer build, which runs about twice as long) shuffles in all;
  * USH_SOAK_CLIENTS (4) client threads; USH_SOAK_MAX_PARTS (2000) largest
- * partition count; USH_SOAK_KILL_MS (3000) between kills, 0 for none;
+ * partition count; USH_SOAK_KILL_MS (4000) between kills, 0 for none
+ * (a restart gives every application a full TTL again: a worker killed
+ * more often than every TTL + 1 s expires nothing while the kills go
+ * on, and expires one application a second afterwards);
  * USH_SOAK_TTL_MS (5000) the workers' --app-ttl (a worker thread blocks
  * in the fdatasyncs of a commit, a second or more for a large shuffle
- * here, before it reads the heartbeats that came meanwhile); USH_SOAK_NOFILE (1024)
- * the workers' RLIMIT_NOFILE; USH_SOAK_THREADS (2) threads per worker;
- * USH_SOAK_SEED (1).
+ * here, before it reads the heartbeats that came meanwhile);
+ * USH_SOAK_NOFILE (1024) the workers' RLIMIT_NOFILE; USH_SOAK_THREADS (2)
+ * threads per worker; USH_SOAK_SEED (1).
  */
 #include "net_helpers.h"
 
@@ -51,7 +55,7 @@
 #define MAX_CLIENTS 16
 #define MAX_MAPS 3
 #define DEFER 4          /* shuffles a client keeps before it drops one */
-#define ABANDON_EVERY 50 /* one shuffle in this many is abandoned */
+#define ABANDON_EVERY 100 /* one shuffle in this many is abandoned */
 #define MAX_TRIES 20     /* pushes of one shuffle, from scratch */
 #define MAX_READS 50     /* reads of one partition */
 #define PUSH_SIZE (16u << 10)
@@ -62,6 +66,11 @@
 #define WAIT_UP_S 60     /* a killed worker is back within this */
 #define EXPIRY_S 120     /* abandoned shuffles are gone within this */
 #define OP_TIMEOUT_MS 10000u
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SHUFFLES 1000
+#else
+#define SHUFFLES 2000
+#endif
 
 /* Bounds at the end against the start (see the file's top). A worker
  * thread's flush pool (32 MiB by default) and receive buffers (16 MiB)
@@ -112,11 +121,13 @@ static size_t rec_make(uint8_t *b, uint32_t s, uint32_t m, uint32_t i,
 		       uint32_t tag, size_t len)
 {
 	if (!len)
-		len = REC_HDR + (s * 31u + m * 17u + i * 7u) % (REC_MAX - REC_HDR);
+		len = REC_HDR +
+		      (s * 31u + m * 17u + i * 7u) % (REC_MAX - REC_HDR);
 	uint32_t h[4] = {s, m, i, tag};
 	memcpy(b, h, sizeof(h));
-	th_fill(b + REC_HDR, len - REC_HDR,
-		(uint64_t)s << 40 ^ (uint64_t)m << 32 ^ i ^ (uint64_t)tag << 20);
+	uint64_t seed = (uint64_t)s << 40 ^ (uint64_t)m << 32 ^ i ^
+			(uint64_t)tag << 20;
+	th_fill(b + REC_HDR, len - REC_HDR, seed);
 	return len;
 }
 
@@ -767,8 +778,8 @@ static int du_one(const char *path, const struct stat *st, int flag,
  * its lock, its commit logs and their snapshot (shuffle directories). */
 static void usage_of(const struct th_worker *w, struct usage *u)
 {
-	*u = (struct usage){.fds = count_fds(w->pid), .rss_kib = rss_kib(w->pid),
-			    .cpu_s = cpu_s(w->pid)};
+	*u = (struct usage){.fds = count_fds(w->pid),
+			    .rss_kib = rss_kib(w->pid), .cpu_s = cpu_s(w->pid)};
 	du_bytes = 0;
 	nftw(w->dir, du_one, 16, FTW_PHYS);
 	u->disk_kib = du_bytes / 1024;
@@ -859,10 +870,10 @@ static void soak(void **state)
 {
 	(void)state;
 	K = (struct knobs){
-		.shuffles = knob("USH_SOAK_SHUFFLES", 2000),
+		.shuffles = knob("USH_SOAK_SHUFFLES", SHUFFLES),
 		.clients = knob("USH_SOAK_CLIENTS", 4),
 		.max_parts = knob("USH_SOAK_MAX_PARTS", 2000),
-		.kill_ms = knob("USH_SOAK_KILL_MS", 3000),
+		.kill_ms = knob("USH_SOAK_KILL_MS", 4000),
 		.ttl_ms = knob("USH_SOAK_TTL_MS", 5000),
 		.nofile = knob("USH_SOAK_NOFILE", 1024),
 		.threads = knob("USH_SOAK_THREADS", 2),
@@ -983,9 +994,10 @@ static void soak(void **state)
 		      100.0 * sum.read_ms / (K.clients * (t_run - t0)),
 		      100.0 * sum.drop_ms / (K.clients * (t_run - t0)));
 	for (unsigned i = 0; i < NW; i++)
-		print_message("soak: worker %u (%s): fds %ld -> %ld (half-way "
-			      "%ld), VmRSS %ld -> %ld KiB (half-way %ld), --dir "
-			      "%ld -> %ld KiB, %.1f CPU s%s%s%s\n", i,
+		print_message("soak: worker %u (%s): fds %ld -> %ld "
+			      "(half-way %ld), VmRSS %ld -> %ld KiB (half-way "
+			      "%ld), --dir %ld -> %ld KiB, %.1f CPU s%s%s%s\n",
+			      i,
 			      i ? "killed in turn" : "never killed",
 			      u0[i].fds, u1[i].fds, uh[i].fds, u0[i].rss_kib,
 			      u1[i].rss_kib, uh[i].rss_kib, u0[i].disk_kib,
