@@ -9,7 +9,9 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +161,27 @@ static inline int th_worker_alive(struct th_worker *w)
 {
 	int st;
 	return w->pid > 0 && waitpid(w->pid, &st, WNOHANG) == 0;
+}
+
+/* A raw TCP connection to a worker on loopback, for tests that speak
+ * the protocol by hand. Every wait on it has a 30 s deadline, far beyond
+ * any limit a test sets: a worker that never acts fails the test. */
+static inline int th_raw_connect(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	struct timeval tv = {30, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static inline void th_send_all(int fd, const void *p, size_t n)
+{
+	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
 }
 
 /* Record i of map m: 8 bytes of (m, i), then bytes from th_fill. */

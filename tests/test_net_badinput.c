@@ -14,24 +14,6 @@
 
 static struct th_worker wk;
 
-static int raw_connect(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)wk.port)};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	/* Generous: the worker closes silent peers after 1 s here. */
-	struct timeval tv = {30, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
 /* Each hand-made writer connection names an attempt of its own (of
  * shuffle 77, map 0): one left behind by an earlier connection would be
  * refused (-EEXIST). DATA frames of it carry cur_attempt. */
@@ -44,7 +26,7 @@ static void hello(int fd, uint32_t version)
 	cur_attempt = next_attempt++;
 	struct proto_hello h = {version, USHI_ROLE_WRITER, 0, 0, 77, 0,
 				cur_attempt, "default"};
-	send_all(fd, b, proto_put_hello(b, &h));
+	th_send_all(fd, b, proto_put_hello(b, &h));
 }
 
 /* Reads until EOF: returns 1 if an ERROR frame came (its message in
@@ -113,7 +95,7 @@ static void random_bytes(void **state)
 	(void)state;
 	uint8_t b[65536];
 	th_fill(b, sizeof(b), 42);
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	send(fd, b, sizeof(b), MSG_NOSIGNAL);
 	expect_error(fd, "bad frame header");
 }
@@ -122,10 +104,10 @@ static void truncated_then_close(void **state)
 {
 	(void)state;
 	uint8_t b[2048];
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	hello(fd, USHI_PROTO_VERSION);
 	size_t n = data_frame(b, 1000);
-	send_all(fd, b, n - 500);
+	th_send_all(fd, b, n - 500);
 	shutdown(fd, SHUT_WR);
 	expect_error(fd, NULL);
 }
@@ -139,9 +121,9 @@ static void oversized_length(void **state)
 	/* Lengths patched after the CRC: the bound is checked first. */
 	put_le32(b + 32, 1u << 30);
 	put_le32(b + 36, 1u << 30);
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	hello(fd, USHI_PROTO_VERSION);
-	send_all(fd, b, USH_FRAME_HDR_SIZE);
+	th_send_all(fd, b, USH_FRAME_HDR_SIZE);
 	expect_error(fd, "maximum size");
 	/* A MAPPER_END with a payload (version 1's counts): version 2's
 	 * is a bare header. */
@@ -149,9 +131,9 @@ static void oversized_length(void **state)
 			      .attempt = cur_attempt, .seq = 1ull << 40,
 			      .raw_len = 12, .payload_len = 12};
 	frame_encode(b, &m);
-	fd = raw_connect();
+	fd = th_raw_connect(wk.port);
 	hello(fd, USHI_PROTO_VERSION);
-	send_all(fd, b, USH_FRAME_HDR_SIZE);
+	th_send_all(fd, b, USH_FRAME_HDR_SIZE);
 	expect_error(fd, "MAPPER_END, MANIFEST");
 	/* FETCHes of a bad length: half an attempt, then none at all. */
 	static const uint32_t lens[] = {USHI_PROTO_FETCH_LEN + 4,
@@ -164,9 +146,9 @@ static void oversized_length(void **state)
 		uint8_t hb[USHI_PROTO_SMALL];
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_READER,
 					0, 0, 0, 0, 0, "default"};
-		fd = raw_connect();
-		send_all(fd, hb, proto_put_hello(hb, &h));
-		send_all(fd, b, USH_FRAME_HDR_SIZE);
+		fd = th_raw_connect(wk.port);
+		th_send_all(fd, hb, proto_put_hello(hb, &h));
+		th_send_all(fd, b, USH_FRAME_HDR_SIZE);
 		expect_error(fd, "FETCH length");
 	}
 }
@@ -177,9 +159,9 @@ static void wrong_crc(void **state)
 	uint8_t b[4096];
 	size_t n = data_frame(b, 3000);
 	b[n - 7] ^= 0x20;
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	hello(fd, USHI_PROTO_VERSION);
-	send_all(fd, b, n);
+	th_send_all(fd, b, n);
 	expect_error(fd, "CRC32C mismatch");
 }
 
@@ -189,9 +171,9 @@ static void unknown_type(void **state)
 	uint8_t b[USH_FRAME_HDR_SIZE];
 	struct ushi_frame f = {.type = 42};
 	frame_encode(b, &f);
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	hello(fd, USHI_PROTO_VERSION);
-	send_all(fd, b, sizeof(b));
+	th_send_all(fd, b, sizeof(b));
 	expect_error(fd, "unknown frame type");
 }
 
@@ -199,7 +181,7 @@ static void wrong_version(void **state)
 {
 	(void)state;
 	char msg[600];
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	hello(fd, 99);
 	assert_int_equal(outcome(fd, msg, sizeof(msg)), 1);
 	/* The refusal names both versions. */
@@ -212,15 +194,15 @@ static void data_before_hello(void **state)
 {
 	(void)state;
 	uint8_t b[256];
-	int fd = raw_connect();
-	send_all(fd, b, data_frame(b, 100));
+	int fd = th_raw_connect(wk.port);
+	th_send_all(fd, b, data_frame(b, 100));
 	expect_error(fd, "before HELLO");
 }
 
 static void silent_peer(void **state)
 {
 	(void)state;
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	expect_error(fd, NULL); /* closed (after an ERROR) for silence */
 }
 
@@ -231,7 +213,7 @@ static void frames_of_another_attempt(void **state)
 	(void)state;
 	uint8_t b[256];
 	for (int k = 0; k < 4; k++) {
-		int fd = raw_connect();
+		int fd = th_raw_connect(wk.port);
 		hello(fd, USHI_PROTO_VERSION);
 		size_t n = data_frame(b, 100);
 		struct ushi_frame f;
@@ -246,10 +228,10 @@ static void frames_of_another_attempt(void **state)
 		if (k < 3) {
 			frame_encode(b, &f);
 		} else {
-			send_all(fd, b, n); /* its own attempt: taken */
+			th_send_all(fd, b, n); /* its own attempt: taken */
 			n = proto_put_mapper_end(b, 77, 0, cur_attempt + 1);
 		}
-		send_all(fd, b, n);
+		th_send_all(fd, b, n);
 		expect_error(fd, "from the writer of shuffle 77 map 0");
 	}
 }
@@ -324,15 +306,15 @@ static void raw_push(uint32_t s, uint32_t *sum)
 {
 	uint8_t b[256];
 	uint32_t crc[3];
-	int fd = raw_connect();
+	int fd = th_raw_connect(wk.port);
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
 				0, 0, "default"};
-	send_all(fd, b, proto_put_hello(b, &h));
-	send_all(fd, b, rec_frame(b, s, 0, "first", &crc[0]));
-	send_all(fd, b, rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
-	send_all(fd, b, rec_frame(b, s, 1, "second", &crc[2]));
+	th_send_all(fd, b, proto_put_hello(b, &h));
+	th_send_all(fd, b, rec_frame(b, s, 0, "first", &crc[0]));
+	th_send_all(fd, b, rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
+	th_send_all(fd, b, rec_frame(b, s, 1, "second", &crc[2]));
 	*sum = ~status_sum_add(status_sum_add(USHI_SUM_INIT, crc[0]), crc[2]);
-	send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
+	th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	for (;;) {
 		struct ushi_frame f;
 		struct proto_ack a;
@@ -414,20 +396,20 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	uint32_t crc[3], s = 60;
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
 				0, 0, "default"};
-	int old = raw_connect();
-	send_all(old, b, proto_put_hello(b, &h));
-	send_all(old, b, proto_put_drop(b, s));
+	int old = th_raw_connect(wk.port);
+	th_send_all(old, b, proto_put_hello(b, &h));
+	th_send_all(old, b, proto_put_drop(b, s));
 	wait_ack(old, USHI_ACK_DROP);
-	int now = raw_connect();
-	send_all(now, b, proto_put_hello(b, &h));
-	send_all(now, b, rec_frame(b, s, 0, "good0", &crc[0]));
+	int now = th_raw_connect(wk.port);
+	th_send_all(now, b, proto_put_hello(b, &h));
+	th_send_all(now, b, rec_frame(b, s, 0, "good0", &crc[0]));
 	/* The new writer's HELLO is taken before the old one's frame
 	 * arrives (no reply to wait for on this connection but credit). */
 	usleep(100000);
-	send_all(old, b, rec_frame(b, s, 0, "EVIL", &crc[2]));
+	th_send_all(old, b, rec_frame(b, s, 0, "EVIL", &crc[2]));
 	expect_error(old, "dropped since");
-	send_all(now, b, rec_frame(b, s, 1, "good1", &crc[1]));
-	send_all(now, b, proto_put_mapper_end(b, s, 0, 0));
+	th_send_all(now, b, rec_frame(b, s, 1, "good1", &crc[1]));
+	th_send_all(now, b, proto_put_mapper_end(b, s, 0, 0));
 	wait_ack(now, USHI_ACK_COMMIT);
 	close(now);
 	struct ush_status st;

@@ -16,33 +16,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-static int raw_connect(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port)};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	/* A deadline for every wait on the worker, far beyond any limit the
-	 * tests set: a worker that never acts fails the test. */
-	struct timeval tv = {30, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
 /* A writer's HELLO for shuffle s, map 0, attempt a. */
 static void writer_hello(int fd, uint32_t s, uint32_t a)
 {
 	uint8_t b[USHI_PROTO_SMALL];
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
 				0, a, "default"};
-	send_all(fd, b, proto_put_hello(b, &h));
+	th_send_all(fd, b, proto_put_hello(b, &h));
 }
 
 /* recv() of n bytes: returns n, fewer at EOF or a reset, or -1 when the
@@ -208,7 +188,7 @@ static double now_s(void)
  * comes, a thread has passed through its loop since it was sent. */
 static void round_trip(struct th_worker *w, uint32_t attempt)
 {
-	int fd = raw_connect(w->port);
+	int fd = th_raw_connect(w->port);
 	writer_hello(fd, 9, attempt);
 	expect_hello(fd);
 	close(fd);
@@ -234,12 +214,12 @@ static void idle_connections_time_out(void **state)
 	(void)state;
 	struct th_worker w;
 	spawn(&w, "netlim-idle", 1, "--idle-timeout=500");
-	int fd = raw_connect(w.port);
+	int fd = th_raw_connect(w.port);
 	writer_hello(fd, 1, 0);
 	expect_hello(fd);
 	expect_error(fd, -ETIMEDOUT, "idle for 500 ms");
 	/* Half a frame, then silence. */
-	fd = raw_connect(w.port);
+	fd = th_raw_connect(w.port);
 	writer_hello(fd, 1, 1);
 	expect_hello(fd);
 	uint8_t b[USH_FRAME_HDR_SIZE + 100] = {0};
@@ -247,13 +227,13 @@ static void idle_connections_time_out(void **state)
 			      .attempt = 1, .raw_len = 100,
 			      .payload_len = 100, .nrec = 1};
 	frame_encode(b, &f);
-	send_all(fd, b, USH_FRAME_HDR_SIZE + 10);
+	th_send_all(fd, b, USH_FRAME_HDR_SIZE + 10);
 	expect_error(fd, -ETIMEDOUT, "idle for 500 ms");
-	fd = raw_connect(w.port);
+	fd = th_raw_connect(w.port);
 	uint8_t h[USHI_PROTO_SMALL];
 	struct proto_hello rh = {USHI_PROTO_VERSION, USHI_ROLE_READER, 0, 0,
 				 0, 0, 0, "default"};
-	send_all(fd, h, proto_put_hello(h, &rh));
+	th_send_all(fd, h, proto_put_hello(h, &rh));
 	expect_hello(fd);
 	expect_error(fd, -ETIMEDOUT, "idle for 500 ms");
 	assert_true(th_worker_alive(&w));
@@ -263,11 +243,11 @@ static void idle_connections_time_out(void **state)
 /* A reader's HELLO, answered: the connection is held by the worker. */
 static int held_reader(int port)
 {
-	int fd = raw_connect(port);
+	int fd = th_raw_connect(port);
 	uint8_t h[USHI_PROTO_SMALL];
 	struct proto_hello rh = {USHI_PROTO_VERSION, USHI_ROLE_READER, 0, 0,
 				 0, 0, 0, "default"};
-	send_all(fd, h, proto_put_hello(h, &rh));
+	th_send_all(fd, h, proto_put_hello(h, &rh));
 	expect_hello(fd);
 	return fd;
 }
@@ -287,7 +267,7 @@ static void connection_limit_refuses_with_an_error(void **state)
 	for (int i = 0; i < MAXC; i++)
 		fd[i] = held_reader(w.port);
 	for (int k = 0; k < 3; k++) {
-		int x = raw_connect(w.port);
+		int x = th_raw_connect(w.port);
 		writer_hello(x, 2, (uint32_t)k);
 		expect_error(x, -EBUSY, "worker at its connection limit (16)");
 	}
@@ -297,11 +277,11 @@ static void connection_limit_refuses_with_an_error(void **state)
 	/* The worker frees a slot when it sees a close: until a probe is
 	 * served, it may still refuse one (deadline: expect_error's). */
 	for (int served = 0; !served;) {
-		int x = raw_connect(w.port);
+		int x = th_raw_connect(w.port);
 		uint8_t h[USHI_PROTO_SMALL];
 		struct proto_hello rh = {USHI_PROTO_VERSION, USHI_ROLE_READER,
 					 0, 0, 0, 0, 0, "default"};
-		send_all(x, h, proto_put_hello(h, &rh));
+		th_send_all(x, h, proto_put_hello(h, &rh));
 		uint8_t b[USHI_PROTO_ERROR_SIZE];
 		struct ushi_frame f;
 		int type = read_frame(x, b, sizeof(b), &f);
@@ -335,7 +315,7 @@ static void header_cannot_reserve_memory(void **state)
 	int fd[HOLDERS];
 	uint8_t b[USH_FRAME_HDR_SIZE + 4096] = {0};
 	for (int i = 0; i < HOLDERS; i++) {
-		fd[i] = raw_connect(w.port);
+		fd[i] = th_raw_connect(w.port);
 		writer_hello(fd[i], 8, (uint32_t)i);
 		expect_hello(fd[i]);
 		struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = 8,
@@ -347,7 +327,7 @@ static void header_cannot_reserve_memory(void **state)
 		put_le32(b + 32, len);
 		put_le32(b + 36, len);
 		memset(b + USH_FRAME_HDR_SIZE, 'x', 4096);
-		send_all(fd[i], b, sizeof(b));
+		th_send_all(fd[i], b, sizeof(b));
 	}
 	round_trip(&w, 1001);
 	long rss = vm_kb(w.pid, "VmRSS"), data = vm_kb(w.pid, "VmData");
@@ -440,7 +420,7 @@ static void accept_errors_back_off(void **state)
 	int *fd = calloc(FLOOD, sizeof(*fd));
 	assert_non_null(fd);
 	for (int i = 0; i < FLOOD; i++)
-		fd[i] = raw_connect(w.port);
+		fd[i] = th_raw_connect(w.port);
 	wait_for_line(log, "accept: ");
 	/* Time for a worker that spins to show it (nothing is asserted
 	 * about how long anything takes). */
@@ -483,8 +463,8 @@ static void repeated_log_lines_are_suppressed(void **state)
 	uint8_t junk[256];
 	th_fill(junk, sizeof(junk), 7);
 	for (int i = 0; i < BAD; i++) {
-		int x = raw_connect(w.port);
-		send_all(x, junk, sizeof(junk));
+		int x = th_raw_connect(w.port);
+		th_send_all(x, junk, sizeof(junk));
 		expect_error(x, USH_ECORRUPT, "bad frame");
 	}
 	double secs = now_s() - t0;
@@ -668,8 +648,8 @@ static void sighup_reopens_the_log_file(void **state)
 	wait_for_line(log, "log file reopened");
 	uint8_t junk[256];
 	th_fill(junk, sizeof(junk), 9);
-	int x = raw_connect(w.port);
-	send_all(x, junk, sizeof(junk));
+	int x = th_raw_connect(w.port);
+	th_send_all(x, junk, sizeof(junk));
 	expect_error(x, USH_ECORRUPT, "bad frame");
 	wait_for_line(log, "bad frame header");
 	assert_false(file_has(old, "bad frame header"));

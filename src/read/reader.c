@@ -96,15 +96,29 @@ static int check_map(const struct ush_reader *r, const struct rmap *m,
 			(unsigned long long)m->expect, m->want_sum);
 }
 
+/* The place of a frame for a message, formatted only when one is made:
+ * the worker stream net, or r->path at off. */
+static const char *place(struct ush_reader *r, struct reader_net *net,
+			 uint64_t off)
+{
+	static _Thread_local char buf[PATH_MAX + 32];
+	if (net)
+		return reader_net_where(net);
+	snprintf(buf, sizeof(buf), "%s offset %llu", r->path,
+		 (unsigned long long)off);
+	return buf;
+}
+
 /*
  * Takes a frame of map m whose header and CRC were checked: duplicates
  * are dropped, a gap or an extra batch is an error; the batch is
  * decompressed and its records checked. Returns 1 when r->batch is
- * loaded, 0 for a duplicate, or an error.
+ * loaded, 0 for a duplicate, or an error naming the frame's place: the
+ * worker stream net, or r->path at off.
  */
 static int take(struct ush_reader *r, struct rmap *m,
 		const struct ushi_frame *f, const uint8_t *frame,
-		const char *where, uint64_t t0)
+		struct reader_net *net, uint64_t off, uint64_t t0)
 {
 	if (f->seq < m->next_seq) {
 		r->st.dup_batches++;
@@ -133,7 +147,7 @@ static int take(struct ush_reader *r, struct rmap *m,
 		what = "records of the frame";
 	if (ret)
 		return ushi_fail(ret, "reader: %s partition %u map %u attempt "
-				"%u: %s", where, r->partition, m->map,
+				"%u: %s", place(r, net, off), r->partition, m->map,
 				m->attempt, what);
 	m->next_seq = f->seq + 1;
 	m->got++;
@@ -255,10 +269,7 @@ static int disk_frame(struct ush_reader *r)
 					(unsigned long long)e->off,
 					r->partition, what);
 		r->st.stored_bytes += e->len;
-		char where[PATH_MAX + 32];
-		snprintf(where, sizeof(where), "%s offset %llu", r->path,
-			 (unsigned long long)e->off);
-		ret = take(r, m, &f, r->fbuf, where, t0);
+		ret = take(r, m, &f, r->fbuf, NULL, e->off, t0);
 		if (ret)
 			return ret;
 	}
@@ -334,7 +345,7 @@ static int net_next(struct ush_reader *r)
 					"reader did not ask for",
 					reader_net_where(s), r->partition,
 					f.map, f.attempt);
-		ret = take(r, m, &f, frame, reader_net_where(s), t0);
+		ret = take(r, m, &f, frame, s, 0, t0);
 		if (ret)
 			return ret;
 	}
