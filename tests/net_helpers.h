@@ -186,23 +186,39 @@ static inline void th_send_all(int fd, const void *p, size_t n)
 	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
 }
 
+/* recv() of exactly n bytes: 0, or -1 at EOF or a reset. A signal is no
+ * end (io_uring task work of a ring the thread freed interrupts a recv
+ * that has a timeout); the socket's deadline fails the test. */
+static inline int th_recv_n(int fd, uint8_t *b, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = recv(fd, b + got, n - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0 || (r < 0 && errno == ECONNRESET))
+			return -1;
+		if (r < 0)
+			fail_msg("worker neither answered nor closed: %s",
+				 strerror(errno));
+		got += (size_t)r;
+	}
+	return 0;
+}
+
 /* Reads one whole frame (at most cap bytes) from a raw connection into
  * buf; returns its type, or -1 at EOF or a reset. */
 static inline int th_recv_frame(int fd, uint8_t *buf, size_t cap,
 				struct ushi_frame *f)
 {
 	const char *why = "";
-	ssize_t r = recv(fd, buf, USH_FRAME_HDR_SIZE, MSG_WAITALL);
-	if (r <= 0 && (r == 0 || errno == ECONNRESET))
+	if (th_recv_n(fd, buf, USH_FRAME_HDR_SIZE))
 		return -1;
-	assert_int_equal(r, USH_FRAME_HDR_SIZE);
 	if (proto_header(buf, f, 1u << 20, false, &why))
 		fail_msg("bad frame header from the worker: %s", why);
 	assert_true(proto_size(f) <= cap);
-	if (f->payload_len)
-		assert_int_equal(recv(fd, buf + USH_FRAME_HDR_SIZE,
-				      f->payload_len, MSG_WAITALL),
-				 (ssize_t)f->payload_len);
+	if (th_recv_n(fd, buf + USH_FRAME_HDR_SIZE, f->payload_len))
+		return -1;
 	return f->type;
 }
 
