@@ -304,6 +304,7 @@ struct th_job {
 	uint32_t timeout_ms;
 	int send_zc;
 	enum ush_ioengine ioengine;
+	const char *app; /* the application writing (NULL: "default") */
 	/* The map statuses, one per map (maps of them, zeroed at first):
 	 * th_push_map() stores a copy of each commit's status at its map,
 	 * replacing any earlier one; th_verify() reads them; free them with
@@ -333,7 +334,7 @@ static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 		.map = m, .attempt = a, .partitions = j->partitions,
 		.target = USH_TARGET_NET, .workers = j->workers,
 		.timeout_ms = j->timeout_ms, .send_zc = j->send_zc,
-		.ioengine = j->ioengine};
+		.ioengine = j->ioengine, .app = j->app};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	uint8_t buf[1024];
