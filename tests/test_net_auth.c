@@ -457,6 +457,57 @@ static void bytes_quota(void **state)
 	done(&w);
 }
 
+/* Runs the CLI (cmd: its options) without USHUFFLE_SECRET in its
+ * environment; returns its exit status, its output in out. */
+static int run_cli(const char *cmd, char *out, size_t n)
+{
+	char line[2048];
+	snprintf(line, sizeof(line), "env -u USHUFFLE_SECRET %s %s 2>&1",
+		 USH_CLI_PATH, cmd);
+	FILE *p = popen(line, "r");
+	assert_non_null(p);
+	size_t got = fread(out, 1, n - 1, p);
+	out[got] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The CLI: its embedded worker (the README's main job) runs with a
+ * secret made up for the job; against a worker of its own, it proves
+ * --secret-file, and without a secret it is refused, saying why. */
+static void cli_secrets(void **state)
+{
+	(void)state;
+	static char out[65536];
+	char cmd[1500], dir[600], file[700];
+	snprintf(dir, sizeof(dir), "%s", th_tmpdir("auth-cli"));
+	snprintf(cmd, sizeof(cmd), "--target=net --size=2m --numjobs=1 "
+		 "--partitions=8 --dir=%s", dir);
+	assert_int_equal(run_cli(cmd, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "0 errors (ok)"));
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("auth-cliw"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1); /* secret: TH_SECRET */
+	snprintf(cmd, sizeof(cmd), "--target=net --size=2m --numjobs=1 "
+		 "--partitions=8 --dir=%s --workers=%s", dir, w.addr);
+	assert_int_equal(run_cli(cmd, out, sizeof(out)), 1);
+	print_message("%s", out);
+	assert_non_null(strstr(out, "authentication required"));
+	snprintf(file, sizeof(file), "%s/secret", dir);
+	int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_true(write(fd, TH_SECRET, strlen(TH_SECRET)) > 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "--target=net --size=2m --numjobs=1 "
+		 "--partitions=8 --dir=%s --workers=%s --secret-file=%s", dir,
+		 w.addr, file);
+	assert_int_equal(run_cli(cmd, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "0 errors (ok)"));
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	th_rmrf(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -467,6 +518,7 @@ int main(void)
 		cmocka_unit_test(insecure_rules),
 		cmocka_unit_test(quotas),
 		cmocka_unit_test(bytes_quota),
+		cmocka_unit_test(cli_secrets),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
