@@ -45,9 +45,10 @@ static int put(const char *app, const uint8_t *key, size_t len)
 		struct secret *n = ushi_malloc((nsecrets + 1) * sizeof(*n));
 		if (!n)
 			return ushi_fail(-ENOMEM, "auth: secret table");
-		if (nsecrets)
+		if (nsecrets) {
 			memcpy(n, table, nsecrets * sizeof(*n));
-		explicit_bzero(table, nsecrets * sizeof(*n));
+			explicit_bzero(table, nsecrets * sizeof(*n));
+		}
 		ushi_free(table);
 		table = n;
 		nsecrets++;
