@@ -340,6 +340,12 @@ static void hello(struct wk_conn *c, const struct ushi_frame *f,
 			     h.version, USHI_PROTO_VERSION);
 		return;
 	}
+	if (f->payload_len != USHI_PROTO_HELLO_LEN) {
+		/* Version 3's length, with version 4 in it. */
+		wk_conn_fail(c, -EPROTO, "HELLO of %u bytes (version 4's has "
+			     "%u)", f->payload_len, USHI_PROTO_HELLO_LEN);
+		return;
+	}
 	if (h.role < USHI_ROLE_WRITER || h.role > USHI_ROLE_ADMIN) {
 		wk_conn_fail(c, -EPROTO, "HELLO with unknown role %u", h.role);
 		return;
