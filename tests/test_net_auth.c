@@ -8,9 +8,13 @@
  */
 #include "net_helpers.h"
 #include "net/auth.h"
+#include "net/net.h"
 #include "net/proto.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -370,6 +374,74 @@ static void insecure_rules(void **state)
 	th_rmrf(dir);
 }
 
+/* A worker impostor that recorded a genuine worker's challenge on one
+ * connection (it held the secret then) and replays it on the next. */
+struct replayer {
+	int lfd, port;
+};
+
+static void *replayer_main(void *arg)
+{
+	struct replayer *rp = arg;
+	uint8_t in[USHI_PROTO_SMALL], saved[USHI_PROTO_SMALL], out[256];
+	size_t hn = USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN, sn = 0;
+	for (int i = 0; i < 2; i++) {
+		int fd = accept(rp->lfd, NULL, NULL);
+		if (fd < 0 || net_read(fd, in, hn))
+			return NULL;
+		if (i == 0) {
+			struct proto_auth a = {.step = USHI_AUTH_CHALLENGE};
+			auth_nonce(a.nonce);
+			auth_mac((const uint8_t *)SECRET_A, strlen(SECRET_A),
+				 AUTH_WORKER, in, hn, a.nonce, NULL, a.mac);
+			sn = proto_put_auth(saved, &a);
+			struct proto_hello h = {USHI_PROTO_VERSION,
+				USHI_ROLE_ADMIN, 4u << 20, 64u << 20, 0, 0, 0,
+				"", USHI_HELLO_AUTH, {0}};
+			struct proto_ack ack = {USHI_ACK_HEARTBEAT, 0, 0};
+			net_write(fd, saved, sn);
+			net_read(fd, in, USH_FRAME_HDR_SIZE + USHI_PROTO_AUTH_LEN);
+			net_write(fd, out, proto_put_hello(out, &h));
+			net_read(fd, in, USH_FRAME_HDR_SIZE); /* HEARTBEAT */
+			net_write(fd, out, proto_put_ack(out, 0, 0, 0, &ack));
+		} else {
+			net_write(fd, saved, sn);
+		}
+		/* Until the client closes. */
+		while (recv(fd, in, sizeof(in), 0) > 0)
+			;
+		close(fd);
+	}
+	return NULL;
+}
+
+/* The other direction of a replay: a recorded worker challenge does not
+ * prove the secret to a client, whose nonce is fresh per connection. */
+static void replayed_challenge(void **state)
+{
+	(void)state;
+	struct replayer rp;
+	rp.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(rp.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(rp.lfd, 4), 0);
+	assert_int_equal(getsockname(rp.lfd, (struct sockaddr *)&a, &al), 0);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, replayer_main, &rp), 0);
+	th_ok(ush_auth_secret("R", SECRET_A, strlen(SECRET_A)));
+	th_ok(ush_app_heartbeat(addr, "R", 5000)); /* the genuine one */
+	assert_int_equal(ush_app_heartbeat(addr, "R", 5000), -EACCES);
+	print_message("%s\n", ush_last_error());
+	assert_non_null(strstr(ush_last_error(), "failed to prove it holds "
+				"the secret of application 'R'"));
+	pthread_join(tid, NULL);
+	close(rp.lfd);
+}
+
 /* An authenticated reader connection of app, held. */
 static int held(struct th_worker *w, const char *app, const char *key)
 {
@@ -521,6 +593,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(wrong_secret),
 		cmocka_unit_test(replayed_handshake),
+		cmocka_unit_test(replayed_challenge),
 		cmocka_unit_test(no_application_switch),
 		cmocka_unit_test(other_application_refused),
 		cmocka_unit_test(insecure_rules),
