@@ -77,6 +77,9 @@ static void *client(void *arg)
 	return NULL;
 }
 
+/* The worker and its clients share it, as in a deployment (auth on). */
+static const char SECRET[] = "ush-bench-restart-secret-0123456789";
+
 static ush_worker *worker_up(const char *dir, double *create_ms,
 			     double *start_ms)
 {
@@ -85,6 +88,8 @@ static ush_worker *worker_up(const char *dir, double *create_ms,
 	o.listen = "127.0.0.1:0";
 	o.dir = dir;
 	o.log_level = 0;
+	o.secret = SECRET;
+	o.secret_len = sizeof(SECRET) - 1;
 	ush_worker *wk;
 	uint64_t t0 = now_ns();
 	if (ush_worker_create(&wk, &o)) {
@@ -161,6 +166,8 @@ int main(int argc, char **argv)
 		{0},
 	};
 	bench_parse(argc, argv, &cmd, opts);
+	if (ush_auth_secret(NULL, SECRET, sizeof(SECRET) - 1))
+		return fprintf(stderr, "%s: %s\n", PROG, ush_last_error()), 1;
 	if (!dir)
 		bench_bad(PROG, "--dir is required");
 	if (restarts > MAX_RESTARTS || clients > MAX_CLIENTS)
