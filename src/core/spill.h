@@ -20,6 +20,9 @@
 #define USHI_INDEX_ENTRY 16u
 #define USHI_INDEX_V1_TRAILER 48u /* version 1: a trailer, no header */
 #define USHI_INDEX_DIRECT 1u /* flag: data written with O_DIRECT */
+/* Frames below this many bytes are packed (sink_disk.c), the others
+ * written in place. */
+#define USHI_PACK_MIN (32u << 10)
 
 struct spill_entry {
 	uint64_t off;

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 /*
- * Frames below USHI_PACK_MIN are copied into a pack buffer (a registered
+ * Frames below USHI_PACK_MIN (spill.h) are copied into a pack buffer (a registered
  * pool buffer of the push size; psync: the private copy buffer), which
  * goes out as one write once full: under O_DIRECT a small frame costs no
  * padding. A frame may span two packs: the packs are the data file's
@@ -32,7 +32,6 @@
  * under O_DIRECT, so padding costs at most 4 KiB per frame of at least
  * USHI_PACK_MIN bytes (12.5%).
  */
-#define USHI_PACK_MIN (32u << 10)
 
 int (*ushi_fdatasync)(int fd) = fdatasync;
 
