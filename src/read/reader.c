@@ -7,10 +7,12 @@
  * map's batches are checked against its status: their number, their
  * order and the checksum over their CRCs.
  */
+#define _GNU_SOURCE
 #include "core/codec.h"
 #include "core/spill.h"
 #include "core/status.h"
 #include "net/net.h"
+#include "read/prefetch.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
@@ -51,12 +53,13 @@ struct ush_reader {
 	struct ushi_codec_ctx codec;
 	/* disk: the map being read */
 	struct rmap *cur;
-	int fd;
+	int fd, dfd;               /* its data file, buffered and O_DIRECT */
+	struct prefetch pf;        /* the partition's frames read ahead */
 	char path[PATH_MAX];
 	struct spill_entry *ents;  /* this partition's entries of the map */
 	size_t nents, ei, ecap;    /* ecap in bytes, as ushi_grow() keeps it */
-	uint8_t *ibuf, *fbuf, *rbuf; /* index, frame, decompressed batch */
-	size_t icap, fcap, rcap;
+	uint8_t *ibuf, *rbuf;      /* index, decompressed batch */
+	size_t icap, rcap;
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;
@@ -290,6 +293,12 @@ static int load_index(struct ush_reader *r, const struct rmap *m)
 				"expects %llu bytes)",
 				r->path, (long long)st.st_size, r->partition,
 				(unsigned long long)h.data_bytes);
+	/* Large frames are read around the page cache (prefetch.h); a
+	 * file system that refuses O_DIRECT reads through it. */
+	for (size_t i = 0; r->dfd < 0 && i < r->nents; i++)
+		if (r->ents[i].len >= USHI_PACK_MIN)
+			r->dfd = open(r->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	prefetch_reset(&r->pf, r->fd, r->dfd, r->ents, r->nents);
 	return 0;
 }
 
@@ -299,14 +308,13 @@ static int disk_frame(struct ush_reader *r)
 {
 	struct rmap *m = r->cur;
 	while (r->ei < r->nents) {
-		const struct spill_entry *e = &r->ents[r->ei++];
+		const struct spill_entry *e = &r->ents[r->ei];
 		uint64_t t0 = ushi_now_ns();
 		struct ushi_frame f;
 		const char *what = "frame";
-		int ret = ushi_grow(&r->fbuf, &r->fcap, e->len);
-		if (!ret)
-			ret = read_all(r->fd, r->fbuf, e->len, e->off);
-		if (!ret && (ret = frame_decode(r->fbuf, &f)))
+		const uint8_t *frame = NULL;
+		int ret = prefetch_take(&r->pf, r->ei++, &frame);
+		if (!ret && (ret = frame_decode(frame, &f)))
 			what = "frame header";
 		if (!ret && (ush_frame_size(f.payload_len) != e->len ||
 			     f.shuffle != r->shuffle || f.map != m->map ||
@@ -315,7 +323,7 @@ static int disk_frame(struct ush_reader *r)
 			ret = USH_ECORRUPT;
 			what = "frame header disagrees with the index";
 		}
-		if (!ret && (ret = frame_check(r->fbuf, &f)))
+		if (!ret && (ret = frame_check(frame, &f)))
 			what = "frame";
 		if (ret)
 			return ushi_fail(ret, "reader: %s offset %llu partition "
@@ -323,11 +331,22 @@ static int disk_frame(struct ush_reader *r)
 					(unsigned long long)e->off,
 					r->partition, what);
 		r->st.stored_bytes += e->len;
-		ret = take(r, m, &f, r->fbuf, NULL, e->off, t0);
+		ret = take(r, m, &f, frame, NULL, e->off, t0);
 		if (ret)
 			return ret;
 	}
 	return check_map(r, m, r->path);
+}
+
+/* Closes the current map's data file, nothing in flight on it. */
+static void close_data(struct ush_reader *r)
+{
+	prefetch_drain(&r->pf);
+	if (r->fd >= 0)
+		close(r->fd);
+	if (r->dfd >= 0)
+		close(r->dfd);
+	r->fd = r->dfd = -1;
 }
 
 /* The next batch from disk: 1, 0 at the end of every map, or an error. */
@@ -337,9 +356,7 @@ static int disk_next(struct ush_reader *r)
 		int ret = r->cur ? disk_frame(r) : 0;
 		if (ret)
 			return ret;
-		if (r->fd >= 0)
-			close(r->fd);
-		r->fd = -1;
+		close_data(r);
 		r->cur = NULL;
 		/* A map without batches of this partition has no file to
 		 * read: its status says so, under its CRC. */
@@ -590,7 +607,7 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	struct ush_reader *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "reader: allocation");
-	r->fd = -1;
+	r->fd = r->dfd = -1;
 	r->partition = o.partition;
 	ush_lat_init(&r->load_lat);
 	r->maps = ushi_calloc(o.nstatuses, sizeof(*r->maps));
@@ -636,8 +653,8 @@ void ush_reader_free(ush_reader *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
-		close(r->fd);
+	close_data(r);
+	prefetch_destroy(&r->pf);
 	for (uint32_t i = 0; r->srcs && i < r->nsrcs; i++) {
 		reader_net_free(r->srcs[i].net);
 		ushi_free(r->srcs[i].loc);
@@ -647,7 +664,6 @@ void ush_reader_free(ush_reader *r)
 	ushi_free(r->maps);
 	ushi_free(r->ents);
 	ushi_free(r->ibuf);
-	ushi_free(r->fbuf);
 	ushi_free(r->rbuf);
 	ushi_free(r);
 }
