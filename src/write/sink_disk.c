@@ -23,15 +23,21 @@
 #include <unistd.h>
 
 /*
- * Frames below USHI_PACK_MIN (spill.h) are copied into a pack buffer (a registered
- * pool buffer of the push size; psync: the private copy buffer), which
- * goes out as one write once full: under O_DIRECT a small frame costs no
- * padding. A frame may span two packs: the packs are the data file's
- * bytes in order. Larger frames are written in place from their own
- * buffer, without a copy; the pack is written first, padded to USHI_ALIGN
- * under O_DIRECT, so padding costs at most 4 KiB per frame of at least
- * USHI_PACK_MIN bytes (12.5%).
+ * Frames below USHI_PACK_MIN (spill.h) are copied into a pack buffer (a
+ * registered pool buffer of the push size; psync: the private copy
+ * buffer), which goes out as one write once full: under O_DIRECT a small
+ * frame costs no padding. A frame may span two packs: the packs are the
+ * data file's bytes in order. Larger frames are written in place from
+ * their own buffer, without a copy; the pack is written first, padded to
+ * USHI_ALIGN under O_DIRECT, so padding costs at most 4 KiB per frame of
+ * at least USHI_PACK_MIN bytes (12.5%).
+ *
+ * The sink keeps the packs it took from the pool (at most USHI_PACKS,
+ * and 1/16 of the pool): a finished pack write returns its buffer to the
+ * sink, not to the pool, where partition buffers would fragment the
+ * space back into small blocks. Up to that many pack writes fly at once.
  */
+#define USHI_PACKS 8u
 
 int (*ushi_fdatasync)(int fd) = fdatasync;
 
@@ -47,6 +53,8 @@ struct disk {
 	uint64_t entries;
 	/* The open pack: pool buffer pb (ring) or copy (psync). */
 	struct ushi_buf *pb;
+	struct ushi_buf *pfree[USHI_PACKS]; /* idle packs the sink holds */
+	unsigned nfree, nheld, maxheld;
 	uint8_t *pack;     /* its bytes, NULL while none is open */
 	uint32_t pcap, plen;
 	uint8_t *copy;     /* psync: the pack and the private frame copy */
@@ -150,6 +158,11 @@ static int disk_open(struct ush_writer *w)
 		}
 	} else {
 		d->slot = ring_file_add(w->ring, d->fd);
+		size_t bufs = w->ropts->pool_bytes / w->ropts->push_size;
+		d->maxheld = bufs / 16 < USHI_PACKS ? (unsigned)(bufs / 16) :
+						      USHI_PACKS;
+		if (!d->maxheld)
+			d->maxheld = 1;
 	}
 	return 0;
 }
@@ -163,6 +176,8 @@ static void disk_close(struct ush_writer *w, struct disk *d)
 		close(d->ifd);
 	if (d->pb) /* an open pack, never in flight */
 		pool_put(w->pool, d->pb);
+	while (d->nfree)
+		pool_put(w->pool, d->pfree[--d->nfree]);
 	ushi_free(d->copy);
 	ushi_free(d->ents);
 	ushi_free(d);
@@ -199,6 +214,26 @@ static void disk_done(struct ushi_op *op, int res)
 	writer_frame_done(w, op->io.buf, op->io.addr, op->io.t0);
 }
 
+/* A pack written: a held one (of the push size) goes back to the sink's
+ * idle packs, a one-off smaller one to the pool. */
+static void pack_done(struct ushi_op *op, int res)
+{
+	struct ush_writer *w = op->owner;
+	struct disk *d = w->sink_state;
+	struct ushi_buf *b = op->io.buf;
+	if (res < 0)
+		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
+			     d->data, (unsigned long long)op->io.off,
+			     op->io.len);
+	if (b->order != w->push_order) {
+		writer_frame_done(w, b, NULL, op->io.t0);
+		return;
+	}
+	buf_move(b, BUF_INFLIGHT, BUF_WRITER);
+	d->pfree[d->nfree++] = b;
+	writer_frame_done(w, NULL, NULL, op->io.t0);
+}
+
 /*
  * O_DIRECT writes that extend a file are serialised (ext4 punts them to
  * io_uring's workers, one at a time under the inode lock): preallocate
@@ -226,7 +261,7 @@ static void prealloc(struct disk *d, uint32_t len)
  * counted them. The psync engine writes and releases at once.
  */
 static int data_write(struct ush_writer *w, struct disk *d,
-		      struct ushi_buf *b, uint8_t *p, uint32_t n)
+		      struct ushi_buf *b, uint8_t *p, uint32_t n, ushi_op_cb cb)
 {
 	uint32_t len = d->direct ? ALIGN_UP(n, USHI_ALIGN) : n;
 	/* Pool buffers, packs and heap frames are allocated in USHI_ALIGN
@@ -245,10 +280,12 @@ static int data_write(struct ush_writer *w, struct disk *d,
 	struct ushi_op *op;
 	int ret = ring_op_get(w->ring, &op);
 	if (ret) {
+		if (b && b->order == w->push_order && cb != disk_done)
+			d->nheld--; /* a held pack, back to the pool */
 		writer_frame_done(w, b, p, 0);
 		return ret;
 	}
-	op->cb = disk_done;
+	op->cb = cb;
 	op->owner = w;
 	ring_write_at(w->ring, op, b, p, off, len, d->fd, d->slot);
 	return 0;
@@ -274,14 +311,30 @@ static int pack_flush(struct ush_writer *w, struct disk *d)
 		buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 		w->inflight++; /* a frame of its own for the writer */
 	}
-	return data_write(w, d, b, p, n);
+	return data_write(w, d, b, p, n, pack_done);
+}
+
+/* A push-size pack: an idle one, a new one from the pool while the sink
+ * holds fewer than maxheld, else the first held one to come back. */
+static struct ushi_buf *pack_get(struct ush_writer *w, struct disk *d)
+{
+	if (!d->nfree && d->nheld < d->maxheld) {
+		struct ushi_buf *b = pool_get(w->pool, w->push_order);
+		if (b) {
+			d->nheld++;
+			return b;
+		}
+	}
+	while (!d->nfree && d->nheld && !w->err && !ring_reap(w->ring, 1))
+		;
+	return d->nfree ? d->pfree[--d->nfree] : NULL;
 }
 
 /*
  * Opens a pack at the data offset: psync has its buffer; the ring takes
- * a push-size pool buffer, reaping pack writes in flight for one, else a
- * smaller one. Returns false when the pool has none at all and nothing
- * is in flight: the frame is then written in place.
+ * a held push-size one, else, while it holds none, any smaller one the
+ * pool has. Returns false when there is none: the frame is then written
+ * in place.
  */
 static bool pack_open(struct ush_writer *w, struct disk *d)
 {
@@ -290,13 +343,9 @@ static bool pack_open(struct ush_writer *w, struct disk *d)
 		d->pcap = (uint32_t)d->copy_cap;
 		return true;
 	}
-	struct ushi_pool *pool = w->pool;
-	struct ushi_buf *b = pool_get(pool, w->push_order);
-	while (!b && ring_inflight(w->ring) && !w->err &&
-	       !ring_reap(w->ring, 1))
-		b = pool_get(pool, w->push_order);
-	for (unsigned o = w->push_order; !b && o-- > 0;)
-		b = pool_get(pool, o);
+	struct ushi_buf *b = pack_get(w, d);
+	for (unsigned o = w->push_order; !b && !d->nheld && o-- > 0;)
+		b = pool_get(w->pool, o);
 	if (!b)
 		return false;
 	d->pb = b;
@@ -374,9 +423,9 @@ static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	if (d->copy && flen <= d->copy_cap) {
 		memcpy(d->copy, p, flen); /* psync: the private copy */
 		writer_frame_done(w, b, mem, ushi_now_ns());
-		return data_write(w, d, NULL, d->copy, flen);
+		return data_write(w, d, NULL, d->copy, flen, disk_done);
 	}
-	return data_write(w, d, b, p, flen);
+	return data_write(w, d, b, p, flen, disk_done);
 }
 
 static int sync_dir(const char *path)
