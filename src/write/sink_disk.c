@@ -303,7 +303,9 @@ static int pack_flush(struct ush_writer *w, struct disk *d)
 	d->pack = NULL;
 	d->plen = 0;
 	if (!n) {
-		if (b)
+		if (b && b->order == w->push_order)
+			d->pfree[d->nfree++] = b;
+		else if (b)
 			pool_put(w->pool, b);
 		return 0;
 	}
