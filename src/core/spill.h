@@ -85,8 +85,8 @@ uint32_t spill_slot_crc(uint64_t start, const uint8_t *ents, size_t n);
 /* The index image of the n entries e, in submission order (each
  * partition below h->partitions): grouped by partition, stably, with
  * its directory and h's header (h->entries and h->crc set). *out is
- * ushi_malloc()ed; peak memory 16 B per entry and 8 B per partition
- * beside it. Returns 0 or -ENOMEM. */
+ * ushi_malloc()ed; peak memory 16 B per entry and 24 B per partition
+ * beside e. Returns 0 or -ENOMEM. */
 int spill_index_build(const struct spill_entry *e, uint64_t n,
 		      struct spill_header *h, uint8_t **out, size_t *len);
 /* Is p (the last 48 bytes of an index) a version 1 trailer? */
