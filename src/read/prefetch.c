@@ -33,7 +33,7 @@ void prefetch_reset(struct prefetch *pf, int fd, int dfd,
 	pf->next = 0;
 	pf->ahead = 0;
 	/* A ring pays only when there is something to overlap. */
-	if (!pf->state && n > 1)
+	if (!pf->state && n > 1 && USHI_PREFETCH_DEPTH > 1)
 		pf->state = io_uring_queue_init(USHI_PREFETCH_DEPTH, &pf->ring,
 						0) ? -1 : 1;
 }

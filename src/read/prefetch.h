@@ -15,7 +15,9 @@
 
 #include <liburing.h>
 
+#ifndef USHI_PREFETCH_DEPTH /* -DUSHI_PREFETCH_DEPTH=1: pread only */
 #define USHI_PREFETCH_DEPTH 16u
+#endif
 #define USHI_PREFETCH_BYTES (8u << 20) /* most bytes read ahead */
 
 struct prefetch_slot {

@@ -33,9 +33,11 @@
  * at least USHI_PACK_MIN bytes (12.5%).
  *
  * The sink keeps the packs it took from the pool (at most USHI_PACKS,
- * and 1/16 of the pool): a finished pack write returns its buffer to the
+ * and 1/64 of the pool): a finished pack write returns its buffer to the
  * sink, not to the pool, where partition buffers would fragment the
  * space back into small blocks. Up to that many pack writes fly at once.
+ * While it holds none (a small pool), a pack is any buffer the pool has,
+ * returned after its write.
  */
 #define USHI_PACKS 8u
 
@@ -53,7 +55,8 @@ struct disk {
 	uint64_t entries;
 	/* The open pack: pool buffer pb (ring) or copy (psync). */
 	struct ushi_buf *pb;
-	struct ushi_buf *pfree[USHI_PACKS]; /* idle packs the sink holds */
+	struct ushi_buf *held[USHI_PACKS];  /* packs the sink holds */
+	struct ushi_buf *pfree[USHI_PACKS]; /* those idle */
 	unsigned nfree, nheld, maxheld;
 	uint8_t *pack;     /* its bytes, NULL while none is open */
 	uint32_t pcap, plen;
@@ -159,10 +162,8 @@ static int disk_open(struct ush_writer *w)
 	} else {
 		d->slot = ring_file_add(w->ring, d->fd);
 		size_t bufs = w->ropts->pool_bytes / w->ropts->push_size;
-		d->maxheld = bufs / 16 < USHI_PACKS ? (unsigned)(bufs / 16) :
+		d->maxheld = bufs / 64 < USHI_PACKS ? (unsigned)(bufs / 64) :
 						      USHI_PACKS;
-		if (!d->maxheld)
-			d->maxheld = 1;
 	}
 	return 0;
 }
@@ -214,8 +215,25 @@ static void disk_done(struct ushi_op *op, int res)
 	writer_frame_done(w, op->io.buf, op->io.addr, op->io.t0);
 }
 
-/* A pack written: a held one (of the push size) goes back to the sink's
- * idle packs, a one-off smaller one to the pool. */
+static bool held(const struct disk *d, const struct ushi_buf *b)
+{
+	for (unsigned i = 0; i < d->nheld; i++)
+		if (d->held[i] == b)
+			return true;
+	return false;
+}
+
+static void unhold(struct disk *d, const struct ushi_buf *b)
+{
+	for (unsigned i = 0; i < d->nheld; i++)
+		if (d->held[i] == b) {
+			d->held[i] = d->held[--d->nheld];
+			return;
+		}
+}
+
+/* A pack written: a held one goes back to the sink's idle packs, a
+ * one-off to the pool. */
 static void pack_done(struct ushi_op *op, int res)
 {
 	struct ush_writer *w = op->owner;
@@ -225,7 +243,7 @@ static void pack_done(struct ushi_op *op, int res)
 		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
 			     d->data, (unsigned long long)op->io.off,
 			     op->io.len);
-	if (b->order != w->push_order) {
+	if (!held(d, b)) {
 		writer_frame_done(w, b, NULL, op->io.t0);
 		return;
 	}
@@ -280,8 +298,8 @@ static int data_write(struct ush_writer *w, struct disk *d,
 	struct ushi_op *op;
 	int ret = ring_op_get(w->ring, &op);
 	if (ret) {
-		if (b && b->order == w->push_order && cb != disk_done)
-			d->nheld--; /* a held pack, back to the pool */
+		if (cb == pack_done)
+			unhold(d, b); /* back to the pool */
 		writer_frame_done(w, b, p, 0);
 		return ret;
 	}
@@ -303,7 +321,7 @@ static int pack_flush(struct ush_writer *w, struct disk *d)
 	d->pack = NULL;
 	d->plen = 0;
 	if (!n) {
-		if (b && b->order == w->push_order)
+		if (b && held(d, b))
 			d->pfree[d->nfree++] = b;
 		else if (b)
 			pool_put(w->pool, b);
@@ -323,7 +341,7 @@ static struct ushi_buf *pack_get(struct ush_writer *w, struct disk *d)
 	if (!d->nfree && d->nheld < d->maxheld) {
 		struct ushi_buf *b = pool_get(w->pool, w->push_order);
 		if (b) {
-			d->nheld++;
+			d->held[d->nheld++] = b;
 			return b;
 		}
 	}
@@ -346,7 +364,7 @@ static bool pack_open(struct ush_writer *w, struct disk *d)
 		return true;
 	}
 	struct ushi_buf *b = pack_get(w, d);
-	for (unsigned o = w->push_order; !b && !d->nheld && o-- > 0;)
+	for (unsigned o = w->push_order + 1; !b && !d->nheld && o-- > 0;)
 		b = pool_get(w->pool, o);
 	if (!b)
 		return false;
