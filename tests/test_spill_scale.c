@@ -3,7 +3,9 @@
  * most partitions (none to every third), interleaved, through the ring
  * and through the psync engine. Every record of every partition is read
  * back and verified, and the data files hold at most 1.2 times the frame
- * bytes: small frames are packed, not padded to 4 KiB each. It also
+ * bytes: small frames are packed, not padded to 4 KiB each. A third run
+ * does the same at 2,000 partitions in a pool too small for the sink to
+ * keep packs of its own. It also
  * prints (never asserts) what opening a partition costs here.
  */
 #define _GNU_SOURCE
@@ -19,7 +21,13 @@
 
 #define SHUFFLE 11
 #define NMAPS 2
-#define NPARTS 100000u
+
+/* The run's shape: 100,000 partitions in the default pool; or a pool of
+ * 16 push buffers (the sink then holds no pack of its own and borrows
+ * whatever the pool has, often nothing) with 2,000 partitions. */
+static uint32_t NPARTS = 100000;
+static size_t pool_bytes; /* 0: the default */
+static uint32_t len_max = 29;
 
 /* Records of partition p in map m: 0, 1 or 2 (and 3 for map 1's
  * multiples of 7), so some partitions are empty in one map only. */
@@ -30,7 +38,7 @@ static uint32_t nrec(uint32_t m, uint32_t p)
 
 static uint32_t rec_len(uint32_t m, uint32_t p, uint32_t i)
 {
-	return 4 + (m * 5 + p * 11 + i * 3) % 29;
+	return 4 + (m * 5 + p * 11 + i * 3) % len_max;
 }
 
 static uint64_t rec_seed(uint32_t m, uint32_t p, uint32_t i)
@@ -51,6 +59,8 @@ static uint64_t write_map(const char *dir, uint32_t m, enum ush_ioengine eng,
 {
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
+	if (pool_bytes)
+		ro.pool_bytes = pool_bytes;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
 	struct ush_writer_opts wo;
@@ -64,9 +74,9 @@ static uint64_t write_map(const char *dir, uint32_t m, enum ush_ioengine eng,
 	wo.direct = 1; /* where padding would cost: buffered on tmpfs */
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
-	uint8_t rec[64];
+	static uint8_t rec[8192];
 	/* Round-robin over the partitions, so their frames interleave. */
-	for (uint32_t i = 0; i < 3; i++)
+	for (uint32_t i = 0; i < 4; i++)
 		for (uint32_t p = 0; p < NPARTS; p++) {
 			if (i >= nrec(m, p))
 				continue;
@@ -99,7 +109,7 @@ static void check_bytes(const char *dir, uint32_t m, uint64_t frame_bytes)
 
 static void read_all_parts(const struct ush_status *st)
 {
-	uint8_t want[64];
+	static uint8_t want[8192];
 	double open_s = 0;
 	for (uint32_t p = 0; p < NPARTS; p++) {
 		ush_reader *r;
@@ -153,11 +163,26 @@ static void scale_psync(void **state)
 	run(USH_IOENGINE_PSYNC);
 }
 
+/* A pool without room for the sink's packs: frames up to 16 KiB,
+ * packs borrowed from a pool that the partitions' buffers fill. */
+static void small_pool(void **state)
+{
+	(void)state;
+	NPARTS = 2000;
+	pool_bytes = 1u << 20;
+	len_max = 8000;
+	run(USH_IOENGINE_URING);
+	NPARTS = 100000;
+	pool_bytes = 0;
+	len_max = 29;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(scale_io_uring, th_teardown),
 		cmocka_unit_test_teardown(scale_psync, th_teardown),
+		cmocka_unit_test_teardown(small_pool, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -334,27 +334,26 @@ static int pack_flush(struct ush_writer *w, struct disk *d)
 	return data_write(w, d, b, p, n, pack_done);
 }
 
-/* A push-size pack: an idle one, a new one from the pool while the sink
- * holds fewer than maxheld, else the first held one to come back. */
+/* A pack without waiting: an idle held one, a new held one while the
+ * sink holds fewer than maxheld, or, while it holds none, a one-off of
+ * any size the pool has. */
 static struct ushi_buf *pack_get(struct ush_writer *w, struct disk *d)
 {
-	if (!d->nfree && d->nheld < d->maxheld) {
-		struct ushi_buf *b = pool_get(w->pool, w->push_order);
-		if (b) {
-			d->held[d->nheld++] = b;
-			return b;
-		}
-	}
-	while (!d->nfree && d->nheld && !w->err && !ring_reap(w->ring, 1))
-		;
-	return d->nfree ? d->pfree[--d->nfree] : NULL;
+	if (d->nfree)
+		return d->pfree[--d->nfree];
+	struct ushi_buf *b = NULL;
+	if (d->nheld < d->maxheld &&
+	    (b = pool_get(w->pool, w->push_order)))
+		d->held[d->nheld++] = b;
+	for (unsigned o = w->push_order + 1; !b && !d->nheld && o-- > 0;)
+		b = pool_get(w->pool, o);
+	return b;
 }
 
 /*
- * Opens a pack at the data offset: psync has its buffer; the ring takes
- * a held push-size one, else, while it holds none, any smaller one the
- * pool has. Returns false when there is none: the frame is then written
- * in place.
+ * Opens a pack at the data offset: psync has its buffer; the ring waits
+ * for one while writes are in flight (a pack just written comes back).
+ * Returns false when there is none: the frame is then written in place.
  */
 static bool pack_open(struct ush_writer *w, struct disk *d)
 {
@@ -363,9 +362,10 @@ static bool pack_open(struct ush_writer *w, struct disk *d)
 		d->pcap = (uint32_t)d->copy_cap;
 		return true;
 	}
-	struct ushi_buf *b = pack_get(w, d);
-	for (unsigned o = w->push_order + 1; !b && !d->nheld && o-- > 0;)
-		b = pool_get(w->pool, o);
+	struct ushi_buf *b;
+	while (!(b = pack_get(w, d)) && !w->err && ring_inflight(w->ring) &&
+	       !ring_reap(w->ring, 1))
+		;
 	if (!b)
 		return false;
 	d->pb = b;
