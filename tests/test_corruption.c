@@ -593,6 +593,85 @@ static void corrupt_zstd(void **state)
 	run_all(USH_CODEC_ZSTD, 1);
 }
 
+/*
+ * Large frames (written in place, read ahead with O_DIRECT): a payload
+ * byte flipped in frame k of 6 gives USH_ECRC naming the data file and
+ * the frame's offset, after exactly the records of the frames before it.
+ */
+static void large_frames_direct(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("corrupt-large");
+	enum { NF = 6, RPF = 2, RLEN = 30000 };
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro)); /* 64 KiB push buffers */
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = SHUFFLE,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	static uint8_t rec[RLEN];
+	for (uint32_t i = 0; i < NF * RPF; i++)
+		for (uint32_t p = 0; p < 2; p++) {
+			th_fill(rec, RLEN, rec_seed(0, p, i));
+			th_ok(ush_writer_write(w, p, rec, RLEN));
+		}
+	struct ush_status st;
+	th_ok(th_commit(w, NULL, &st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+
+	char data[PATH_MAX], index[PATH_MAX], needle[PATH_MAX + 64];
+	spill_data(data, sizeof(data), dir, SHUFFLE, 0, 0);
+	spill_index(index, sizeof(index), dir, SHUFFLE, 0, 0);
+	struct spill_header h;
+	struct spill_entry *e;
+	size_t n;
+	th_index_load(index, &h, &e, &n);
+	assert_int_equal(n, 2 * NF);
+	const struct spill_entry *pe = e + NF; /* partition 1's run */
+	for (size_t k = 0; k < NF; k++) {
+		assert_int_equal(pe[k].partition, PART);
+		assert_true(pe[k].len >= USHI_PACK_MIN);
+		assert_int_equal(pe[k].off % 4096, 0); /* in place */
+	}
+	for (size_t k = 0; k <= NF; k++) { /* k = NF: pristine */
+		if (k < NF)
+			flip(data, pe[k].off + USH_FRAME_HDR_SIZE + 5000, 0x40);
+		ush_reader *r;
+		const void *p;
+		size_t len;
+		th_ok(th_reader_open(&r, &st, 1, PART, 0));
+		uint32_t got = 0;
+		int ret;
+		while ((ret = ush_reader_next(r, &p, &len)) == 1) {
+			th_fill(rec, RLEN, rec_seed(0, PART, got));
+			assert_int_equal(len, RLEN);
+			assert_memory_equal(p, rec, RLEN);
+			got++;
+		}
+		if (k == NF) {
+			assert_int_equal(ret, 0);
+			assert_int_equal(got, NF * RPF);
+		} else {
+			assert_int_equal(ret, USH_ECRC);
+			assert_int_equal(got, k * RPF);
+			snprintf(needle, sizeof(needle), "%s offset %llu "
+				 "partition %u", data,
+				 (unsigned long long)pe[k].off, PART);
+			if (!strstr(ush_last_error(), needle))
+				fail_msg("\"%s\" lacks \"%s\"", ush_last_error(),
+					 needle);
+			flip(data, pe[k].off + USH_FRAME_HDR_SIZE + 5000, 0x40);
+		}
+		ush_reader_free(r);
+	}
+	free(e);
+	th_status_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -600,6 +679,7 @@ int main(void)
 		cmocka_unit_test_teardown(corrupt_none_buffered, th_teardown),
 		cmocka_unit_test_teardown(corrupt_lz4, th_teardown),
 		cmocka_unit_test_teardown(corrupt_zstd, th_teardown),
+		cmocka_unit_test_teardown(large_frames_direct, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,7 +43,7 @@ static int slot_room(struct prefetch_slot *s, size_t n)
 {
 	if (n <= s->cap)
 		return 0;
-	size_t cap = ALIGN_UP(n, (size_t)64 << 10);
+	size_t cap = ALIGN_UP(n, (size_t)16 << 10);
 	uint8_t *b = ushi_aligned_alloc(cap);
 	if (!b)
 		return -ENOMEM;
@@ -64,8 +64,9 @@ static bool issue(struct prefetch *pf)
 	s->skew = (uint32_t)(e->off - s->off);
 	size_t len = s->direct ? ALIGN_UP(s->skew + (size_t)e->len,
 					  (size_t)USHI_ALIGN) : e->len;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&pf->ring);
-	if (!sqe || slot_room(s, len))
+	struct io_uring_sqe *sqe = NULL;
+	/* The SQE last: one taken is submitted, prepared or not. */
+	if (slot_room(s, len) || !(sqe = io_uring_get_sqe(&pf->ring)))
 		return false;
 	s->len = (uint32_t)len;
 	io_uring_prep_read(sqe, s->direct ? pf->dfd : pf->fd, s->buf,
@@ -110,9 +111,11 @@ static int finish(struct prefetch *pf, size_t i, const uint8_t **frame)
 		return ret;
 	s->done = false;
 	pf->ahead -= s->len;
+	size_t need = s->skew + (size_t)pf->ents[i].len;
+	if (s->res < 0 && s->direct) /* O_DIRECT refused after all */
+		s->res = 0;
 	if (s->res < 0)
 		return s->res;
-	size_t need = s->skew + (size_t)pf->ents[i].len;
 	if ((size_t)s->res < need)
 		ret = pread_all(pf->fd, s->buf + s->res, need - (size_t)s->res,
 				s->off + (uint64_t)s->res);
