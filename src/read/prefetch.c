@@ -32,10 +32,6 @@ void prefetch_reset(struct prefetch *pf, int fd, int dfd,
 	pf->n = n;
 	pf->next = 0;
 	pf->ahead = 0;
-	/* A ring pays only when there is something to overlap. */
-	if (!pf->state && n > 1 && USHI_PREFETCH_DEPTH > 1)
-		pf->state = io_uring_queue_init(USHI_PREFETCH_DEPTH, &pf->ring,
-						0) ? -1 : 1;
 }
 
 /* An aligned buffer of at least n bytes in s (contents not kept). */
@@ -126,10 +122,21 @@ static int finish(struct prefetch *pf, size_t i, const uint8_t **frame)
 int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame)
 {
 	const struct spill_entry *e = &pf->ents[i];
+	/* A ring pays once a second frame is asked for: the first comes by
+	 * pread, so a reader that wants one record sets nothing up. */
+	if (!pf->state && i > 0 && USHI_PREFETCH_DEPTH > 1)
+		pf->state = io_uring_queue_init(USHI_PREFETCH_DEPTH, &pf->ring,
+						0) ? -1 : 1;
 	if (pf->state > 0) {
-		/* The slot of i - 1 is free now: its records were read. */
+		/* The slot of i - 1 is free now: its records were read. The
+		 * window grows with the frames taken: 2, 3, … up to the
+		 * depth, so a short read reads little ahead. */
+		size_t win = i + 1 < USHI_PREFETCH_DEPTH ? i + 1 :
+							   USHI_PREFETCH_DEPTH;
 		bool queued = false;
-		while (pf->next < pf->n && pf->next < i + USHI_PREFETCH_DEPTH &&
+		if (pf->next < i)
+			pf->next = i; /* before the ring: read by pread */
+		while (pf->next < pf->n && pf->next < i + win &&
 		       (pf->next == i || pf->ahead < USHI_PREFETCH_BYTES) &&
 		       issue(pf))
 			queued = true;
@@ -140,11 +147,13 @@ int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame)
 		}
 		if (i < pf->next)
 			return finish(pf, i, frame);
-		pf->next = i + 1; /* not issued (no memory): read here */
+		/* Not issued (no memory): read here. */
 	}
 	int ret = ushi_grow(&pf->fbuf, &pf->fcap, e->len);
 	if (!ret)
 		ret = pread_all(pf->fd, pf->fbuf, e->len, e->off);
+	if (pf->next <= i)
+		pf->next = i + 1;
 	*frame = pf->fbuf;
 	return ret;
 }
