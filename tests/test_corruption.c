@@ -634,7 +634,7 @@ static void large_frames_direct(void **state)
 	const struct spill_entry *pe = e + NF; /* partition 1's run */
 	for (size_t k = 0; k < NF; k++) {
 		assert_int_equal(pe[k].partition, PART);
-		assert_true(pe[k].len >= USHI_PACK_MIN);
+		assert_false(spill_packed(pe[k].len));
 		assert_int_equal(pe[k].off % 4096, 0); /* in place */
 	}
 	for (size_t k = 0; k <= NF; k++) { /* k = NF: pristine */

@@ -183,14 +183,14 @@ static void swap_direct(int direct)
 
 	uint8_t *want = malloc(PUSH);
 	assert_non_null(want);
-	/* Frames below USHI_PACK_MIN follow each other in packs; a larger
+	/* Small frames (spill_packed()) follow each other in packs; a larger
 	 * one is written in place, at an aligned offset under O_DIRECT,
 	 * after the pack (padded). */
 	uint64_t off = 0, end = 0;
 	for (uint32_t i = 0; i < NBATCH; i++) {
 		const struct spill_entry e = idx[i];
 		size_t flen = ush_frame_size(lens[i]);
-		bool packed = flen < USHI_PACK_MIN;
+		bool packed = spill_packed((uint32_t)flen);
 		if (!packed && padded)
 			off = ALIGN_UP(off, USHI_ALIGN);
 		assert_int_equal(e.off, off);

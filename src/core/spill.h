@@ -20,9 +20,16 @@
 #define USHI_INDEX_ENTRY 16u
 #define USHI_INDEX_V1_TRAILER 48u /* version 1: a trailer, no header */
 #define USHI_INDEX_DIRECT 1u /* flag: data written with O_DIRECT */
-/* Frames below this many bytes are packed (sink_disk.c), the others
- * written in place. */
-#define USHI_PACK_MIN (32u << 10)
+/* Which frames the disk sink copies into packs (sink_disk.c): those
+ * below USHI_PACK_MIN, and those that O_DIRECT would pad by more than an
+ * eighth of their size. The others are written in place, each costing
+ * at most 1/8 of itself in padding. */
+#define USHI_PACK_MIN (16u << 10)
+static inline bool spill_packed(uint32_t flen)
+{
+	return flen < USHI_PACK_MIN ||
+	       (ALIGN_UP(flen, USHI_ALIGN) - flen) * 8 > flen;
+}
 
 struct spill_entry {
 	uint64_t off;

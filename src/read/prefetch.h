@@ -2,8 +2,8 @@
  * Reads ahead in one map's data file: the frames of the partition, whose
  * entries the reader found in the index, several in flight through a
  * small io_uring of the reader's own, each in its own aligned buffer. A
- * frame of at least USHI_PACK_MIN bytes is written in place, aligned, so
- * it is read with O_DIRECT (no page-cache copy); packed small frames are
+ * frame of at least USHI_PACK_MIN bytes is read with O_DIRECT, the
+ * aligned range around it (no page-cache copy); smaller frames are
  * read through the page cache, which serves the neighbours other
  * partitions' readers will ask for. Without a ring (a kernel that
  * refuses one) every frame is a blocking pread, as before.
