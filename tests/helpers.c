@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 
+#include "core/spill.h"
 #include "core/status.h"
 #include "ushuffle/worker.h"
 
@@ -196,4 +197,46 @@ int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
 	ro.nstatuses = n;
 	ro.timeout_ms = timeout_ms;
 	return ush_reader_open(r, &ro);
+}
+
+void th_index_load(const char *path, struct spill_header *h,
+		   struct spill_entry **ents, size_t *n)
+{
+	size_t len;
+	uint8_t *b = th_read_file(path, &len);
+	assert_true(len >= USHI_INDEX_HEADER);
+	th_ok(spill_header_get(b, h));
+	assert_int_equal(len, spill_index_size(h->partitions, h->entries));
+	*n = (size_t)h->entries;
+	*ents = malloc(*n * sizeof(**ents) + 1);
+	assert_non_null(*ents);
+	const uint8_t *e0 = b + spill_entry_off(h->partitions, 0);
+	for (size_t i = 0; i < *n; i++)
+		spill_entry_get(e0 + i * USHI_INDEX_ENTRY, &(*ents)[i]);
+	/* The directory: each slot's run holds its partition only. */
+	for (uint32_t p = 0; p < h->partitions; p++) {
+		struct spill_slot s0, s1;
+		spill_slot_get(b + spill_slot_off(p), &s0);
+		spill_slot_get(b + spill_slot_off(p + 1), &s1);
+		assert_true(s0.start <= s1.start && s1.start <= *n);
+		assert_int_equal(s0.crc, spill_slot_crc(s0.start,
+				 e0 + s0.start * USHI_INDEX_ENTRY,
+				 (s1.start - s0.start) * USHI_INDEX_ENTRY));
+		for (uint64_t i = s0.start; i < s1.start; i++)
+			assert_int_equal((*ents)[i].partition, p);
+	}
+	free(b);
+}
+
+void th_index_store(const char *path, struct spill_header *h,
+		    const struct spill_entry *ents, size_t n)
+{
+	uint8_t *img;
+	size_t len;
+	th_ok(spill_index_build(ents, n, h, &img, &len));
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, img, len), (ssize_t)len);
+	close(fd);
+	ushi_free(img);
 }

@@ -69,4 +69,18 @@ int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
 				 ush_err_name(th_ret_), ush_last_error());   \
 	} while (0)
 
+/*
+ * Spill index (docs/format.md §2.3), for tests that read or doctor one.
+ * th_index_load: the header and every entry in index order (malloc'd),
+ * failing the test unless the index and its directory parse.
+ * th_index_store: writes an index of the n entries (grouped by
+ * partition, stably) with header h (its entries and CRC set anew).
+ */
+struct spill_header;
+struct spill_entry;
+void th_index_load(const char *path, struct spill_header *h,
+		   struct spill_entry **ents, size_t *n);
+void th_index_store(const char *path, struct spill_header *h,
+		    const struct spill_entry *ents, size_t n);
+
 #endif

@@ -330,15 +330,6 @@ static void both_commit_reversed(void **state)
 	both_commit(1);
 }
 
-static void write_index(const char *path, const uint8_t *b, size_t entries)
-{
-	int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-	assert_true(fd >= 0);
-	size_t nb = entries * USHI_INDEX_ENTRY + USHI_INDEX_TRAILER;
-	assert_int_equal(write(fd, b, nb), (ssize_t)nb);
-	close(fd);
-}
-
 /*
  * The committed index names one frame twice (a copy of an entry inserted
  * right after it, and copies of a partition's first and last frames at
@@ -358,58 +349,40 @@ static void duplicate_batch(void **state)
 	ush_writer_free(w);
 	ush_ring_free(ring);
 
-	size_t ilen;
-	uint8_t *old = th_read_file(index, &ilen);
-	size_t n = (ilen - USHI_INDEX_TRAILER) / USHI_INDEX_ENTRY;
-	struct spill_trailer t;
-	th_ok(spill_trailer_get(old + n * USHI_INDEX_ENTRY, &t,
-				spill_crc(0xffffffffu, old,
-					  n * USHI_INDEX_ENTRY)));
+	size_t n;
+	struct spill_header t;
+	struct spill_entry *old;
+	th_index_load(index, &t, &old, &n);
 	assert_int_equal(t.entries, n);
 	/* Partition 3's entries: copy its second one in place, its first
-	 * and last ones at the end. */
+	 * and last ones at the end of its run. */
 	const uint32_t part = 3;
 	size_t pe[2048], np = 0;
-	for (size_t i = 0; i < n && np < 2048; i++) {
-		struct spill_entry e;
-		spill_entry_get(old + i * USHI_INDEX_ENTRY, &e);
-		if (e.partition == part)
+	for (size_t i = 0; i < n && np < 2048; i++)
+		if (old[i].partition == part)
 			pe[np++] = i;
-	}
 	assert_true(np >= 3);
-	uint8_t *b = malloc(ilen + 3 * USHI_INDEX_ENTRY);
+	struct spill_entry *b = malloc((n + 3) * sizeof(*b));
 	assert_non_null(b);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		memcpy(b + m++ * USHI_INDEX_ENTRY, old + i * USHI_INDEX_ENTRY,
-		       USHI_INDEX_ENTRY);
+		b[m++] = old[i];
 		if (i == pe[1])
-			memcpy(b + m++ * USHI_INDEX_ENTRY,
-			       old + i * USHI_INDEX_ENTRY, USHI_INDEX_ENTRY);
+			b[m++] = old[i];
 	}
-	memcpy(b + m++ * USHI_INDEX_ENTRY, old + pe[0] * USHI_INDEX_ENTRY,
-	       USHI_INDEX_ENTRY);
-	memcpy(b + m++ * USHI_INDEX_ENTRY, old + pe[np - 1] * USHI_INDEX_ENTRY,
-	       USHI_INDEX_ENTRY);
+	b[m++] = old[pe[0]];
+	b[m++] = old[pe[np - 1]];
 	assert_int_equal(m, n + 3);
-	t.entries = m;
-	spill_trailer_put(b + m * USHI_INDEX_ENTRY, &t,
-			  spill_crc(0xffffffffu, b, m * USHI_INDEX_ENTRY));
-	write_index(index, b, m);
+	th_index_store(index, &t, b, m);
 	/* Every partition, the doctored one included, reads back whole. */
 	expect_attempt(&st, 0);
 
 	/* A copy of the last frame ahead of all others must not make the
 	 * reader drop the batches it skipped as "duplicates": refused. */
-	memcpy(b, old + pe[np - 1] * USHI_INDEX_ENTRY, USHI_INDEX_ENTRY);
-	memcpy(b + USHI_INDEX_ENTRY, old, n * USHI_INDEX_ENTRY);
-	m = n + 1;
-	t.entries = m;
-	spill_trailer_put(b + m * USHI_INDEX_ENTRY, &t,
-			  spill_crc(0xffffffffu, b, m * USHI_INDEX_ENTRY));
-	write_index(index, b, m);
-	struct spill_entry last;
-	spill_entry_get(old + pe[np - 1] * USHI_INDEX_ENTRY, &last);
+	b[0] = old[pe[np - 1]];
+	memcpy(b + 1, old, n * sizeof(*b));
+	th_index_store(index, &t, b, n + 1);
+	struct spill_entry last = old[pe[np - 1]];
 	ush_reader *r;
 	const void *rec;
 	size_t len;

@@ -1,8 +1,9 @@
 /*
  * Damaged spill files: after a normal committed write of two maps, damage
  * map 1's data file or index (flipped header byte, flipped payload byte,
- * truncation, missing data file or index, corrupt index entry or trailer,
- * an entry dropped from a valid index) and read partition 1 with the map
+ * truncation, missing data file or index, corrupt index header, directory
+ * slot or entry, an entry dropped from a valid index, an index of another
+ * version) and read partition 1 with the map
  * statuses the commits yielded. The reader
  * must return every record before the damage intact and in order, then an
  * error whose message names the file, the offset and the partition; never
@@ -70,6 +71,8 @@ struct fx {
 	char data[PATH_MAX], index[PATH_MAX]; /* map BAD_MAP's files */
 	uint8_t *pdata, *pindex;              /* their pristine bytes */
 	size_t dlen, ilen, nidx;
+	struct spill_header hdr;              /* the index's, parsed */
+	struct spill_entry *idx;              /* its entries, in order */
 	struct spill_entry ents[MAXF];        /* PART's frames in BAD_MAP */
 	size_t gidx[MAXF];                    /* their index positions */
 	uint32_t nrec[MAXF];
@@ -116,10 +119,9 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 		    0);
 	fx->pdata = th_read_file(fx->data, &fx->dlen);
 	fx->pindex = th_read_file(fx->index, &fx->ilen);
-	fx->nidx = (fx->ilen - USHI_INDEX_TRAILER) / USHI_INDEX_ENTRY;
+	th_index_load(fx->index, &fx->hdr, &fx->idx, &fx->nidx);
 	for (size_t i = 0; i < fx->nidx; i++) {
-		struct spill_entry e;
-		spill_entry_get(fx->pindex + i * USHI_INDEX_ENTRY, &e);
+		struct spill_entry e = fx->idx[i];
 		if (e.partition == 0 && !fx->other.len)
 			fx->other = e;
 		if (e.partition != PART)
@@ -148,6 +150,7 @@ static void fx_teardown(struct fx *fx)
 {
 	free(fx->pdata);
 	free(fx->pindex);
+	free(fx->idx);
 	th_statuses_free(fx->st, NMAPS);
 	th_rmrf(fx->dir);
 }
@@ -337,94 +340,177 @@ static void missing_index(struct fx *fx)
 	fx_restore(fx);
 }
 
-/* Rewrites the index with entry gi replaced by e (gi >= nidx: none) and
- * the trailer passed through fix, with a valid CRC. */
+/* Rewrites the index with entry gi replaced by e (gi >= nidx: none),
+ * without entry drop (>= nidx: none) and the header passed through
+ * fix, every CRC valid. */
 static void rewrite_index(struct fx *fx, size_t gi,
-			  const struct spill_entry *e,
-			  void (*fix)(struct spill_trailer *t))
+			  const struct spill_entry *e, size_t drop,
+			  void (*fix)(struct spill_header *h))
 {
-	size_t ents = fx->nidx * USHI_INDEX_ENTRY;
+	struct spill_entry *b = malloc(fx->nidx * sizeof(*b));
+	assert_non_null(b);
+	size_t n = 0;
+	for (size_t i = 0; i < fx->nidx; i++)
+		if (i != drop)
+			b[n++] = i == gi ? *e : fx->idx[i];
+	struct spill_header h = fx->hdr;
+	th_index_store(fx->index, &h, b, n);
+	free(b);
+	if (!fix)
+		return;
+	uint8_t hb[USHI_INDEX_HEADER];
+	fix(&h);
+	spill_header_put(hb, &h);
+	int fd = open(fx->index, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, hb, sizeof(hb), 0), (ssize_t)sizeof(hb));
+	close(fd);
+}
+
+static void fix_map(struct spill_header *h)
+{
+	h->map ^= 1;
+}
+
+static void fix_entries(struct spill_header *h)
+{
+	h->entries++;
+}
+
+static void fix_shuffle(struct spill_header *h)
+{
+	h->shuffle++;
+}
+
+static void fix_partitions(struct spill_header *h)
+{
+	h->partitions++;
+}
+
+/* Writes the 8-byte start of directory slot p, then, when crc is set,
+ * the CRC slot p must hold over the run it now names. */
+static void poke_slot(struct fx *fx, uint32_t p, uint64_t start, bool crc)
+{
 	uint8_t *b = malloc(fx->ilen);
 	assert_non_null(b);
 	memcpy(b, fx->pindex, fx->ilen);
-	if (gi < fx->nidx)
-		spill_entry_put(b + gi * USHI_INDEX_ENTRY, e);
-	struct spill_trailer t;
-	th_ok(spill_trailer_get(fx->pindex + ents, &t,
-				spill_crc(0xffffffffu, fx->pindex, ents)));
-	if (fix)
-		fix(&t);
-	spill_trailer_put(b + ents, &t, spill_crc(0xffffffffu, b, ents));
+	uint8_t *slot = b + spill_slot_off(p);
+	put_le64(slot, start);
+	if (crc) {
+		struct spill_slot s1;
+		spill_slot_get(slot + USHI_INDEX_SLOT, &s1);
+		assert_true(start <= s1.start);
+		put_le32(slot + 8, spill_slot_crc(start, b +
+			 spill_entry_off(NPARTS, start),
+			 (s1.start - start) * USHI_INDEX_ENTRY));
+	}
 	write_file(fx->index, b, fx->ilen);
 	free(b);
 }
 
-/* Rewrites the index without entry gi, with a valid trailer. */
-static void drop_entry(struct fx *fx, size_t gi)
+/* The header, its directory and the entries: each damage refused with
+ * a message naming the index, the offset and the partition. */
+static void index_header_damage(struct fx *fx)
 {
-	size_t ents = fx->nidx * USHI_INDEX_ENTRY;
-	uint8_t *b = malloc(fx->ilen);
-	assert_non_null(b);
-	memcpy(b, fx->pindex, gi * USHI_INDEX_ENTRY);
-	memcpy(b + gi * USHI_INDEX_ENTRY,
-	       fx->pindex + (gi + 1) * USHI_INDEX_ENTRY,
-	       ents - (gi + 1) * USHI_INDEX_ENTRY);
-	ents -= USHI_INDEX_ENTRY;
-	struct spill_trailer t;
-	th_ok(spill_trailer_get(fx->pindex + ents + USHI_INDEX_ENTRY, &t,
-				spill_crc(0xffffffffu, fx->pindex,
-					  ents + USHI_INDEX_ENTRY)));
-	t.entries--;
-	spill_trailer_put(b + ents, &t, spill_crc(0xffffffffu, b, ents));
-	write_file(fx->index, b, ents + USHI_INDEX_TRAILER);
-	free(b);
+	/* Bytes flipped under the header CRC, then the CRC itself. */
+	flip(fx->index, 32, 0x01); /* data bytes */
+	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, 0,
+		     "header data bytes");
+	fx_restore(fx);
+	flip(fx->index, 40, 0x01);
+	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, 0, "header crc");
+	fx_restore(fx);
+	flip(fx->index, 0, 0x01);
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, 0,
+		     "header magic");
+	fx_restore(fx);
+	flip(fx->index, 4, 0x01); /* version 3 */
+	expect_error(fx, USH_EVERSION, before(fx, 0), fx->index, 0,
+		     "unknown index version");
+	fx_restore(fx);
+	flip(fx->index, 44, 0x01); /* reserved */
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, 0,
+		     "header reserved bytes");
+	fx_restore(fx);
+	/* A version 1 index (entries, then a "USHI" v1 trailer): refused
+	 * as another version, not as garbage. */
+	uint8_t v1[USHI_INDEX_ENTRY + USHI_INDEX_V1_TRAILER] = {0};
+	put_le32(v1 + USHI_INDEX_ENTRY, USHI_INDEX_MAGIC);
+	put_le16(v1 + USHI_INDEX_ENTRY + 4, 1);
+	write_file(fx->index, v1, sizeof(v1));
+	expect_error(fx, USH_EVERSION, before(fx, 0), fx->index, 0,
+		     "version 1 index");
+	fx_restore(fx);
+	/* Truncated: inside the header, by an entry, to nothing. */
+	const uint64_t cuts[] = {20, fx->ilen - 16, fx->ilen - 8, 0};
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		assert_int_equal(truncate(fx->index, (off_t)cuts[i]), 0);
+		expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, 0,
+			     "truncated index");
+		fx_restore(fx);
+	}
+	/* Valid CRCs over a header naming another map output. */
+	void (*fixes[])(struct spill_header *) = {fix_map, fix_shuffle,
+		fix_entries, fix_partitions};
+	for (size_t i = 0; i < sizeof(fixes) / sizeof(fixes[0]); i++) {
+		rewrite_index(fx, SIZE_MAX, NULL, SIZE_MAX, fixes[i]);
+		expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, 0,
+			     "header field");
+		fx_restore(fx);
+	}
 }
 
-static void fix_map(struct spill_trailer *t)
+static void index_dir_damage(struct fx *fx)
 {
-	t->map ^= 1;
-}
-
-static void fix_entries(struct spill_trailer *t)
-{
-	t->entries++;
-}
-
-static void fix_shuffle(struct spill_trailer *t)
-{
-	t->shuffle++;
+	const long long slot = (long long)spill_slot_off(PART);
+	struct spill_slot s0, s1;
+	spill_slot_get(fx->pindex + spill_slot_off(PART), &s0);
+	spill_slot_get(fx->pindex + spill_slot_off(PART + 1), &s1);
+	/* A flipped start, a flipped CRC: the slot's CRC. */
+	flip(fx->index, (uint64_t)slot, 0x01);
+	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, slot,
+		     "slot start byte");
+	fx_restore(fx);
+	flip(fx->index, (uint64_t)slot + 8, 0x01);
+	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, slot,
+		     "slot crc byte");
+	fx_restore(fx);
+	/* Out of range: past the entries, or past the next slot's. */
+	poke_slot(fx, PART + 1, fx->nidx + 1, false);
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, slot,
+		     "slot past the entries");
+	fx_restore(fx);
+	poke_slot(fx, PART, s1.start + 1, false);
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, slot,
+		     "slot past the next one");
+	fx_restore(fx);
+	poke_slot(fx, PART, UINT64_MAX, false);
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, slot,
+		     "slot at 2^64 - 1");
+	fx_restore(fx);
+	/* Valid CRCs over a wrong run. One entry short at the front: the
+	 * first batch is missing, refused at the second. */
+	poke_slot(fx, PART, s0.start + 1, true);
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->data,
+		     (long long)fx->ents[1].off, "slot one entry late");
+	fx_restore(fx);
+	/* One entry early: the run starts with another partition's. */
+	poke_slot(fx, PART, s0.start - 1, true);
+	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index,
+		     (long long)spill_entry_off(NPARTS, s0.start - 1),
+		     "slot one entry early");
+	fx_restore(fx);
 }
 
 static void index_damage(struct fx *fx)
 {
-	const long long trailer = (long long)(fx->nidx * USHI_INDEX_ENTRY);
 	const size_t k = 2, gi = fx->gidx[k];
+	const long long slot = (long long)spill_slot_off(PART);
 
-	/* Bytes flipped under the CRC: an entry, then trailer fields. */
-	flip(fx->index, gi * USHI_INDEX_ENTRY + 1, 0x10);
-	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, trailer,
+	/* A byte of one of the partition's entries: the slot's CRC. */
+	flip(fx->index, spill_entry_off(NPARTS, gi) + 1, 0x10);
+	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, slot,
 		     "index entry byte");
-	fx_restore(fx);
-	flip(fx->index, (uint64_t)trailer + 32, 0x01); /* data bytes */
-	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, trailer,
-		     "trailer data bytes");
-	fx_restore(fx);
-	flip(fx->index, (uint64_t)trailer + 40, 0x01); /* its CRC */
-	expect_error(fx, USH_ECRC, before(fx, 0), fx->index, trailer,
-		     "trailer crc");
-	fx_restore(fx);
-	flip(fx->index, (uint64_t)trailer, 0x01); /* magic */
-	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, trailer,
-		     "trailer magic");
-	fx_restore(fx);
-	/* Cut mid-entry, then by a whole entry (the trailer moves). */
-	assert_int_equal(truncate(fx->index, (off_t)fx->ilen - 8), 0);
-	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index,
-		     (long long)fx->ilen - 8, "index cut mid-entry");
-	fx_restore(fx);
-	assert_int_equal(truncate(fx->index, (off_t)fx->ilen - 16), 0);
-	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index,
-		     trailer - 16, "index cut by an entry");
 	fx_restore(fx);
 
 	/* Valid CRCs over wrong contents. An entry pointing at another
@@ -432,52 +518,38 @@ static void index_damage(struct fx *fx)
 	 * that frame is read, after the frames before it. */
 	struct spill_entry e = fx->other;
 	e.partition = PART;
-	rewrite_index(fx, gi, &e, NULL);
+	rewrite_index(fx, gi, &e, SIZE_MAX, NULL);
 	expect_error(fx, USH_ECORRUPT, before(fx, k), fx->data,
 		     (long long)e.off, "entry pointing at another frame");
 	fx_restore(fx);
 	e = fx->ents[k];
 	e.len += 1;
-	rewrite_index(fx, gi, &e, NULL);
+	rewrite_index(fx, gi, &e, SIZE_MAX, NULL);
 	expect_error(fx, USH_ECORRUPT, before(fx, k), fx->data,
 		     (long long)e.off, "entry with a wrong length");
 	fx_restore(fx);
 	/* An entry past the data file's end: refused with the index. */
 	e = fx->ents[k];
-	struct spill_trailer t;
-	th_ok(spill_trailer_get(fx->pindex + trailer, &t,
-				spill_crc(0xffffffffu, fx->pindex,
-					  (size_t)trailer)));
-	e.off = t.data_bytes;
-	rewrite_index(fx, gi, &e, NULL);
+	e.off = fx->hdr.data_bytes;
+	rewrite_index(fx, gi, &e, SIZE_MAX, NULL);
 	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index,
-		     (long long)(gi * USHI_INDEX_ENTRY), "entry past the end");
+		     (long long)spill_entry_off(NPARTS, gi),
+		     "entry past the end");
 	fx_restore(fx);
 	/* An entry dropped from a valid index: the partition must not
 	 * just come back short; the batch after the gap is refused. */
-	drop_entry(fx, gi);
+	rewrite_index(fx, SIZE_MAX, NULL, gi, NULL);
 	expect_error(fx, USH_ECORRUPT, before(fx, k), fx->data,
 		     (long long)fx->ents[k + 1].off, "entry dropped");
 	fx_restore(fx);
 	/* The partition's last entry dropped leaves no gap: the map status
 	 * says how many batches there are. */
-	drop_entry(fx, fx->gidx[fx->nents - 1]);
+	rewrite_index(fx, SIZE_MAX, NULL, fx->gidx[fx->nents - 1], NULL);
 	expect_error(fx, USH_ECORRUPT, before(fx, fx->nents - 1), fx->data,
 		     -1, "last entry dropped");
 	fx_restore(fx);
-	/* A trailer naming another map, shuffle or entry count. */
-	rewrite_index(fx, SIZE_MAX, NULL, fix_map);
-	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, trailer,
-		     "trailer map");
-	fx_restore(fx);
-	rewrite_index(fx, SIZE_MAX, NULL, fix_shuffle);
-	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, trailer,
-		     "trailer shuffle");
-	fx_restore(fx);
-	rewrite_index(fx, SIZE_MAX, NULL, fix_entries);
-	expect_error(fx, USH_ECORRUPT, before(fx, 0), fx->index, trailer,
-		     "trailer entries");
-	fx_restore(fx);
+	index_header_damage(fx);
+	index_dir_damage(fx);
 }
 
 static void run_all(enum ush_codec codec, int direct)
@@ -521,6 +593,85 @@ static void corrupt_zstd(void **state)
 	run_all(USH_CODEC_ZSTD, 1);
 }
 
+/*
+ * Large frames (written in place, read ahead with O_DIRECT): a payload
+ * byte flipped in frame k of 6 gives USH_ECRC naming the data file and
+ * the frame's offset, after exactly the records of the frames before it.
+ */
+static void large_frames_direct(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("corrupt-large");
+	enum { NF = 6, RPF = 2, RLEN = 30000 };
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro)); /* 64 KiB push buffers */
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = SHUFFLE,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	static uint8_t rec[RLEN];
+	for (uint32_t i = 0; i < NF * RPF; i++)
+		for (uint32_t p = 0; p < 2; p++) {
+			th_fill(rec, RLEN, rec_seed(0, p, i));
+			th_ok(ush_writer_write(w, p, rec, RLEN));
+		}
+	struct ush_status st;
+	th_ok(th_commit(w, NULL, &st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+
+	char data[PATH_MAX], index[PATH_MAX], needle[PATH_MAX + 64];
+	spill_data(data, sizeof(data), dir, SHUFFLE, 0, 0);
+	spill_index(index, sizeof(index), dir, SHUFFLE, 0, 0);
+	struct spill_header h;
+	struct spill_entry *e;
+	size_t n;
+	th_index_load(index, &h, &e, &n);
+	assert_int_equal(n, 2 * NF);
+	const struct spill_entry *pe = e + NF; /* partition 1's run */
+	for (size_t k = 0; k < NF; k++) {
+		assert_int_equal(pe[k].partition, PART);
+		assert_false(spill_packed(pe[k].len));
+		assert_int_equal(pe[k].off % 4096, 0); /* in place */
+	}
+	for (size_t k = 0; k <= NF; k++) { /* k = NF: pristine */
+		if (k < NF)
+			flip(data, pe[k].off + USH_FRAME_HDR_SIZE + 5000, 0x40);
+		ush_reader *r;
+		const void *p;
+		size_t len;
+		th_ok(th_reader_open(&r, &st, 1, PART, 0));
+		uint32_t got = 0;
+		int ret;
+		while ((ret = ush_reader_next(r, &p, &len)) == 1) {
+			th_fill(rec, RLEN, rec_seed(0, PART, got));
+			assert_int_equal(len, RLEN);
+			assert_memory_equal(p, rec, RLEN);
+			got++;
+		}
+		if (k == NF) {
+			assert_int_equal(ret, 0);
+			assert_int_equal(got, NF * RPF);
+		} else {
+			assert_int_equal(ret, USH_ECRC);
+			assert_int_equal(got, k * RPF);
+			snprintf(needle, sizeof(needle), "%s offset %llu "
+				 "partition %u", data,
+				 (unsigned long long)pe[k].off, PART);
+			if (!strstr(ush_last_error(), needle))
+				fail_msg("\"%s\" lacks \"%s\"", ush_last_error(),
+					 needle);
+			flip(data, pe[k].off + USH_FRAME_HDR_SIZE + 5000, 0x40);
+		}
+		ush_reader_free(r);
+	}
+	free(e);
+	th_status_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -528,6 +679,7 @@ int main(void)
 		cmocka_unit_test_teardown(corrupt_none_buffered, th_teardown),
 		cmocka_unit_test_teardown(corrupt_lz4, th_teardown),
 		cmocka_unit_test_teardown(corrupt_zstd, th_teardown),
+		cmocka_unit_test_teardown(large_frames_direct, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

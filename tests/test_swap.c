@@ -166,14 +166,13 @@ static void swap_direct(int direct)
 	snprintf(tpath, sizeof(tpath), "%s/s%u/m%u.a0.index.tmp", dir, SHUFFLE,
 		 MAP);
 	assert_int_equal(access(tpath, F_OK), -1);
-	size_t ilen, dlen;
-	uint8_t *idx = th_read_file(ipath, &ilen);
+	size_t nidx, dlen;
+	struct spill_header t;
+	struct spill_entry *idx;
+	th_index_load(ipath, &t, &idx, &nidx);
 	uint8_t *data = th_read_file(dpath, &dlen);
-	assert_int_equal(ilen, NBATCH * USHI_INDEX_ENTRY + USHI_INDEX_TRAILER);
-	struct spill_trailer t;
-	uint32_t crc = spill_crc(0xffffffffu, idx, NBATCH * USHI_INDEX_ENTRY);
-	th_ok(spill_trailer_get(idx + NBATCH * USHI_INDEX_ENTRY, &t, crc));
-	assert_int_equal(t.flags, padded ? USHI_INDEX_PADDED : 0);
+	assert_int_equal(nidx, NBATCH);
+	assert_int_equal(t.flags, padded ? USHI_INDEX_DIRECT : 0);
 	assert_int_equal(t.shuffle, SHUFFLE);
 	assert_int_equal(t.map, MAP);
 	assert_int_equal(t.attempt, 0);
@@ -184,15 +183,25 @@ static void swap_direct(int direct)
 
 	uint8_t *want = malloc(PUSH);
 	assert_non_null(want);
-	uint64_t off = 0;
+	/* Small frames (spill_packed()) follow each other in packs; a larger
+	 * one is written in place, at an aligned offset under O_DIRECT,
+	 * after the pack (padded). */
+	uint64_t off = 0, end = 0;
 	for (uint32_t i = 0; i < NBATCH; i++) {
-		struct spill_entry e;
-		spill_entry_get(idx + i * USHI_INDEX_ENTRY, &e);
+		const struct spill_entry e = idx[i];
 		size_t flen = ush_frame_size(lens[i]);
+		bool packed = spill_packed((uint32_t)flen);
+		if (!packed && padded)
+			off = ALIGN_UP(off, USHI_ALIGN);
 		assert_int_equal(e.off, off);
 		assert_int_equal(e.len, flen);
 		assert_int_equal(e.partition, PART);
 		assert_true(off + flen <= dlen);
+		/* O_DIRECT padding is zeroed, never stale pool bytes. */
+		for (size_t k = end; k < off; k++)
+			if (data[k])
+				fail_msg("batch %u: padding byte %zu is %u", i,
+					 k, data[k]);
 		struct ushi_frame f;
 		th_ok(frame_decode(data + off, &f));
 		th_ok(frame_check(data + off, &f));
@@ -210,15 +219,14 @@ static void swap_direct(int direct)
 		size_t len = fill_batch(want, PUSH - USH_FRAME_HDR_SIZE, i, &n);
 		assert_int_equal(len, lens[i]);
 		assert_memory_equal(data + off + USH_FRAME_HDR_SIZE, want, len);
-		size_t slot = padded ? ALIGN_UP(flen, USHI_ALIGN) : flen;
-		/* O_DIRECT padding is zeroed, never stale pool bytes. */
-		for (size_t k = flen; k < slot; k++)
-			if (data[off + k])
-				fail_msg("batch %u: padding byte %zu is %u", i,
-					 k, data[off + k]);
-		off += slot;
+		end = off + flen;
+		off = packed || !padded ? end : ALIGN_UP(end, USHI_ALIGN);
 	}
-	assert_int_equal(off, dlen);
+	for (size_t k = end; k < dlen; k++)
+		if (data[k])
+			fail_msg("padding byte %zu after the last frame is %u",
+				 k, data[k]);
+	assert_int_equal(padded ? ALIGN_UP(off, USHI_ALIGN) : off, dlen);
 	free(idx);
 	free(data);
 

@@ -7,10 +7,12 @@
  * map's batches are checked against its status: their number, their
  * order and the checksum over their CRCs.
  */
+#define _GNU_SOURCE
 #include "core/codec.h"
 #include "core/spill.h"
 #include "core/status.h"
 #include "net/net.h"
+#include "read/prefetch.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
@@ -51,12 +53,13 @@ struct ush_reader {
 	struct ushi_codec_ctx codec;
 	/* disk: the map being read */
 	struct rmap *cur;
-	int fd;
+	int fd, dfd;               /* its data file, buffered and O_DIRECT */
+	struct prefetch pf;        /* the partition's frames read ahead */
 	char path[PATH_MAX];
 	struct spill_entry *ents;  /* this partition's entries of the map */
 	size_t nents, ei, ecap;    /* ecap in bytes, as ushi_grow() keeps it */
-	uint8_t *ibuf, *fbuf, *rbuf; /* index, frame, decompressed batch */
-	size_t icap, fcap, rcap;
+	uint8_t *ibuf, *rbuf;      /* index, decompressed batch */
+	size_t icap, rcap;
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;
@@ -170,58 +173,112 @@ static int index_path(char *buf, size_t n, const struct ush_reader *r,
 			   m->attempt);
 }
 
-/* Reads m's index and keeps this partition's entries. */
+/* A header without the magic: is the index a version 1 one, whose
+ * trailer is at its end? */
+static bool index_v1(int fd, size_t size)
+{
+	uint8_t t[USHI_INDEX_V1_TRAILER];
+	return size >= sizeof(t) && !read_all(fd, t, sizeof(t),
+					      size - sizeof(t)) &&
+	       spill_is_v1(t);
+}
+
+/*
+ * Reads m's index header, the partition's directory slot and its entries
+ * (docs/format.md §2.3): three small reads whatever the partition count.
+ * Returns 0 with the entries in r->ents and h filled, or an error, *what
+ * and *bad (the index offset) saying which check failed.
+ */
+static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
+			size_t size, struct spill_header *h,
+			const char **what, uint64_t *bad)
+{
+	uint8_t hdr[USHI_INDEX_HEADER], sl[2 * USHI_INDEX_SLOT];
+	*what = "index shorter than its header";
+	if (size < USHI_INDEX_HEADER)
+		return USH_ECORRUPT;
+	int ret = read_all(fd, hdr, sizeof(hdr), 0);
+	if (ret)
+		return ret;
+	*what = "index header";
+	ret = spill_header_get(hdr, h);
+	if (ret == USH_ECORRUPT && get_le32(hdr) != USHI_INDEX_MAGIC &&
+	    index_v1(fd, size))
+		ret = USH_EVERSION;
+	if (ret == USH_EVERSION)
+		*what = "index of another version: this reader reads "
+			"version 2 (docs/format.md §2.3)";
+	if (ret)
+		return ret;
+	*what = "index header names another map output";
+	if (h->shuffle != r->shuffle || h->map != m->map ||
+	    h->attempt != m->attempt || h->partitions != r->partitions)
+		return USH_ECORRUPT;
+	*what = "index size disagrees with its header";
+	if (size < spill_index_size(h->partitions, 0) ||
+	    h->entries != (size - spill_index_size(h->partitions, 0)) /
+				  USHI_INDEX_ENTRY ||
+	    size != spill_index_size(h->partitions, h->entries))
+		return USH_ECORRUPT;
+	*bad = spill_slot_off(r->partition);
+	if ((ret = read_all(fd, sl, sizeof(sl), *bad)))
+		return ret;
+	struct spill_slot s0, s1;
+	spill_slot_get(sl, &s0);
+	spill_slot_get(sl + USHI_INDEX_SLOT, &s1);
+	*what = "directory slot out of range";
+	if (s0.start > s1.start || s1.start > h->entries)
+		return USH_ECORRUPT;
+	size_t n = (size_t)(s1.start - s0.start);
+	/* Buffers are kept across maps: no allocation per map opened. */
+	if ((ret = ushi_grow(&r->ibuf, &r->icap, n * USHI_INDEX_ENTRY)) ||
+	    (ret = ushi_grow((uint8_t **)&r->ents, &r->ecap,
+			     n * sizeof(*r->ents))))
+		return ret;
+	*bad = spill_entry_off(h->partitions, s0.start);
+	if ((ret = read_all(fd, r->ibuf, n * USHI_INDEX_ENTRY, *bad)))
+		return ret;
+	*what = "directory slot CRC";
+	*bad = spill_slot_off(r->partition);
+	if (spill_slot_crc(s0.start, r->ibuf, n * USHI_INDEX_ENTRY) != s0.crc)
+		return USH_ECRC;
+	*what = "entry out of range or of another partition";
+	for (size_t i = 0; i < n; i++) {
+		struct spill_entry e;
+		spill_entry_get(r->ibuf + i * USHI_INDEX_ENTRY, &e);
+		*bad = spill_entry_off(h->partitions, s0.start + i);
+		if (e.len < USH_FRAME_HDR_SIZE || e.off > h->data_bytes ||
+		    e.len > h->data_bytes - e.off || e.partition != r->partition)
+			return USH_ECORRUPT;
+		r->ents[i] = e;
+	}
+	r->nents = n;
+	return 0;
+}
+
+/* Finds this partition's entries in m's index, opens m's data file. */
 static int load_index(struct ush_reader *r, const struct rmap *m)
 {
 	char ipath[PATH_MAX];
 	struct stat st = {0};
-	struct spill_trailer t;
+	struct spill_header h;
 	index_path(ipath, sizeof(ipath), r, m);
 	int fd = open(ipath, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return ushi_fail(-errno, "reader: open %s", ipath);
-	int ret = fstat(fd, &st) ? -errno : 0;
-	size_t size = (size_t)st.st_size;
-	size_t bad = size; /* index offset named in an error */
-	if (!ret && (size < USHI_INDEX_TRAILER ||
-		     (size - USHI_INDEX_TRAILER) % USHI_INDEX_ENTRY))
-		ret = USH_ECORRUPT;
-	size_t n = ret ? 0 : (size - USHI_INDEX_TRAILER) / USHI_INDEX_ENTRY;
-	/* Buffers are kept across maps: no allocation per map opened. */
-	if (!ret)
-		ret = ushi_grow(&r->ibuf, &r->icap, size);
-	if (!ret)
-		ret = ushi_grow((uint8_t **)&r->ents, &r->ecap,
-			       n * sizeof(*r->ents));
-	if (!ret)
-		ret = read_all(fd, r->ibuf, size, 0);
-	close(fd);
-	if (!ret) {
-		bad = n * USHI_INDEX_ENTRY; /* the trailer */
-		uint32_t crc = spill_crc(0xffffffffu, r->ibuf,
-					 n * USHI_INDEX_ENTRY);
-		ret = spill_trailer_get(r->ibuf + n * USHI_INDEX_ENTRY, &t, crc);
-	}
-	if (!ret && (t.entries != n || t.shuffle != r->shuffle ||
-		     t.map != m->map || t.attempt != m->attempt ||
-		     r->partition >= t.partitions))
-		ret = USH_ECORRUPT;
+	const char *what = "read";
+	uint64_t bad = 0; /* index offset named in an error */
 	r->nents = r->ei = 0;
-	for (size_t i = 0; !ret && i < n; i++) {
-		struct spill_entry e;
-		spill_entry_get(r->ibuf + i * USHI_INDEX_ENTRY, &e);
-		if (e.len < USH_FRAME_HDR_SIZE || e.off > t.data_bytes ||
-		    e.len > t.data_bytes - e.off) {
-			ret = USH_ECORRUPT;
-			bad = i * USHI_INDEX_ENTRY;
-			break;
-		}
-		if (e.partition == r->partition)
-			r->ents[r->nents++] = e;
-	}
+	int ret = fstat(fd, &st) ? -errno : 0;
+	if (!ret)
+		ret = index_lookup(r, m, fd, (size_t)st.st_size, &h, &what,
+				   &bad);
+	close(fd);
 	if (ret)
-		return ushi_fail(ret, "reader: index %s offset %zu partition %u",
-				ipath, bad, r->partition);
+		return ushi_fail(ret, "reader: index %s offset %llu partition "
+				"%u map %u attempt %u: %s", ipath,
+				(unsigned long long)bad, r->partition, m->map,
+				m->attempt, what);
 	spill_data(r->path, sizeof(r->path), r->srcs[m->src].loc, r->shuffle,
 		   m->map, m->attempt);
 	r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
@@ -230,12 +287,18 @@ static int load_index(struct ush_reader *r, const struct rmap *m)
 				r->path, m->map, r->partition);
 	if (fstat(r->fd, &st))
 		return ushi_fail(-errno, "reader: stat %s", r->path);
-	if ((uint64_t)st.st_size < t.data_bytes)
+	if ((uint64_t)st.st_size < h.data_bytes)
 		return ushi_fail(USH_ECORRUPT, "reader: %s offset %lld "
 				"partition %u: data file truncated (index "
 				"expects %llu bytes)",
 				r->path, (long long)st.st_size, r->partition,
-				(unsigned long long)t.data_bytes);
+				(unsigned long long)h.data_bytes);
+	/* Large frames are read around the page cache (prefetch.h); a
+	 * file system that refuses O_DIRECT reads through it. */
+	for (size_t i = 0; r->dfd < 0 && i < r->nents; i++)
+		if (r->ents[i].len >= USHI_PACK_MIN)
+			r->dfd = open(r->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	prefetch_reset(&r->pf, r->fd, r->dfd, r->ents, r->nents);
 	return 0;
 }
 
@@ -245,14 +308,13 @@ static int disk_frame(struct ush_reader *r)
 {
 	struct rmap *m = r->cur;
 	while (r->ei < r->nents) {
-		const struct spill_entry *e = &r->ents[r->ei++];
+		const struct spill_entry *e = &r->ents[r->ei];
 		uint64_t t0 = ushi_now_ns();
 		struct ushi_frame f;
 		const char *what = "frame";
-		int ret = ushi_grow(&r->fbuf, &r->fcap, e->len);
-		if (!ret)
-			ret = read_all(r->fd, r->fbuf, e->len, e->off);
-		if (!ret && (ret = frame_decode(r->fbuf, &f)))
+		const uint8_t *frame = NULL;
+		int ret = prefetch_take(&r->pf, r->ei++, &frame);
+		if (!ret && (ret = frame_decode(frame, &f)))
 			what = "frame header";
 		if (!ret && (ush_frame_size(f.payload_len) != e->len ||
 			     f.shuffle != r->shuffle || f.map != m->map ||
@@ -261,7 +323,7 @@ static int disk_frame(struct ush_reader *r)
 			ret = USH_ECORRUPT;
 			what = "frame header disagrees with the index";
 		}
-		if (!ret && (ret = frame_check(r->fbuf, &f)))
+		if (!ret && (ret = frame_check(frame, &f)))
 			what = "frame";
 		if (ret)
 			return ushi_fail(ret, "reader: %s offset %llu partition "
@@ -269,11 +331,22 @@ static int disk_frame(struct ush_reader *r)
 					(unsigned long long)e->off,
 					r->partition, what);
 		r->st.stored_bytes += e->len;
-		ret = take(r, m, &f, r->fbuf, NULL, e->off, t0);
+		ret = take(r, m, &f, frame, NULL, e->off, t0);
 		if (ret)
 			return ret;
 	}
 	return check_map(r, m, r->path);
+}
+
+/* Closes the current map's data file, nothing in flight on it. */
+static void close_data(struct ush_reader *r)
+{
+	prefetch_drain(&r->pf);
+	if (r->fd >= 0)
+		close(r->fd);
+	if (r->dfd >= 0)
+		close(r->dfd);
+	r->fd = r->dfd = -1;
 }
 
 /* The next batch from disk: 1, 0 at the end of every map, or an error. */
@@ -283,9 +356,7 @@ static int disk_next(struct ush_reader *r)
 		int ret = r->cur ? disk_frame(r) : 0;
 		if (ret)
 			return ret;
-		if (r->fd >= 0)
-			close(r->fd);
-		r->fd = -1;
+		close_data(r);
 		r->cur = NULL;
 		/* A map without batches of this partition has no file to
 		 * read: its status says so, under its CRC. */
@@ -536,7 +607,7 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	struct ush_reader *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "reader: allocation");
-	r->fd = -1;
+	r->fd = r->dfd = -1;
 	r->partition = o.partition;
 	ush_lat_init(&r->load_lat);
 	r->maps = ushi_calloc(o.nstatuses, sizeof(*r->maps));
@@ -582,8 +653,8 @@ void ush_reader_free(ush_reader *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
-		close(r->fd);
+	close_data(r);
+	prefetch_destroy(&r->pf);
 	for (uint32_t i = 0; r->srcs && i < r->nsrcs; i++) {
 		reader_net_free(r->srcs[i].net);
 		ushi_free(r->srcs[i].loc);
@@ -593,7 +664,6 @@ void ush_reader_free(ush_reader *r)
 	ushi_free(r->maps);
 	ushi_free(r->ents);
 	ushi_free(r->ibuf);
-	ushi_free(r->fbuf);
 	ushi_free(r->rbuf);
 	ushi_free(r);
 }

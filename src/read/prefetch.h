@@ -1,0 +1,59 @@
+/*
+ * Reads ahead in one map's data file: the frames of the partition, whose
+ * entries the reader found in the index, several in flight through a
+ * small io_uring of the reader's own, each in its own aligned buffer. A
+ * frame of at least USHI_PACK_MIN bytes is read with O_DIRECT, the
+ * aligned range around it (no page-cache copy); smaller frames are
+ * read through the page cache, which serves the neighbours other
+ * partitions' readers will ask for. Without a ring (a kernel that
+ * refuses one) every frame is a blocking pread, as before.
+ */
+#ifndef USHI_PREFETCH_H
+#define USHI_PREFETCH_H
+
+#include "core/spill.h"
+
+#include <liburing.h>
+
+#ifndef USHI_PREFETCH_DEPTH /* -DUSHI_PREFETCH_DEPTH=1: pread only */
+#define USHI_PREFETCH_DEPTH 16u
+#endif
+#define USHI_PREFETCH_BYTES (8u << 20) /* most bytes read ahead */
+
+struct prefetch_slot {
+	uint8_t *buf;
+	size_t cap;
+	uint32_t skew; /* the frame's offset in buf (O_DIRECT alignment) */
+	uint32_t len;  /* bytes asked for */
+	uint64_t off;  /* their file offset */
+	int res;
+	bool busy, done, direct;
+};
+
+struct prefetch {
+	struct io_uring ring;
+	int state;        /* 0 not tried, 1 live, -1 refused: pread */
+	int fd, dfd;      /* the data file, buffered and O_DIRECT (or -1) */
+	const struct spill_entry *ents;
+	size_t n, next;   /* entries; next to issue */
+	size_t ahead;     /* bytes issued and not yet taken */
+	unsigned inflight;
+	uint8_t *fbuf;    /* pread path */
+	size_t fcap;
+	struct prefetch_slot slot[USHI_PREFETCH_DEPTH];
+};
+
+/* A map's n entries (kept by the caller until the next reset) in its
+ * data file fd; dfd: the same file opened O_DIRECT, or -1. Nothing of
+ * the previous map may be in flight (prefetch_drain). */
+void prefetch_reset(struct prefetch *pf, int fd, int dfd,
+		    const struct spill_entry *ents, size_t n);
+/* The frame of entry i, the one after the last taken: *frame points at
+ * its e->len bytes, valid until the next call. Returns 0, -errno, or
+ * USH_ECORRUPT when the file ends before the frame does. */
+int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame);
+/* Waits for every read in flight (before fds or buffers go). */
+void prefetch_drain(struct prefetch *pf);
+void prefetch_destroy(struct prefetch *pf);
+
+#endif
