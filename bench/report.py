@@ -420,10 +420,13 @@ def wire_rows(res):
         a, b = o.get(f"{k}64"), o.get(f"{k}_big")
         if not a or not b:
             continue
-        r = b["open_us_median"] / a["open_us_median"]
-        row(f"open one partition, {res['big']:,} vs 64 partitions, {what}",
-            f"{a['open_us_median'] / 1000:.2f} ms",
-            f"{b['open_us_median'] / 1000:.2f} ms", r, "≤ 2× (≈ 1×)",
+        r = b["first_us_median"] / a["first_us_median"]
+        row(f"open one partition (to its first record), {res['big']:,} vs "
+            f"64 partitions, {what}",
+            f"{a['first_us_median'] / 1000:.2f} ms (open call "
+            f"{a['open_us_median'] / 1000:.2f} ms)",
+            f"{b['first_us_median'] / 1000:.2f} ms (open call "
+            f"{b['open_us_median'] / 1000:.2f} ms)", r, "≤ 2× (≈ 1×)",
             r <= 2, f"open {k}")
     return out
 
@@ -453,8 +456,10 @@ def t_wire(res, m):
             f"allocated under the worker's directory or the job's (du), "
             f"frame bytes = what the writer framed (and sent). Worker RSS: "
             f"VmHWM after the push. Open: `ush_bench_open_part`, "
-            f"ush_reader_open of evenly spread partitions ({opened}), "
-            f"median; each partition then read and its records counted "
+            f"ush_reader_open of evenly spread partitions ({opened}) and "
+            f"the time from it to the partition's first record (a reader "
+            f"may defer its index work to the first next()), medians; "
+            f"each partition then read to its end and its records counted "
             f"against the manifest.")
     return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
                  rows), note
