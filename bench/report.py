@@ -613,6 +613,7 @@ def extra_plots(name, res, img):
               f"limits: iperf3 {mb['iperf3'] / 2**20:.0f}, fio write "
               f"{mb['fio_write'] / 2**20:.0f}, fio read "
               f"{mb['fio_read'] / 2**20:.0f}'\nset logscale x\n"
+              f"set xrange [40:{int(res['sweep'][-1] * 1.6)}]\n"
               f"set xlabel 'partitions'\nset yrange [0:*]\n"
               f"plot DAT using 1:2 with linespoints lw 2 title 'push to "
               f"ushuffled (defaults)', DAT using 1:3 with linespoints lw 2 "
