@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <ushuffle/ushuffle.h>
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,112 @@ static int parse_manifest(char *m, const char *path, uint32_t *parts,
 	return 0;
 }
 
+/* What one partition's open and read cost, and what it held. */
+struct sample {
+	uint32_t partition;
+	uint64_t records, frame_bytes;
+	double open_us, first_us, read_us;
+};
+
+/* Opens partition p over st[0..n-1], reads it to its end and times
+ * both into *s; 0, or 1 with the library's message on stderr. */
+static int time_one(const struct ush_status *st, uint32_t n, uint32_t p,
+		    struct sample *s)
+{
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.partition = p;
+	ro.statuses = st;
+	ro.nstatuses = n;
+	ush_reader *r;
+	const void *rec;
+	size_t len;
+	*s = (struct sample){.partition = p};
+	uint64_t t0 = now_ns();
+	int ret = ush_reader_open(&r, &ro);
+	uint64_t t1 = now_ns();
+	if (ret) {
+		fprintf(stderr, "%s: partition %u: %s\n", PROG, p,
+			ush_last_error());
+		return 1;
+	}
+	/* A reader may defer its index work to the first next(): the time
+	 * to the first record (or the end) is what a reducer waits before
+	 * data, whichever call pays it. */
+	uint64_t tf = 0;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+		if (!s->records++)
+			tf = now_ns();
+	}
+	uint64_t t2 = now_ns();
+	if (ret) {
+		fprintf(stderr, "%s: partition %u: %s\n", PROG, p,
+			ush_last_error());
+		ush_reader_free(r);
+		return 1;
+	}
+	struct ush_reader_stats rs;
+	ush_reader_stats(r, &rs);
+	ush_reader_free(r);
+	s->frame_bytes = rs.stored_bytes;
+	s->open_us = (double)(t1 - t0) / 1e3;
+	s->first_us = (double)((tf ? tf : t2) - t0) / 1e3;
+	s->read_us = (double)(t2 - t1) / 1e3;
+	return 0;
+}
+
+static void print_list(const char *key, const struct sample *s, unsigned n,
+		       size_t off)
+{
+	printf(", \"%s\": [", key);
+	for (unsigned i = 0; i < n; i++)
+		printf("%s%.1f", i ? ", " : "",
+		       *(const double *)((const char *)&s[i] + off));
+	printf("]");
+}
+
+/* Median of field off (a double) of s[0..n-1], and its largest into *max. */
+static double med_of(const struct sample *s, unsigned n, size_t off,
+		     double *v, double *max)
+{
+	for (unsigned i = 0; i < n; i++)
+		v[i] = *(const double *)((const char *)&s[i] + off);
+	double m = median(v, n);
+	*max = v[n - 1];
+	return m;
+}
+
+static void report(const struct sample *s, unsigned n, uint32_t parts,
+		   uint32_t maps, bool json, double *v)
+{
+	uint64_t bytes = 0;
+	for (unsigned i = 0; i < n; i++)
+		bytes += s[i].frame_bytes;
+	double omax, fmax, rmax;
+	double o50 = med_of(s, n, offsetof(struct sample, open_us), v, &omax);
+	double f50 = med_of(s, n, offsetof(struct sample, first_us), v, &fmax);
+	double r50 = med_of(s, n, offsetof(struct sample, read_us), v, &rmax);
+	if (!json) {
+		printf("%u of %u partitions opened: open median %.1f us (max "
+		       "%.1f us), to the first record %.1f us (max %.1f us), "
+		       "read to the end median %.1f us\n", n, parts, o50, omax,
+		       f50, fmax, r50);
+		return;
+	}
+	printf("{\"bench\": \"open_part\", \"partitions\": %u, \"maps\": %u, "
+	       "\"opens\": %u, \"opened\": [", parts, maps, n);
+	for (unsigned i = 0; i < n; i++)
+		printf("%s[%u, %llu]", i ? ", " : "", s[i].partition,
+		       (unsigned long long)s[i].records);
+	printf("]");
+	print_list("open_us", s, n, offsetof(struct sample, open_us));
+	print_list("first_us", s, n, offsetof(struct sample, first_us));
+	printf(", \"frame_bytes\": %llu, \"open_us_median\": %.1f, "
+	       "\"open_us_max\": %.1f, \"first_us_median\": %.1f, "
+	       "\"first_us_max\": %.1f, \"read_us_median\": %.1f}\n",
+	       (unsigned long long)bytes, o50, omax, f50, fmax, r50);
+}
+
 int main(int argc, char **argv)
 {
 	const char *manifest = NULL;
@@ -140,101 +247,35 @@ int main(int argc, char **argv)
 	bench_parse(argc, argv, &cmd, opts);
 	if (!manifest)
 		bench_bad(PROG, "--manifest is required");
-	char *m = slurp(manifest);
+	int rc = 1;
 	struct ush_status *st = NULL;
+	struct sample *s = NULL;
+	double *v = NULL;
 	uint32_t parts, nst;
+	char *m = slurp(manifest);
 	if (!m || parse_manifest(m, manifest, &parts, &st, &nst))
-		return 1;
+		goto out;
 	if (opens > parts)
 		opens = parts;
-	double *open_us = calloc(opens, sizeof(double));
-	double *read_us = calloc(opens, sizeof(double));
-	double *first_us = calloc(opens, sizeof(double));
-	uint32_t *pv = calloc(opens, sizeof(uint32_t));
-	uint64_t *recs = calloc(opens, sizeof(uint64_t));
-	uint64_t bytes = 0;
-	if (!open_us || !read_us || !first_us || !pv || !recs)
-		return fprintf(stderr, "%s: out of memory\n", PROG), 1;
+	s = calloc(opens, sizeof(*s));
+	v = calloc(opens, sizeof(*v));
+	if (!s || !v) {
+		fprintf(stderr, "%s: out of memory\n", PROG);
+		goto out;
+	}
 	for (unsigned i = 0; i < opens; i++) {
 		/* Evenly spread, the first one in the middle of its stride. */
-		uint32_t p = (uint32_t)(((2ull * i + 1) * parts) / (2ull * opens));
-		struct ush_reader_opts ro;
-		ush_reader_opts_init(&ro);
-		ro.partition = p;
-		ro.statuses = st;
-		ro.nstatuses = nst;
-		ush_reader *r;
-		const void *rec;
-		size_t len;
-		uint64_t t0 = now_ns();
-		int ret = ush_reader_open(&r, &ro);
-		uint64_t t1 = now_ns();
-		if (ret) {
-			fprintf(stderr, "%s: partition %u: %s\n", PROG, p,
-				ush_last_error());
-			return 1;
-		}
-		/* A reader may defer its index work to the first next():
-		 * the time to the first record (or the end) is what a
-		 * reducer waits before data, whichever call pays it. */
-		uint64_t tf = 0;
-		while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
-			if (!recs[i]++)
-				tf = now_ns();
-		}
-		uint64_t t2 = now_ns();
-		if (!tf)
-			tf = t2;
-		if (ret) {
-			fprintf(stderr, "%s: partition %u: %s\n", PROG, p,
-				ush_last_error());
-			ush_reader_free(r);
-			return 1;
-		}
-		struct ush_reader_stats rs;
-		ush_reader_stats(r, &rs);
-		bytes += rs.stored_bytes;
-		ush_reader_free(r);
-		pv[i] = p;
-		open_us[i] = (double)(t1 - t0) / 1e3;
-		read_us[i] = (double)(t2 - t1) / 1e3;
-		first_us[i] = (double)(tf - t0) / 1e3;
+		uint32_t p = (uint32_t)(((2ull * i + 1) * parts) /
+					(2ull * opens));
+		if (time_one(st, nst, p, &s[i]))
+			goto out;
 	}
-	if (json) {
-		printf("{\"bench\": \"open_part\", \"partitions\": %u, "
-		       "\"maps\": %u, \"opens\": %u, \"opened\": [", parts,
-		       nst, opens);
-		for (unsigned i = 0; i < opens; i++)
-			printf("%s[%u, %llu]", i ? ", " : "", pv[i],
-			       (unsigned long long)recs[i]);
-		printf("], \"open_us\": [");
-		for (unsigned i = 0; i < opens; i++)
-			printf("%s%.1f", i ? ", " : "", open_us[i]);
-		printf("], \"first_us\": [");
-		for (unsigned i = 0; i < opens; i++)
-			printf("%s%.1f", i ? ", " : "", first_us[i]);
-		printf("], \"frame_bytes\": %llu, ",
-		       (unsigned long long)bytes);
-	}
-	double o50 = median(open_us, opens), r50 = median(read_us, opens);
-	double omax = open_us[opens - 1];
-	double f50 = median(first_us, opens), fmax = first_us[opens - 1];
-	if (json)
-		printf("\"open_us_median\": %.1f, \"open_us_max\": %.1f, "
-		       "\"first_us_median\": %.1f, \"first_us_max\": %.1f, "
-		       "\"read_us_median\": %.1f}\n", o50, omax, f50, fmax,
-		       r50);
-	else
-		printf("%u of %u partitions opened: open median %.1f us (max "
-		       "%.1f us), to the first record %.1f us (max %.1f us), "
-		       "read to the end median %.1f us\n", opens, parts, o50,
-		       omax, f50, fmax, r50);
-	free(m);
+	report(s, opens, parts, nst, json, v);
+	rc = 0;
+out:
+	free(v);
+	free(s);
 	free(st);
-	free(open_us);
-	free(read_us);
-	free(first_us);
-	free(pv);
-	free(recs);
-	return 0;
+	free(m);
+	return rc;
 }
