@@ -1,11 +1,12 @@
 # The library's dependencies as imported targets (ushuffle::uring, ::lz4,
-# ::zstd, ::isal), so their include and link paths travel with them. Used
+# ::zstd, ::isal, ::crypto), so their include and link paths travel with them. Used
 # by the build and, installed, by ushuffleConfig.cmake for the static
 # library's consumers.
 include_guard(GLOBAL)
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
-foreach(dep uring:liburing>=2.3 lz4:liblz4 zstd:libzstd)
+# libcrypto (OpenSSL, Debian libssl-dev): HMAC-SHA256 of the handshake.
+foreach(dep uring:liburing>=2.3 lz4:liblz4 zstd:libzstd crypto:libcrypto)
   string(REPLACE ":" ";" dep "${dep}")
   list(GET dep 0 name)
   list(GET dep 1 module)

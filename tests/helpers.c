@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include "core/status.h"
+#include "ushuffle/worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,17 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+__attribute__((constructor)) static void th_secret_env(void)
+{
+	setenv("USHUFFLE_SECRET", TH_SECRET, 0);
+}
+
+void th_worker_secret(struct ush_worker_opts *o)
+{
+	o->secret = getenv("USHUFFLE_SECRET");
+	o->secret_len = strlen(o->secret);
+}
 
 const char *th_tmpdir(const char *tag)
 {

@@ -15,6 +15,13 @@
  * directory, a real disk; /tmp may be tmpfs) and returns its path
  * (static storage, one per call slot). */
 const char *th_tmpdir(const char *tag);
+/* The secret the tests' workers and clients share. Every test process
+ * sets USHUFFLE_SECRET to it at start (unless already set), which the
+ * library, the CLI and ushuffled read; embedded workers are given it
+ * with th_worker_secret(). */
+#define TH_SECRET "ushuffle-tests-shared-secret-0123456789"
+struct ush_worker_opts;
+void th_worker_secret(struct ush_worker_opts *o);
 /* th_tmpdir() for the running test, removed by th_teardown() even when
  * the test fails: cmocka_unit_test_teardown(test, th_teardown). */
 const char *th_scratch(const char *tag);

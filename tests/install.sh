@@ -36,7 +36,13 @@ int main(int argc, char **argv)
 	wo.listen = "127.0.0.1:0";
 	wo.dir = argv[1];
 	wo.threads = 1;
+	/* The same secret on both sides (docs/security.md). */
+	static const char secret[] = "install-test-secret-0123456789";
+	wo.secret = secret;
+	wo.secret_len = strlen(secret);
 	ush_worker *wk;
+	if (ush_auth_secret(NULL, secret, strlen(secret)))
+		return 1;
 	if (argc < 2 || ush_worker_create(&wk, &wo) || ush_worker_start(wk))
 		return 1;
 	char list[64];

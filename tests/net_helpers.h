@@ -8,6 +8,8 @@
 
 #define _GNU_SOURCE
 #include "helpers.h"
+#include "net/auth.h"
+#include "net/proto.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -184,6 +186,93 @@ static inline void th_send_all(int fd, const void *p, size_t n)
 	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
 }
 
+/* recv() of exactly n bytes: 0, or -1 at EOF or a reset. A signal is no
+ * end (io_uring task work of a ring the thread freed interrupts a recv
+ * that has a timeout); the socket's deadline fails the test. */
+static inline int th_recv_n(int fd, uint8_t *b, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = recv(fd, b + got, n - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0 || (r < 0 && errno == ECONNRESET))
+			return -1;
+		if (r < 0)
+			fail_msg("worker neither answered nor closed: %s",
+				 strerror(errno));
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/* Reads one whole frame (at most cap bytes) from a raw connection into
+ * buf; returns its type, or -1 at EOF or a reset. */
+static inline int th_recv_frame(int fd, uint8_t *buf, size_t cap,
+				struct ushi_frame *f)
+{
+	const char *why = "";
+	if (th_recv_n(fd, buf, USH_FRAME_HDR_SIZE))
+		return -1;
+	if (proto_header(buf, f, 1u << 20, false, &why))
+		fail_msg("bad frame header from the worker: %s", why);
+	assert_true(proto_size(f) <= cap);
+	if (th_recv_n(fd, buf + USH_FRAME_HDR_SIZE, f->payload_len))
+		return -1;
+	return f->type;
+}
+
+/* Says HELLO h on a raw connection as the library does: with a fresh
+ * nonce, it reads the worker's challenge, checks the worker's proof of
+ * secret (TH_SECRET unless given) and answers with its own. The worker's
+ * answer to that (its HELLO, or an ERROR) is left for the caller.
+ * Returns 0, or -1 when an ERROR (its message in msg) or the end came in
+ * place of the challenge. */
+static inline int th_try_hello(int fd, struct proto_hello h,
+			       const char *secret, char *msg, size_t n)
+{
+	uint8_t b[USHI_PROTO_ERROR_SIZE], hb[USHI_PROTO_SMALL];
+	const uint8_t *key = (const uint8_t *)(secret ? secret : TH_SECRET);
+	size_t klen = strlen((const char *)key);
+	h.version = USHI_PROTO_VERSION;
+	h.flags = USHI_HELLO_AUTH;
+	th_ok(auth_nonce(h.nonce));
+	size_t hn = proto_put_hello(hb, &h);
+	th_send_all(fd, hb, hn);
+	struct ushi_frame f;
+	int type = th_recv_frame(fd, b, sizeof(b), &f);
+	if (msg)
+		msg[0] = 0;
+	if (type == USHI_FRAME_ERROR && msg)
+		proto_get_error(b + USH_FRAME_HDR_SIZE, f.payload_len, msg, n);
+	if (type != USHI_FRAME_AUTH)
+		return -1;
+	struct proto_auth a, r = {.step = USHI_AUTH_RESPONSE};
+	uint8_t pw[USHI_AUTH_MAC];
+	proto_get_auth(b + USH_FRAME_HDR_SIZE, &a);
+	assert_int_equal(a.step, USHI_AUTH_CHALLENGE);
+	th_ok(auth_mac(key, klen, AUTH_WORKER, hb, hn, a.nonce, NULL, pw));
+	assert_true(auth_mac_equal(pw, a.mac));
+	th_ok(auth_mac(key, klen, AUTH_CLIENT, hb, hn, a.nonce, a.mac,
+		       r.mac));
+	th_send_all(fd, b, proto_put_auth(b, &r));
+	return 0;
+}
+
+/* th_try_hello() that must reach the challenge. */
+static inline void th_hello_secret(int fd, struct proto_hello h,
+				   const char *secret)
+{
+	char msg[600];
+	if (th_try_hello(fd, h, secret, msg, sizeof(msg)))
+		fail_msg("HELLO refused before the challenge: '%s'", msg);
+}
+
+static inline void th_hello(int fd, struct proto_hello h)
+{
+	th_hello_secret(fd, h, NULL);
+}
+
 /* Record i of map m: 8 bytes of (m, i), then bytes from th_fill. */
 static inline size_t th_rec(uint8_t *buf, uint32_t m, uint32_t i)
 {
@@ -215,6 +304,7 @@ struct th_job {
 	uint32_t timeout_ms;
 	int send_zc;
 	enum ush_ioengine ioengine;
+	const char *app; /* the application writing (NULL: "default") */
 	/* The map statuses, one per map (maps of them, zeroed at first):
 	 * th_push_map() stores a copy of each commit's status at its map,
 	 * replacing any earlier one; th_verify() reads them; free them with
@@ -244,7 +334,7 @@ static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 		.map = m, .attempt = a, .partitions = j->partitions,
 		.target = USH_TARGET_NET, .workers = j->workers,
 		.timeout_ms = j->timeout_ms, .send_zc = j->send_zc,
-		.ioengine = j->ioengine};
+		.ioengine = j->ioengine, .app = j->app};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	uint8_t buf[1024];

@@ -93,6 +93,7 @@ static ush_worker *worker_on(const char *dir, char *addr, size_t n)
 	o.threads = 1;
 	o.log_level = 0;
 	o.pool_bytes = 1 * MiB;
+	th_worker_secret(&o);
 	ush_worker *w;
 	th_ok(ush_worker_create(&w, &o));
 	th_ok(ush_worker_start(w));

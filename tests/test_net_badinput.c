@@ -25,8 +25,11 @@ static void hello(int fd, uint32_t version)
 	uint8_t b[USHI_PROTO_SMALL];
 	cur_attempt = next_attempt++;
 	struct proto_hello h = {version, USHI_ROLE_WRITER, 0, 0, 77, 0,
-				cur_attempt, "default"};
-	th_send_all(fd, b, proto_put_hello(b, &h));
+				cur_attempt, "default", 0, {0}};
+	if (version == USHI_PROTO_VERSION)
+		th_hello(fd, h); /* authenticated, as the library does */
+	else
+		th_send_all(fd, b, proto_put_hello(b, &h));
 }
 
 /* Reads until EOF: returns 1 if an ERROR frame came (its message in
@@ -143,11 +146,10 @@ static void oversized_length(void **state)
 				      .raw_len = lens[i],
 				      .payload_len = lens[i]};
 		frame_encode(b, &q);
-		uint8_t hb[USHI_PROTO_SMALL];
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_READER,
-					0, 0, 0, 0, 0, "default"};
+					0, 0, 0, 0, 0, "default", 0, {0}};
 		fd = th_raw_connect(wk.port);
-		th_send_all(fd, hb, proto_put_hello(hb, &h));
+		th_hello(fd, h);
 		th_send_all(fd, b, USH_FRAME_HDR_SIZE);
 		expect_error(fd, "FETCH length");
 	}
@@ -186,7 +188,7 @@ static void wrong_version(void **state)
 	assert_int_equal(outcome(fd, msg, sizeof(msg)), 1);
 	/* The refusal names both versions. */
 	assert_non_null(strstr(msg, "version 99"));
-	assert_non_null(strstr(msg, "speaks version 3"));
+	assert_non_null(strstr(msg, "speaks version 4"));
 	assert_true(th_worker_alive(&wk));
 }
 
@@ -308,8 +310,8 @@ static void raw_push(uint32_t s, uint32_t *sum)
 	uint32_t crc[3];
 	int fd = th_raw_connect(wk.port);
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
-				0, 0, "default"};
-	th_send_all(fd, b, proto_put_hello(b, &h));
+				0, 0, "default", 0, {0}};
+	th_hello(fd, h);
 	th_send_all(fd, b, rec_frame(b, s, 0, "first", &crc[0]));
 	th_send_all(fd, b, rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
 	th_send_all(fd, b, rec_frame(b, s, 1, "second", &crc[2]));
@@ -395,13 +397,13 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	uint8_t b[256];
 	uint32_t crc[3], s = 60;
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
-				0, 0, "default"};
+				0, 0, "default", 0, {0}};
 	int old = th_raw_connect(wk.port);
-	th_send_all(old, b, proto_put_hello(b, &h));
+	th_hello(old, h);
 	th_send_all(old, b, proto_put_drop(b, s));
 	wait_ack(old, USHI_ACK_DROP);
 	int now = th_raw_connect(wk.port);
-	th_send_all(now, b, proto_put_hello(b, &h));
+	th_hello(now, h);
 	th_send_all(now, b, rec_frame(b, s, 0, "good0", &crc[0]));
 	/* The new writer's HELLO is taken before the old one's frame
 	 * arrives (no reply to wait for on this connection but credit). */

@@ -7,6 +7,7 @@
  * hanging.
  */
 #include "net_helpers.h"
+#include "net/auth.h"
 #include "net/net.h"
 
 #include <arpa/inet.h>
@@ -176,6 +177,23 @@ struct fake {
 	int eager; /* send the MANIFEST right after HELLO */
 };
 
+/* The worker's half of the challenge, with the tests' secret: the fake
+ * proves it, and takes the client's proof unchecked. */
+static int fake_auth(int fd, uint8_t *in)
+{
+	uint8_t out[USHI_PROTO_SMALL];
+	struct proto_auth a = {.step = USHI_AUTH_CHALLENGE};
+	const char *key = getenv("USHUFFLE_SECRET");
+	if (auth_nonce(a.nonce) ||
+	    auth_mac((const uint8_t *)key, strlen(key), AUTH_WORKER, in,
+		     USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN, a.nonce, NULL,
+		     a.mac))
+		return -1;
+	if (net_write(fd, out, proto_put_auth(out, &a)))
+		return -1;
+	return net_read(fd, in, USH_FRAME_HDR_SIZE + USHI_PROTO_AUTH_LEN);
+}
+
 static void *fake_worker(void *p)
 {
 	struct fake *fk = p;
@@ -191,9 +209,9 @@ static void *fake_worker(void *p)
 					      USHI_PROTO_FETCH_LEN +
 					      600 * USHI_PROTO_WANT_LEN,
 		       "fake reply buffer");
-	if (net_read(fd, in, sizeof(in)) == 0) {
+	if (net_read(fd, in, sizeof(in)) == 0 && fake_auth(fd, in) == 0) {
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
-					4u << 20, 64u << 20, 0, 0, 0, "default"};
+					4u << 20, 64u << 20, 0, 0, 0, "default", 0, {0}};
 		net_write(fd, out, proto_put_hello(out, &h));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
@@ -277,6 +295,7 @@ static ush_worker *inproc_worker(const char *dir, char *addr, size_t n)
 	o.dir = dir;
 	o.threads = 1;
 	o.log_level = 0;
+	th_worker_secret(&o);
 	ush_worker *w;
 	th_ok(ush_worker_create(&w, &o));
 	th_ok(ush_worker_start(w));

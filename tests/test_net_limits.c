@@ -16,12 +16,21 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-/* A writer's HELLO for shuffle s, map 0, attempt a. */
+/* A writer's HELLO for shuffle s, map 0, attempt a, authenticated. */
 static void writer_hello(int fd, uint32_t s, uint32_t a)
+{
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				0, a, "default", 0, {0}};
+	th_hello(fd, h);
+}
+
+/* The same without authentication: for connections the worker refuses
+ * before any HELLO (at its connection limit). */
+static void writer_hello_raw(int fd, uint32_t s, uint32_t a)
 {
 	uint8_t b[USHI_PROTO_SMALL];
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
-				0, a, "default"};
+				0, a, "default", 0, {0}};
 	th_send_all(fd, b, proto_put_hello(b, &h));
 }
 
@@ -230,10 +239,9 @@ static void idle_connections_time_out(void **state)
 	th_send_all(fd, b, USH_FRAME_HDR_SIZE + 10);
 	expect_error(fd, -ETIMEDOUT, "idle for 500 ms");
 	fd = th_raw_connect(w.port);
-	uint8_t h[USHI_PROTO_SMALL];
 	struct proto_hello rh = {USHI_PROTO_VERSION, USHI_ROLE_READER, 0, 0,
-				 0, 0, 0, "default"};
-	th_send_all(fd, h, proto_put_hello(h, &rh));
+				 0, 0, 0, "default", 0, {0}};
+	th_hello(fd, rh);
 	expect_hello(fd);
 	expect_error(fd, -ETIMEDOUT, "idle for 500 ms");
 	assert_true(th_worker_alive(&w));
@@ -244,10 +252,9 @@ static void idle_connections_time_out(void **state)
 static int held_reader(int port)
 {
 	int fd = th_raw_connect(port);
-	uint8_t h[USHI_PROTO_SMALL];
 	struct proto_hello rh = {USHI_PROTO_VERSION, USHI_ROLE_READER, 0, 0,
-				 0, 0, 0, "default"};
-	th_send_all(fd, h, proto_put_hello(h, &rh));
+				 0, 0, 0, "default", 0, {0}};
+	th_hello(fd, rh);
 	expect_hello(fd);
 	return fd;
 }
@@ -268,7 +275,7 @@ static void connection_limit_refuses_with_an_error(void **state)
 		fd[i] = held_reader(w.port);
 	for (int k = 0; k < 3; k++) {
 		int x = th_raw_connect(w.port);
-		writer_hello(x, 2, (uint32_t)k);
+		writer_hello_raw(x, 2, (uint32_t)k);
 		expect_error(x, -EBUSY, "worker at its connection limit (16)");
 	}
 	assert_true(th_worker_alive(&w));
@@ -278,13 +285,13 @@ static void connection_limit_refuses_with_an_error(void **state)
 	 * served, it may still refuse one (deadline: expect_error's). */
 	for (int served = 0; !served;) {
 		int x = th_raw_connect(w.port);
-		uint8_t h[USHI_PROTO_SMALL];
 		struct proto_hello rh = {USHI_PROTO_VERSION, USHI_ROLE_READER,
-					 0, 0, 0, 0, 0, "default"};
-		th_send_all(x, h, proto_put_hello(h, &rh));
+					 0, 0, 0, 0, 0, "default", 0, {0}};
 		uint8_t b[USHI_PROTO_ERROR_SIZE];
 		struct ushi_frame f;
-		int type = read_frame(x, b, sizeof(b), &f);
+		int type = th_try_hello(x, rh, NULL, NULL, 0) ?
+				   USHI_FRAME_ERROR :
+				   read_frame(x, b, sizeof(b), &f);
 		assert_true(type == USHI_FRAME_HELLO ||
 			    type == USHI_FRAME_ERROR);
 		served = type == USHI_FRAME_HELLO;

@@ -88,6 +88,7 @@ static void embedded_worker(void **state)
 	o.dir = th_tmpdir("netemb");
 	o.threads = 2;
 	o.log_level = 0;
+	th_worker_secret(&o);
 	ush_worker *wk;
 	th_ok(ush_worker_create(&wk, &o));
 	th_ok(ush_worker_start(wk));

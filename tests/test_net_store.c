@@ -434,7 +434,10 @@ static void failed_write_scoped(void **state)
 	char ballast[600];
 	snprintf(ballast, sizeof(ballast), "%s/ballast", w.dir);
 	write_file(ballast, 1536u << 10);
-	/* One thread: every shuffle shares its files' thread. */
+	/* One thread: every shuffle shares its files' thread. The bytes
+	 * quota (half of this file system by default) would refuse the
+	 * push before the file system does. */
+	w.extra = "--max-app-bytes=1g";
 	th_worker_spawn(&w, "127.0.0.1", 0, 1);
 
 	struct job full = {.workers = w.addr, .shuffle = 1, .partitions = 4,

@@ -49,9 +49,9 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define USH_VERSION_MAJOR 0
-#define USH_VERSION_MINOR 3
+#define USH_VERSION_MINOR 4
 #define USH_VERSION_PATCH 0
-#define USH_VERSION_STRING "0.3.0"
+#define USH_VERSION_STRING "0.4.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, as zstd's ZSTD_VERSION_NUMBER. */
 #define USH_VERSION_NUMBER                                                   \
 	(USH_VERSION_MAJOR * 10000 + USH_VERSION_MINOR * 100 + USH_VERSION_PATCH)
@@ -499,6 +499,29 @@ USH_API int ush_shuffle_drop(const char *workers, const char *app,
 			     uint32_t shuffle, uint32_t timeout_ms);
 USH_API int ush_app_heartbeat(const char *workers, const char *app,
 			      uint32_t timeout_ms);
+
+/*
+ * Authentication (docs/security.md). Workers refuse clients that do not
+ * prove the secret of their application (unless run --insecure); every
+ * connection of the library (writers, readers, drops, heartbeats) proves
+ * the secret of the application it names, and requires the worker to
+ * prove it too: a HMAC-SHA256 challenge with fresh nonces both ways
+ * (docs/protocol.md §2.8). The secret of an application is the one set
+ * for it here, else the one set with app == NULL (every application),
+ * else the environment variable USHUFFLE_SECRET (read at each
+ * connection), else none: the client then asks for no authentication,
+ * which only an --insecure worker accepts.
+ *
+ * ush_auth_secret() copies len bytes (16..4096) of secret for app (an
+ * application id, or NULL for every application); secret NULL and len 0
+ * forget it. ush_auth_secret_file() reads the secret from the file at
+ * path: its whole contents, one trailing newline removed (a file
+ * readable by group or others is taken, with a warning). Both are
+ * process-wide and thread-safe; they return 0, -EINVAL (a bad id or
+ * length) or the error reading the file, with ush_last_error() naming it.
+ */
+USH_API int ush_auth_secret(const char *app, const void *secret, size_t len);
+USH_API int ush_auth_secret_file(const char *app, const char *path);
 
 /* The worker (index into a writer's list of n) that stores partition. */
 USH_API uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers);

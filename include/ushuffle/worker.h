@@ -65,6 +65,36 @@ struct ush_worker_opts {
 				    one is synced and closed to open
 				    another. 0 (default): a quarter of
 				    RLIMIT_NOFILE's soft limit at create */
+	/*
+	 * Authentication (docs/security.md, docs/protocol.md §2.8). A client
+	 * proves the secret of the application its HELLO names, and the
+	 * worker proves it back; the connection is then bound to that
+	 * application. The secret of an application is its file in
+	 * secrets_dir, else the shared one (secret_file, else secret). A
+	 * worker with neither refuses to start unless insecure.
+	 */
+	const char *secret_file;  /* the shared secret: this file's contents,
+				     one trailing newline removed (read at
+				     create) */
+	const void *secret;       /* or these secret_len bytes (copied) */
+	size_t secret_len;
+	const char *secrets_dir;  /* one file per application, named by its
+				     id and holding its secret (as Spark on
+				     YARN: one secret per application). Read
+				     at each HELLO: applications are added
+				     and secrets rotated without a restart */
+	int insecure;             /* 1: clients that prove no secret are
+				     served too, trusted for the application
+				     they name. Refused at create on a
+				     listen address that is not loopback,
+				     unless insecure_non_loopback is 1 */
+	int insecure_non_loopback;
+	/* Quotas per application; each refusal is an ERROR -EDQUOT naming
+	 * the quota, and touches no other application and nothing stored. */
+	unsigned max_app_conns;    /* connections at once (default 512) */
+	unsigned max_app_shuffles; /* shuffles owned (default 4096) */
+	uint64_t max_app_bytes;    /* DATA bytes stored (default: half the
+				      size of dir's file system) */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */

@@ -64,6 +64,7 @@ struct job_opts {
 	uint64_t compress_pct;
 	char dir[PATH_MAX];
 	char workers[1024];
+	char secret_file[PATH_MAX]; /* net: the application's secret */
 	/* process-wide: from the command line or a [global] section */
 	int output_format, eta;
 	char output[PATH_MAX];

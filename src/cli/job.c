@@ -303,6 +303,44 @@ static int rm_entry(const char *path, const struct stat *st, int flag,
  * <dir>/ushuffled, kept for a later --rw=read, or a directory of its own
  * that goes away with a shuffle job that keeps nothing.
  */
+/*
+ * The secret the job proves to its workers (docs/security.md): the one in
+ * --secret-file, else $USHUFFLE_SECRET, which the library reads itself.
+ * An embedded worker holds the same; without either, a random one made
+ * once per process for both sides, since it lives in this process only.
+ * Sets wo's secret when wo is given (an embedded worker).
+ */
+static int net_secret(const struct job_opts *o, struct ush_worker_opts *wo,
+		      struct job_result *res)
+{
+	static uint8_t made[32];
+	static int have_made;
+	const char *env = getenv("USHUFFLE_SECRET");
+	int ret = 0;
+	if (o->secret_file[0]) {
+		ret = ush_auth_secret_file(NULL, o->secret_file);
+		if (wo)
+			wo->secret_file = o->secret_file;
+	} else if (env && *env) {
+		if (wo)
+			wo->secret = env, wo->secret_len = strlen(env);
+	} else if (wo) {
+		if (!have_made) {
+			ret = getentropy(made, sizeof(made)) ? -errno : 0;
+			if (!ret)
+				ret = ush_auth_secret(NULL, made, sizeof(made));
+			have_made = !ret;
+		}
+		wo->secret = made;
+		wo->secret_len = sizeof(made);
+	}
+	if (ret)
+		snprintf(res->errmsg, sizeof(res->errmsg), "secret: %.400s",
+			 o->secret_file[0] ? ush_last_error() :
+					     "no random bytes");
+	return ret;
+}
+
 static int net_setup(struct job_ctx *j, struct job_result *res)
 {
 	const struct job_opts *o = j->o;
@@ -314,7 +352,7 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	const char *given = o->rw == RW_READ ? j->expect.workers : o->workers;
 	if (o->rw == RW_READ ? !j->expect.embedded : o->workers[0] != 0) {
 		snprintf(j->workers, sizeof(j->workers), "%s", given);
-		return 0;
+		return net_secret(o, NULL, res);
 	}
 	j->wdir_tmp = o->rw == RW_SHUFFLE && !o->keep;
 	if (j->wdir_tmp)
@@ -329,7 +367,10 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	wo.dir = j->wdir;
 	wo.direct = o->direct;
 	wo.log_level = 0;
-	int ret = ush_worker_create(&j->embedded, &wo);
+	int ret = net_secret(o, &wo, res);
+	if (ret)
+		return ret;
+	ret = ush_worker_create(&j->embedded, &wo);
 	if (!ret)
 		ret = ush_worker_start(j->embedded);
 	if (ret) {

@@ -81,6 +81,9 @@ const struct opt cli_opts[] = {
 	 NULL, 0},
 	{"workers", T_STR, F(workers), "", "net: HOST:PORT,... of the shuffle "
 	 "workers", 0, 1023, NULL, 0},
+	{"secret-file", T_STR, F(secret_file), "", "net: file holding the "
+	 "application's secret (else $USHUFFLE_SECRET; the embedded worker "
+	 "makes one up)", 0, PATH_MAX - 1, NULL, 0},
 	{"verify", T_ENUM, F(verify), "crc32c", "check every record read "
 	 "back (needs records of 16 bytes or more)", 0, 0, verify_choices, 0},
 	{"buffer_compress_percentage", T_UINT, F(compress_pct), "50",

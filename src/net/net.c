@@ -1,6 +1,7 @@
 /* Worker lists, connect with a deadline, HELLO; see net.h. */
 #define _GNU_SOURCE
 #include "net/net.h"
+#include "net/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -147,6 +148,12 @@ static int read_reply(int fd, const char *peer, const char *req,
 		return ushi_fail(ret, "net: worker %s: no reply to %s", peer,
 				req);
 	ret = proto_header(b, f, USHI_PROTO_ERROR_SIZE, false, &why);
+	if (!ret && want == USHI_FRAME_AUTH && f->type == USHI_FRAME_HELLO)
+		return ushi_fail(-EACCES, "net: worker %s did not authenticate: "
+				"it answered HELLO without a challenge (a worker "
+				"run --insecure, without this application's "
+				"secret?); a client that holds a secret talks "
+				"only to workers that prove it", peer);
 	if (!ret && f->type != want && f->type != USHI_FRAME_ERROR)
 		ret = USH_ECORRUPT, why = "unexpected frame type";
 	if (!ret)
@@ -186,6 +193,39 @@ static int hello_reply(int fd, const char *peer, struct proto_hello *h)
 	return 0;
 }
 
+/* The client's half of the challenge (protocol.md §2.8): hello is the
+ * HELLO frame sent (hn bytes). Reads the worker's AUTH, checks its proof,
+ * sends the client's. */
+static int auth_client(int fd, const char *peer, const char *app,
+		       const uint8_t *key, size_t klen, const uint8_t *hello,
+		       size_t hn)
+{
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	struct ushi_frame f;
+	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_AUTH, b, &f);
+	if (ret)
+		return ret;
+	struct proto_auth a, r = {.step = USHI_AUTH_RESPONSE};
+	uint8_t pw[USHI_AUTH_MAC];
+	proto_get_auth(b + USH_FRAME_HDR_SIZE, &a);
+	if (a.step != USHI_AUTH_CHALLENGE)
+		return ushi_fail(-EPROTO, "net: worker %s sent AUTH step %u, "
+				"not a challenge", peer, a.step);
+	ret = auth_mac(key, klen, AUTH_WORKER, hello, hn, a.nonce, NULL, pw);
+	if (ret)
+		return ret;
+	if (!auth_mac_equal(pw, a.mac))
+		return ushi_fail(-EACCES, "net: worker %s failed to prove it "
+				"holds the secret of application '%s' (another "
+				"secret there, or not a ushuffle worker)", peer,
+				app);
+	ret = auth_mac(key, klen, AUTH_CLIENT, hello, hn, a.nonce, a.mac,
+		       r.mac);
+	if (!ret && (ret = net_write(fd, b, proto_put_auth(b, &r))))
+		ushi_fail(ret, "net: worker %s: sending AUTH", peer);
+	return ret;
+}
+
 int net_dial(const char *peer, const struct proto_hello *hello,
 	     uint32_t timeout_ms, struct proto_hello *reply)
 {
@@ -206,13 +246,20 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 	freeaddrinfo(ai);
 	if (fd < 0)
 		return ushi_fail(fd, "net: connect to worker %s", peer);
-	uint8_t b[USHI_PROTO_SMALL];
+	uint8_t b[USHI_PROTO_SMALL], key[USHI_SECRET_MAX];
 	struct proto_hello h = *hello;
 	h.version = USHI_PROTO_VERSION;
-	ret = net_write(fd, b, proto_put_hello(b, &h));
-	if (ret)
+	int klen = net_secret(h.app, key);
+	h.flags = klen > 0 ? USHI_HELLO_AUTH : 0;
+	ret = klen < 0 ? klen : klen ? auth_nonce(h.nonce) : 0;
+	size_t hn = proto_put_hello(b, &h);
+	if (!ret && (ret = net_write(fd, b, hn)))
 		ushi_fail(ret, "net: worker %s: sending HELLO", peer);
-	else
+	if (!ret && klen > 0)
+		ret = auth_client(fd, peer, h.app, key, (size_t)klen, b, hn);
+	if (klen > 0)
+		explicit_bzero(key, (size_t)klen);
+	if (!ret)
 		ret = hello_reply(fd, peer, reply);
 	if (ret) {
 		close(fd);

@@ -22,8 +22,11 @@ unsigned net_count_workers(const char *list);
  * Connects to peer ("HOST:PORT") within timeout_ms and says HELLO (its
  * role and, for a writer, the attempt; the version is filled in);
  * *reply gets the worker's HELLO. The socket is blocking with send and
- * receive timeouts of timeout_ms. Returns the fd or an error (a refusal
- * carries the worker's ERROR message).
+ * receive timeouts of timeout_ms. With a secret for the HELLO's
+ * application (net_secret()), the handshake is the mutual HMAC
+ * challenge of docs/protocol.md §2.8: the worker proves the secret before
+ * the client does. Returns the fd or an error (a refusal carries the
+ * worker's ERROR message; -EACCES for a failed authentication).
  */
 int net_dial(const char *peer, const struct proto_hello *hello,
 	     uint32_t timeout_ms, struct proto_hello *reply);
@@ -32,6 +35,12 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 /* Sets h->app to app (NULL: the default) if it is a valid id; else
  * -EINVAL with a message. */
 int net_app(struct proto_hello *h, const char *app);
+/* The secret the client proves for app (auth.h): the one given for app,
+ * else the one given for every application, else $USHUFFLE_SECRET.
+ * Copies it to key (USHI_SECRET_MAX bytes) and returns its length, 0
+ * when there is none (the HELLO asks for no authentication), or -EINVAL
+ * for a bad $USHUFFLE_SECRET. */
+int net_secret(const char *app, uint8_t *key);
 /* Reads exactly n bytes; -ETIMEDOUT after the socket's timeout, -EPIPE
  * at EOF. */
 int net_read(int fd, void *buf, size_t n);

@@ -19,7 +19,12 @@ static int check_ctrl(const struct ushi_frame *f, const char **why)
 			   "a raw length");
 	switch (f->type) {
 	case USHI_FRAME_HELLO:
-		return n == USHI_PROTO_HELLO_LEN ? 0 : bad(why, "HELLO length");
+		/* Version 3's length too: its sender is told the version
+		 * is not spoken rather than that its frame is malformed. */
+		return n == USHI_PROTO_HELLO_LEN || n == USHI_PROTO_HELLO_V3_LEN ?
+			0 : bad(why, "HELLO length");
+	case USHI_FRAME_AUTH:
+		return n == USHI_PROTO_AUTH_LEN ? 0 : bad(why, "AUTH length");
 	case USHI_FRAME_ACK:
 		return n == USHI_PROTO_ACK_LEN ? 0 : bad(why, "ACK length");
 	case USHI_FRAME_FETCH:
@@ -93,8 +98,22 @@ size_t proto_put_hello(uint8_t *buf, const struct proto_hello *h)
 	put_le32(p + 12, h->max_frame);
 	memset(p + 16, 0, USHI_PROTO_APP_MAX);
 	memcpy(p + 16, h->app, strnlen(h->app, USHI_PROTO_APP_MAX));
+	put_le32(p + 80, h->flags);
+	put_le32(p + 84, 0);
+	memcpy(p + 88, h->nonce, USHI_PROTO_NONCE);
 	return put_ctrl(buf, USHI_FRAME_HELLO, h->shuffle, h->map, h->attempt,
 			0, 0, USHI_PROTO_HELLO_LEN);
+}
+
+size_t proto_put_auth(uint8_t *buf, const struct proto_auth *a)
+{
+	uint8_t *p = buf + USH_FRAME_HDR_SIZE;
+	put_le32(p, a->step);
+	put_le32(p + 4, 0);
+	memcpy(p + 8, a->nonce, USHI_PROTO_NONCE);
+	memcpy(p + 8 + USHI_PROTO_NONCE, a->mac, USHI_PROTO_MAC);
+	return put_ctrl(buf, USHI_FRAME_AUTH, 0, 0, 0, 0, 0,
+			USHI_PROTO_AUTH_LEN);
 }
 
 size_t proto_put_ack(uint8_t *buf, uint32_t shuffle, uint32_t map,
@@ -206,6 +225,19 @@ void proto_get_hello(const struct ushi_frame *f, const uint8_t *p,
 	h->max_frame = get_le32(p + 12);
 	memcpy(h->app, p + 16, USHI_PROTO_APP_MAX);
 	h->app[USHI_PROTO_APP_MAX] = 0;
+	h->flags = 0;
+	memset(h->nonce, 0, USHI_PROTO_NONCE);
+	if (f->payload_len < USHI_PROTO_HELLO_LEN)
+		return; /* version 3's: refused for its version */
+	h->flags = get_le32(p + 80);
+	memcpy(h->nonce, p + 88, USHI_PROTO_NONCE);
+}
+
+void proto_get_auth(const uint8_t *p, struct proto_auth *a)
+{
+	a->step = get_le32(p);
+	memcpy(a->nonce, p + 8, USHI_PROTO_NONCE);
+	memcpy(a->mac, p + 8 + USHI_PROTO_NONCE, USHI_PROTO_MAC);
 }
 
 void proto_get_ack(const uint8_t *p, struct proto_ack *a)

@@ -8,7 +8,7 @@
 
 #include "core/frame.h"
 
-#define USHI_PROTO_VERSION 3
+#define USHI_PROTO_VERSION 4
 /* Control payloads are small except FETCH, which names one attempt per
  * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
@@ -20,7 +20,11 @@
 	(USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE + USH_RECORD_MAX)
 #define USHI_PROTO_ERRMSG_MAX 512u
 #define USHI_PROTO_APP_MAX 64u /* application id bytes */
-#define USHI_PROTO_HELLO_LEN (16u + USHI_PROTO_APP_MAX)
+#define USHI_PROTO_NONCE 32u   /* auth.h's USHI_AUTH_NONCE */
+#define USHI_PROTO_MAC 32u     /* auth.h's USHI_AUTH_MAC */
+#define USHI_PROTO_HELLO_LEN (24u + USHI_PROTO_APP_MAX + USHI_PROTO_NONCE)
+#define USHI_PROTO_HELLO_V3_LEN (16u + USHI_PROTO_APP_MAX)
+#define USHI_PROTO_AUTH_LEN (8u + USHI_PROTO_NONCE + USHI_PROTO_MAC)
 #define USHI_PROTO_ACK_LEN 16u
 #define USHI_PROTO_FETCH_LEN 8u     /* the offset; then the attempts */
 #define USHI_PROTO_WANT_LEN 8u      /* FETCH entry: map, attempt */
@@ -28,7 +32,7 @@
 	((USHI_PROTO_CTRL_MAX - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN)
 #define USHI_PROTO_FETCH_END_LEN 8u
 /* Bytes a control frame may take, rounded for small stack buffers. */
-#define USHI_PROTO_SMALL 128u
+#define USHI_PROTO_SMALL 192u
 #define USHI_PROTO_ERROR_SIZE (USH_FRAME_HDR_SIZE + 8u + USHI_PROTO_ERRMSG_MAX)
 
 enum ushi_proto_type {
@@ -42,6 +46,17 @@ enum ushi_proto_type {
 	USHI_FRAME_FETCH_END = 9,
 	USHI_FRAME_PAD = 10, /* worker files only: O_DIRECT padding */
 	USHI_FRAME_HEARTBEAT = 11,
+	USHI_FRAME_AUTH = 12,
+};
+
+/* HELLO flags. */
+#define USHI_HELLO_AUTH 1u /* request: the client holds a secret and asks
+			      for the challenge; reply: authenticated */
+
+/* AUTH steps: the worker's challenge and proof, the client's proof. */
+enum ushi_proto_auth {
+	USHI_AUTH_CHALLENGE = 1,
+	USHI_AUTH_RESPONSE = 2,
 };
 
 enum ushi_proto_role {
@@ -64,6 +79,17 @@ struct proto_hello {
 	uint32_t version, role, window, max_frame;
 	uint32_t shuffle, map, attempt;
 	char app[USHI_PROTO_APP_MAX + 1]; /* NUL-terminated */
+	uint32_t flags;                   /* USHI_HELLO_* */
+	uint8_t nonce[USHI_PROTO_NONCE];  /* the client's, with
+					     USHI_HELLO_AUTH */
+};
+
+/* AUTH: a challenge carries the worker's nonce and proof, a response the
+ * client's proof (nonce zero). */
+struct proto_auth {
+	uint32_t step;
+	uint8_t nonce[USHI_PROTO_NONCE];
+	uint8_t mac[USHI_PROTO_MAC];
 };
 
 /* Is app a valid application id: 1..64 bytes of [A-Za-z0-9._:-]? */
@@ -97,6 +123,7 @@ static inline size_t proto_size(const struct ushi_frame *f)
 
 /* Encoders: write a whole frame at buf and return its size. */
 size_t proto_put_hello(uint8_t *buf, const struct proto_hello *h);
+size_t proto_put_auth(uint8_t *buf, const struct proto_auth *a);
 size_t proto_put_ack(uint8_t *buf, uint32_t shuffle, uint32_t map,
 		     uint32_t attempt, const struct proto_ack *a);
 size_t proto_put_error(uint8_t *buf, int code, const char *msg);
@@ -121,6 +148,7 @@ size_t proto_put_manifest(uint8_t *buf, uint32_t shuffle, uint32_t partition);
  * FETCH_END payloads start with one get_le64() value (offset, bytes). */
 void proto_get_hello(const struct ushi_frame *f, const uint8_t *p,
 		     struct proto_hello *h);
+void proto_get_auth(const uint8_t *p, struct proto_auth *a);
 void proto_get_ack(const uint8_t *p, struct proto_ack *a);
 /* Copies the message (NUL-terminated, at most n - 1 bytes) into msg and
  * returns the code: a negative errno or USH_E* value, or -EPROTO when the

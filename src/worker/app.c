@@ -13,10 +13,14 @@
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
+#include "net/auth.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Index of the first owner entry >= shuffle. */
 static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
@@ -32,15 +36,32 @@ static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
 	return lo;
 }
 
-const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle)
+struct wk_owner *wk_owner_find(struct ush_worker *wk, uint32_t shuffle)
 {
 	size_t i = owner_pos(wk, shuffle);
 	return i < wk->nowners && wk->owners[i].shuffle == shuffle ?
-		       wk->owners[i].app : NULL;
+		       &wk->owners[i] : NULL;
+}
+
+const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle)
+{
+	struct wk_owner *o = wk_owner_find(wk, shuffle);
+	return o ? o->app : NULL;
+}
+
+static struct wk_app *app_find(struct ush_worker *wk, const char *app)
+{
+	for (size_t i = 0; i < wk->napps; i++)
+		if (!strcmp(wk->apps[i]->id, app))
+			return wk->apps[i];
+	return NULL;
 }
 
 int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
 {
+	struct wk_app *a = wk_app_get(wk, app);
+	if (!a)
+		return -ENOMEM;
 	size_t i = owner_pos(wk, shuffle);
 	if (i == wk->nowners || wk->owners[i].shuffle != shuffle) {
 		if (wk->nowners == wk->cowners) {
@@ -59,9 +80,15 @@ int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
 			(wk->nowners - i) * sizeof(*wk->owners));
 		wk->nowners++;
 		wk->owners[i].shuffle = shuffle;
+		wk->owners[i].bytes = 0;
+	} else {
+		struct wk_app *old = app_find(wk, wk->owners[i].app);
+		if (old) /* a claim replayed over an older one */
+			old->nshuffles--;
 	}
+	a->nshuffles++;
 	snprintf(wk->owners[i].app, sizeof(wk->owners[i].app), "%s", app);
-	return wk_app_seen(wk, app);
+	return 0;
 }
 
 void wk_owner_del(struct ush_worker *wk, uint32_t shuffle)
@@ -69,34 +96,49 @@ void wk_owner_del(struct ush_worker *wk, uint32_t shuffle)
 	size_t i = owner_pos(wk, shuffle);
 	if (i == wk->nowners || wk->owners[i].shuffle != shuffle)
 		return;
+	struct wk_app *a = app_find(wk, wk->owners[i].app);
+	if (a) {
+		a->nshuffles--;
+		uint64_t b = atomic_load(&a->bytes), d = wk->owners[i].bytes;
+		atomic_fetch_sub(&a->bytes, d < b ? d : b);
+	}
 	memmove(&wk->owners[i], &wk->owners[i + 1],
 		(wk->nowners - i - 1) * sizeof(*wk->owners));
 	wk->nowners--;
 }
 
-int wk_app_seen(struct ush_worker *wk, const char *app)
+struct wk_app *wk_app_get(struct ush_worker *wk, const char *app)
 {
 	uint64_t now = ushi_now_ns();
-	for (size_t i = 0; i < wk->napps; i++)
-		if (!strcmp(wk->apps[i].id, app)) {
-			wk->apps[i].seen_ns = now;
-			return 0;
-		}
+	struct wk_app *a = app_find(wk, app);
+	if (a) {
+		a->seen_ns = now;
+		return a;
+	}
 	if (wk->napps == wk->capps) {
 		size_t c = wk->capps ? 2 * wk->capps : 16;
-		struct wk_app *n = ushi_malloc(c * sizeof(*n));
+		struct wk_app **n = ushi_malloc(c * sizeof(*n));
 		if (!n)
-			return -ENOMEM;
+			return NULL;
 		if (wk->napps)
 			memcpy(n, wk->apps, wk->napps * sizeof(*n));
 		ushi_free(wk->apps);
 		wk->apps = n;
 		wk->capps = c;
 	}
-	struct wk_app *a = &wk->apps[wk->napps++];
+	a = ushi_calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
 	snprintf(a->id, sizeof(a->id), "%s", app);
 	a->seen_ns = now;
-	return 0;
+	atomic_init(&a->bytes, 0);
+	wk->apps[wk->napps++] = a;
+	return a;
+}
+
+int wk_app_seen(struct ush_worker *wk, const char *app)
+{
+	return wk_app_get(wk, app) ? 0 : -ENOMEM;
 }
 
 int wk_drop_locked(struct wk_thread *t, uint32_t shuffle)
@@ -143,9 +185,9 @@ void wk_app_expire(struct wk_thread *t)
 	 * before, and the difference must not wrap into "expired". */
 	uint64_t now = ushi_now_ns();
 	for (size_t i = 0; i < wk->napps && !*app; i++)
-		if (now > wk->apps[i].seen_ns &&
-		    now - wk->apps[i].seen_ns > ttl)
-			memcpy(app, wk->apps[i].id, sizeof(app));
+		if (now > wk->apps[i]->seen_ns &&
+		    now - wk->apps[i]->seen_ns > ttl)
+			memcpy(app, wk->apps[i]->id, sizeof(app));
 	/* A bounded batch per tick: the lock is shared with every thread. */
 	int err = 0;
 	for (size_t i = 0; *app && !err && i < wk->nowners && ngone < 64;) {
@@ -156,9 +198,20 @@ void wk_app_expire(struct wk_thread *t)
 			gone[ngone++] = s;
 	}
 	bool done = *app && !err && ngone < 64;
-	for (size_t i = 0; done && i < wk->napps; i++)
-		if (!strcmp(wk->apps[i].id, app))
+	for (size_t i = 0; done && i < wk->napps; i++) {
+		struct wk_app *a = wk->apps[i];
+		if (strcmp(a->id, app))
+			continue;
+		if (a->nconns) {
+			/* Connections still point at it: kept, with a new
+			 * TTL (it owns nothing now). */
+			a->seen_ns = now;
+		} else {
 			wk->apps[i] = wk->apps[--wk->napps];
+			ushi_free(a);
+		}
+		break;
+	}
 	pthread_mutex_unlock(&wk->lock);
 	for (size_t i = 0; i < ngone; i++)
 		wk_drop_files(t, gone[i]);
@@ -171,6 +224,8 @@ void wk_app_expire(struct wk_thread *t)
 
 void wk_app_free(struct ush_worker *wk)
 {
+	for (size_t i = 0; i < wk->napps; i++)
+		ushi_free(wk->apps[i]);
 	ushi_free(wk->apps);
 	ushi_free(wk->owners);
 	ushi_free(wk->drops);
@@ -200,4 +255,48 @@ void wk_sweep(struct ush_worker *wk)
 		wk_drop_files(&t, s);
 	}
 	closedir(d);
+}
+
+void wk_app_usage(struct ush_worker *wk)
+{
+	for (size_t i = 0; i < wk->nowners; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "s%u", wk->owners[i].shuffle);
+		int fd = openat(wk->dirfd, name, O_RDONLY | O_DIRECTORY |
+				O_NOFOLLOW | O_CLOEXEC);
+		DIR *d = fd < 0 ? NULL : fdopendir(fd);
+		if (!d) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		uint64_t sum = 0;
+		struct dirent *de;
+		struct stat st;
+		while ((de = readdir(d)))
+			if (!fstatat(dirfd(d), de->d_name, &st,
+				     AT_SYMLINK_NOFOLLOW) &&
+			    S_ISREG(st.st_mode))
+				sum += (uint64_t)st.st_size;
+		closedir(d);
+		wk->owners[i].bytes = sum;
+		struct wk_app *a = app_find(wk, wk->owners[i].app);
+		if (a)
+			atomic_fetch_add(&a->bytes, sum);
+	}
+}
+
+int wk_secret(struct ush_worker *wk, const char *app, uint8_t *key)
+{
+	if (wk->secrets_dirfd >= 0) {
+		bool loose;
+		int n = auth_read_secret(wk->secrets_dirfd, app, true, key,
+					 &loose);
+		if (n != -ENOENT)
+			return n;
+	}
+	if (!wk->secret)
+		return 0;
+	memcpy(key, wk->secret, wk->secret_len);
+	return (int)wk->secret_len;
 }

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
+#include "net/auth.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,7 +19,7 @@ static const char *type_name(unsigned type)
 	static const char *names[] = {"?", "DATA", "HELLO", "MAPPER_END",
 				      "FETCH", "ACK", "ERROR", "DROP",
 				      "MANIFEST", "FETCH_END", "PAD",
-				      "HEARTBEAT"};
+				      "HEARTBEAT", "AUTH"};
 	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
 }
 
@@ -161,6 +162,13 @@ static int own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim)
 	}
 	if (owner || !claim)
 		return 0;
+	if (c->appr->nshuffles >= wk->o.max_app_shuffles) {
+		wk_conn_fail(c, -EDQUOT, "application '%s' owns %u shuffles "
+			     "here, its quota (--max-app-shuffles): shuffle %u "
+			     "refused; drop shuffles it no longer needs",
+			     c->app, c->appr->nshuffles, shuffle);
+		return -EDQUOT;
+	}
 	struct wk_rec r = {.type = WK_REC_CLAIM, .shuffle = shuffle};
 	memcpy(r.app, c->app, sizeof(r.app));
 	int ret = wk_log_append(c->t, &r);
@@ -184,6 +192,10 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 				   [WK_COMMITTED] = USH_ECOMMITTED};
 	pthread_mutex_lock(&wk->lock);
 	int ret = own_shuffle(c, h->shuffle, true);
+	if (ret == -EDQUOT) {
+		pthread_mutex_unlock(&wk->lock);
+		return ret;
+	}
 	struct wk_attempt *e = ret ? NULL :
 				     wk_attempt_find(wk, h->shuffle, h->map,
 						     h->attempt);
@@ -223,22 +235,102 @@ static struct wk_attempt *mine(struct wk_conn *c)
 	return e && e->state == WK_OPEN && e->owner == c->id ? e : NULL;
 }
 
+/* The DATA bytes c stored for its attempt join its shuffle's count
+ * (kept: the attempt is still c's, so the shuffle was not dropped), or
+ * leave its application's (the shuffle was dropped with them). Lock
+ * held. */
+static void settle(struct wk_conn *c, bool kept)
+{
+	if (!c->att_bytes)
+		return;
+	struct wk_owner *o = kept ? wk_owner_find(c->t->wk, c->att.shuffle) :
+				    NULL;
+	if (o)
+		o->bytes += c->att_bytes;
+	else
+		atomic_fetch_sub(&c->appr->bytes, c->att_bytes);
+	c->att_bytes = 0;
+}
+
 void wk_conn_leave(struct wk_conn *c)
 {
 	struct ush_worker *wk = c->t->wk;
-	if (c->att.state != WK_OPEN)
+	if (!c->appr)
 		return;
 	pthread_mutex_lock(&wk->lock);
-	struct wk_attempt *e = mine(c);
+	struct wk_attempt *e = c->att.state == WK_OPEN ? mine(c) : NULL;
 	if (e)
 		e->state = WK_ABANDONED;
+	settle(c, e != NULL);
+	c->appr->nconns--;
+	c->appr = NULL;
 	pthread_mutex_unlock(&wk->lock);
 	c->att.state = 0;
 }
 
-static void hello(struct wk_conn *c, const struct ushi_frame *f,
-		  const uint8_t *payload)
+static void accept_hello(struct wk_conn *c, const struct proto_hello *h);
+
+/* A HELLO that asks for authentication: the worker proves the secret of
+ * its application first (protocol.md §2.8) and waits for the client's
+ * proof, computed now so that the secret is not kept. */
+static void challenge(struct wk_conn *c, const struct proto_hello *h,
+		      const uint8_t *frame)
 {
+	uint8_t key[USHI_SECRET_MAX];
+	size_t hn = USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN;
+	struct proto_auth a = {.step = USHI_AUTH_CHALLENGE};
+	int n = wk_secret(c->t->wk, c->app, key);
+	if (n <= 0) {
+		if (n < 0)
+			wk_log(c->t->wk, 0, "secret of application %s: %s",
+			       c->app, ush_last_error());
+		wk_conn_fail(c, -EACCES, "no %ssecret for application '%s' on "
+			     "this worker", n < 0 ? "usable " : "", c->app);
+		return;
+	}
+	int ret = auth_nonce(a.nonce);
+	if (!ret)
+		ret = auth_mac(key, (size_t)n, AUTH_WORKER, frame, hn, a.nonce,
+			       NULL, a.mac);
+	if (!ret)
+		ret = auth_mac(key, (size_t)n, AUTH_CLIENT, frame, hn, a.nonce,
+			       a.mac, c->expect);
+	explicit_bzero(key, (size_t)n);
+	if (ret) {
+		wk_conn_fail(c, ret, "authentication: %s", ush_last_error());
+		return;
+	}
+	c->pending = *h;
+	c->auth_wait = true;
+	uint8_t b[USHI_PROTO_SMALL];
+	wk_conn_send(c, b, proto_put_auth(b, &a));
+}
+
+/* The client's proof. */
+static void auth(struct wk_conn *c, const uint8_t *payload)
+{
+	struct proto_auth a;
+	proto_get_auth(payload, &a);
+	c->auth_wait = false;
+	if (a.step != USHI_AUTH_RESPONSE) {
+		wk_conn_fail(c, -EPROTO, "AUTH step %u where the client's "
+			     "response was due", a.step);
+		return;
+	}
+	if (!auth_mac_equal(a.mac, c->expect)) {
+		wk_conn_fail(c, -EACCES, "authentication failed: the client "
+			     "of application '%s' does not hold its secret",
+			     c->app);
+		return;
+	}
+	c->authed = true;
+	accept_hello(c, &c->pending);
+}
+
+static void hello(struct wk_conn *c, const struct ushi_frame *f,
+		  const uint8_t *frame)
+{
+	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
 	struct ush_worker *wk = c->t->wk;
 	struct proto_hello h;
 	proto_get_hello(f, payload, &h);
@@ -246,6 +338,12 @@ static void hello(struct wk_conn *c, const struct ushi_frame *f,
 		wk_conn_fail(c, USH_EVERSION, "protocol version %u is not "
 			     "supported; this worker speaks version %u",
 			     h.version, USHI_PROTO_VERSION);
+		return;
+	}
+	if (f->payload_len != USHI_PROTO_HELLO_LEN) {
+		/* Version 3's length, with version 4 in it. */
+		wk_conn_fail(c, -EPROTO, "HELLO of %u bytes (version 4's has "
+			     "%u)", f->payload_len, USHI_PROTO_HELLO_LEN);
 		return;
 	}
 	if (h.role < USHI_ROLE_WRITER || h.role > USHI_ROLE_ADMIN) {
@@ -258,19 +356,56 @@ static void hello(struct wk_conn *c, const struct ushi_frame *f,
 		return;
 	}
 	memcpy(c->app, h.app, sizeof(c->app));
+	if (h.flags & ~USHI_HELLO_AUTH) {
+		wk_conn_fail(c, -EPROTO, "HELLO with unknown flags 0x%x",
+			     h.flags);
+		return;
+	}
+	if (h.flags & USHI_HELLO_AUTH) {
+		challenge(c, &h, frame);
+		return;
+	}
+	if (!wk->o.insecure) {
+		wk_conn_fail(c, -EACCES, "authentication required: the client "
+			     "of application '%s' proves no secret (give it the "
+			     "application's secret: USHUFFLE_SECRET, "
+			     "--secret-file or ush_auth_secret())", c->app);
+		return;
+	}
+	accept_hello(c, &h);
+}
+
+/* The client proved the secret (or the worker is --insecure): c is bound
+ * to h's application from now on, within its quotas. */
+static void accept_hello(struct wk_conn *c, const struct proto_hello *hp)
+{
+	struct ush_worker *wk = c->t->wk;
+	struct proto_hello h = *hp;
 	pthread_mutex_lock(&wk->lock);
-	int ret = wk_app_seen(wk, c->app);
+	struct wk_app *a = wk_app_get(wk, c->app);
+	unsigned n = a ? a->nconns : 0;
+	if (a && n < wk->o.max_app_conns) {
+		a->nconns++;
+		c->appr = a;
+	}
 	pthread_mutex_unlock(&wk->lock);
-	if (ret) {
-		wk_conn_fail(c, ret, "application table: %s",
-			     ush_strerror(ret));
+	if (!a) {
+		wk_conn_fail(c, -ENOMEM, "application table: %s",
+			     ush_strerror(-ENOMEM));
+		return;
+	}
+	if (!c->appr) {
+		wk_conn_fail(c, -EDQUOT, "application '%s' holds %u "
+			     "connections here, its quota (--max-app-conns): "
+			     "connection refused", c->app, n);
 		return;
 	}
 	if (h.role == USHI_ROLE_WRITER && claim(c, &h))
 		return;
 	c->role = h.role;
 	struct proto_hello r = {USHI_PROTO_VERSION, h.role, wk->o.window,
-				wk->o.max_frame, 0, 0, 0, ""};
+				wk->o.max_frame, 0, 0, 0, "",
+				c->authed ? USHI_HELLO_AUTH : 0, {0}};
 	uint8_t b[USHI_PROTO_SMALL];
 	wk_conn_send(c, b, proto_put_hello(b, &r));
 	if (h.role == USHI_ROLE_WRITER)
@@ -349,6 +484,8 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 				   .type = WK_REC_COMMIT, .shuffle = f->shuffle,
 				   .map = f->map, .attempt = f->attempt})))
 		e->state = WK_COMMITTED;
+	if (!ret || !e)
+		settle(c, e != NULL);
 	pthread_mutex_unlock(&wk->lock);
 	if (ret) {
 		wk_conn_fail(c, ret, "commit of shuffle %u map %u attempt %u: "
@@ -412,6 +549,23 @@ static int fetch(struct wk_conn *c, const struct ushi_frame *f,
 	return ret ? 0 : wk_fetch_start(c, f, payload);
 }
 
+/* Counts n more bytes stored for c's application, within its quota. */
+static bool take_bytes(struct wk_conn *c, uint64_t n)
+{
+	uint64_t max = c->t->wk->o.max_app_bytes;
+	uint64_t had = atomic_fetch_add(&c->appr->bytes, n);
+	if (had + n <= max)
+		return true;
+	atomic_fetch_sub(&c->appr->bytes, n);
+	wk_conn_fail(c, -EDQUOT, "application '%s' stores %llu bytes here, "
+		     "its quota is %llu (--max-app-bytes): a frame of %llu "
+		     "bytes of shuffle %u refused; drop shuffles it no longer "
+		     "needs", c->app, (unsigned long long)had,
+		     (unsigned long long)max, (unsigned long long)n,
+		     c->att.shuffle);
+	return false;
+}
+
 static bool role_ok(const struct wk_conn *c, unsigned type)
 {
 	switch (type) {
@@ -439,12 +593,26 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 		return;
 	}
 	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
+	if (c->auth_wait) {
+		if (f->type == USHI_FRAME_AUTH)
+			auth(c, payload);
+		else
+			wk_conn_fail(c, -EPROTO, "%s frame where the client's "
+				     "AUTH was due", type_name(f->type));
+		return;
+	}
 	if (!c->role) {
 		if (f->type == USHI_FRAME_HELLO)
-			hello(c, f, payload);
+			hello(c, f, frame);
 		else
 			wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
 				     type_name(f->type));
+		return;
+	}
+	if (f->type == USHI_FRAME_HELLO) {
+		wk_conn_fail(c, -EPROTO, "a second HELLO: a connection stays "
+			     "with the application it said HELLO for ('%s')",
+			     c->app);
 		return;
 	}
 	if (!role_ok(c, f->type)) {
@@ -455,7 +623,7 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 	int ret;
 	switch (f->type) {
 	case USHI_FRAME_DATA:
-		if (!own_attempt(c, f))
+		if (!own_attempt(c, f) || !take_bytes(c, proto_size(f)))
 			break;
 		ret = wk_store_append(c->t, f, frame);
 		if (ret)
@@ -463,7 +631,9 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 				     "%s", f->shuffle, f->partition,
 				     ush_strerror(ret));
 		else
-			c->credit += proto_size(f);
+			c->credit += proto_size(f), c->att_bytes += proto_size(f);
+		if (ret)
+			atomic_fetch_sub(&c->appr->bytes, proto_size(f));
 		break;
 	case USHI_FRAME_MAPPER_END:
 		commit(c, f);

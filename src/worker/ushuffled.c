@@ -97,6 +97,22 @@ static void usage(FILE *f)
 		"  --max-open-files=N  partition files kept open (default: a "
 		"quarter of\n"
 		"                      RLIMIT_NOFILE's soft limit)\n"
+		"Authentication (docs/security.md): clients prove their "
+		"application's secret.\n"
+		"  --secret-file=PATH  the secret of every application (else "
+		"$USHUFFLE_SECRET)\n"
+		"  --secrets-dir=DIR   one file per application, named by its "
+		"id, holding its\n"
+		"                      secret (read at each connection; wins "
+		"over the above)\n"
+		"  --insecure          also serve clients without a secret "
+		"(loopback only)\n"
+		"  --insecure-non-loopback  allow --insecure on any address\n"
+		"Quotas per application (ERROR -EDQUOT beyond them):\n"
+		"  --max-app-conns=N   connections at once (default 512)\n"
+		"  --max-app-shuffles=N  shuffles owned (default 4096)\n"
+		"  --max-app-bytes=BYTES  data stored (default: half of --dir's "
+		"file system)\n"
 		"Limits and defaults: docs/protocol.md, \"Limits\".\n");
 }
 
@@ -121,6 +137,8 @@ static int number(const char *s, unsigned long long *v)
 		*v <<= 10, end++;
 	else if (*end == 'm' || *end == 'M')
 		*v <<= 20, end++;
+	else if (*end == 'g' || *end == 'G')
+		*v <<= 30, end++;
 	return *end ? -1 : 0;
 }
 
@@ -143,6 +161,13 @@ int main(int argc, char **argv)
 		{"log-file", required_argument, NULL, 'L'},
 		{"version", no_argument, NULL, 'V'},
 		{"max-open-files", required_argument, NULL, 'F'},
+		{"secret-file", required_argument, NULL, 'S'},
+		{"secrets-dir", required_argument, NULL, 'Y'},
+		{"insecure", no_argument, NULL, 'i'},
+		{"insecure-non-loopback", no_argument, NULL, 'N'},
+		{"max-app-conns", required_argument, NULL, 'a'},
+		{"max-app-shuffles", required_argument, NULL, 's'},
+		{"max-app-bytes", required_argument, NULL, 'b'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -210,6 +235,32 @@ int main(int argc, char **argv)
 			bad = number(optarg, &v) || v < 1 || v > (1u << 30);
 			o.max_open_files = (unsigned)v;
 			break;
+		case 'S':
+			bad = !*optarg;
+			o.secret_file = optarg;
+			break;
+		case 'Y':
+			bad = !*optarg;
+			o.secrets_dir = optarg;
+			break;
+		case 'i':
+			o.insecure = 1;
+			break;
+		case 'N':
+			o.insecure_non_loopback = 1;
+			break;
+		case 'a':
+			bad = number(optarg, &v) || v < 1 || v > 1u << 30;
+			o.max_app_conns = (unsigned)v;
+			break;
+		case 's':
+			bad = number(optarg, &v) || v < 1 || v > 1u << 30;
+			o.max_app_shuffles = (unsigned)v;
+			break;
+		case 'b':
+			bad = number(optarg, &v) || v < 1;
+			o.max_app_bytes = v;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -225,6 +276,18 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc || !o.dir) {
 		usage(stderr);
+		return 2;
+	}
+	/* Never on the command line (ps shows it to every user): a file,
+	 * or the environment. */
+	const char *env = getenv("USHUFFLE_SECRET");
+	if (!o.secret_file && env && *env) {
+		o.secret = env;
+		o.secret_len = strlen(env);
+	}
+	if (o.insecure_non_loopback && !o.insecure) {
+		fprintf(stderr, "ushuffled: --insecure-non-loopback needs "
+			"--insecure\n");
 		return 2;
 	}
 	if (log_path && open_log()) {

@@ -73,14 +73,25 @@ struct wk_rec {
 	char app[USHI_PROTO_APP_MAX + 1];
 };
 
+/* An application: its last sign of life and what it holds against its
+ * quotas. Allocated one by one, so a connection may keep a pointer to its
+ * own; freed only when it has no connection left. */
 struct wk_app {
 	char id[USHI_PROTO_APP_MAX + 1];
-	uint64_t seen_ns; /* last heard of */
+	uint64_t seen_ns;   /* last heard of */
+	unsigned nconns;    /* connections past HELLO (lock) */
+	unsigned nshuffles; /* shuffles it owns (lock) */
+	/* DATA bytes stored here for it: its writers add each frame as it
+	 * is taken (no lock: an atomic on the data path); a drop takes its
+	 * shuffle's bytes off. */
+	atomic_uint_fast64_t bytes;
 };
 
 struct wk_owner {
 	uint32_t shuffle;
 	char app[USHI_PROTO_APP_MAX + 1];
+	uint64_t bytes; /* DATA bytes of the shuffle settled by its writers
+			   (at commit or close), or found at start */
 };
 
 /* A kind of log line (its format string) and its rate this second. */
@@ -105,8 +116,12 @@ struct ush_worker {
 	size_t natt, nslots, acap; /* live entries, used slots, slots */
 	struct wk_owner *owners; /* ascending shuffle */
 	size_t nowners, cowners;
-	struct wk_app *apps;
+	struct wk_app **apps;
 	size_t napps, capps;
+	uint8_t *secret;      /* the secret of every application without a
+				 file in secrets_dir (NULL: none) */
+	size_t secret_len;
+	int secrets_dirfd;    /* --secrets-dir, or -1 */
 	uint64_t log_bytes;   /* appended since the last compaction */
 	uint32_t *drops;      /* shuffles dropped, in epoch order */
 	size_t ndrops;
@@ -230,6 +245,14 @@ struct wk_conn {
 	char peer[64];
 	uint32_t role;         /* 0 until HELLO */
 	char app[USHI_PROTO_APP_MAX + 1]; /* its HELLO's application */
+	struct wk_app *appr;   /* that application, held (nconns) from the
+				  HELLO's answer until the connection closes */
+	struct proto_hello pending; /* a HELLO waiting for its AUTH */
+	bool auth_wait;        /* challenge sent: expect the client's AUTH */
+	bool authed;           /* the client proved the secret */
+	uint8_t expect[USHI_PROTO_MAC]; /* the client's proof, precomputed */
+	uint64_t att_bytes;    /* DATA bytes of its attempt not yet settled
+				  into the shuffle's owner entry */
 	uint64_t id;           /* unique in the worker, from 1 */
 	struct wk_attempt att; /* a writer's attempt (state: WK_OPEN while
 				  it writes) */
@@ -333,6 +356,15 @@ int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app);
 void wk_owner_del(struct ush_worker *wk, uint32_t shuffle);
 /* The application is alive now. */
 int wk_app_seen(struct ush_worker *wk, const char *app);
+/* The application's entry (made if new, and alive now), or NULL. */
+struct wk_app *wk_app_get(struct ush_worker *wk, const char *app);
+struct wk_owner *wk_owner_find(struct ush_worker *wk, uint32_t shuffle);
+/* At start: the bytes each owned shuffle holds in --dir. */
+void wk_app_usage(struct ush_worker *wk);
+/* The secret of app (its file in secrets_dir, else the shared one) into
+ * key (USHI_SECRET_MAX bytes): its length, 0 for none, or an error. No
+ * lock needed. */
+int wk_secret(struct ush_worker *wk, const char *app, uint8_t *key);
 /* Logs and applies the drop of shuffle; the files go with
  * wk_drop_files() after the lock is released. */
 int wk_drop_locked(struct wk_thread *t, uint32_t shuffle);

@@ -1,6 +1,9 @@
 /* The worker object: options, listeners, threads; see worker.h. */
 #define _GNU_SOURCE
 #include "worker/wk.h"
+#include "net/auth.h"
+
+#include <arpa/inet.h>
 
 #include <errno.h>
 #include <netdb.h>
@@ -14,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 static const struct ush_worker_opts worker_defaults = {
@@ -29,6 +33,8 @@ static const struct ush_worker_opts worker_defaults = {
 	.idle_timeout_ms = 300000,
 	.max_conns = 1024,
 	.drain_timeout_ms = 20000,
+	.max_app_conns = 512,
+	.max_app_shuffles = 4096,
 };
 
 void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
@@ -326,6 +332,93 @@ static int port_free(struct ush_worker *wk, int port)
 			wk->host, port, who);
 }
 
+/* Is every address host names a loopback one (127/8, ::1)? */
+static bool loopback_only(const char *host)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+	if (!*host || getaddrinfo(host, "0", &hints, &ai))
+		return false; /* "" is every interface */
+	bool lo = true;
+	for (struct addrinfo *a = ai; a && lo; a = a->ai_next) {
+		if (a->ai_family == AF_INET) {
+			const struct sockaddr_in *s = (void *)a->ai_addr;
+			lo = (ntohl(s->sin_addr.s_addr) >> 24) == 127;
+		} else if (a->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *s = (void *)a->ai_addr;
+			lo = IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
+		} else {
+			lo = false;
+		}
+	}
+	freeaddrinfo(ai);
+	return lo;
+}
+
+/* The secrets (options secret_file, secret, secrets_dir) and the rules
+ * of --insecure. */
+static int auth_setup(struct ush_worker *wk, const char *host)
+{
+	const struct ush_worker_opts *o = &wk->o;
+	uint8_t key[USHI_SECRET_MAX];
+	int n = 0;
+	if (o->insecure && !o->insecure_non_loopback && !loopback_only(host))
+		return ushi_fail(-EPERM, "worker: --insecure on %s, which is not "
+				"a loopback address: anyone who reaches it could "
+				"read, inject and drop every application's "
+				"shuffles. Give a secret (docs/security.md), or "
+				"add --insecure-non-loopback if the network is "
+				"trusted", host);
+	if (o->secret_file) {
+		bool loose;
+		n = auth_read_secret(AT_FDCWD, o->secret_file, false, key,
+				     &loose);
+		if (n < 0)
+			return n;
+		if (loose)
+			wk_log(wk, 0, "secret file %s is readable by group or "
+			       "others: chmod 600 it", o->secret_file);
+	} else if (o->secret || o->secret_len) {
+		int ret = o->secret ? auth_secret_len_ok(o->secret_len,
+							 "given") :
+				      ushi_fail(-EINVAL, "worker: NULL secret");
+		if (ret)
+			return ret;
+		memcpy(key, o->secret, o->secret_len);
+		n = (int)o->secret_len;
+	}
+	if (n) {
+		wk->secret = ushi_malloc((size_t)n);
+		if (!wk->secret)
+			return ushi_fail(-ENOMEM, "worker: allocation");
+		memcpy(wk->secret, key, (size_t)n);
+		wk->secret_len = (size_t)n;
+		explicit_bzero(key, sizeof(key));
+	}
+	if (o->secrets_dir) {
+		wk->secrets_dirfd = open(o->secrets_dir, O_RDONLY | O_DIRECTORY |
+					 O_CLOEXEC);
+		if (wk->secrets_dirfd < 0)
+			return ushi_fail(-errno, "worker: --secrets-dir=%s",
+					o->secrets_dir);
+	}
+	if (!wk->secret && wk->secrets_dirfd < 0 && !o->insecure)
+		return ushi_fail(-EINVAL, "worker: no secret: give "
+				"--secret-file, --secrets-dir or $USHUFFLE_SECRET "
+				"(docs/security.md), or --insecure on a loopback "
+				"address");
+	return 0;
+}
+
+/* The default bytes quota of an application: half of dir's file system
+ * (unbounded where statvfs fails). */
+static uint64_t half_fs(struct ush_worker *wk)
+{
+	struct statvfs sv;
+	if (fstatvfs(wk->dirfd, &sv))
+		return UINT64_MAX;
+	return (uint64_t)sv.f_blocks * sv.f_frsize / 2;
+}
+
 int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 {
 	const struct ush_worker_opts *def = &worker_defaults;
@@ -362,6 +455,11 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->o.max_conns = def->max_conns;
 	if (!wk->o.drain_timeout_ms)
 		wk->o.drain_timeout_ms = def->drain_timeout_ms;
+	if (!wk->o.max_app_conns)
+		wk->o.max_app_conns = def->max_app_conns;
+	if (!wk->o.max_app_shuffles)
+		wk->o.max_app_shuffles = def->max_app_shuffles;
+	wk->secrets_dirfd = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
 	int port = 0;
@@ -393,7 +491,12 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	else if (split_hostport(wk->o.listen, host, sizeof(host), &port))
 		ret = ushi_fail(-EINVAL, "worker: --listen=%s is not HOST:PORT",
 			       wk->o.listen);
+	else
+		ret = auth_setup(wk, host);
 	if (ret) {
+		ushi_free(wk->secret);
+		if (wk->secrets_dirfd >= 0)
+			close(wk->secrets_dirfd);
 		pthread_mutex_destroy(&wk->lock);
 		pthread_mutex_destroy(&wk->log_lock);
 		ushi_free(wk);
@@ -408,6 +511,9 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	}
 	wk->o.dir = wk->dir;
 	wk->o.listen = NULL;
+	/* Borrowed from the caller until now. */
+	wk->o.secret_file = wk->o.secrets_dir = NULL;
+	wk->o.secret = NULL;
 	for (unsigned i = 0; i < wk->nthreads; i++) {
 		wk->threads[i].wk = wk;
 		wk->threads[i].idx = i;
@@ -426,6 +532,10 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		ret = wk_log_replay(wk);
 	if (!ret)
 		wk_sweep(wk);
+	if (!ret)
+		wk_app_usage(wk);
+	if (!ret && !wk->o.max_app_bytes)
+		wk->o.max_app_bytes = half_fs(wk);
 	if (!ret)
 		ret = bind_all(wk, port);
 	if (ret) {
@@ -527,6 +637,11 @@ void ush_worker_free(ush_worker *wk)
 	if (wk->dir_lock >= 0)
 		close(wk->dir_lock);
 	wk_store_fini(wk);
+	if (wk->secrets_dirfd >= 0)
+		close(wk->secrets_dirfd);
+	if (wk->secret)
+		explicit_bzero(wk->secret, wk->secret_len);
+	ushi_free(wk->secret);
 	pthread_mutex_destroy(&wk->lock);
 	pthread_mutex_destroy(&wk->log_lock);
 	ushi_free(wk->threads);

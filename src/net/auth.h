@@ -1,0 +1,52 @@
+/*
+ * Authentication of the worker protocol (docs/protocol.md §2.8,
+ * docs/security.md): a mutual HMAC-SHA256 challenge-response over a
+ * secret shared per application. Both sides pick a fresh random nonce per
+ * connection and every MAC covers the client's HELLO frame, byte for
+ * byte, and the worker's nonce, so a recorded handshake proves nothing on
+ * another connection. Shared by the client library and the worker.
+ */
+#ifndef USHI_AUTH_H
+#define USHI_AUTH_H
+
+#include "core/internal.h"
+
+#define USHI_AUTH_NONCE 32u
+#define USHI_AUTH_MAC 32u /* HMAC-SHA256 */
+/* Secrets: 16 bytes at least (Spark generates 32), 4 KiB at most. */
+#define USHI_SECRET_MIN 16u
+#define USHI_SECRET_MAX 4096u
+/* The environment variable the library, the CLI and ushuffled read. */
+#define USHI_SECRET_ENV "USHUFFLE_SECRET"
+
+enum auth_side { AUTH_WORKER = 1, AUTH_CLIENT = 2 };
+
+/* Fills n with USHI_AUTH_NONCE random bytes (getrandom). Returns 0 or
+ * -errno. */
+int auth_nonce(uint8_t *n);
+/*
+ * The proof of side: HMAC-SHA256(secret, label || hello || nw [|| pw]),
+ * label "ushuffle-auth-v4 worker" or "ushuffle-auth-v4 client" (so one
+ * side's proof is never the other's), hello the client's HELLO frame as
+ * sent (header and payload), nw the worker's nonce and, for the client's
+ * proof only, pw the worker's proof. Returns 0 or -EIO.
+ */
+int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,
+	     const uint8_t *hello, size_t hlen, const uint8_t *nw,
+	     const uint8_t *pw, uint8_t *mac);
+/* Constant-time comparison of two MACs (CRYPTO_memcmp). */
+bool auth_mac_equal(const uint8_t *a, const uint8_t *b);
+/*
+ * Reads a secret from path (relative to dirfd, or AT_FDCWD; a symbolic
+ * link is not followed when nofollow): the whole file, one trailing
+ * newline ("\n" or "\r\n") removed, USHI_SECRET_MIN..MAX bytes, into buf
+ * (USHI_SECRET_MAX bytes). Returns the length or an error with a message
+ * naming the file (-ENOENT when it does not exist, -EINVAL for a bad
+ * length). *loose is set when the file is readable by group or others.
+ */
+int auth_read_secret(int dirfd, const char *path, bool nofollow,
+		     uint8_t *buf, bool *loose);
+/* A secret's length is acceptable. Fails with a message naming what. */
+int auth_secret_len_ok(size_t len, const char *what);
+
+#endif
