@@ -15,7 +15,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
-           "scaling", "partitions", "small_jobs", "restart"]
+           "scaling", "partitions", "small_jobs", "restart", "wire"]
 
 
 def log(msg):
@@ -235,11 +235,33 @@ def t_scaling(res, m):
                              + " per CPU s (1 job)",
                              mib(per_cpu[n]).replace("/s", "") + " per CPU s",
                              f"{r:.2f}", "—", ""])
+    net = res.get("net")
+    if net:
+        b11 = net["median_bw"]["1x1"]
+        for t in net["levels"]:
+            for w in net["levels"]:
+                k = f"{w}x{t}"
+                rows.append([f"net push, {w} writer{'s' if w > 1 else ''} "
+                             f"× {t} worker thread{'s' if t > 1 else ''}",
+                             mib(b11) + " (1 × 1)",
+                             f"{mib(net['median_bw'][k])} (CPU "
+                             f"{net['median_cpu_s_per_gib'][k]:.2f} s/GiB)",
+                             f"{net['median_bw'][k] / b11:.2f}", "—", ""])
     note = (f"numjobs 1..{max(res['numjobs'])} (the cores here), "
             f"--group_reporting, {res['rounds']} rounds alternating the "
             f"order; raw batch bytes / runtime. CPU: the process's user + "
             f"system time / (runtime × jobs), from /usr/bin/time: below "
             f"100% the jobs were not running, other processes were.")
+    if net:
+        note += (f" Net push: writer threads (`--numjobs`, one map each) × "
+                 f"`ushuffled --threads`, both over "
+                 f"{', '.join(map(str, net['levels']))} (1 to the cores, "
+                 f"powers of two between), a fresh worker with otherwise "
+                 f"default flags per point, {net['total_bytes'] >> 20} MiB "
+                 f"in all split over the writers, 64 partitions, codec none, "
+                 f"records of {net['record_size']:,} B; frame bytes / "
+                 f"runtime, medians of {net['rounds']} rounds alternating "
+                 f"the order; CPU = client + worker.")
     return table(["target, jobs", "baseline (linear)", "ushuffle", "ratio",
                   "target", ""], rows), note
 
@@ -332,10 +354,122 @@ def t_restart(res, m):
                   "target", ""], rows), note
 
 
+def _r(x):
+    return f"{x:.2f}×"
+
+
+def wire_rows(res):
+    """[measure, baseline, ushuffle, ratio value or None, ratio text,
+    target text, met or None, short label] for every row of §11."""
+    mb = res["median_bw"]
+    cpu = res["median_cpu_s_per_gib"]
+    out = []
+
+    def row(measure, base, ush, ratio, target=None, ok=None, label=""):
+        out.append([measure, base, ush, ratio,
+                    "—" if ratio is None else _r(ratio),
+                    target or "—",
+                    None if target is None else ok, label])
+    wref = min(mb["iperf3"], mb["fio_write"])
+    row("push, 64 partitions, default ushuffled, vs min(iperf3, fio write)",
+        f"{mib(wref)} (iperf3 {mib(mb['iperf3'])}, fio write "
+        f"{mib(mb['fio_write'])})", mib(mb["push"]), mb["push"] / wref,
+        "≥ 0.8×", mb["push"] / wref >= 0.8, "push/wire")
+    row("push: io_uring vs --ioengine=psync, throughput", mib(mb["psync"]),
+        mib(mb["push"]), mb["push"] / mb["psync"], "≥ 1.2×",
+        mb["push"] / mb["psync"] >= 1.2, "push/psync")
+    row("push: io_uring vs psync, CPU s per GiB (client + worker)",
+        f"{cpu['psync']:.2f} s", f"{cpu['push']:.2f} s",
+        cpu["push"] / cpu["psync"], "≤ 0.7×",
+        cpu["push"] / cpu["psync"] <= 0.7, "CPU/GiB")
+    for p in res["sweep"][1:]:
+        r = mb[f"push{p}"] / mb["push"]
+        row(f"push, {p:,} partitions vs 64", mib(mb["push"]),
+            mib(mb[f"push{p}"]), r, "≥ 0.7×", r >= 0.7, f"push {p // 1000}k")
+    for p in res["sweep"][1:]:
+        r = mb[f"disk{p}"] / mb["disk"]
+        row(f"disk spill, {p:,} partitions vs 64", mib(mb["disk"]),
+            mib(mb[f"disk{p}"]), r, "≥ 0.7×", r >= 0.7, f"disk {p // 1000}k")
+    big = res["big_data"]
+    for k, what, dk in [("push", "worker", "worker_dir"),
+                        ("disk", "disk target", "dir")]:
+        if k not in big:
+            continue
+        x = big[k]
+        a = x[dk]["alloc_bytes"]
+        r = a / x["frame_bytes"]
+        row(f"{what}: bytes on disk / frame bytes, {res['big']:,} "
+            f"partitions", f"{x['frame_bytes'] / 2**20:,.1f} MiB of frames",
+            f"{a / 2**20:,.1f} MiB in {x[dk]['files']:,} files", r,
+            "≤ 1.2×", r <= 1.2, f"{k} bytes 100k")
+    hwm = res["median_worker_hwm_kib"]
+    for p in [q for q in res["sweep"][1:] + [res["big"]] if str(q) in hwm]:
+        row(f"worker peak RSS, {p:,} partitions (vs 64)",
+            f"{hwm['64'] / 1024:,.0f} MiB", f"{hwm[str(p)] / 1024:,.0f} MiB",
+            hwm[str(p)] / hwm["64"])
+    rref = min(mb["iperf3"], mb["fio_read"])
+    row("fetch (network read), 64 partitions, vs min(iperf3, fio read)",
+        f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
+        f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
+        "≥ 0.8×", mb["fetch"] / rref >= 0.8, "fetch/wire")
+    row("local disk read, 64 partitions, vs fio read", mib(mb["fio_read"]),
+        mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.8×",
+        mb["disk_read"] / mb["fio_read"] >= 0.8, "disk read")
+    o = res["opens"]
+    for k, what in [("disk", "disk target"), ("net", "from a worker")]:
+        a, b = o.get(f"{k}64"), o.get(f"{k}_big")
+        if not a or not b:
+            continue
+        r = b["first_us_median"] / a["first_us_median"]
+        row(f"open one partition (to its first record), {res['big']:,} vs "
+            f"64 partitions, {what}",
+            f"{a['first_us_median'] / 1000:.2f} ms (open call "
+            f"{a['open_us_median'] / 1000:.2f} ms)",
+            f"{b['first_us_median'] / 1000:.2f} ms (open call "
+            f"{b['open_us_median'] / 1000:.2f} ms)", r, "≤ 2× (≈ 1×)",
+            r <= 2, f"open {k}")
+    return out
+
+
+def t_wire(res, m):
+    rows = [[x[0], x[1], x[2], x[4], x[5], "" if x[6] is None else met(x[6])]
+            for x in wire_rows(res)]
+    o = res["opens"]
+    opened = ", ".join(f"{k} {v['opens']} of {v['partitions']:,}"
+                       for k, v in o.items())
+    note = (f"One run, {res['rounds']} round(s) alternating io_uring and "
+            f"psync. Limits measured in the same rounds: iperf3 over "
+            f"loopback, fio io_uring O_DIRECT 64 KiB qd32 write and read of "
+            f"{res['size']} on the scratch disk. ushuffle: one writer "
+            f"thread, codec none, records of {res['record_size']:,} B (16 "
+            f"fill a 64 KiB batch), {res['size']}, to a separate `ushuffled`"
+            f" with its default flags on loopback (a fresh one per job); "
+            f"throughput = frame bytes / the job's runtime (writing + "
+            f"commit). The 1,000- and 10,000-partition points stop writing "
+            f"after {res['cap_s']} s (`--runtime`) and then commit. Fetch: "
+            f"`ushuffle --rw=read --numjobs=1` of the 64-partition push "
+            f"(every record CRC-verified), local read the same of the disk "
+            f"spill, both after the files were dropped from the page cache "
+            f"(posix_fadvise DONTNEED), as fio reads O_DIRECT. "
+            f"{res['big']:,} partitions: one job of {res['big_size']} with "
+            f"the default 100-1000 B records; bytes on disk = blocks "
+            f"allocated under the worker's directory or the job's (du), "
+            f"frame bytes = what the writer framed (and sent). Worker RSS: "
+            f"VmHWM after the push. Open: `ush_bench_open_part`, "
+            f"ush_reader_open of evenly spread partitions ({opened}) and "
+            f"the time from it to the partition's first record (a reader "
+            f"may defer its index work to the first next()), medians; "
+            f"each partition then read to its end and its records counted "
+            f"against the manifest.")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
-          "small_jobs": t_small_jobs, "restart": t_restart}
+          "small_jobs": t_small_jobs, "restart": t_restart,
+          "wire": t_wire}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -345,7 +479,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "scaling": "7. Scaling",
           "partitions": "8. Many partitions",
           "small_jobs": "9. Small jobs",
-          "restart": "10. Restart time vs commit-log history"}
+          "restart": "10. Restart time vs commit-log history",
+          "wire": "11. Wire speed at real partition counts"}
 
 
 def gnuplot(script, png, dat):
@@ -449,9 +584,84 @@ def plot(name, res, img):
               "set xlabel 'partitions'\nplot DAT using 1:2 with linespoints "
               "lw 2 title 'throughput', DAT using 1:3 axes x1y2 with "
               "linespoints lw 2 title 'peak RSS'\n")
+    elif name == "wire":
+        rows = [x for x in wire_rows(res) if x[6] is not None]
+        dat = "measure ratio target\n" + "".join(
+            f"\"{x[7]} {x[5].split()[0]}\" {x[3]} "
+            f"{float(x[5].split()[1].rstrip('×'))}\n" for x in rows)
+        sc = ("set title 'Issue 11: each ratio beside its target (≥ rows: "
+              "higher is better, ≤ rows: lower)'\nset logscale y\n"
+              "set xtics rotate by -35\nset yrange [0.01:*]\n"
+              "plot DAT using 2:xtic(1) title 'ratio (this run)', "
+              "'' using 3 title 'target'\n")
     else:
         return None
     return os.path.basename(png) if gnuplot(sc, png, dat) else None
+
+
+def extra_plots(name, res, img):
+    """Plots beyond a benchmark's first: [(title, file name)]."""
+    out = []
+    if name == "wire":
+        png = os.path.join(img, "bench-wire-partitions.png")
+        mb = res["median_bw"]
+        dat = "partitions push disk\n" + "".join(
+            f"{p} {mb['push' if p == 64 else f'push{p}'] / 2**20} "
+            f"{mb['disk' if p == 64 else f'disk{p}'] / 2**20}\n"
+            for p in res["sweep"])
+        sc = (f"set title 'Throughput vs partitions (MiB/s of frames); "
+              f"limits: iperf3 {mb['iperf3'] / 2**20:.0f}, fio write "
+              f"{mb['fio_write'] / 2**20:.0f}, fio read "
+              f"{mb['fio_read'] / 2**20:.0f}'\nset logscale x\n"
+              f"set xrange [40:{int(res['sweep'][-1] * 1.6)}]\n"
+              f"set xlabel 'partitions'\nset yrange [0:*]\n"
+              f"plot DAT using 1:2 with linespoints lw 2 title 'push to "
+              f"ushuffled (defaults)', DAT using 1:3 with linespoints lw 2 "
+              f"title 'disk spill'\n")
+        if gnuplot(sc, png, dat):
+            out.append(("11. Throughput vs partitions",
+                        os.path.basename(png)))
+    elif name == "scaling" and res.get("net"):
+        net = res["net"]
+        lv = net["levels"]
+        png = os.path.join(img, "bench-scaling-net.png")
+        dat = "writers " + " ".join(f"t{t}" for t in lv) + "\n" + "".join(
+            f"{w} " + " ".join(str(net["median_bw"][f"{w}x{t}"] / 2**20)
+                               for t in lv) + "\n" for w in lv)
+        cols = [f"DAT using 1:{2 + i} with linespoints lw 2 title "
+                f"'{t} worker thread{'s' if t > 1 else ''}'"
+                for i, t in enumerate(lv)]
+        sc = ("set title 'Net push vs writer threads and worker threads "
+              "(MiB/s of frames)'\nset logscale x 2\nset xtics ("
+              + ", ".join(f"'{w}' {w}" for w in lv) + ")\n"
+              "set xlabel 'writer threads (--numjobs)'\nset yrange [0:*]\n"
+              "plot " + ", ".join(cols) + "\n")
+        if gnuplot(sc, png, dat):
+            out.append(("7. Net push scaling", os.path.basename(png)))
+    return out
+
+
+def summary_rows_of(text, name):
+    """(run directory, summary rows) of the table the document shows for
+    name now, or None: the rows with a verdict, as render makes them."""
+    b, e = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
+    mt = re.search(re.escape(b) + "(.*?)" + re.escape(e), text, flags=re.S)
+    if not mt:
+        return None
+    run = re.search(r"\*Run `([^`]+)`", mt.group(1))
+    rows = []
+    for line in mt.group(1).splitlines():
+        if not line.startswith("| ") or line.startswith("|---"):
+            continue
+        cells = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and cells[-1] in ("**met**", "**not met**"):
+            rows.append([TITLES[name], cells[0], cells[3], cells[4],
+                         cells[5]])
+    for line in mt.group(1).splitlines():
+        if line.startswith("**skipped") or line.startswith("**failed"):
+            rows.append([TITLES[name], "—", "—", "—",
+                         "**" + line.strip("*").split(":")[0] + "**"])
+    return (run.group(1) if run else "?", rows)
 
 
 def render(out, doc, img):
@@ -466,11 +676,20 @@ def render(out, doc, img):
     rel = os.path.relpath(out, ROOT)
     summary = []
     stamps, commits = set(), set()
+    older = {}  # run directory → titles whose summary rows come from it
     for name in BENCHES:
         try:
             with open(os.path.join(out, f"{name}.json")) as f:
                 res = json.load(f)
         except OSError:
+            # Not in this run: its section keeps the table of the run it
+            # names, and the summary keeps that table's verdicts, so a
+            # run of some benchmarks (--only) leaves the others' rows.
+            prev = summary_rows_of(text, name)
+            if prev:
+                older.setdefault(prev[0], []).append(
+                    TITLES[name].split(".")[0])
+                summary += prev[1]
             continue
         st = res.get("status")
         stamps.add(res.get("utc", m["date"]))
@@ -492,6 +711,8 @@ def render(out, doc, img):
             p = plot(name, res["result"], img)
             if p:
                 body += ["", f"![{TITLES[name]}](img/{p})"]
+            for title, q in extra_plots(name, res["result"], img):
+                body += ["", f"![{title}](img/{q})"]
         elif st == "skipped":
             body += [f"**skipped: {res['reason']}**"]
         else:
@@ -509,7 +730,12 @@ def render(out, doc, img):
     b, e = "<!-- bench:summary:begin -->", "<!-- bench:summary:end -->"
     when = " – ".join(sorted({min(stamps), max(stamps)})) if stamps else ""
     mm = dict(m, date=when, commit=", ".join(sorted(commits)) or m["commit"])
-    new = (f"{b}\n*Run `{rel}` on {machine_line(mm)}.*\n\n" +
+    also = "; ".join(f"{', '.join(v)} from `{k}`"
+                     for k, v in older.items())
+    if also:
+        also = (f" Benchmarks not in it: the runs their sections name "
+                f"({also}).")
+    new = (f"{b}\n*Run `{rel}` on {machine_line(mm)}.*{also}\n\n" +
            table(["benchmark", "measure", "ratio", "target", ""], summary) +
            f"\n{e}")
     if b in text and e in text:
