@@ -236,7 +236,8 @@ int status_batches(const struct status *s, uint64_t *batches,
 			uint64_t b;
 			uint32_t sum;
 			ret = entry(&q, end, &b, &sum, why);
-			*batches += b;
+			if (!ret)
+				*batches += b;
 		}
 		if (!ret && q != end)
 			ret = bad(why, "partition block longer than its entries");
