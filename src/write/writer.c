@@ -251,6 +251,14 @@ static int handoff(struct ush_writer *w, struct ushi_buf *b,
 
 static int close_part(struct ush_writer *w, uint32_t partition);
 
+/* Makes b (or none) partition p's open batch. */
+static void part_set(struct ushi_part *p, struct ushi_buf *b)
+{
+	p->buf = b;
+	p->room = b ? b->data + USH_FRAME_HDR_SIZE : NULL;
+	p->cap = b ? (uint32_t)(b->cap - USH_FRAME_HDR_SIZE) : 0;
+}
+
 /*
  * Under memory pressure open batches go out early, so a pool smaller than
  * partitions x 4 KiB still makes progress: every batch at least as full as
@@ -321,7 +329,7 @@ static int close_part(struct ush_writer *w, uint32_t partition)
 	struct ushi_buf *b = p->buf;
 	if (!b)
 		return 0;
-	p->buf = NULL;
+	part_set(p, NULL);
 	if (!p->len) {
 		pool_put(w->pool, b);
 		return 0;
@@ -348,7 +356,7 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 			memcpy(nb->data + USH_FRAME_HDR_SIZE,
 			       b->data + USH_FRAME_HDR_SIZE, p->len);
 			pool_put(pool, b);
-			p->buf = nb;
+			part_set(p, nb);
 			w->st.grows++;
 			return 0;
 		}
@@ -358,8 +366,10 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 	unsigned min = (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need);
 	unsigned order = b && b->order == w->push_order ? w->push_order : min;
 	int ret = close_part(w, partition);
+	struct ushi_buf *nb = NULL;
 	if (!ret)
-		ret = get_buf(w, order, min, &p->buf);
+		ret = get_buf(w, order, min, &nb);
+	part_set(p, nb);
 	return ret;
 }
 
@@ -424,10 +434,10 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 	if (need > w->ropts->push_size - USH_FRAME_HDR_SIZE) {
 		ret = write_alone(w, partition, rec, len);
 	} else {
-		if (!p->buf || USH_FRAME_HDR_SIZE + p->len + need > p->buf->cap)
+		if (p->len + need > p->cap)
 			ret = make_room(w, partition, need);
 		if (!ret) {
-			uint8_t *d = p->buf->data + USH_FRAME_HDR_SIZE + p->len;
+			uint8_t *d = p->room + p->len;
 			put_le32(d, (uint32_t)len);
 			if (len) /* rec may be NULL then */
 				memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
@@ -666,7 +676,7 @@ int ush_writer_abort(ush_writer *w)
 		struct ushi_part *p = &w->parts[i];
 		if (p->buf)
 			pool_put(w->pool, p->buf);
-		p->buf = NULL;
+		part_set(p, NULL);
 	}
 	drain(w);
 	w->sink->abort(w);

@@ -36,11 +36,16 @@ extern const struct ushi_sink_ops ushi_sink_null;
 extern const struct ushi_sink_ops ushi_sink_disk;
 extern const struct ushi_sink_ops ushi_sink_net;
 
+/* What ush_writer_write() touches per record is here, in one 64-byte
+ * line: at 10,000 partitions a record's partition is a cache miss, and
+ * reaching the open batch through buf would be a second one. */
 struct ushi_part {
 	struct ushi_buf *buf; /* open batch, or NULL */
+	uint8_t *room;       /* buf's payload (past the frame header) */
+	uint32_t cap;        /* its payload capacity; 0 without buf */
 	uint32_t len, nrec;  /* bytes and records in the open batch */
-	uint64_t seq;        /* next batch sequence number */
 	uint32_t sum;        /* running checksum of its frame CRCs */
+	uint64_t seq;        /* next batch sequence number */
 	struct ush_part_stats st;
 };
 
