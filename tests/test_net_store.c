@@ -14,7 +14,7 @@
  *    free, other shuffles commit on the same thread;
  *  - a restart with other options (smaller --max-frame, --direct flipped,
  *    fewer --threads, a smaller --pool) serves everything stored before,
- *    and appends to the same partitions;
+ *    and appends to the same logs;
  *  - symbolic links planted under --dir are not followed by writes,
  *    fetches or DROP, with openat2 and without (seccomp answers ENOSYS).
  *
@@ -131,6 +131,7 @@ struct check {
 	uint8_t **seen; /* per job, per record: readers of different
 			   partitions touch different bytes */
 	atomic_ulong got;
+	atomic_ulong stored; /* frame bytes read (ush_reader_stats) */
 	atomic_int failed;
 	char msg[1024]; /* the first failure */
 	pthread_mutex_t lock;
@@ -187,6 +188,9 @@ static int check_partition(struct check *c, uint32_t p)
 		*s = 1;
 		atomic_fetch_add(&c->got, 1);
 	}
+	struct ush_reader_stats rs;
+	ush_reader_stats(r, &rs);
+	atomic_fetch_add(&c->stored, rs.stored_bytes);
 	if (ret == 1)
 		ret = check_fail(c, p, "a wrong or repeated record (%zu "
 				 "bytes)", len);
@@ -215,8 +219,9 @@ static void *check_some(void *arg)
 
 /* Reads every partition of the jobs (one shuffle, disjoint maps in
  * ascending order) with all their statuses and checks each record
- * exactly once; many partitions are read by several threads. */
-static void verify(const struct job *jobs, unsigned n)
+ * exactly once; many partitions are read by several threads. Returns
+ * the frame bytes read. */
+static uint64_t verify(const struct job *jobs, unsigned n)
 {
 	struct check c = {.jobs = jobs, .n = n};
 	pthread_mutex_init(&c.lock, NULL);
@@ -257,6 +262,7 @@ static void verify(const struct job *jobs, unsigned n)
 	free(c.seen);
 	free(c.st);
 	pthread_mutex_destroy(&c.lock);
+	return atomic_load(&c.stored);
 }
 
 static void job_free(struct job *j)
@@ -393,6 +399,71 @@ static void open_files_bounded(void **state)
 	th_rmrf(w.dir);
 }
 
+/* ------------------------------------------------ many partitions */
+
+/* Bytes s<shuffle>'s files take on disk (allocated blocks), and in
+ * *logs those of its logs alone. */
+static uint64_t disk_bytes(const char *dir, uint32_t shuffle, uint64_t *logs)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	uint64_t n = 0;
+	*logs = 0;
+	struct dirent *de;
+	struct stat st;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.' &&
+		    !fstatat(dirfd(d), de->d_name, &st, 0)) {
+			uint64_t b = (uint64_t)st.st_blocks * 512;
+			n += b;
+			if (strstr(de->d_name, ".log"))
+				*logs += b;
+		}
+	closedir(d);
+	return n;
+}
+
+/* A shuffle of 100,000 partitions (USH_TEST_PARTITIONS) from two maps,
+ * small frames: every partition reads back with every record checked,
+ * and the worker's files take at most 1.2 times the frames' bytes (the
+ * frames are packed, not each padded to a block). */
+static void many_partitions_packed(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storemany"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	const char *env = getenv("USH_TEST_PARTITIONS");
+	uint32_t parts = env ? (uint32_t)atoi(env) : 100000;
+	/* Three records a partition a map: frames of about 270 bytes. */
+	struct job j = {.workers = w.addr, .shuffle = 5, .partitions = parts,
+			.maps = 2, .records = 3 * parts, .st = statuses(2)};
+	double t0 = now_s();
+	push_all(&j);
+	double t1 = now_s();
+	uint64_t frames = verify(&j, 1);
+	double t2 = now_s();
+	uint64_t logs, disk = disk_bytes(w.dir, j.shuffle, &logs);
+	print_message("%u partitions, 2 maps: push %.1f s, read back %.1f s; "
+		      "%llu frame bytes, on disk %llu (logs %llu, indexes "
+		      "%llu): %.3fx\n", parts, t1 - t0, t2 - t1,
+		      (unsigned long long)frames, (unsigned long long)disk,
+		      (unsigned long long)logs,
+		      (unsigned long long)(disk - logs),
+		      (double)disk / (double)frames);
+	assert_true(frames > 0);
+	if (disk * 5 > frames * 6)
+		fail_msg("%llu bytes on disk for %llu frame bytes: more than "
+			 "1.2x", (unsigned long long)disk,
+			 (unsigned long long)frames);
+	th_ok(ush_shuffle_drop(w.addr, NULL, j.shuffle, 60000));
+	job_free(&j);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
 /* ------------------------------------------------- a failed write */
 
 static void write_file(const char *path, size_t n)
@@ -476,7 +547,7 @@ static void failed_write_scoped(void **state)
 
 /* ------------------------------------------- restart, other options */
 
-/* Files of s<shuffle> written by a thread numbered from `from` up. */
+/* Logs of s<shuffle> written by a thread numbered from `from` up. */
 static unsigned files_of_threads(const char *dir, uint32_t shuffle,
 				 unsigned from)
 {
@@ -484,17 +555,18 @@ static unsigned files_of_threads(const char *dir, uint32_t shuffle,
 	snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
 	DIR *d = opendir(path);
 	assert_non_null(d);
-	unsigned n = 0, p, t;
+	unsigned n = 0, t;
+	char c;
 	struct dirent *de;
 	while ((de = readdir(d)))
-		if (sscanf(de->d_name, "p%u.t%u.data", &p, &t) == 2 &&
+		if (sscanf(de->d_name, "t%u.lo%c", &t, &c) == 2 && c == 'g' &&
 		    t >= from)
 			n++;
 	closedir(d);
 	return n;
 }
 
-/* Files of s<shuffle> whose size is a multiple of 4 KiB. */
+/* Logs of s<shuffle> whose size is a multiple of 4 KiB. */
 static unsigned aligned_files(const char *dir, uint32_t shuffle)
 {
 	char path[700];
@@ -505,7 +577,7 @@ static unsigned aligned_files(const char *dir, uint32_t shuffle)
 	struct dirent *de;
 	struct stat st;
 	while ((de = readdir(d)))
-		if (de->d_name[0] == 'p' &&
+		if (strstr(de->d_name, ".log") &&
 		    !fstatat(dirfd(d), de->d_name, &st, 0) &&
 		    st.st_size % 4096 == 0)
 			n++;
@@ -527,13 +599,13 @@ static void restart_other_options(void **state)
 	verify(&a, 1);
 	th_worker_stop(&w);
 	unsigned high = files_of_threads(w.dir, a.shuffle, 1);
-	print_message("%u files of threads 1-3\n", high);
+	print_message("%u logs of threads 1-3\n", high);
 	assert_true(high > 0);
 
-	/* One thread, frames up to 1 MiB, O_DIRECT, a 1 MiB pool. */
+	/* One thread, frames up to 1 MiB, buffered, a 1 MiB pool. */
 	int port = w.port;
 	w.more[0] = "--max-frame=1M";
-	w.more[1] = "--direct=1";
+	w.more[1] = "--direct=0";
 	w.more[2] = "--pool=1M";
 	th_worker_spawn(&w, "127.0.0.1", port, 1);
 	verify(&a, 1);
@@ -543,14 +615,14 @@ static void restart_other_options(void **state)
 	push_all(&b);
 	struct job ab[] = {a, b};
 	verify(ab, 2);
-	/* A shuffle whose files are new: O_DIRECT from the start, its
-	 * partial flushes padded with PAD frames. */
+	/* A shuffle whose log is new: buffered from the start, its end
+	 * not block-aligned. */
 	struct job d = {.workers = w.addr, .shuffle = 4, .partitions = 3,
 			.map0 = 0, .maps = 1, .records = 500,
 			.st = statuses(1)};
 	push_all(&d);
 	th_worker_stop(&w);
-	print_message("s4 after the O_DIRECT run: %u of %u files of a whole "
+	print_message("s4 after the buffered run: %u of %u logs of a whole "
 		      "number of 4 KiB blocks\n", aligned_files(w.dir, 4),
 		      files_of_threads(w.dir, 4, 0));
 
@@ -564,7 +636,8 @@ static void restart_other_options(void **state)
 	push_all(&c);
 	struct job abc[] = {a, b, c};
 	verify(abc, 3);
-	/* Buffered appends after the PAD frames. */
+	/* O_DIRECT appends after a buffered log's unaligned end: its
+	 * tail block is read back and rewritten. */
 	verify(&d, 1);
 	struct job d1 = d;
 	d1.workers = w.addr;
@@ -655,8 +728,8 @@ static void symlinks(void (*child_setup)(void))
 	job_free(&j7);
 
 	/* Committed shuffles 8 and 9, then, with the worker down, s8
-	 * moved out and linked back, and s9's partition 0 file replaced by
-	 * a link to a file outside. */
+	 * moved out and linked back, and s9's log replaced by a link to a
+	 * file outside. */
 	struct job j8 = {.workers = w.addr, .shuffle = 8, .partitions = 2,
 			 .maps = 1, .records = 100, .st = statuses(1)};
 	struct job j9 = j8;
@@ -675,7 +748,7 @@ static void symlinks(void (*child_setup)(void))
 	unsigned n8 = entries(target);
 	snprintf(target, sizeof(target), "%s/victim", out);
 	write_file(target, 4096);
-	snprintf(path, sizeof(path), "%s/s9/p0.t0.data", w.dir);
+	snprintf(path, sizeof(path), "%s/s9/t0.log", w.dir);
 	assert_int_equal(unlink(path), 0);
 	assert_int_equal(symlink(target, path), 0);
 	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
@@ -691,25 +764,28 @@ static void symlinks(void (*child_setup)(void))
 	if (!ret)
 		ret = first_record(r);
 	expect_refusal(ret, ush_last_error(),
-		       "a read of s9/p0.t0.data -> outside");
+		       "a read of s9/t0.log -> outside");
+	ush_reader_free(r);
+	r = NULL;
+	ret = th_reader_open(&r, j9.st, 1, 1, 0);
+	if (!ret)
+		ret = first_record(r);
+	expect_refusal(ret, ush_last_error(),
+		       "a read of s9 partition 1 (s9/t0.log -> outside)");
 	ush_reader_free(r);
 	expect_refusal(push(&j9, 1, 0), last_msg,
-		       "a push into s9/p0.t0.data -> outside");
+		       "a push into s9/t0.log -> outside");
 	struct stat st;
 	assert_int_equal(stat(target, &st), 0);
 	assert_int_equal(st.st_size, 4096);
 
-	/* Partition 1 of shuffle 9 is a plain file: still served. */
-	r = NULL;
-	th_ok(th_reader_open(&r, j9.st, 1, 1, 0));
-	const void *rec;
-	size_t len;
-	unsigned nrec = 0;
-	while ((ret = ush_reader_next(r, &rec, &len)) == 1)
-		nrec++;
-	th_ok(ret);
-	assert_int_equal(nrec, j9.records / 2);
-	ush_reader_free(r);
+	/* Shuffle 10, plain files: served. */
+	struct job j10 = j8;
+	j10.shuffle = 10;
+	j10.st = statuses(1);
+	push_all(&j10);
+	verify(&j10, 1);
+	job_free(&j10);
 
 	th_ok(ush_shuffle_drop(w.addr, NULL, 8, 0));
 	th_ok(ush_shuffle_drop(w.addr, NULL, 9, 0));
@@ -749,6 +825,7 @@ int main(void)
 		cmocka_unit_test(symlinks_not_followed),
 		cmocka_unit_test(symlinks_not_followed_without_openat2),
 		cmocka_unit_test(restart_other_options),
+		cmocka_unit_test(many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test(open_files_bounded),
 	};

@@ -200,9 +200,9 @@ static int pdir_build(struct wk_pdir *d, int ifd, uint64_t size)
 	uint32_t maxp = 0, n = 0;
 	for (uint64_t i = 0; i < cnt && i < UINT32_MAX; i++) {
 		struct wk_pent *e = &d->ent[n];
-		if (wk_idx_get(b + i * WK_IDX_ENTRY, &e->off, &e->len,
-			       &e->partition, &e->map, &e->attempt) ||
-		    e->off != end)
+		e->off = end;
+		if (wk_idx_get(b + i * WK_IDX_ENTRY, end, &e->len,
+			       &e->partition, &e->map, &e->attempt))
 			break;
 		end = e->off + e->len;
 		maxp = e->partition > maxp ? e->partition : maxp;
@@ -299,6 +299,8 @@ void wk_fetch_free(struct wk_fetch *fe)
 	}
 	if (fe->fd >= 0)
 		close(fe->fd);
+	if (fe->dfd >= 0)
+		close(fe->dfd);
 	ushi_free(fe->ent);
 	ushi_free(fe->m);
 	ushi_free(fe);
@@ -404,7 +406,7 @@ int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 	if (!fe)
 		return -ENOMEM;
 	fe->t = c->t;
-	fe->fd = -1;
+	fe->fd = fe->dfd = -1;
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
 	fe->skip = get_le64(payload);
@@ -463,21 +465,36 @@ static void read_done(struct ushi_op *op, int res)
 	r->fe->inflight--;
 }
 
-/* Opens thread k's log for reading (O_DIRECT where it may). */
-static int log_open(struct wk_fetch *fe, unsigned k)
+/* Opens thread k's log for reading: buffered, and with O_DIRECT too
+ * (direct) for long runs where the worker writes O_DIRECT. Small runs
+ * read through the page cache, which reads ahead for the neighbouring
+ * partitions' frames. */
+static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 {
-	if (fe->fd >= 0 && fe->fd_thread == k)
-		return 0;
-	if (fe->fd >= 0)
+	if (fe->fd >= 0 && fe->fd_thread != k) {
 		close(fe->fd);
+		fe->fd = -1;
+		if (fe->dfd >= 0)
+			close(fe->dfd);
+		fe->dfd = -1;
+	}
 	char name[48], msg[1] = "";
-	fe->fd = open_file(fe->t->wk, file_name(name, sizeof(name), fe, k,
-						"log"), msg, 0);
-	if (fe->fd < 0)
-		return fe->fd;
-	fe->fd_thread = k;
-	if (fe->t->wk->o.direct)
-		fcntl(fe->fd, F_SETFL, O_RDONLY | O_DIRECT);
+	file_name(name, sizeof(name), fe, k, "log");
+	if (fe->fd < 0) {
+		fe->fd = open_file(fe->t->wk, name, msg, 0);
+		if (fe->fd < 0)
+			return fe->fd;
+		fe->fd_thread = k;
+		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
+	}
+	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
+		int fd = open_file(fe->t->wk, name, msg, 0);
+		if (fd >= 0 && fcntl(fd, F_SETFL, O_DIRECT)) {
+			close(fd); /* refused: buffered it is */
+			fd = -1;
+		}
+		fe->dfd = fd < 0 ? -2 : fd;
+	}
 	return 0;
 }
 
@@ -493,9 +510,6 @@ static int read_next(struct wk_fetch *fe)
 	/* An fd is closed only once no read of it is queued unsubmitted. */
 	if ((fe->fd < 0 || fe->fd_thread != e->thread) && fe->inflight)
 		return 0;
-	int ret = log_open(fe, e->thread);
-	if (ret)
-		return ret;
 	uint32_t cap = USHI_BUF_MIN << t->flush_order, frames = 1;
 	uint64_t start = e->off, end = e->off + e->len;
 	uint64_t a = start / USHI_ALIGN * USHI_ALIGN;
@@ -507,6 +521,10 @@ static int read_next(struct wk_fetch *fe)
 		frames++;
 	}
 	uint64_t need = ALIGN_UP(end, (uint64_t)USHI_ALIGN) - a;
+	int ret = log_open(fe, e->thread, need >= WK_FETCH_DIRECT_MIN);
+	if (ret)
+		return ret;
+	int fd = need >= WK_FETCH_DIRECT_MIN && fe->dfd >= 0 ? fe->dfd : fe->fd;
 	struct ushi_buf *b = NULL;
 	uint8_t *mem = NULL;
 	if (need <= cap) {
@@ -533,7 +551,7 @@ static int read_next(struct wk_fetch *fe)
 	op->kind = OP_READ;
 	op->cb = read_done;
 	op->owner = r;
-	op->arm = (struct ushi_armed){.fd = fe->fd, .addr = r->mem,
+	op->arm = (struct ushi_armed){.fd = fd, .addr = r->mem,
 		.len = r->need, .off = a, .buf = b};
 	ring_arm(t->ring, op);
 	fe->inflight++;

@@ -131,39 +131,39 @@ void wk_store_fini(struct ush_worker *wk)
 
 /* ------------------------------------------------------ index entries */
 
-static uint32_t crc32c(const void *p, size_t n)
+/* The CRC of an entry covers its 16 bytes and the log offset of its
+ * frame (the sum of the lengths before it, not stored): an entry read at
+ * another place than it was written at does not check. */
+static uint32_t entry_crc(const uint8_t *e, uint64_t off)
 {
-	return ~crc32_iscsi((unsigned char *)p, (int)n, 0xffffffffu);
+	uint8_t o[8];
+	put_le64(o, off);
+	uint32_t c = crc32_iscsi(o, 8, 0xffffffffu);
+	return ~crc32_iscsi((unsigned char *)e, 16, c);
 }
 
-int wk_idx_get(const uint8_t *e, uint64_t *off, uint32_t *len,
+int wk_idx_get(const uint8_t *e, uint64_t off, uint32_t *len,
 	       uint32_t *partition, uint32_t *map, uint32_t *attempt)
 {
-	if (get_le32(e + 36) != crc32c(e, 36))
+	if (get_le32(e + 16) != entry_crc(e, off))
 		return USH_ECORRUPT;
-	if (off)
-		*off = get_le64(e);
-	if (len)
-		*len = get_le32(e + 8);
+	*len = get_le32(e);
 	if (partition)
-		*partition = get_le32(e + 12);
+		*partition = get_le32(e + 4);
 	if (map)
-		*map = get_le32(e + 16);
+		*map = get_le32(e + 8);
 	if (attempt)
-		*attempt = get_le32(e + 20);
+		*attempt = get_le32(e + 12);
 	return 0;
 }
 
 void wk_idx_put(uint8_t *e, uint64_t off, const struct ushi_frame *f)
 {
-	put_le64(e, off);
-	put_le32(e + 8, (uint32_t)proto_size(f));
-	put_le32(e + 12, f->partition);
-	put_le32(e + 16, f->map);
-	put_le32(e + 20, f->attempt);
-	put_le64(e + 24, f->seq);
-	put_le32(e + 32, f->crc);
-	put_le32(e + 36, crc32c(e, 36));
+	put_le32(e, (uint32_t)proto_size(f));
+	put_le32(e + 4, f->partition);
+	put_le32(e + 8, f->map);
+	put_le32(e + 12, f->attempt);
+	put_le32(e + 16, entry_crc(e, off));
 }
 
 /* --------------------------------------------------- the file cache */
@@ -283,28 +283,30 @@ static int valid_entries(struct wk_shuf *s, uint64_t isize, uint64_t lsize,
 	if (!b)
 		return -ENOMEM;
 	int ret = read_all(s->ifd, b, cnt * WK_IDX_ENTRY, 0);
+	uint64_t last = 0;
 	for (; !ret && i < cnt; i++) {
-		uint64_t off;
 		uint32_t len;
-		if (wk_idx_get(b + i * WK_IDX_ENTRY, &off, &len, NULL, NULL,
-			       NULL) || off != e || len < USH_FRAME_HDR_SIZE ||
-		    off + len > lsize)
+		if (wk_idx_get(b + i * WK_IDX_ENTRY, e, &len, NULL, NULL,
+			       NULL) || len < USH_FRAME_HDR_SIZE ||
+		    e + len > lsize)
 			break;
-		e = off + len;
+		last = e;
+		e += len;
 	}
 	/* A header where the last entry says: its log bytes were written
 	 * before it (else the tail is cut before it). */
 	while (!ret && i) {
-		uint64_t off;
 		uint8_t h[USH_FRAME_HDR_SIZE];
 		struct ushi_frame f;
-		wk_idx_get(b + (i - 1) * WK_IDX_ENTRY, &off, NULL, NULL, NULL,
-			   NULL);
-		if (!read_all(s->fd, h, sizeof(h), off) && !frame_decode(h, &f)
-		    && off + proto_size(&f) == e)
+		if (!read_all(s->fd, h, sizeof(h), last) &&
+		    !frame_decode(h, &f) && last + proto_size(&f) == e)
 			break;
-		e = off;
-		i--;
+		e = last;
+		if (--i) {
+			/* The one before: the lengths are known valid. */
+			uint32_t len = get_le32(b + (i - 1) * WK_IDX_ENTRY);
+			last = e - len;
+		}
 	}
 	ushi_free(b);
 	*n = i;

@@ -197,16 +197,13 @@ static void idx_done(struct ushi_op *op, int res)
 static int idx_flush(struct wk_shuf *s)
 {
 	struct wk_thread *t = s->t;
-	size_t lo = 0, hi = s->ilen / WK_IDX_ENTRY;
-	while (lo < hi) { /* entries whose frame ends at or below written */
-		size_t mid = lo + (hi - lo) / 2;
-		const uint8_t *e = s->ipend + mid * WK_IDX_ENTRY;
-		if (get_le64(e) + get_le32(e + 8) <= s->written)
-			lo = mid + 1;
-		else
-			hi = mid;
+	/* The entries whose frames end at or below written. */
+	size_t n = 0;
+	uint64_t off = s->ioff;
+	while (n < s->ilen && off + get_le32(s->ipend + n) <= s->written) {
+		off += get_le32(s->ipend + n);
+		n += WK_IDX_ENTRY;
 	}
-	size_t n = lo * WK_IDX_ENTRY;
 	if (!n)
 		return s->err;
 	struct ushi_op *op = NULL;
@@ -225,6 +222,7 @@ static int idx_flush(struct wk_shuf *s)
 	memcpy(m, s->ipend, n);
 	memmove(s->ipend, s->ipend + n, s->ilen - n);
 	s->ilen -= n;
+	s->ioff = off;
 	op->cb = idx_done;
 	op->owner = s;
 	ring_write_at(t->ring, op, NULL, m, s->iend, (uint32_t)n, s->ifd, -1);
@@ -402,6 +400,8 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		return ret;
 	if (s->ilen + WK_IDX_ENTRY > s->icap && (ret = ipend_grow(s)))
 		return ret;
+	if (!s->ilen)
+		s->ioff = s->end;
 	wk_idx_put(s->ipend + s->ilen, s->end, f);
 	s->ilen += WK_IDX_ENTRY;
 	s->end += n;

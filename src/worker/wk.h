@@ -168,9 +168,12 @@ static inline void wk_list_del(struct wk_list *l, struct wk_link *n)
  * (and at every sync). */
 #define WK_IDX_BATCH (64u << 10)
 /* An index entry's bytes (docs/format.md, "The worker's log"). */
-#define WK_IDX_ENTRY 40u
+#define WK_IDX_ENTRY 20u
 /* Partition directories cached per worker, all threads together. */
 #define WK_PDIR_BUDGET (64u << 20)
+/* FETCH reads this long or longer are O_DIRECT (where the worker
+ * writes so); shorter ones go through the page cache. */
+#define WK_FETCH_DIRECT_MIN (128u << 10)
 /* Reads of one FETCH stream in flight at once. */
 #define WK_FETCH_READS 4
 
@@ -201,6 +204,7 @@ struct wk_shuf {
 	uint32_t len;           /* bytes of buf in use: end - base */
 	uint8_t *ipend;         /* index entries not yet written */
 	size_t ilen, icap;
+	uint64_t ioff;          /* log offset of the first one's frame */
 	uint64_t iend;          /* the index file's end */
 	struct { uint64_t off, end; bool done; } wq[WK_LOG_QD];
 	unsigned wq_head, wq_n; /* log writes in flight, oldest first */
@@ -271,7 +275,8 @@ struct wk_fetch {
 	uint32_t nm;
 	struct wk_fent *ent;      /* the frames to stream */
 	uint32_t nent, next;      /* entries; the next one to read */
-	int fd;                   /* log being read, or -1 */
+	int fd, dfd;              /* log being read, buffered and O_DIRECT
+				     (-1: not open, -2: refused) */
 	unsigned fd_thread;
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
@@ -435,9 +440,10 @@ void wk_shuf_fail(struct wk_shuf *s, int err, const char *what,
 void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
 /* Writes the index entry of frame f, at log offset off, to e. */
 void wk_idx_put(uint8_t *e, uint64_t off, const struct ushi_frame *f);
-/* Checks the index entry at e (its CRC): 0, or USH_ECORRUPT. Fills the
- * fields given (any may be NULL). */
-int wk_idx_get(const uint8_t *e, uint64_t *off, uint32_t *len,
+/* Checks the index entry at e, of the frame at log offset off (its
+ * CRC): 0, or USH_ECORRUPT. Fills len and the fields given (NULL: not
+ * wanted). */
+int wk_idx_get(const uint8_t *e, uint64_t off, uint32_t *len,
 	       uint32_t *partition, uint32_t *map, uint32_t *attempt);
 
 /* store.c: shuffle logs and their buffers. */
