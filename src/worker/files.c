@@ -383,10 +383,10 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 		return ushi_fail(ret, "worker: reading %s/%s", wk->dir, ipath);
 	if (n * WK_IDX_ENTRY < (uint64_t)ist.st_size ||
 	    end < (uint64_t)lst.st_size) {
-		if (n * WK_IDX_ENTRY < (uint64_t)ist.st_size)
-			wk_log(wk, 1, "%s/%s: cutting %llu bytes of uncommitted "
-			       "index", wk->dir, ipath, (unsigned long long)
-			       ist.st_size - n * WK_IDX_ENTRY);
+		wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of uncommitted "
+		       "index and %llu of log", wk->dir, s->shuffle, t->idx,
+		       (unsigned long long)ist.st_size - n * WK_IDX_ENTRY,
+		       (unsigned long long)lst.st_size - end);
 		if (ftruncate(s->ifd, (off_t)(n * WK_IDX_ENTRY)) ||
 		    ftruncate(s->fd, (off_t)end))
 			return ushi_fail(-errno, "worker: truncate %s/%s",
