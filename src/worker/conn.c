@@ -37,8 +37,10 @@ struct wk_out *wk_out_new(size_t cap)
 
 void wk_out_free(struct wk_thread *t, struct wk_out *o)
 {
-	if (o->buf)
+	if (o->buf) {
+		t->fetch_pool -= o->buf->cap;
 		pool_put(ring_pool(t->ring), o->buf);
+	}
 	ushi_free(o->heap);
 	ushi_free(o);
 }

@@ -292,8 +292,10 @@ void wk_fetch_free(struct wk_fetch *fe)
 		return;
 	for (unsigned i = 0; i < fe->rn; i++) {
 		struct wk_fread *r = &fe->rd[(fe->rhead + i) % WK_FETCH_READS];
-		if (r->buf)
+		if (r->buf) {
+			fe->t->fetch_pool -= r->buf->cap;
 			pool_put(ring_pool(fe->t->ring), r->buf);
+		}
 		else
 			ushi_free(r->mem);
 	}
@@ -527,19 +529,27 @@ static int read_next(struct wk_fetch *fe)
 	int fd = need >= WK_FETCH_DIRECT_MIN && fe->dfd >= 0 ? fe->dfd : fe->fd;
 	struct ushi_buf *b = NULL;
 	uint8_t *mem = NULL;
-	if (need <= cap) {
-		while (!(b = pool_get(pool, t->flush_order)) && !fe->rn &&
+	/* Pool memory up to half the pool for all streams of the thread,
+	 * so that log writes always find some; heap memory beyond. */
+	int order = pool_order(pool, need);
+	if (order >= 0 && t->fetch_pool + (USHI_BUF_MIN << order) <=
+			  pool->bytes / 2) {
+		while (!(b = pool_get(pool, (unsigned)order)) && !fe->rn &&
 		       !wk_store_reclaim(t))
 			;
 		if (!b && fe->rn)
 			return 0; /* a buffer comes back with a send */
+		if (b)
+			t->fetch_pool += b->cap;
 	}
 	if (!b && !(mem = ushi_aligned_alloc(need)))
 		return -ENOMEM;
 	struct ushi_op *op;
 	if ((ret = ring_op_get(t->ring, &op))) {
-		if (b)
+		if (b) {
+			t->fetch_pool -= b->cap;
 			pool_put(pool, b);
+		}
 		ushi_free(mem);
 		return ret;
 	}

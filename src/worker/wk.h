@@ -173,9 +173,9 @@ static inline void wk_list_del(struct wk_list *l, struct wk_link *n)
 #define WK_PDIR_BUDGET (64u << 20)
 /* FETCH reads this long or longer are O_DIRECT (where the worker
  * writes so); shorter ones go through the page cache. */
-#define WK_FETCH_DIRECT_MIN (128u << 10)
+#define WK_FETCH_DIRECT_MIN (32u << 10)
 /* Reads of one FETCH stream in flight at once. */
-#define WK_FETCH_READS 4
+#define WK_FETCH_READS 8
 
 /*
  * A shuffle's log on one thread (store.c): "s<S>/t<T>.log", the DATA
@@ -353,6 +353,8 @@ struct wk_thread {
 	unsigned flush_order;
 	struct wk_list pdirs;  /* cached partition directories, LRU */
 	size_t pdir_bytes;     /* their memory (at most wk->pdir_budget) */
+	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
+				  half the pool) */
 	int log_fd;
 	uint64_t log_off;
 	bool dir_unsynced;
