@@ -302,6 +302,12 @@ static int ensure_buf(struct wk_thread *t, struct wk_shuf *s)
 			continue;
 		}
 		uint32_t tail = (uint32_t)(s->end - s->base);
+		/* make_room() may have closed s's files for another's. */
+		int ret = tail ? wk_shuf_open(t, s) : 0;
+		if (ret) {
+			pool_put(ring_pool(t->ring), b);
+			return ret;
+		}
 		if (tail) {
 			ssize_t r = pread(s->fd, b->data, USHI_ALIGN,
 					  (off_t)s->base);
