@@ -15,6 +15,8 @@
  *    and appends to the same logs;
  *  - junk after a log's and its index's last whole frame and entry (a
  *    kill -9 mid-write) is cut when appends start again;
+ *  - eight shuffles pushed at once through one thread with four log
+ *    buffers and one log's files open (buffers and files passed around);
  *  - a shuffle of 100,000 partitions reads back, every record checked,
  *    and takes at most 1.2 times its frame bytes on disk;
  *  - symbolic links planted under --dir are not followed by writes,
@@ -468,6 +470,61 @@ static void torn_tail_cut(void **state)
 	th_rmrf(w.dir);
 }
 
+/* ------------------------------------------- few buffers, few fds */
+
+struct pusher {
+	struct job *j;
+	int ret;
+	pthread_t tid;
+};
+
+static void *push_one(void *arg)
+{
+	struct pusher *p = arg;
+	p->ret = push(p->j, 0, 0);
+	return NULL;
+}
+
+/* Eight shuffles pushed at once into one thread with four log buffers
+ * and one log's files open: logs give their buffers up (their tail block
+ * written padded, read back later) and their files (synced, reopened)
+ * to each other, and every record reads back. */
+static void many_logs_few_buffers(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storefew"));
+	w.more[0] = "--pool=1M";
+	w.more[1] = "--max-open-files=2";
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct job j[8];
+	struct pusher p[8];
+	for (unsigned i = 0; i < 8; i++) {
+		j[i] = (struct job){.workers = w.addr, .shuffle = 20 + i,
+				    .partitions = 50, .maps = 1,
+				    .records = 20000, .st = statuses(1)};
+		p[i] = (struct pusher){.j = &j[i]};
+		assert_int_equal(pthread_create(&p[i].tid, NULL, push_one,
+						&p[i]), 0);
+	}
+	for (unsigned i = 0; i < 8; i++) {
+		pthread_join(p[i].tid, NULL);
+		if (p[i].ret)
+			fail_msg("push of shuffle %u: %s", j[i].shuffle,
+				 ush_err_name(p[i].ret));
+	}
+	for (unsigned i = 0; i < 8; i++)
+		verify(&j[i], 1);
+	th_worker_stop(&w);
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	for (unsigned i = 0; i < 8; i++) {
+		verify(&j[i], 1);
+		job_free(&j[i]);
+	}
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+}
+
 /* ------------------------------------------------ many partitions */
 
 /* Bytes s<shuffle>'s files take on disk (allocated blocks), and in
@@ -895,6 +952,7 @@ int main(void)
 		cmocka_unit_test(symlinks_not_followed_without_openat2),
 		cmocka_unit_test(restart_other_options),
 		cmocka_unit_test(torn_tail_cut),
+		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test(open_files_bounded),

@@ -266,6 +266,8 @@ static int make_room(struct wk_thread *t, struct wk_shuf *keep)
 		struct wk_shuf *s = WK_OF(l, struct wk_shuf, bufq);
 		if (s == keep)
 			continue;
+		wk_log(t->wk, 2, "thread %u: shuffle %u's log gives its buffer "
+		       "up", t->idx, s->shuffle);
 		flush_tail(t, s);
 		/* Its tail is on disk: read back when it next gets one. */
 		wk_list_del(&t->bufq, &s->bufq);
