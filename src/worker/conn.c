@@ -129,7 +129,12 @@ static void send_done(struct ushi_op *op, int res)
 
 void wk_conn_pump(struct wk_conn *c)
 {
-	if (c->sending || c->closed)
+	if (c->closed)
+		return;
+	/* A stream reads ahead while its output is sent. */
+	if (c->fetch && !c->failed)
+		wk_fetch_pump(c);
+	if (c->sending)
 		return;
 	if (!c->out && c->credit && !c->failed) {
 		/* Credits coalesce while a send is in flight. */
@@ -138,8 +143,6 @@ void wk_conn_pump(struct wk_conn *c)
 		c->credit = 0;
 		wk_conn_send(c, b, proto_put_ack(b, 0, 0, 0, &a));
 	}
-	if (!c->out && c->fetch && !c->failed)
-		wk_fetch_pump(c);
 	if (!c->out)
 		return;
 	struct ushi_op *op;

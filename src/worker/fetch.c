@@ -573,21 +573,22 @@ void wk_fetch_pump(struct wk_conn *c)
 {
 	struct wk_fetch *fe = c->fetch;
 	int ret = 0;
-	while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
-	       (ret = read_next(fe)) == 1)
-		ret = 0;
-	if (ret > 0)
-		ret = 0;
-	struct wk_out *o = NULL;
-	if (!ret && fe->rn) {
+	for (;;) {
+		while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
+		       (ret = read_next(fe)) == 1)
+			ret = 0;
+		if (ret > 0)
+			ret = 0;
+		if (ret || !fe->rn || !fe->rd[fe->rhead].done)
+			break;
+		/* The oldest read is done: its frames go out, in order. */
 		struct wk_fread *r = &fe->rd[fe->rhead];
-		if (!r->done)
-			return;
+		struct wk_out *o = NULL;
 		ret = r->res;
 		if (!ret && !(o = wk_out_new(0)))
 			ret = -ENOMEM;
 		if (ret)
-			goto fail;
+			break;
 		o->ptr = r->mem + r->lead;
 		o->len = r->len;
 		o->buf = r->buf;
@@ -597,25 +598,23 @@ void wk_fetch_pump(struct wk_conn *c)
 		fe->frames += r->frames;
 		fe->bytes += r->len;
 		wk_conn_queue(c, o);
-		return;
 	}
-	if (!ret && fe->next == fe->nent) {
-		if (!(o = wk_out_new(USHI_PROTO_SMALL))) {
-			ret = -ENOMEM;
-			goto fail;
+	if (!ret && !fe->rn && fe->next == fe->nent) {
+		struct wk_out *o = wk_out_new(USHI_PROTO_SMALL);
+		if (o) {
+			o->len = (uint32_t)proto_put_fetch_end(
+				o->data, fe->shuffle, fe->partition,
+				fe->frames, fe->bytes);
+			wk_conn_queue(c, o);
+			fe->done = true;
+			wk_fetch_free(fe);
+			c->fetch = NULL;
+			return;
 		}
-		o->len = (uint32_t)proto_put_fetch_end(o->data, fe->shuffle,
-						       fe->partition,
-						       fe->frames, fe->bytes);
-		wk_conn_queue(c, o);
-		fe->done = true;
-		wk_fetch_free(fe);
-		c->fetch = NULL;
-		return;
+		ret = -ENOMEM;
 	}
 	if (!ret)
 		return;
-fail:
 	wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
 		     fe->shuffle, fe->partition,
 		     ret == USH_ECORRUPT ? "the log is shorter than its index" :
