@@ -397,9 +397,11 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 	s->end = s->written = end;
 	s->iend = n * WK_IDX_ENTRY;
 	s->direct = wk->o.direct && !fcntl(s->fd, F_SETFL, O_DIRECT);
-	if (wk->o.direct && !s->direct)
-		wk_log(wk, 1, "%s/%s: O_DIRECT refused (%s): buffered writes",
-		       wk->dir, lpath, strerror(errno));
+	/* Said once: the file system refuses it for every log alike. */
+	if (wk->o.direct && !s->direct &&
+	    !atomic_exchange(&wk->direct_refused, true))
+		wk_log(wk, 0, "%s: O_DIRECT refused (%s): logs are written "
+		       "buffered", wk->dir, strerror(errno));
 	/* The buffer starts at the block of the end: its tail is read back
 	 * when a buffer is taken. */
 	s->base = s->direct ? end / USHI_ALIGN * USHI_ALIGN : end;

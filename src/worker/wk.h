@@ -121,6 +121,7 @@ struct ush_worker {
 	int dirfd;            /* --dir, opened once: paths resolve beneath */
 	unsigned open_max;    /* open log and index files per thread */
 	size_t pdir_budget;   /* partition directory cache per thread */
+	atomic_bool direct_refused; /* O_DIRECT refused for a log (logged) */
 	int err;
 };
 
