@@ -298,7 +298,7 @@ static void sweep_and_foreign_log(void **state)
 	char path[700];
 	snprintf(path, sizeof(path), "%s/s999", wk.dir);
 	assert_int_equal(mkdir(path, 0755), 0);
-	snprintf(path, sizeof(path), "%s/s999/p0.t0.data", wk.dir);
+	snprintf(path, sizeof(path), "%s/s999/t0.log", wk.dir);
 	FILE *f = fopen(path, "w");
 	fputs("left by a crash", f);
 	fclose(f);

@@ -63,11 +63,11 @@ static void zero_copy_always(void **state)
 	run_job(1, 1, USH_CODEC_NONE, 1, USH_IOENGINE_URING);
 }
 
-/* O_DIRECT partition files: partial flushes padded with PAD frames. */
-static void direct_worker(void **state)
+/* A buffered worker (O_DIRECT is the default): logs of unaligned ends. */
+static void buffered_worker(void **state)
 {
 	(void)state;
-	worker_opt = "--direct=1";
+	worker_opt = "--direct=0";
 	run_job(1, 2, USH_CODEC_NONE, 0, USH_IOENGINE_URING);
 	worker_opt = NULL;
 }
@@ -142,7 +142,7 @@ int main(void)
 		cmocka_unit_test(three_workers_lz4),
 		cmocka_unit_test(zero_copy_always),
 		cmocka_unit_test(psync_baseline),
-		cmocka_unit_test(direct_worker),
+		cmocka_unit_test(buffered_worker),
 		cmocka_unit_test(embedded_worker),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

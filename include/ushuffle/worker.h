@@ -2,7 +2,8 @@
  * ushuffle's worker: the shuffle server that ushuffled runs, as a library
  * (libushuffle_worker) so a program can embed one (the ushuffle CLI does,
  * on loopback). One thread, ring and SO_REUSEPORT listener per thread; it
- * stores pushed frames per (shuffle, partition), commits map outputs in a
+ * stores pushed frames in a log per (shuffle, thread) with an index by
+ * partition, commits map outputs in a
  * synced log and serves committed frames to readers. Protocol:
  * docs/protocol.md.
  *
@@ -30,14 +31,18 @@ struct ush_worker_opts {
 				0 picks a free one, see ush_worker_port() */
 	const char *dir;     /* storage directory, created if missing */
 	unsigned threads;    /* 0: one per online CPU */
-	int direct;          /* 1: O_DIRECT partition files where the file
-				system allows (default 0) */
+	int direct;          /* 1: O_DIRECT shuffle logs where the file
+				system allows it (default 1; buffered, with
+				a log line, where it refuses); 0: buffered */
 	int log_level;       /* 0 errors, 1 + connection events (default),
 				2 debug */
 	uint32_t window;     /* credit per connection (default 4 MiB) */
 	uint32_t max_frame;  /* largest frame accepted (default 64 MiB) */
-	size_t pool_bytes;   /* registered flush memory per thread (32 MiB) */
-	uint32_t flush_size; /* per-partition flush buffer (256 KiB) */
+	size_t pool_bytes;   /* registered memory per thread: log buffers
+				and FETCH reads (32 MiB) */
+	uint32_t flush_size; /* a shuffle log's buffer, a power of two >= 16
+				KiB (0, the default: 1 MiB, or a quarter of
+				a smaller pool) */
 	uint32_t hello_timeout_ms; /* a connection that has not said HELLO
 				      this long is closed (default 10000) */
 	uint32_t app_ttl_ms; /* an application not heard of this long (no
@@ -59,10 +64,11 @@ struct ush_worker_opts {
 				      may go on before their connections are
 				      told the worker is shutting down
 				      (ERROR -ESHUTDOWN; default 20000) */
-	unsigned max_open_files; /* partition files kept open, shared
-				    evenly by the threads (at least one
+	unsigned max_open_files; /* log and index files kept open (two
+				    per shuffle a thread writes), shared
+				    evenly by the threads (at least two
 				    each); the least recently written idle
-				    one is synced and closed to open
+				    log is synced and closed to open
 				    another. 0 (default): a quarter of
 				    RLIMIT_NOFILE's soft limit at create */
 	/*

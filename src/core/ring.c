@@ -528,7 +528,11 @@ void ring_arm(struct ush_ring *r, struct ushi_op *op)
 					       SOCK_CLOEXEC);
 		break;
 	case OP_READ:
-		io_uring_prep_read(sqe, a->fd, a->addr, a->len, a->off);
+		if (a->buf && r->fixedbufs)
+			io_uring_prep_read_fixed(sqe, a->fd, a->addr, a->len,
+						 a->off, POOL_BUF_INDEX);
+		else
+			io_uring_prep_read(sqe, a->fd, a->addr, a->len, a->off);
 		break;
 	default:
 		ushi_panic("ring: op kind %d cannot be armed", op->kind);

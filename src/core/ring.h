@@ -81,6 +81,9 @@ struct ushi_armed {
 	uint32_t len;
 	uint64_t off;
 	uint16_t bgid;
+	/* OP_READ: the pool buffer addr lies in, or NULL; with one, the
+	 * read is a READ_FIXED from the registered pool. */
+	struct ushi_buf *buf;
 	/* OP_RECV/OP_READ: set by the callback to be armed again (with the
 	 * fields it updated) instead of recycled. */
 	bool rearm;

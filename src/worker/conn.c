@@ -29,8 +29,21 @@ struct wk_out *wk_out_new(size_t cap)
 	if (o) {
 		o->next = NULL;
 		o->len = 0;
+		o->ptr = o->data;
+		o->buf = NULL;
+		o->heap = NULL;
 	}
 	return o;
+}
+
+void wk_out_free(struct wk_thread *t, struct wk_out *o)
+{
+	if (o->buf) {
+		t->fetch_pool -= o->buf->cap;
+		pool_put(ring_pool(t->ring), o->buf);
+	}
+	ushi_free(o->heap);
+	ushi_free(o);
 }
 
 void wk_conn_queue(struct wk_conn *c, struct wk_out *o)
@@ -106,7 +119,7 @@ static void send_done(struct ushi_op *op, int res)
 	c->out = o->next;
 	if (!c->out)
 		c->out_tail = NULL;
-	ushi_free(o);
+	wk_out_free(c->t, o);
 	c->sending = false;
 	c->t_active = ushi_now_ns();
 	if (res < 0 && !c->eof) {
@@ -117,7 +130,12 @@ static void send_done(struct ushi_op *op, int res)
 
 void wk_conn_pump(struct wk_conn *c)
 {
-	if (c->sending || c->closed)
+	if (c->closed)
+		return;
+	/* A stream reads ahead while its output is sent. */
+	if (c->fetch && !c->failed)
+		wk_fetch_pump(c);
+	if (c->sending)
 		return;
 	if (!c->out && c->credit && !c->failed) {
 		/* Credits coalesce while a send is in flight. */
@@ -126,8 +144,6 @@ void wk_conn_pump(struct wk_conn *c)
 		c->credit = 0;
 		wk_conn_send(c, b, proto_put_ack(b, 0, 0, 0, &a));
 	}
-	if (!c->out && c->fetch && !c->failed)
-		wk_fetch_pump(c);
 	if (!c->out)
 		return;
 	struct ushi_op *op;
@@ -138,7 +154,7 @@ void wk_conn_pump(struct wk_conn *c)
 	op->kind = OP_SEND;
 	op->cb = send_done;
 	op->owner = c;
-	op->io.addr = c->out->data;
+	op->io.addr = c->out->ptr;
 	op->io.len = c->out->len;
 	op->io.fd = c->fd;
 	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;

@@ -1,14 +1,22 @@
 /*
  * FETCH names the attempt of each map the reader was given. Each must be
  * committed here, or the answer is an ERROR (USH_ENOTCOMMITTED); then a
- * MANIFEST accepts, the frames of those attempts in every thread's file
- * of the partition follow exactly as stored, then FETCH_END. The stream
- * is produced a chunk at a time, only when the previous send has
- * completed, so a slow reader costs one chunk of memory.
+ * MANIFEST accepts, the frames of those attempts in every thread's log
+ * follow exactly as stored (thread by thread, in log order within one:
+ * so each map's frames come in the order its writer sent them), then
+ * FETCH_END.
  *
- * Files are opened beneath --dir without following links, one at a time
- * and only while streamed, and read with the format's bounds: frames
- * stored under a larger max_frame than today's are served.
+ * Opening a partition is a lookup: a (shuffle, thread)'s index is read
+ * once into a partition directory (its entries counting-sorted by
+ * partition, log order kept within one), cached per thread within
+ * wk->pdir_budget (least recently used out) and rebuilt when the index
+ * has grown since. The stream's frames are read through the thread's
+ * ring (READ_FIXED into pool buffers, adjacent frames of a log in one
+ * read, WK_FETCH_READS reads in flight) and sent from those buffers; a
+ * slow reader holds at most WK_FETCH_READS buffers.
+ *
+ * Files are opened beneath --dir without following links, and each log
+ * is checked before MANIFEST so that a refusal comes first.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -16,23 +24,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-void wk_fetch_free(struct wk_fetch *fe)
-{
-	if (!fe)
-		return;
-	if (fe->fd >= 0)
-		close(fe->fd);
-	for (unsigned i = 0; i < fe->nfiles; i++)
-		ushi_free(fe->files[i]);
-	ushi_free(fe->files);
-	ushi_free(fe->m);
-	ushi_free(fe);
-}
+#define PDIR_MAX 1024 /* directories cached per thread */
 
-/* A partition file, beneath --dir and regular: an fd or -errno, with
+/* A log or index file, beneath --dir and regular: an fd or -errno, with
  * msg saying why not (a link, a FIFO, ...). */
 static int open_file(struct ush_worker *wk, const char *name, char *msg,
 		     size_t n)
@@ -56,42 +54,6 @@ static int open_file(struct ush_worker *wk, const char *name, char *msg,
 			 fd == -EXDEV ? "outside the worker's --dir" :
 					ush_strerror(fd));
 	return fd;
-}
-
-/* The partition's files: thread N's for every N that may have one.
- * Each is opened once here, so that a refusal comes before MANIFEST. */
-static int list_files(struct wk_thread *t, struct wk_fetch *fe, char *msg,
-		      size_t n)
-{
-	unsigned nthr;
-	int ret = wk_store_fetch_threads(t, fe->shuffle, &nthr);
-	if (ret) {
-		snprintf(msg, n, "s%u: %s", fe->shuffle,
-			 ret == -ELOOP ? "a symbolic link: not followed "
-					 "beneath the worker's --dir" :
-					 ush_strerror(ret));
-		return ret;
-	}
-	fe->files = ushi_calloc(nthr, sizeof(*fe->files));
-	if (!fe->files)
-		return -ENOMEM;
-	for (unsigned i = 0; i < nthr; i++) {
-		char name[64];
-		snprintf(name, sizeof(name), "s%u/p%u.t%u.data", fe->shuffle,
-			 fe->partition, i);
-		int fd = open_file(t->wk, name, msg, n);
-		if (fd == -ENOENT) {
-			*msg = 0;
-			continue;
-		}
-		if (fd < 0)
-			return fd;
-		close(fd);
-		if (!(fe->files[fe->nfiles] = ushi_strdup(name)))
-			return -ENOMEM;
-		fe->nfiles++;
-	}
-	return 0;
 }
 
 /* Reads the FETCH's attempts (ascending maps), each committed here.
@@ -129,6 +91,315 @@ static int wants(struct ush_worker *wk, struct wk_fetch *fe,
 	return ret;
 }
 
+static bool wanted(const struct wk_fetch *fe, const struct ushi_frame *f)
+{
+	uint32_t lo = 0, hi = fe->nm;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (fe->m[mid].map < f->map)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < fe->nm && fe->m[lo].map == f->map &&
+	       fe->m[lo].attempt == f->attempt;
+}
+
+/* ------------------------------------------------ partition directories */
+
+static void pdir_free(struct wk_thread *t, struct wk_pdir *d)
+{
+	wk_list_del(&t->pdirs, &d->lru);
+	t->pdir_bytes -= d->bytes;
+	ushi_free(d->ent);
+	ushi_free(d->start);
+	ushi_free(d);
+}
+
+void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle)
+{
+	for (struct wk_link *l = t->pdirs.head, *nx; l; l = nx) {
+		nx = l->next;
+		struct wk_pdir *d = WK_OF(l, struct wk_pdir, lru);
+		if (d->shuffle == shuffle)
+			pdir_free(t, d);
+	}
+}
+
+void wk_pdir_close(struct wk_thread *t)
+{
+	while (t->pdirs.head)
+		pdir_free(t, WK_OF(t->pdirs.head, struct wk_pdir, lru));
+}
+
+static int cmp_pent(const void *a, const void *b)
+{
+	const struct wk_pent *x = a, *y = b;
+	if (x->partition != y->partition)
+		return x->partition < y->partition ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sorts d->ent by partition, log order kept: a counting sort with a
+ * start array where partitions are dense enough, else a sort by
+ * (partition, offset) and binary search. */
+static int pdir_sort(struct wk_pdir *d, uint32_t maxp)
+{
+	uint64_t n = d->nent;
+	if (!n)
+		return 0;
+	if ((uint64_t)maxp > 4 * n + 65536) {
+		qsort(d->ent, n, sizeof(*d->ent), cmp_pent);
+		return 0;
+	}
+	d->nparts = maxp + 1;
+	d->start = ushi_calloc((size_t)d->nparts + 1, sizeof(*d->start));
+	uint32_t *pos = ushi_malloc(((size_t)d->nparts + 1) * sizeof(*pos));
+	struct wk_pent *out = ushi_malloc(n * sizeof(*out));
+	if (!d->start || !pos || !out) {
+		ushi_free(pos);
+		ushi_free(out);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		d->start[d->ent[i].partition + 1]++;
+	for (uint32_t p = 0; p < d->nparts; p++)
+		d->start[p + 1] += d->start[p];
+	memcpy(pos, d->start, ((size_t)d->nparts + 1) * sizeof(*pos));
+	for (uint64_t i = 0; i < n; i++)
+		out[pos[d->ent[i].partition]++] = d->ent[i];
+	ushi_free(pos);
+	ushi_free(d->ent);
+	d->ent = out;
+	return 0;
+}
+
+/* Reads the size bytes of index ifd into a directory: valid entries up
+ * to the first that is not (torn, or being written). */
+static int pdir_build(struct wk_pdir *d, int ifd, uint64_t size)
+{
+	uint64_t cnt = size / WK_IDX_ENTRY;
+	uint8_t *b = cnt ? ushi_malloc(cnt * WK_IDX_ENTRY) : NULL;
+	d->ent = cnt ? ushi_malloc(cnt * sizeof(*d->ent)) : NULL;
+	if (cnt && (!b || !d->ent)) {
+		ushi_free(b);
+		return -ENOMEM;
+	}
+	uint64_t got = 0;
+	while (got < cnt * WK_IDX_ENTRY) {
+		ssize_t r = pread(ifd, b + got, cnt * WK_IDX_ENTRY - got,
+				  (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (uint64_t)r;
+	}
+	cnt = got / WK_IDX_ENTRY;
+	uint64_t end = 0;
+	uint32_t maxp = 0, n = 0;
+	for (uint64_t i = 0; i < cnt && i < UINT32_MAX; i++) {
+		struct wk_pent *e = &d->ent[n];
+		e->off = end;
+		if (wk_idx_get(b + i * WK_IDX_ENTRY, end, &e->len,
+			       &e->partition, &e->map, &e->attempt))
+			break;
+		end = e->off + e->len;
+		maxp = e->partition > maxp ? e->partition : maxp;
+		n++;
+	}
+	ushi_free(b);
+	d->nent = n;
+	d->idx_size = size;
+	int ret = pdir_sort(d, maxp);
+	d->bytes = sizeof(*d) + (size_t)n * sizeof(*d->ent) +
+		   (d->start ? ((size_t)d->nparts + 1) * sizeof(*d->start) : 0);
+	return ret;
+}
+
+/* The directory of (shuffle, thread) for an index of size bytes: the
+ * cached one, or one built now (and cached, others evicted to keep the
+ * budget). Returns NULL when out of memory. */
+static struct wk_pdir *pdir_get(struct wk_thread *t, uint32_t shuffle,
+				uint32_t thread, int ifd, uint64_t size)
+{
+	unsigned n = 0;
+	for (struct wk_link *l = t->pdirs.head, *nx; l; l = nx) {
+		nx = l->next;
+		struct wk_pdir *d = WK_OF(l, struct wk_pdir, lru);
+		n++;
+		if (d->shuffle != shuffle || d->thread != thread)
+			continue;
+		if (d->idx_size == size) {
+			wk_list_del(&t->pdirs, &d->lru);
+			wk_list_add(&t->pdirs, &d->lru);
+			return d;
+		}
+		pdir_free(t, d); /* the index grew: rebuilt */
+		n--;
+	}
+	struct wk_pdir *d = ushi_calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->shuffle = shuffle;
+	d->thread = thread;
+	if (pdir_build(d, ifd, size)) {
+		ushi_free(d->ent);
+		ushi_free(d->start);
+		ushi_free(d);
+		return NULL;
+	}
+	while (t->pdirs.head && (n >= PDIR_MAX ||
+				 t->pdir_bytes + d->bytes > t->wk->pdir_budget)) {
+		pdir_free(t, WK_OF(t->pdirs.head, struct wk_pdir, lru));
+		n--;
+	}
+	wk_list_add(&t->pdirs, &d->lru);
+	t->pdir_bytes += d->bytes;
+	return d;
+}
+
+/* The entries of partition p in d: [*lo, *hi). */
+static void pdir_range(const struct wk_pdir *d, uint32_t p, uint32_t *lo,
+		       uint32_t *hi)
+{
+	if (d->start) {
+		*lo = *hi = 0;
+		if (p < d->nparts) {
+			*lo = d->start[p];
+			*hi = d->start[p + 1];
+		}
+		return;
+	}
+	uint32_t a = 0, b = d->nent;
+	while (a < b) {
+		uint32_t mid = a + (b - a) / 2;
+		if (d->ent[mid].partition < p)
+			a = mid + 1;
+		else
+			b = mid;
+	}
+	*lo = *hi = a;
+	while (*hi < d->nent && d->ent[*hi].partition == p)
+		++*hi;
+}
+
+/* ------------------------------------------------------------ planning */
+
+void wk_fetch_free(struct wk_fetch *fe)
+{
+	if (!fe)
+		return;
+	for (unsigned i = 0; i < fe->rn; i++) {
+		struct wk_fread *r = &fe->rd[(fe->rhead + i) % WK_FETCH_READS];
+		if (r->buf) {
+			fe->t->fetch_pool -= r->buf->cap;
+			pool_put(ring_pool(fe->t->ring), r->buf);
+		}
+		else
+			ushi_free(r->mem);
+	}
+	if (fe->fd >= 0)
+		close(fe->fd);
+	if (fe->dfd >= 0)
+		close(fe->dfd);
+	ushi_free(fe->ent);
+	ushi_free(fe->m);
+	ushi_free(fe);
+}
+
+bool wk_fetch_busy(const struct wk_fetch *fe)
+{
+	return fe && fe->inflight;
+}
+
+static char *file_name(char *b, size_t n, const struct wk_fetch *fe,
+		       unsigned thread, const char *ext)
+{
+	snprintf(b, n, "s%u/t%u.%s", fe->shuffle, thread, ext);
+	return b;
+}
+
+/* Adds thread k's wanted frames of the partition to fe->ent. A thread
+ * without a log has none. */
+static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
+		       size_t *cap, char *msg, size_t n)
+{
+	char name[48];
+	int fd = open_file(t->wk, file_name(name, sizeof(name), fe, k, "log"),
+			   msg, n);
+	if (fd >= 0)
+		close(fd);
+	int ifd = fd < 0 ? fd : open_file(t->wk, file_name(name, sizeof(name),
+							  fe, k, "idx"),
+					  msg, n);
+	if (ifd == -ENOENT) {
+		*msg = 0;
+		return 0;
+	}
+	if (ifd < 0)
+		return ifd;
+	struct stat st;
+	struct wk_pdir *d = NULL;
+	int ret = fstat(ifd, &st) ? -errno : 0;
+	if (!ret && !(d = pdir_get(t, fe->shuffle, k, ifd,
+				   (uint64_t)st.st_size)))
+		ret = -ENOMEM;
+	close(ifd);
+	if (ret)
+		return ret;
+	uint32_t lo, hi;
+	pdir_range(d, fe->partition, &lo, &hi);
+	for (uint32_t i = lo; i < hi; i++) {
+		const struct wk_pent *e = &d->ent[i];
+		struct ushi_frame f = {.map = e->map, .attempt = e->attempt};
+		if (!wanted(fe, &f))
+			continue;
+		if (fe->nent == *cap) {
+			size_t c = *cap ? 2 * *cap : 64;
+			struct wk_fent *ne = ushi_malloc(c * sizeof(*ne));
+			if (!ne)
+				return -ENOMEM;
+			if (fe->nent)
+				memcpy(ne, fe->ent, fe->nent * sizeof(*ne));
+			ushi_free(fe->ent);
+			fe->ent = ne;
+			*cap = c;
+		}
+		fe->ent[fe->nent++] = (struct wk_fent){e->off, e->len,
+						       (uint16_t)k};
+	}
+	return 0;
+}
+
+/* The frames to stream: every thread's, the first skip bytes left out
+ * (whole frames: an offset inside one is an error). */
+static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
+{
+	unsigned nthr;
+	int ret = wk_store_fetch_threads(t, fe->shuffle, &nthr);
+	if (ret) {
+		snprintf(msg, n, "s%u: %s", fe->shuffle,
+			 ret == -ELOOP ? "a symbolic link: not followed "
+					 "beneath the worker's --dir" :
+					 ush_strerror(ret));
+		return ret;
+	}
+	size_t cap = 0;
+	for (unsigned k = 0; !ret && k < nthr; k++)
+		ret = plan_thread(t, fe, k, &cap, msg, n);
+	while (!ret && fe->skip && fe->next < fe->nent) {
+		uint32_t len = fe->ent[fe->next].len;
+		if (fe->skip < len) {
+			snprintf(msg, n, "skip offset inside a frame");
+			return -EINVAL;
+		}
+		fe->skip -= len;
+		fe->next++;
+	}
+	return ret;
+}
+
 int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 		   const uint8_t *payload)
 {
@@ -136,14 +407,15 @@ int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 	struct wk_fetch *fe = ushi_calloc(1, sizeof(*fe));
 	if (!fe)
 		return -ENOMEM;
-	fe->fd = -1;
+	fe->t = c->t;
+	fe->fd = fe->dfd = -1;
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
 	fe->skip = get_le64(payload);
 	char msg[256] = "";
 	int ret = wants(wk, fe, f, payload, msg, sizeof(msg));
 	if (!ret)
-		ret = list_files(c->t, fe, msg, sizeof(msg));
+		ret = plan(c->t, fe, msg, sizeof(msg));
 	struct wk_out *o = ret ? NULL : wk_out_new(USHI_PROTO_SMALL);
 	if (!ret && !o)
 		ret = -ENOMEM;
@@ -161,138 +433,192 @@ int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 	wk_conn_queue(c, o);
 	c->fetch = fe;
 	wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u attempts, "
-	       "%u files", c->peer, f->shuffle, f->partition, fe->nm,
-	       fe->nfiles);
+	       "%u frames", c->peer, f->shuffle, f->partition, fe->nm,
+	       fe->nent);
 	return 0;
 }
 
-static bool wanted(const struct wk_fetch *fe, const struct ushi_frame *f)
+/* ------------------------------------------------------------ reading */
+
+static void read_done(struct ushi_op *op, int res)
 {
-	uint32_t lo = 0, hi = fe->nm;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (fe->m[mid].map < f->map)
-			lo = mid + 1;
-		else
-			hi = mid;
+	struct wk_fread *r = op->owner;
+	if (res == -EAGAIN || res == -EINTR) {
+		op->arm.rearm = true;
+		return;
 	}
-	return lo < fe->nm && fe->m[lo].map == f->map &&
-	       fe->m[lo].attempt == f->attempt;
+	if (res > 0) {
+		r->got += (uint32_t)res;
+		if (r->got < r->lead + r->len && r->got < r->need) {
+			/* Short, before the end of the file: the rest. */
+			op->arm.addr += res;
+			op->arm.off += (uint64_t)res;
+			op->arm.len -= (uint32_t)res;
+			op->arm.rearm = true;
+			return;
+		}
+	}
+	if (res < 0)
+		r->res = res;
+	else if (r->got < r->lead + r->len)
+		r->res = USH_ECORRUPT; /* the log is shorter than its index */
+	r->inflight = false;
+	r->done = true;
+	r->fe->inflight--;
 }
 
-static int read_at(int fd, void *p, size_t n, uint64_t off)
+/* Opens thread k's log for reading: buffered, and with O_DIRECT too
+ * (direct) for long runs where the worker writes O_DIRECT. Small runs
+ * read through the page cache, which reads ahead for the neighbouring
+ * partitions' frames. */
+static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 {
-	uint8_t *b = p;
-	while (n) {
-		ssize_t r = pread(fd, b, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : USH_ECORRUPT;
-		b += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
+	if (fe->fd >= 0 && fe->fd_thread != k) {
+		close(fe->fd);
+		fe->fd = -1;
+		if (fe->dfd >= 0)
+			close(fe->dfd);
+		fe->dfd = -1;
+	}
+	char name[48], msg[1] = "";
+	file_name(name, sizeof(name), fe, k, "log");
+	if (fe->fd < 0) {
+		fe->fd = open_file(fe->t->wk, name, msg, 0);
+		if (fe->fd < 0)
+			return fe->fd;
+		fe->fd_thread = k;
+		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
+	}
+	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
+		int fd = open_file(fe->t->wk, name, msg, 0);
+		if (fd >= 0 && fcntl(fd, F_SETFL, O_DIRECT)) {
+			close(fd); /* refused: buffered it is */
+			fd = -1;
+		}
+		fe->dfd = fd < 0 ? -2 : fd;
 	}
 	return 0;
 }
 
-/* The next committed frame's header into *f, or 0 at the end of all
- * files. Returns 1, 0 or an error. */
-static int next_frame(struct ush_worker *wk, struct wk_fetch *fe,
-		      struct ushi_frame *f)
+/* Starts the next read: a run of adjacent frames of one log, as many as
+ * a pool buffer holds (a larger frame alone, into heap memory). Returns
+ * 1 when started, 0 when it must wait (for buffers, or for the reads of
+ * another log to finish), or an error. */
+static int read_next(struct wk_fetch *fe)
 {
-	uint8_t h[USH_FRAME_HDR_SIZE];
-	const char *why;
-	for (;;) {
-		if (fe->fd < 0) {
-			char msg[1] = "";
-			if (fe->fi == fe->nfiles)
-				return 0;
-			fe->fd = open_file(wk, fe->files[fe->fi++], msg, 0);
-			if (fe->fd < 0)
-				return fe->fd;
-			fe->off = 0;
-			/* Committed frames are all below the size now: the
-			 * attempt table was read before the file opened. */
-			struct stat st;
-			if (fstat(fe->fd, &st))
-				return -errno;
-			fe->size = (uint64_t)st.st_size;
-		}
-		if (fe->size - fe->off < USH_FRAME_HDR_SIZE ||
-		    read_at(fe->fd, h, sizeof(h), fe->off) ||
-		    proto_header(h, f, USHI_FRAME_MAX, true, &why) ||
-		    proto_size(f) > fe->size - fe->off) {
-			/* The end of this file's complete frames. */
-			close(fe->fd);
-			fe->fd = -1;
-			continue;
-		}
-		if (f->type == USHI_FRAME_DATA && wanted(fe, f))
-			return 1;
-		fe->off += proto_size(f);
+	struct wk_thread *t = fe->t;
+	struct ushi_pool *pool = ring_pool(t->ring);
+	const struct wk_fent *e = &fe->ent[fe->next];
+	/* An fd is closed only once no read of it is queued unsubmitted. */
+	if ((fe->fd < 0 || fe->fd_thread != e->thread) && fe->inflight)
+		return 0;
+	uint32_t cap = USHI_BUF_MIN << t->flush_order, frames = 1;
+	uint64_t start = e->off, end = e->off + e->len;
+	uint64_t a = start / USHI_ALIGN * USHI_ALIGN;
+	uint32_t j = fe->next + 1;
+	while (j < fe->nent && fe->ent[j].thread == e->thread &&
+	       fe->ent[j].off == end &&
+	       ALIGN_UP(end + fe->ent[j].len, (uint64_t)USHI_ALIGN) - a <= cap) {
+		end += fe->ent[j++].len;
+		frames++;
 	}
+	uint64_t need = ALIGN_UP(end, (uint64_t)USHI_ALIGN) - a;
+	int ret = log_open(fe, e->thread, need >= WK_FETCH_DIRECT_MIN);
+	if (ret)
+		return ret;
+	int fd = need >= WK_FETCH_DIRECT_MIN && fe->dfd >= 0 ? fe->dfd : fe->fd;
+	struct ushi_buf *b = NULL;
+	uint8_t *mem = NULL;
+	/* Pool memory up to half the pool for all streams of the thread,
+	 * so that log writes always find some; heap memory beyond. */
+	int order = pool_order(pool, need);
+	if (order >= 0 && t->fetch_pool + (USHI_BUF_MIN << order) <=
+			  pool->bytes / 2) {
+		while (!(b = pool_get(pool, (unsigned)order)) && !fe->rn &&
+		       !wk_store_reclaim(t))
+			;
+		if (!b && fe->rn)
+			return 0; /* a buffer comes back with a send */
+		if (b)
+			t->fetch_pool += b->cap;
+	}
+	if (!b && !(mem = ushi_aligned_alloc(need)))
+		return -ENOMEM;
+	struct ushi_op *op;
+	if ((ret = ring_op_get(t->ring, &op))) {
+		if (b) {
+			t->fetch_pool -= b->cap;
+			pool_put(pool, b);
+		}
+		ushi_free(mem);
+		return ret;
+	}
+	struct wk_fread *r = &fe->rd[(fe->rhead + fe->rn++) % WK_FETCH_READS];
+	*r = (struct wk_fread){.fe = fe, .buf = b, .mem = b ? b->data : mem,
+		.off = a, .need = (uint32_t)need,
+		.lead = (uint32_t)(start - a), .len = (uint32_t)(end - start),
+		.frames = frames, .inflight = true};
+	op->kind = OP_READ;
+	op->cb = read_done;
+	op->owner = r;
+	op->arm = (struct ushi_armed){.fd = fd, .addr = r->mem,
+		.len = r->need, .off = a, .buf = b};
+	ring_arm(t->ring, op);
+	fe->inflight++;
+	fe->next = j;
+	return 1;
 }
 
 void wk_fetch_pump(struct wk_conn *c)
 {
-	struct ush_worker *wk = c->t->wk;
 	struct wk_fetch *fe = c->fetch;
-	struct wk_out *o = NULL;
-	size_t cap = 0;
 	int ret = 0;
-	while (!fe->done) {
-		struct ushi_frame f;
-		ret = next_frame(wk, fe, &f);
-		if (ret < 0)
+	for (;;) {
+		while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
+		       (ret = read_next(fe)) == 1)
+			ret = 0;
+		if (ret > 0)
+			ret = 0;
+		if (ret || !fe->rn || !fe->rd[fe->rhead].done)
 			break;
-		size_t n = ret ? proto_size(&f) : USHI_PROTO_SMALL;
-		if (ret && fe->skip) {
-			if (fe->skip < n) {
-				ret = -EINVAL;
-				break;
-			}
-			fe->skip -= n;
-			fe->off += n;
-			continue;
-		}
-		if (o && o->len + n > cap)
-			break;
-		if (!o) {
-			cap = n > WK_FETCH_CHUNK ? n : WK_FETCH_CHUNK;
-			o = wk_out_new(cap + USHI_PROTO_SMALL);
-			if (!o) {
-				ret = -ENOMEM;
-				break;
-			}
-		}
-		if (!ret) {
-			o->len += (uint32_t)proto_put_fetch_end(
-				o->data + o->len, fe->shuffle, fe->partition,
-				fe->frames, fe->bytes);
-			fe->done = true;
-			break;
-		}
-		ret = read_at(fe->fd, o->data + o->len, n, fe->off);
+		/* The oldest read is done: its frames go out, in order. */
+		struct wk_fread *r = &fe->rd[fe->rhead];
+		struct wk_out *o = NULL;
+		ret = r->res;
+		if (!ret && !(o = wk_out_new(0)))
+			ret = -ENOMEM;
 		if (ret)
 			break;
-		o->len += (uint32_t)n;
-		fe->off += n;
-		fe->frames++;
-		fe->bytes += n;
-	}
-	if (ret < 0) {
-		ushi_free(o);
-		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
-			     fe->shuffle, fe->partition,
-			     ret == -EINVAL ? "offset inside a frame" :
-			     ush_strerror(ret));
-		return;
-	}
-	if (o)
+		o->ptr = r->mem + r->lead;
+		o->len = r->len;
+		o->buf = r->buf;
+		o->heap = r->buf ? NULL : r->mem;
+		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
+		fe->rn--;
+		fe->frames += r->frames;
+		fe->bytes += r->len;
 		wk_conn_queue(c, o);
-	if (fe->done) {
-		wk_fetch_free(fe);
-		c->fetch = NULL;
 	}
+	if (!ret && !fe->rn && fe->next == fe->nent) {
+		struct wk_out *o = wk_out_new(USHI_PROTO_SMALL);
+		if (o) {
+			o->len = (uint32_t)proto_put_fetch_end(
+				o->data, fe->shuffle, fe->partition,
+				fe->frames, fe->bytes);
+			wk_conn_queue(c, o);
+			fe->done = true;
+			wk_fetch_free(fe);
+			c->fetch = NULL;
+			return;
+		}
+		ret = -ENOMEM;
+	}
+	if (!ret)
+		return;
+	wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
+		     fe->shuffle, fe->partition,
+		     ret == USH_ECORRUPT ? "the log is shorter than its index" :
+					   ush_strerror(ret));
+	/* Its reads end before it is freed (conn_reap waits for them). */
+	fe->next = fe->nent;
 }

@@ -1,21 +1,21 @@
 /*
  * The worker's files beneath --dir: path resolution that follows no
- * symbolic link, the bounded cache of open partition files, and the
- * removal of a dropped shuffle's directory.
+ * symbolic link, the bounded cache of open log files, the index entry
+ * format, and the removal of a dropped shuffle's directory.
  *
- * --dir is opened once (wk->dirfd); every shuffle directory and
- * partition file is opened relative to it with openat2(RESOLVE_BENEATH |
+ * --dir is opened once (wk->dirfd); every shuffle directory and log
+ * file is opened relative to it with openat2(RESOLVE_BENEATH |
  * RESOLVE_NO_SYMLINKS), or with O_NOFOLLOW at each component where the
  * kernel lacks openat2. A link planted under --dir is never followed.
  *
- * Open partition files are a bounded cache: a thread keeps at most
- * wk->open_max open, and closes the least recently written idle one to
- * open another. A partition whose file is closed keeps its offset, flush
- * buffer and error, and reopens at its next write. A file is closed only
- * once synced (an eviction syncs it first): an fdatasync on a later fd
- * might miss a writeback error reported to the closed one. Files are
- * scanned at their first open with the format's bounds (USHI_FRAME_MAX),
- * not today's max_frame: frames stored under a larger one stay.
+ * Open logs are a bounded cache: a thread keeps at most wk->open_max
+ * files open (a log and its index are two), and closes the least
+ * recently written idle log to open another. A log whose files are
+ * closed keeps its offsets, buffer, pending entries and error, and
+ * reopens at its next write. Files are closed only once synced (an
+ * eviction syncs them first): an fdatasync on a later fd might miss a
+ * writeback error reported to the closed one. At the first open the
+ * index is checked entry by entry and cut after the last valid one.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -29,6 +29,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <isa-l/crc.h>
 
 /* ------------------------------------------------------------ paths */
 
@@ -94,7 +96,7 @@ int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
 	return open_nofollow(wk->dirfd, path, flags, mode);
 }
 
-static const char *why_open(int err)
+const char *wk_why_open(int err)
 {
 	return err == -ELOOP ? "a symbolic link: not followed beneath --dir" :
 	       err == -EXDEV ? "outside --dir" :
@@ -112,10 +114,11 @@ int wk_store_init(struct ush_worker *wk)
 		max = getrlimit(RLIMIT_NOFILE, &rl) ||
 		      rl.rlim_cur == RLIM_INFINITY ? 256 : rl.rlim_cur / 4;
 	max /= wk->nthreads;
-	wk->open_max = max < 1 ? 1 : max > (1u << 30) ? 1u << 30 :
+	/* A log is two files: at least one log open per thread. */
+	wk->open_max = max < 2 ? 2 : max > (1u << 30) ? 1u << 30 :
 							(unsigned)max;
-	wk_log(wk, 1, "at most %u partition files open per thread",
-	       wk->open_max);
+	wk->pdir_budget = WK_PDIR_BUDGET / wk->nthreads;
+	wk_log(wk, 1, "at most %u log files open per thread", wk->open_max);
 	return 0;
 }
 
@@ -126,74 +129,107 @@ void wk_store_fini(struct ush_worker *wk)
 	wk->dirfd = -1;
 }
 
+/* ------------------------------------------------------ index entries */
+
+/* The CRC of an entry covers its 16 bytes and the log offset of its
+ * frame (the sum of the lengths before it, not stored): an entry read at
+ * another place than it was written at does not check. */
+static uint32_t entry_crc(const uint8_t *e, uint64_t off)
+{
+	uint8_t o[8];
+	put_le64(o, off);
+	uint32_t c = crc32_iscsi(o, 8, 0xffffffffu);
+	return ~crc32_iscsi((unsigned char *)e, 16, c);
+}
+
+int wk_idx_get(const uint8_t *e, uint64_t off, uint32_t *len,
+	       uint32_t *partition, uint32_t *map, uint32_t *attempt)
+{
+	if (get_le32(e + 16) != entry_crc(e, off))
+		return USH_ECORRUPT;
+	*len = get_le32(e);
+	if (partition)
+		*partition = get_le32(e + 4);
+	if (map)
+		*map = get_le32(e + 8);
+	if (attempt)
+		*attempt = get_le32(e + 12);
+	return 0;
+}
+
+void wk_idx_put(uint8_t *e, uint64_t off, const struct ushi_frame *f)
+{
+	put_le32(e, (uint32_t)proto_size(f));
+	put_le32(e + 4, f->partition);
+	put_le32(e + 8, f->map);
+	put_le32(e + 12, f->attempt);
+	put_le32(e + 16, entry_crc(e, off));
+}
+
 /* --------------------------------------------------- the file cache */
 
-/* The shuffle's first failure (of what, at offset off): it commits no
- * more here. */
-void wk_part_fail(struct wk_part *p, int err, const char *what,
-		      uint64_t off)
+void wk_shuf_fail(struct wk_shuf *s, int err, const char *what, uint64_t off)
 {
-	if (!p->err) {
-		p->err = err;
-		wk_log(p->t->wk, 0, "%s s%u/p%u.t%u at offset %llu: %s; shuffle "
-		       "%u commits no more on thread %u until dropped", what,
-		       p->shuffle, p->partition, p->t->idx,
-		       (unsigned long long)off, why_open(err), p->shuffle,
-		       p->t->idx);
+	if (!s->err) {
+		s->err = err;
+		wk_log(s->t->wk, 0, "%s s%u/t%u at offset %llu: %s; shuffle %u "
+		       "commits no more on thread %u until dropped", what,
+		       s->shuffle, s->t->idx, (unsigned long long)off,
+		       wk_why_open(err), s->shuffle, s->t->idx);
 	}
-	if (!p->s->err)
-		p->s->err = err;
 }
 
-void wk_part_sync(struct wk_part *p)
+void wk_shuf_fsync(struct wk_shuf *s)
 {
-	if (!p->unsynced)
-		return;
-	if (fdatasync(p->fd))
-		wk_part_fail(p, -errno, "fdatasync", p->off);
-	/* Failed or not: a retry could report success without the data
-	 * (the kernel reports a writeback error once); the shuffle holds
-	 * the error. */
-	p->unsynced = false;
+	/* Failed or not, the flag goes: a retry could report success
+	 * without the data (the kernel reports a writeback error once);
+	 * the shuffle holds the error. */
+	if (s->unsynced && fdatasync(s->fd))
+		wk_shuf_fail(s, -errno, "fdatasync of the log", s->end);
+	s->unsynced = false;
+	if (s->iunsynced && fdatasync(s->ifd))
+		wk_shuf_fail(s, -errno, "fdatasync of the index", s->iend);
+	s->iunsynced = false;
 }
 
-void wk_part_close(struct wk_thread *t, struct wk_part *p)
+void wk_shuf_close(struct wk_thread *t, struct wk_shuf *s)
 {
-	ring_file_del(t->ring, p->slot);
-	p->slot = -1;
-	close(p->fd);
-	p->fd = -1;
-	wk_list_del(&t->lru, &p->lru);
-	t->nopen--;
+	ring_file_del(t->ring, s->slot);
+	s->slot = -1;
+	close(s->fd);
+	close(s->ifd);
+	s->fd = s->ifd = -1;
+	wk_list_del(&t->lru, &s->lru);
+	t->nopen -= 2;
 }
 
-/* Closes an idle file, the least recently written one, preferring one
- * already synced among the oldest; waits for a write when every open
- * file has one in flight. */
-static int evict(struct wk_thread *t)
+/* Closes an idle log's files, the least recently written one, preferring
+ * one already synced among the oldest; waits for a write when every open
+ * log has one in flight. */
+static int evict(struct wk_thread *t, struct wk_shuf *keep)
 {
 	for (;;) {
-		struct wk_part *victim = NULL;
+		struct wk_shuf *victim = NULL;
 		unsigned idle = 0;
 		for (struct wk_link *l = t->lru.head; l && idle < 16;
 		     l = l->next) {
-			struct wk_part *p = WK_PART_OF(l, lru);
-			if (p->writes)
+			struct wk_shuf *s = WK_OF(l, struct wk_shuf, lru);
+			if (s->writes || s == keep)
 				continue;
 			idle++;
 			if (!victim)
-				victim = p;
-			if (!p->unsynced) {
-				victim = p;
+				victim = s;
+			if (!s->unsynced && !s->iunsynced) {
+				victim = s;
 				break;
 			}
 		}
 		if (victim) {
-			wk_part_sync(victim);
-			wk_part_close(t, victim);
+			wk_shuf_fsync(victim);
+			wk_shuf_close(t, victim);
 			return 0;
 		}
-		if (!t->nopen)
+		if (!t->writes)
 			return -EMFILE;
 		int ret = ring_reap(t->ring, 1);
 		if (ret)
@@ -203,131 +239,219 @@ static int evict(struct wk_thread *t)
 
 /* wk_open_beneath() within the thread's share of open files (and the
  * process's limit: EMFILE closes one of ours too). */
-static int open_counted(struct wk_thread *t, const char *path, int flags,
-			mode_t mode)
+static int open_counted(struct wk_thread *t, struct wk_shuf *s,
+			const char *path, int flags, unsigned need)
 {
 	for (;;) {
 		int fd = -EMFILE;
-		if (t->nopen < t->wk->open_max)
-			fd = wk_open_beneath(t->wk, path, flags, mode);
+		if (t->nopen + need <= t->wk->open_max)
+			fd = wk_open_beneath(t->wk, path, flags, 0644);
 		if ((fd != -EMFILE && fd != -ENFILE) || !t->nopen)
 			return fd;
-		int ret = evict(t);
+		int ret = evict(t, s);
 		if (ret)
 			return ret;
 	}
 }
 
-static void part_name(char *buf, size_t n, const struct wk_part *p)
+static int read_all(int fd, uint8_t *p, size_t n, uint64_t off)
 {
-	snprintf(buf, n, "s%u/p%u.t%u.data", p->shuffle, p->partition,
-		 p->t->idx);
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : USH_ECORRUPT;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
 }
 
-/* The end of the valid frames of fd: torn or unwritten data after it was
- * never committed (see the top of this file). */
-static uint64_t valid_end(int fd, uint64_t size)
+/* The end of the valid entries of the index (CRC, packed frames inside
+ * the log, the last one's header): what follows was never committed (a
+ * commit syncs the log, then the index). Sets *end, the log's end. */
+static int valid_entries(struct wk_shuf *s, uint64_t isize, uint64_t lsize,
+			 uint64_t *n, uint64_t *end)
 {
-	uint64_t off = 0;
-	uint8_t h[USH_FRAME_HDR_SIZE];
-	while (size - off >= USH_FRAME_HDR_SIZE) {
-		struct ushi_frame f;
-		const char *why;
-		if (pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h) ||
-		    proto_header(h, &f, USHI_FRAME_MAX, true, &why) ||
-		    (f.type != USHI_FRAME_DATA && f.type != USHI_FRAME_PAD) ||
-		    proto_size(&f) > size - off)
+	uint64_t cnt = isize / WK_IDX_ENTRY, e = 0, i = 0;
+	*n = *end = 0;
+	if (!cnt)
+		return 0;
+	uint8_t *b = ushi_malloc(cnt * WK_IDX_ENTRY);
+	if (!b)
+		return -ENOMEM;
+	int ret = read_all(s->ifd, b, cnt * WK_IDX_ENTRY, 0);
+	uint64_t last = 0;
+	for (; !ret && i < cnt; i++) {
+		uint32_t len;
+		if (wk_idx_get(b + i * WK_IDX_ENTRY, e, &len, NULL, NULL,
+			       NULL) || len < USH_FRAME_HDR_SIZE ||
+		    e + len > lsize)
 			break;
-		off += proto_size(&f);
+		last = e;
+		e += len;
 	}
-	return off;
+	/* A header where the last entry says: its log bytes were written
+	 * before it (else the tail is cut before it). */
+	while (!ret && i) {
+		uint8_t h[USH_FRAME_HDR_SIZE];
+		struct ushi_frame f;
+		if (!read_all(s->fd, h, sizeof(h), last) &&
+		    !frame_decode(h, &f) && last + proto_size(&f) == e)
+			break;
+		e = last;
+		if (--i) {
+			/* The one before: the lengths are known valid. */
+			uint32_t len = get_le32(b + (i - 1) * WK_IDX_ENTRY);
+			last = e - len;
+		}
+	}
+	ushi_free(b);
+	*n = i;
+	*end = e;
+	return ret;
 }
 
-/* The first open: creates the file (and s<S>), or cuts an existing
- * one's uncommitted tail and appends after its frames. */
-static int file_create(struct wk_thread *t, struct wk_part *p)
+static int check_regular(struct ush_worker *wk, int fd, const char *path,
+			 struct stat *st)
 {
-	struct ush_worker *wk = t->wk;
-	char path[64];
-	if (!p->s->dir_made) {
-		snprintf(path, sizeof(path), "s%u", p->shuffle);
-		if (mkdirat(wk->dirfd, path, 0755) && errno != EEXIST)
-			return ushi_fail(-errno, "worker: mkdir %s/%s",
-					wk->dir, path);
-		/* Made here or by another thread whose commit may never
-		 * come: this thread's commits sync its entry too. */
-		t->dir_unsynced = true;
-		p->s->dir_made = true;
-	}
-	part_name(path, sizeof(path), p);
-	int fd = open_counted(t, path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		wk_log(wk, 0, "open %s/%s: %s", wk->dir, path, why_open(fd));
-		return ushi_fail(fd, "worker: open %s/%s: %s", wk->dir, path,
-				why_open(fd));
-	}
-	p->fd = fd;
-	struct stat st;
-	if (fstat(fd, &st))
+	if (fstat(fd, st))
 		return ushi_fail(-errno, "worker: stat %s/%s", wk->dir, path);
-	if (!S_ISREG(st.st_mode)) {
+	if (!S_ISREG(st->st_mode)) {
 		wk_log(wk, 0, "%s/%s: not a regular file", wk->dir, path);
 		return ushi_fail(-EINVAL, "worker: %s/%s: not a regular file",
 				wk->dir, path);
 	}
-	p->off = valid_end(fd, (uint64_t)st.st_size);
-	if (p->off < (uint64_t)st.st_size) {
-		wk_log(wk, 1, "%s/%s: cutting %llu bytes of uncommitted tail",
-		       wk->dir, path,
-		       (unsigned long long)st.st_size - p->off);
-		if (ftruncate(fd, (off_t)p->off))
-			return ushi_fail(-errno, "worker: truncate %s/%s",
-					wk->dir, path);
-	}
-	if (!st.st_size)
-		p->s->dir_unsynced = true;
-	/* O_DIRECT needs aligned offsets: a file left unaligned by a
-	 * buffered run stays buffered. */
-	if (wk->o.direct && !(p->off % USHI_ALIGN))
-		p->direct = !fcntl(fd, F_SETFL, O_DIRECT);
-	p->opened = true;
 	return 0;
 }
 
-/* Makes p's file open (reopening a closed one) and the most recently
- * used. */
-int wk_part_open(struct wk_thread *t, struct wk_part *p)
+/* Opens one of s's files (the log needs room for its index too). */
+static int open_one(struct wk_thread *t, struct wk_shuf *s, const char *path,
+		    int flags, struct stat *st)
 {
-	if (p->fd >= 0) {
-		wk_list_del(&t->lru, &p->lru);
-		wk_list_add(&t->lru, &p->lru);
+	struct ush_worker *wk = t->wk;
+	int fd = open_counted(t, s, path, flags, s->fd < 0 ? 2 : 1);
+	if (fd < 0) {
+		wk_log(wk, 0, "open %s/%s: %s", wk->dir, path,
+		       wk_why_open(fd));
+		return ushi_fail(fd, "worker: open %s/%s: %s", wk->dir, path,
+				wk_why_open(fd));
+	}
+	t->nopen++;
+	int ret = st ? check_regular(wk, fd, path, st) : 0;
+	if (ret) {
+		close(fd);
+		t->nopen--;
+		return ret;
+	}
+	return fd;
+}
+
+/* The first open: creates the files (and s<S>), or cuts an existing
+ * log's uncommitted tail and appends after its frames. */
+static int files_create(struct wk_thread *t, struct wk_shuf *s)
+{
+	struct ush_worker *wk = t->wk;
+	char lpath[48], ipath[48];
+	if (!s->dir_made) {
+		snprintf(lpath, sizeof(lpath), "s%u", s->shuffle);
+		if (mkdirat(wk->dirfd, lpath, 0755) && errno != EEXIST)
+			return ushi_fail(-errno, "worker: mkdir %s/%s",
+					wk->dir, lpath);
+		/* Made here or by another thread whose commit may never
+		 * come: this thread's commits sync its entry too. */
+		t->dir_unsynced = true;
+		s->dir_made = true;
+	}
+	snprintf(lpath, sizeof(lpath), "s%u/t%u.log", s->shuffle, t->idx);
+	snprintf(ipath, sizeof(ipath), "s%u/t%u.idx", s->shuffle, t->idx);
+	struct stat lst, ist;
+	int ret = open_one(t, s, lpath, O_RDWR | O_CREAT | O_CLOEXEC, &lst);
+	if (ret < 0)
+		return ret;
+	s->fd = ret;
+	ret = open_one(t, s, ipath, O_RDWR | O_CREAT | O_CLOEXEC, &ist);
+	if (ret < 0)
+		return ret;
+	s->ifd = ret;
+	uint64_t n, end;
+	ret = valid_entries(s, (uint64_t)ist.st_size, (uint64_t)lst.st_size,
+			    &n, &end);
+	if (ret)
+		return ushi_fail(ret, "worker: reading %s/%s", wk->dir, ipath);
+	if (n * WK_IDX_ENTRY < (uint64_t)ist.st_size ||
+	    end < (uint64_t)lst.st_size) {
+		wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of uncommitted "
+		       "index and %llu of log", wk->dir, s->shuffle, t->idx,
+		       (unsigned long long)ist.st_size - n * WK_IDX_ENTRY,
+		       (unsigned long long)lst.st_size - end);
+		if (ftruncate(s->ifd, (off_t)(n * WK_IDX_ENTRY)) ||
+		    ftruncate(s->fd, (off_t)end))
+			return ushi_fail(-errno, "worker: truncate %s/%s",
+					wk->dir, lpath);
+	}
+	if (!lst.st_size || !ist.st_size)
+		s->dir_unsynced = true;
+	s->end = s->written = end;
+	s->iend = n * WK_IDX_ENTRY;
+	s->direct = wk->o.direct && !fcntl(s->fd, F_SETFL, O_DIRECT);
+	/* Said once: the file system refuses it for every log alike. */
+	if (wk->o.direct && !s->direct &&
+	    !atomic_exchange(&wk->direct_refused, true))
+		wk_log(wk, 0, "%s: O_DIRECT refused (%s): logs are written "
+		       "buffered", wk->dir, strerror(errno));
+	/* The buffer starts at the block of the end: its tail is read back
+	 * when a buffer is taken. */
+	s->base = s->direct ? end / USHI_ALIGN * USHI_ALIGN : end;
+	s->opened = true;
+	return 0;
+}
+
+int wk_shuf_open(struct wk_thread *t, struct wk_shuf *s)
+{
+	if (s->fd >= 0) {
+		wk_list_del(&t->lru, &s->lru);
+		wk_list_add(&t->lru, &s->lru);
 		return 0;
 	}
 	int ret;
-	if (!p->opened) {
-		ret = file_create(t, p);
+	if (!s->opened) {
+		ret = files_create(t, s);
 	} else {
-		char path[64];
-		part_name(path, sizeof(path), p);
-		/* No O_CREAT: a file gone since (its shuffle dropped) is
+		char path[48];
+		/* No O_CREAT: files gone since (their shuffle dropped) are
 		 * not made again. */
-		ret = open_counted(t, path, O_RDWR | O_CLOEXEC, 0);
+		snprintf(path, sizeof(path), "s%u/t%u.log", s->shuffle,
+			 t->idx);
+		ret = open_one(t, s, path, O_RDWR | O_CLOEXEC, NULL);
 		if (ret >= 0) {
-			p->fd = ret;
-			ret = 0;
-			if (p->direct)
-				fcntl(p->fd, F_SETFL, O_DIRECT);
+			s->fd = ret;
+			if (s->direct)
+				fcntl(s->fd, F_SETFL, O_DIRECT);
+			snprintf(path, sizeof(path), "s%u/t%u.idx",
+				 s->shuffle, t->idx);
+			ret = open_one(t, s, path, O_RDWR | O_CLOEXEC, NULL);
+			if (ret >= 0)
+				s->ifd = ret;
 		}
+		ret = ret < 0 ? ret : 0;
 	}
 	if (ret) {
-		if (p->fd >= 0)
-			close(p->fd);
-		p->fd = -1;
+		if (s->fd >= 0) {
+			close(s->fd);
+			t->nopen--;
+		}
+		if (s->ifd >= 0) {
+			close(s->ifd);
+			t->nopen--;
+		}
+		s->fd = s->ifd = -1;
 		return ret;
 	}
-	p->slot = ring_file_add(t->ring, p->fd);
-	wk_list_add(&t->lru, &p->lru);
-	t->nopen++;
+	s->slot = ring_file_add(t->ring, s->fd);
+	wk_list_add(&t->lru, &s->lru);
 	return 0;
 }
 
@@ -343,7 +467,7 @@ void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle)
 		/* Something else in the shuffle's place: remove the entry
 		 * itself (a link is removed, not followed). */
 		wk_log(wk, 0, "%s/%s is not a directory (%s): removing the "
-		       "entry only", wk->dir, name, why_open(fd));
+		       "entry only", wk->dir, name, wk_why_open(fd));
 		unlinkat(wk->dirfd, name, 0);
 		return;
 	}

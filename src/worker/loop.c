@@ -192,7 +192,8 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 			c->closed = true;
 			wk_conn_leave(c);
 		}
-		if (!c->closed || c->recv_armed || c->sending || c->qn) {
+		if (!c->closed || c->recv_armed || c->sending || c->qn ||
+		    wk_fetch_busy(c->fetch)) {
 			cp = &c->next;
 			continue;
 		}
@@ -201,7 +202,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		while (c->out) {
 			struct wk_out *o = c->out;
 			c->out = o->next;
-			ushi_free(o);
+			wk_out_free(t, o);
 		}
 		wk_fetch_free(c->fetch);
 		ushi_free(c->stage);

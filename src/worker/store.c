@@ -1,20 +1,26 @@
 /*
- * Partition files "<dir>/s<S>/p<P>.t<N>.data": the frames one thread
- * received for (shuffle S, partition P), stored exactly as received,
- * appended through a flush buffer of registered memory with WRITE_FIXED.
- * A file per thread keeps appends single-writer without locks. Opening,
- * closing and syncing the files is files.c's: at most wk->open_max of a
- * thread's are open at once.
+ * Shuffle logs: "<dir>/s<S>/t<T>.log" holds the DATA frames thread T
+ * received for shuffle S, exactly as received and packed back to back;
+ * "<dir>/s<S>/t<T>.idx" one fixed-size entry per frame (files.c,
+ * docs/format.md). A log per (shuffle, thread) keeps appends
+ * single-writer without locks, and its size independent of the number
+ * of partitions: each frame is copied once, from the receive buffer into
+ * the log's buffer of registered memory, and full buffers go out with
+ * WRITE_FIXED at aligned offsets (O_DIRECT where the file system allows),
+ * up to WK_LOG_QD at once. A sync writes the partial tail block padded
+ * and keeps it, so the next write rewrites that block from its start:
+ * padding never accumulates. The rewritten block's committed prefix is
+ * the same bytes, so a torn rewrite cannot damage it.
  *
- * Committed frames always precede any hole or torn frame: a commit waits
- * for every write to the files of its shuffle, so scanning a file from
- * the start and stopping at the first invalid header loses only
- * uncommitted data. With O_DIRECT, partial flushes are padded to the
- * block size with a PAD frame.
+ * An index entry is written only once the log bytes it points at are
+ * (in batches of WK_IDX_BATCH, and at every sync); a commit syncs the
+ * log, then writes and syncs the rest of the index. So committed entries
+ * always precede any torn or dangling one, and cutting the index at the
+ * first invalid entry (files.c) loses only uncommitted data.
  *
  * Errors belong to the shuffle: a failed write or sync fails every later
- * commit of that shuffle on this thread (the file may hold a hole that
- * would hide later frames) until it is dropped; other shuffles go on.
+ * commit of that shuffle on this thread (the log may hold a hole) until
+ * it is dropped; other shuffles go on.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -32,27 +38,6 @@ static size_t hash(uint32_t shuffle, uint32_t partition)
 	uint64_t k = ((uint64_t)shuffle << 32 | partition) *
 		     0x9e3779b97f4a7c15ull;
 	return (size_t)(k >> 32);
-}
-
-static int ptab_grow(struct wk_thread *t)
-{
-	size_t n = t->pmask ? 2 * (t->pmask + 1) : 256;
-	struct wk_part **tab = ushi_calloc(n, sizeof(*tab));
-	if (!tab)
-		return -ENOMEM;
-	for (size_t i = 0; t->ptab && i <= t->pmask; i++) {
-		struct wk_part *p = t->ptab[i], *nx;
-		for (; p; p = nx) {
-			nx = p->hnext;
-			size_t h = hash(p->shuffle, p->partition) & (n - 1);
-			p->hnext = tab[h];
-			tab[h] = p;
-		}
-	}
-	ushi_free(t->ptab);
-	t->ptab = tab;
-	t->pmask = n - 1;
-	return 0;
 }
 
 static int stab_grow(struct wk_thread *t)
@@ -99,7 +84,9 @@ static struct wk_shuf *shuf_get(struct wk_thread *t, uint32_t shuffle,
 		*err = -ENOMEM;
 		return NULL;
 	}
+	s->t = t;
 	s->shuffle = shuffle;
+	s->fd = s->slot = s->ifd = -1;
 	size_t h = hash(shuffle, 0) & t->smask;
 	s->hnext = t->stab[h];
 	t->stab[h] = s;
@@ -107,179 +94,334 @@ static struct wk_shuf *shuf_get(struct wk_thread *t, uint32_t shuffle,
 	return s;
 }
 
-/* -------------------------------------------------------- partitions */
+/* ------------------------------------------------------------ writes */
 
-static struct wk_part *part_get(struct wk_thread *t, uint32_t shuffle,
-				uint32_t partition, int *err)
+static uint32_t align_of(const struct wk_shuf *s)
 {
-	if (t->ptab) {
-		size_t h = hash(shuffle, partition) & t->pmask;
-		for (struct wk_part *p = t->ptab[h]; p; p = p->hnext)
-			if (p->shuffle == shuffle && p->partition == partition)
-				return p;
-	}
-	if ((t->nparts + 1) * 2 > t->pmask + 1 && (*err = ptab_grow(t)))
-		return NULL;
-	struct wk_shuf *s = shuf_get(t, shuffle, err);
-	struct wk_part *p = s ? ushi_calloc(1, sizeof(*p)) : NULL;
-	if (!p) {
-		if (s)
-			*err = -ENOMEM;
-		return NULL;
-	}
-	p->t = t;
-	p->s = s;
-	p->shuffle = shuffle;
-	p->partition = partition;
-	p->fd = p->slot = -1;
-	if ((*err = wk_part_open(t, p))) {
-		ushi_free(p);
-		return NULL;
-	}
-	size_t h = hash(shuffle, partition) & t->pmask;
-	p->hnext = t->ptab[h];
-	t->ptab[h] = p;
-	p->snext = s->parts;
-	s->parts = p;
-	t->nparts++;
-	return p;
+	return s->direct ? USHI_ALIGN : 1;
 }
 
-static void write_done(struct ushi_op *op, int res)
+static uint64_t align_down(const struct wk_shuf *s, uint64_t x)
 {
-	struct wk_part *p = op->owner;
-	struct wk_thread *t = p->t;
-	if (res < 0)
-		wk_part_fail(p, res, "write", op->io.off);
-	if (op->io.buf)
-		pool_put(ring_pool(t->ring), op->io.buf);
-	else
-		ushi_free((void *)op->io.addr);
-	p->writes--;
-	p->s->writes--;
-	t->writes--;
+	return x / align_of(s) * align_of(s);
 }
 
-/* Submits n bytes at data (pool buffer b, or heap memory when b is NULL)
- * at the part's end. The ring owns the memory from here on; on an error
- * it is freed and the shuffle has failed. */
-static int submit(struct wk_part *p, struct ushi_buf *b, uint8_t *data,
-		  uint32_t n)
+/* Waits until none of s's writes is in flight. */
+static int wait_writes(struct wk_thread *t, struct wk_shuf *s)
 {
-	struct wk_thread *t = p->t;
-	struct ushi_op *op = NULL;
-	if (p->direct && n % USHI_ALIGN) {
-		/* Pad with a PAD frame; a gap under a header takes a block
-		 * more. Callers leave USHI_ALIGN + header bytes of room. */
-		uint32_t gap = ALIGN_UP(n, USHI_ALIGN) - n;
-		if (gap < USH_FRAME_HDR_SIZE)
-			gap += USHI_ALIGN;
-		proto_put_pad(data + n, gap);
-		n += gap;
+	while (s->writes) {
+		int ret = ring_reap(t->ring, 1);
+		if (ret)
+			return ret;
 	}
-	int ret = p->err;
-	if (!ret && (ret = wk_part_open(t, p)))
-		wk_part_fail(p, ret, "reopen", p->off);
-	if (!ret && (ret = ring_op_get(t->ring, &op)))
-		wk_part_fail(p, ret, "write", p->off);
-	if (ret) {
-		if (b)
-			pool_put(ring_pool(t->ring), b);
-		else
-			ushi_free(data);
-		return ret;
-	}
-	if (b)
-		buf_move(b, BUF_WRITER, BUF_INFLIGHT);
-	op->cb = write_done;
-	op->owner = p;
-	ring_write_at(t->ring, op, b, data, p->off, n, p->fd, p->slot);
-	p->off += n;
-	p->writes++;
-	p->s->writes++;
-	t->writes++;
-	p->unsynced = true;
 	return 0;
 }
 
-static int flush_part(struct wk_part *p)
+static void log_done(struct ushi_op *op, int res)
 {
-	struct ushi_buf *b = p->buf;
-	if (!b)
-		return 0;
-	wk_list_del(&p->t->bufq, &p->bufq);
-	p->buf = NULL;
-	uint32_t n = p->len;
-	p->len = 0;
-	if (!n) {
-		pool_put(ring_pool(p->t->ring), b);
-		return 0;
+	struct wk_shuf *s = op->owner;
+	struct wk_thread *t = s->t;
+	if (res < 0)
+		wk_shuf_fail(s, res, "write of the log", op->io.off);
+	for (unsigned i = 0; i < s->wq_n; i++) {
+		unsigned k = (s->wq_head + i) % WK_LOG_QD;
+		if (s->wq[k].off == op->io.off && !s->wq[k].done) {
+			s->wq[k].done = true;
+			break;
+		}
 	}
-	return submit(p, b, b->data, n);
+	while (s->wq_n && s->wq[s->wq_head].done) {
+		if (s->wq[s->wq_head].end > s->written)
+			s->written = s->wq[s->wq_head].end;
+		s->wq_head = (s->wq_head + 1) % WK_LOG_QD;
+		s->wq_n--;
+	}
+	/* The log's own buffer (a tail write) stays with it. */
+	if (op->io.buf && op->io.buf != s->buf)
+		pool_put(ring_pool(t->ring), op->io.buf);
+	else if (!op->io.buf)
+		ushi_free((void *)op->io.addr);
+	s->writes--;
+	t->writes--;
 }
 
-/* Frees a pool buffer: waits for writes, or writes the oldest partial
- * buffer when none is in flight. That part's failure is its shuffle's,
- * not the caller's. */
-static int make_room(struct wk_thread *t)
+/* Writes n bytes at mem (in pool buffer b, or heap memory when b is
+ * NULL) at log offset off; the frames in it end at data_end. The ring
+ * owns the memory from here on, but s's own buffer; on an error it is
+ * freed and the shuffle has failed. */
+static int log_submit(struct wk_shuf *s, struct ushi_buf *b, uint8_t *mem,
+		      uint32_t n, uint64_t off, uint64_t data_end)
+{
+	struct wk_thread *t = s->t;
+	struct ushi_op *op = NULL;
+	int ret = s->err;
+	while (!ret && s->wq_n == WK_LOG_QD)
+		ret = ring_reap(t->ring, 1);
+	if (!ret && (ret = wk_shuf_open(t, s)))
+		wk_shuf_fail(s, ret, "reopen", off);
+	if (!ret && (ret = ring_op_get(t->ring, &op)))
+		wk_shuf_fail(s, ret, "write of the log", off);
+	if (ret) {
+		if (b && b != s->buf)
+			pool_put(ring_pool(t->ring), b);
+		else if (!b)
+			ushi_free(mem);
+		return ret;
+	}
+	if (b && b != s->buf)
+		buf_move(b, BUF_WRITER, BUF_INFLIGHT);
+	unsigned k = (s->wq_head + s->wq_n++) % WK_LOG_QD;
+	s->wq[k].off = off;
+	s->wq[k].end = data_end;
+	s->wq[k].done = false;
+	op->cb = log_done;
+	op->owner = s;
+	ring_write_at(t->ring, op, b, mem, off, n, s->fd, s->slot);
+	s->writes++;
+	t->writes++;
+	s->unsynced = true;
+	return 0;
+}
+
+static void idx_done(struct ushi_op *op, int res)
+{
+	struct wk_shuf *s = op->owner;
+	if (res < 0)
+		wk_shuf_fail(s, res, "write of the index", op->io.off);
+	ushi_free((void *)op->io.addr);
+	s->writes--;
+	s->t->writes--;
+}
+
+/* Writes the pending index entries whose frames are written. */
+static int idx_flush(struct wk_shuf *s)
+{
+	struct wk_thread *t = s->t;
+	/* The entries whose frames end at or below written. */
+	size_t n = 0;
+	uint64_t off = s->ioff;
+	while (n < s->ilen && off + get_le32(s->ipend + n) <= s->written) {
+		off += get_le32(s->ipend + n);
+		n += WK_IDX_ENTRY;
+	}
+	if (!n)
+		return s->err;
+	struct ushi_op *op = NULL;
+	uint8_t *m = ushi_malloc(n);
+	int ret = s->err;
+	if (!ret && !m)
+		ret = -ENOMEM;
+	if (!ret && (ret = wk_shuf_open(t, s)))
+		wk_shuf_fail(s, ret, "reopen", s->iend);
+	if (!ret && (ret = ring_op_get(t->ring, &op)))
+		wk_shuf_fail(s, ret, "write of the index", s->iend);
+	if (ret) {
+		ushi_free(m);
+		return ret;
+	}
+	memcpy(m, s->ipend, n);
+	memmove(s->ipend, s->ipend + n, s->ilen - n);
+	s->ilen -= n;
+	s->ioff = off;
+	op->cb = idx_done;
+	op->owner = s;
+	ring_write_at(t->ring, op, NULL, m, s->iend, (uint32_t)n, s->ifd, -1);
+	s->iend += n;
+	s->writes++;
+	t->writes++;
+	s->iunsynced = true;
+	return 0;
+}
+
+/* Writes the partial tail of s's buffer padded to a whole block, waits
+ * for it, and keeps the tail block at the start of the buffer. */
+static int flush_tail(struct wk_thread *t, struct wk_shuf *s)
+{
+	struct ushi_buf *b = s->buf;
+	if (!b || !s->len || s->err)
+		return s->err;
+	uint32_t len = s->len;
+	uint32_t n = (uint32_t)ALIGN_UP((uint64_t)len, align_of(s));
+	memset(b->data + len, 0, n - len);
+	int ret = log_submit(s, b, b->data, n, s->base, s->base + len);
+	if (!ret)
+		ret = wait_writes(t, s);
+	if (ret || s->err)
+		return ret ? ret : s->err;
+	uint32_t k = (uint32_t)align_down(s, len);
+	memmove(b->data, b->data + k, len - k);
+	s->base += k;
+	s->len = len - k;
+	return 0;
+}
+
+/* Frees a pool buffer: waits for writes, or parks the oldest log's
+ * buffer when none is in flight (that log's failure is its shuffle's,
+ * not the caller's). */
+static int make_room(struct wk_thread *t, struct wk_shuf *keep)
 {
 	if (t->writes)
 		return ring_reap(t->ring, 1);
-	if (t->bufq.head) {
-		flush_part(WK_PART_OF(t->bufq.head, bufq));
+	for (struct wk_link *l = t->bufq.head; l; l = l->next) {
+		struct wk_shuf *s = WK_OF(l, struct wk_shuf, bufq);
+		if (s == keep)
+			continue;
+		wk_log(t->wk, 2, "thread %u: shuffle %u's log gives its buffer "
+		       "up", t->idx, s->shuffle);
+		flush_tail(t, s);
+		/* Its tail is on disk: read back when it next gets one. */
+		wk_list_del(&t->bufq, &s->bufq);
+		pool_put(ring_pool(t->ring), s->buf);
+		s->buf = NULL;
+		s->base += s->len;
+		s->base = align_down(s, s->base);
+		s->len = 0;
 		return 0;
 	}
-	return ushi_fail(USH_EPOOL, "worker: no flush buffer free");
+	return ushi_fail(USH_EPOOL, "worker: no log buffer free");
 }
 
-/* Room in a flush buffer beyond what frames may fill: a PAD frame. */
-static uint32_t reserve(const struct wk_part *p)
+int wk_store_reclaim(struct wk_thread *t)
 {
-	return p->direct ? USHI_ALIGN + USH_FRAME_HDR_SIZE : 0;
+	if (!t->writes && !t->bufq.head)
+		return -EAGAIN;
+	return make_room(t, NULL);
+}
+
+/* Gives s a buffer holding the log's partial tail block (read back
+ * from the file when it is not in memory). */
+static int ensure_buf(struct wk_thread *t, struct wk_shuf *s)
+{
+	while (!s->buf) {
+		struct ushi_buf *b = pool_get(ring_pool(t->ring),
+					      t->flush_order);
+		if (!b) {
+			int ret = make_room(t, s);
+			if (ret)
+				return ret;
+			if (s->err)
+				return s->err;
+			continue;
+		}
+		uint32_t tail = (uint32_t)(s->end - s->base);
+		/* make_room() may have closed s's files for another's. */
+		int ret = tail ? wk_shuf_open(t, s) : 0;
+		if (ret) {
+			pool_put(ring_pool(t->ring), b);
+			return ret;
+		}
+		if (tail) {
+			ssize_t r = pread(s->fd, b->data, USHI_ALIGN,
+					  (off_t)s->base);
+			if (r < (ssize_t)tail) {
+				pool_put(ring_pool(t->ring), b);
+				wk_shuf_fail(s, r < 0 ? -errno : USH_ECORRUPT,
+					     "reading back the tail", s->base);
+				return s->err;
+			}
+		}
+		s->buf = b;
+		s->len = tail;
+		wk_list_add(&t->bufq, &s->bufq);
+	}
+	return 0;
+}
+
+/* Writes the whole blocks of s's buffer and carries its partial tail
+ * block over into another buffer. */
+static int flush_full(struct wk_thread *t, struct wk_shuf *s)
+{
+	struct ushi_buf *b = s->buf;
+	uint32_t k = (uint32_t)align_down(s, s->len), tail = s->len - k;
+	if (!k)
+		return 0;
+	uint8_t keep[USHI_ALIGN];
+	memcpy(keep, b->data + k, tail);
+	wk_list_del(&t->bufq, &s->bufq);
+	s->buf = NULL;
+	uint64_t off = s->base;
+	s->base += k;
+	s->len = 0;
+	int ret = log_submit(s, b, b->data, k, off, off + k);
+	/* The tail is in memory: no read back. */
+	uint64_t end = s->end;
+	s->end = s->base;
+	if (!ret)
+		ret = ensure_buf(t, s);
+	s->end = end;
+	if (ret) {
+		/* The tail's bytes are lost: the log has a hole. */
+		wk_shuf_fail(s, ret, "log buffer", s->base);
+		return ret;
+	}
+	memcpy(s->buf->data, keep, tail);
+	s->len = tail;
+	return 0;
+}
+
+/* A frame larger than a buffer: the buffer's bytes and the frame go out
+ * from one heap copy; its partial tail block stays in the buffer. */
+static int append_big(struct wk_shuf *s, const uint8_t *frame, uint32_t n)
+{
+	size_t tot = (size_t)s->len + n;
+	uint8_t *m = ushi_aligned_alloc(ALIGN_UP(tot, (size_t)USHI_ALIGN));
+	if (!m)
+		return -ENOMEM;
+	memcpy(m, s->buf->data, s->len);
+	memcpy(m + s->len, frame, n);
+	uint64_t k = align_down(s, tot);
+	memcpy(s->buf->data, m + k, tot - k);
+	uint64_t off = s->base;
+	s->base += k;
+	s->len = (uint32_t)(tot - k);
+	return log_submit(s, NULL, m, (uint32_t)k, off, off + k);
+}
+
+static int ipend_grow(struct wk_shuf *s)
+{
+	size_t c = s->icap ? 2 * s->icap : 64 * WK_IDX_ENTRY;
+	uint8_t *m = ushi_malloc(c);
+	if (!m)
+		return -ENOMEM;
+	if (s->ilen)
+		memcpy(m, s->ipend, s->ilen);
+	ushi_free(s->ipend);
+	s->ipend = m;
+	s->icap = c;
+	return 0;
 }
 
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame)
 {
 	int ret = 0;
-	struct wk_part *p = part_get(t, f->shuffle, f->partition, &ret);
-	if (!p)
+	struct wk_shuf *s = shuf_get(t, f->shuffle, &ret);
+	if (!s)
 		return ret;
-	if (p->s->err)
-		return p->s->err;
-	if (!p->in_dirty) {
-		wk_list_add(&p->s->dirty, &p->dirty);
-		p->in_dirty = true;
-	}
+	if (s->err)
+		return s->err;
+	if ((ret = wk_shuf_open(t, s)) || (ret = ensure_buf(t, s)))
+		return ret;
 	uint32_t n = (uint32_t)proto_size(f);
-	uint32_t cap = t->wk->o.flush_size;
-	if (n + reserve(p) > cap) {
-		/* Larger than a flush buffer: its own aligned heap copy. */
-		if ((ret = flush_part(p)))
-			return ret;
-		uint8_t *m = ushi_aligned_alloc(n + reserve(p));
-		if (!m)
-			return -ENOMEM;
-		memcpy(m, frame, n);
-		return submit(p, NULL, m, n);
-	}
-	if (p->buf && p->len + n + reserve(p) > cap && (ret = flush_part(p)))
+	uint32_t cap = s->buf->cap;
+	if (s->len + n > cap && (ret = flush_full(t, s)))
 		return ret;
-	while (!p->buf) {
-		struct ushi_buf *b = pool_get(ring_pool(t->ring),
-					      t->flush_order);
-		if (b) {
-			p->buf = b;
-			wk_list_add(&t->bufq, &p->bufq);
-		} else if ((ret = make_room(t))) {
-			return ret;
-		}
-		if (p->s->err)
-			return p->s->err;
+	if (s->ilen + WK_IDX_ENTRY > s->icap && (ret = ipend_grow(s)))
+		return ret;
+	if (!s->ilen)
+		s->ioff = s->end;
+	wk_idx_put(s->ipend + s->ilen, s->end, f);
+	s->ilen += WK_IDX_ENTRY;
+	s->end += n;
+	if (s->len + n > cap) {
+		ret = append_big(s, frame, n);
+	} else {
+		memcpy(s->buf->data + s->len, frame, n);
+		s->len += n;
 	}
-	memcpy(p->buf->data + p->len, frame, n);
-	p->len += n;
-	return 0;
+	if (!ret && s->ilen >= WK_IDX_BATCH)
+		ret = idx_flush(s);
+	return ret ? ret : s->err;
 }
 
 /* ------------------------------------------------------------ sync */
@@ -310,26 +452,32 @@ static int top_sync(struct wk_thread *t)
 
 static int shuf_sync(struct wk_thread *t, struct wk_shuf *s)
 {
-	for (struct wk_link *l = s->dirty.head; l && !s->err; l = l->next)
-		flush_part(WK_PART_OF(l, dirty));
-	while (s->writes) {
-		int ret = ring_reap(t->ring, 1);
-		if (ret)
-			return ret;
-	}
 	if (s->err)
 		return s->err;
-	while (s->dirty.head && !s->err) {
-		struct wk_part *p = WK_PART_OF(s->dirty.head, dirty);
-		/* Only synced files are closed: an unsynced one is open
-		 * (reopened here only should that ever change). */
-		int ret = p->unsynced ? wk_part_open(t, p) : 0;
+	if (s->len || s->ilen || s->unsynced || s->iunsynced) {
+		/* Only synced files are closed: reopened here only should
+		 * that ever change. */
+		int ret = wk_shuf_open(t, s);
 		if (ret)
-			wk_part_fail(p, ret, "reopen", p->off);
-		else
-			wk_part_sync(p);
-		wk_list_del(&s->dirty, &p->dirty);
-		p->in_dirty = false;
+			wk_shuf_fail(s, ret, "reopen", s->end);
+		if (!ret)
+			ret = flush_tail(t, s);
+		if (!ret)
+			ret = wait_writes(t, s);
+		if (ret)
+			return ret;
+		/* The log's bytes are durable before the entries that
+		 * point at them are written. */
+		if (s->unsynced && fdatasync(s->fd))
+			wk_shuf_fail(s, -errno, "fdatasync of the log", s->end);
+		s->unsynced = false;
+		if (!s->err && s->ilen)
+			ret = idx_flush(s);
+		if (!ret)
+			ret = wait_writes(t, s);
+		if (ret)
+			return ret;
+		wk_shuf_fsync(s);
 	}
 	if (s->err)
 		return s->err;
@@ -365,32 +513,18 @@ int wk_store_sync(struct wk_thread *t)
 
 /* ------------------------------------------------- drop and teardown */
 
-static void part_free(struct wk_thread *t, struct wk_part *p)
-{
-	if (p->fd >= 0)
-		wk_part_close(t, p);
-	if (p->buf) {
-		wk_list_del(&t->bufq, &p->bufq);
-		pool_put(ring_pool(t->ring), p->buf);
-	}
-	size_t h = hash(p->shuffle, p->partition) & t->pmask;
-	struct wk_part **pp = &t->ptab[h];
-	while (*pp != p)
-		pp = &(*pp)->hnext;
-	*pp = p->hnext;
-	ushi_free(p);
-	t->nparts--;
-}
-
-/* Frees s and its parts once none has a write in flight. */
+/* Frees s once none of its writes is in flight. */
 static void shuf_free(struct wk_thread *t, struct wk_shuf *s)
 {
 	while (s->writes && ring_reap(t->ring, 1) == 0)
 		;
-	for (struct wk_part *p = s->parts, *nx; p; p = nx) {
-		nx = p->snext;
-		part_free(t, p);
+	if (s->fd >= 0)
+		wk_shuf_close(t, s);
+	if (s->buf) {
+		wk_list_del(&t->bufq, &s->bufq);
+		pool_put(ring_pool(t->ring), s->buf);
 	}
+	ushi_free(s->ipend);
 	struct wk_shuf **sp = &t->stab[hash(s->shuffle, 0) & t->smask];
 	while (*sp != s)
 		sp = &(*sp)->hnext;
@@ -404,6 +538,7 @@ void wk_store_drop(struct wk_thread *t, uint32_t shuffle)
 	struct wk_shuf *s = shuf_find(t, shuffle);
 	if (s)
 		shuf_free(t, s);
+	wk_pdir_drop(t, shuffle);
 }
 
 void wk_store_close(struct wk_thread *t)
@@ -411,11 +546,10 @@ void wk_store_close(struct wk_thread *t)
 	for (size_t i = 0; t->stab && i <= t->smask; i++)
 		while (t->stab[i])
 			shuf_free(t, t->stab[i]);
-	ushi_free(t->ptab);
 	ushi_free(t->stab);
-	t->ptab = NULL;
 	t->stab = NULL;
-	t->pmask = t->smask = 0;
+	t->smask = 0;
+	wk_pdir_close(t);
 }
 
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
@@ -441,12 +575,11 @@ int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 			return fd;
 		struct dirent *de;
 		while (d && (de = readdir(d))) {
-			unsigned p, k;
+			unsigned k;
 			char tail[8];
 			/* 1024 threads at most: a larger number is not ours. */
-			if (sscanf(de->d_name, "p%u.t%u.%7s", &p, &k,
-				   tail) == 3 && !strcmp(tail, "data") &&
-			    k < 1024 && k >= max)
+			if (sscanf(de->d_name, "t%u.%7s", &k, tail) == 2 &&
+			    !strcmp(tail, "log") && k < 1024 && k >= max)
 				max = k + 1;
 		}
 		if (d)

@@ -134,7 +134,9 @@ struct ush_worker {
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
 	int dirfd;            /* --dir, opened once: paths resolve beneath */
-	unsigned open_max;    /* open partition files per thread */
+	unsigned open_max;    /* open log and index files per thread */
+	size_t pdir_budget;   /* partition directory cache per thread */
+	atomic_bool direct_refused; /* O_DIRECT refused for a log (logged) */
 	int err;
 };
 
@@ -172,19 +174,58 @@ static inline void wk_list_del(struct wk_list *l, struct wk_link *n)
 	n->prev = n->next = NULL;
 }
 
-/* The part whose link `field` is at link. */
-#define WK_PART_OF(link, field)                                              \
-	((struct wk_part *)(void *)((char *)(link) -                         \
-				    offsetof(struct wk_part, field)))
+/* The struct whose link `field` is at link. */
+#define WK_OF(link, type, field)                                             \
+	((type *)(void *)((char *)(link) - offsetof(type, field)))
 
-/* A shuffle's partition files on one thread (store.c). */
+/* Log writes of one shuffle log in flight at once (store.c). */
+#define WK_LOG_QD 8
+/* Index entries are written in batches of at least this many bytes
+ * (and at every sync). */
+#define WK_IDX_BATCH (64u << 10)
+/* An index entry's bytes (docs/format.md, "The worker's log"). */
+#define WK_IDX_ENTRY 20u
+/* Partition directories cached per worker, all threads together. */
+#define WK_PDIR_BUDGET (64u << 20)
+/* FETCH reads this long or longer are O_DIRECT (where the worker
+ * writes so); shorter ones go through the page cache. */
+#define WK_FETCH_DIRECT_MIN (32u << 10)
+/* Reads of one FETCH stream in flight at once. */
+#define WK_FETCH_READS 8
+
+/*
+ * A shuffle's log on one thread (store.c): "s<S>/t<T>.log", the DATA
+ * frames the thread received for S packed back to back, and
+ * "s<S>/t<T>.idx", one entry per frame. Frames are copied into buf (a
+ * pool buffer whose first byte is at file offset base, aligned) and
+ * written at aligned offsets; a sync writes the partial tail block
+ * padded and keeps it in buf, so the next write rewrites that block
+ * from its start. Its files may be closed (the open files are a
+ * bounded cache): the rest stays.
+ */
 struct wk_shuf {
 	struct wk_shuf *hnext;
+	struct wk_thread *t;
 	uint32_t shuffle;
-	struct wk_part *parts;  /* all of them, by snext */
-	struct wk_list dirty;   /* parts written since their last sync */
-	unsigned writes;        /* in flight */
-	unsigned fetch_threads; /* thread numbers whose files fetch looks
+	struct wk_link lru;     /* t->lru while its files are open */
+	struct wk_link bufq;    /* t->bufq while buf != NULL */
+	int fd, slot, ifd;      /* log (and its ring slot), index; or -1 */
+	bool opened;            /* the files were opened once (and checked) */
+	bool direct;            /* the log is O_DIRECT: aligned writes */
+	bool unsynced, iunsynced; /* written since their last fdatasync */
+	uint64_t end;           /* the log's logical end: the next frame */
+	uint64_t base;          /* file offset of buf->data[0] */
+	uint64_t written;       /* log bytes below it are written */
+	struct ushi_buf *buf;   /* the log buffer, or NULL */
+	uint32_t len;           /* bytes of buf in use: end - base */
+	uint8_t *ipend;         /* index entries not yet written */
+	size_t ilen, icap;
+	uint64_t ioff;          /* log offset of the first one's frame */
+	uint64_t iend;          /* the index file's end */
+	struct { uint64_t off, end; bool done; } wq[WK_LOG_QD];
+	unsigned wq_head, wq_n; /* log writes in flight, oldest first */
+	unsigned writes;        /* log and index writes in flight */
+	unsigned fetch_threads; /* thread numbers whose logs fetch looks
 				   for (0: not yet listed) */
 	bool dir_made;          /* s<S> exists (mkdir done) */
 	bool dir_unsynced;      /* s<S> has entries not yet synced */
@@ -192,43 +233,70 @@ struct wk_shuf {
 		    every later commit of it here fails with it */
 };
 
-/* A partition file of this thread and its flush buffer. Its fd may be
- * closed (the open files are a bounded cache): the rest stays. */
-struct wk_part {
-	struct wk_part *hnext;  /* the thread's table */
-	struct wk_part *snext;  /* its shuffle's parts */
-	struct wk_link lru;     /* t->lru while fd >= 0 */
-	struct wk_link bufq;    /* t->bufq while buf != NULL */
-	struct wk_link dirty;   /* s->dirty while in_dirty */
-	struct wk_thread *t;
-	struct wk_shuf *s;
-	uint32_t shuffle, partition;
-	int fd, slot;
-	bool direct, unsynced;
-	bool opened;         /* the file was opened once (and scanned) */
-	bool in_dirty;
-	uint64_t off;        /* end of the data submitted so far */
-	struct ushi_buf *buf; /* flush buffer, or NULL */
+/* One frame of a partition directory (fetch.c). */
+struct wk_pent {
+	uint64_t off;
+	uint32_t len, map, attempt, partition;
+};
+
+/* A (shuffle, thread)'s frames by partition, built from its index. */
+struct wk_pdir {
+	struct wk_link lru;     /* t->pdirs, least recently used first */
+	uint32_t shuffle, thread;
+	uint64_t idx_size;      /* index bytes it was built from */
+	struct wk_pent *ent;    /* by partition, log order within one */
+	uint32_t nent;
+	uint32_t *start;        /* partition p: ent[start[p] .. start[p+1]),
+				   or NULL: binary search */
+	uint32_t nparts;        /* start has nparts + 1 entries */
+	size_t bytes;
+};
+
+/* What a FETCH streams: the wanted frames of the partition, in order. */
+struct wk_fent {
+	uint64_t off;
 	uint32_t len;
-	unsigned writes;
-	int err;
+	uint16_t thread;
+};
+
+struct wk_fetch;
+
+/* A read of a FETCH stream: a run of adjacent frames of one log. */
+struct wk_fread {
+	struct wk_fetch *fe;
+	struct ushi_buf *buf;   /* pool memory, or NULL: heap */
+	uint8_t *mem;
+	uint64_t off;           /* aligned file offset of mem[0] */
+	uint32_t need, got;     /* bytes asked for; read so far */
+	uint32_t lead;          /* mem[lead] is the first frame's byte */
+	uint32_t len, frames;   /* frame bytes and frames to send */
+	int res;                /* an error, or 0 */
+	bool inflight, done;
 };
 
 struct wk_out {
 	struct wk_out *next;
 	uint32_t len;
+	const uint8_t *ptr;     /* what to send: data, or a read's memory */
+	struct ushi_buf *buf;   /* pool buffer to return after the send */
+	void *heap;             /* memory to free after the send */
 	uint8_t data[];
 };
 
 struct wk_fetch {
+	struct wk_thread *t;
 	uint32_t shuffle, partition;
 	uint64_t skip;            /* stream bytes the reader already has */
 	struct proto_want *m;     /* attempts asked for, ascending maps */
 	uint32_t nm;
-	char **files;
-	unsigned nfiles, fi;
-	int fd;
-	uint64_t off, size;
+	struct wk_fent *ent;      /* the frames to stream */
+	uint32_t nent, next;      /* entries; the next one to read */
+	int fd, dfd;              /* log being read, buffered and O_DIRECT
+				     (-1: not open, -2: refused) */
+	unsigned fd_thread;
+	struct wk_fread rd[WK_FETCH_READS];
+	unsigned rhead, rn;       /* reads queued, oldest first */
+	unsigned inflight;        /* reads the kernel holds */
 	uint64_t frames, bytes;
 	bool done;
 };
@@ -298,18 +366,19 @@ struct wk_thread {
 	unsigned naccepted;
 	bool stopping;         /* draining: see drain_start() */
 	uint64_t drain_end;    /* then every connection is told to go */
-	struct wk_part **ptab;
-	size_t pmask, nparts;
 	struct wk_shuf **stab;
 	size_t smask, nshuf;
-	struct wk_list lru;    /* parts with an open file, least recently
+	struct wk_list lru;    /* logs with open files, least recently
 				  written first */
-	struct wk_list bufq;   /* parts holding a flush buffer, oldest
-				  first */
-	unsigned nopen;        /* open partition files (at most
+	struct wk_list bufq;   /* logs holding a log buffer, oldest first */
+	unsigned nopen;        /* open log and index files (at most
 				  wk->open_max) */
-	unsigned writes;       /* partition writes in flight */
+	unsigned writes;       /* log and index writes in flight */
 	unsigned flush_order;
+	struct wk_list pdirs;  /* cached partition directories, LRU */
+	size_t pdir_bytes;     /* their memory (at most wk->pdir_budget) */
+	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
+				  half the pool) */
 	int log_fd;
 	uint64_t log_off;
 	bool dir_unsynced;
@@ -375,7 +444,7 @@ void wk_app_expire(struct wk_thread *t);
 void wk_sweep(struct ush_worker *wk);
 void wk_app_free(struct ush_worker *wk);
 
-/* files.c: --dir, the bounded cache of open partition files. */
+/* files.c: --dir, the bounded cache of open log files. */
 /* Opens --dir (wk->dirfd) and sets the open file budget. */
 int wk_store_init(struct ush_worker *wk);
 void wk_store_fini(struct ush_worker *wk);
@@ -386,35 +455,50 @@ void wk_store_fini(struct ush_worker *wk);
  * leaves --dir. */
 int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
 		    mode_t mode);
-/* Makes p's file open (created and scanned at the first open, reopened
- * after an eviction) and the most recently used, closing another when
- * the thread is at its budget. Returns 0 or -errno. */
-int wk_part_open(struct wk_thread *t, struct wk_part *p);
-/* fdatasyncs p's open file if it has unsynced writes. */
-void wk_part_sync(struct wk_part *p);
-/* Closes p's file (synced or not: a dropped shuffle's). */
-void wk_part_close(struct wk_thread *t, struct wk_part *p);
-/* Records p's failure (of what, at offset off) as its shuffle's error on
- * this thread, logged once. */
-void wk_part_fail(struct wk_part *p, int err, const char *what,
+/* What a failed wk_open_beneath() means, for a message. */
+const char *wk_why_open(int err);
+/* Makes s's log and index open (created, or checked and cut after the
+ * last valid entry at the first open; reopened after an eviction) and
+ * the most recently used, closing another's when the thread is at its
+ * budget. Returns 0 or -errno. */
+int wk_shuf_open(struct wk_thread *t, struct wk_shuf *s);
+/* fdatasyncs s's open files that have unsynced writes: the log first. */
+void wk_shuf_fsync(struct wk_shuf *s);
+/* Closes s's files (synced or not: a dropped shuffle's). */
+void wk_shuf_close(struct wk_thread *t, struct wk_shuf *s);
+/* Records s's failure (of what, at offset off) as its error on this
+ * thread, logged once. */
+void wk_shuf_fail(struct wk_shuf *s, int err, const char *what,
 		  uint64_t off);
 /* Removes <dir>/s<S> and the files in it; a link in its place is
  * removed, never followed. */
 void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
+/* Writes the index entry of frame f, at log offset off, to e. */
+void wk_idx_put(uint8_t *e, uint64_t off, const struct ushi_frame *f);
+/* Checks the index entry at e, of the frame at log offset off (its
+ * CRC): 0, or USH_ECORRUPT. Fills len and the fields given (NULL: not
+ * wanted). */
+int wk_idx_get(const uint8_t *e, uint64_t off, uint32_t *len,
+	       uint32_t *partition, uint32_t *map, uint32_t *attempt);
 
-/* store.c: partitions and their flush buffers. */
+/* store.c: shuffle logs and their buffers. */
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame);
-/* Writes the shuffle's flush buffers, waits for its writes and syncs
- * the files (and directories) they touched: after it every frame of
- * the shuffle received so far is durable. Fails with the shuffle's
- * first failed write or sync, if it had one here. */
+/* Writes the shuffle's log buffer and index entries, waits for its
+ * writes and syncs its log, then its index (and directories): after it
+ * every frame of the shuffle received so far on this thread is durable.
+ * Fails with the shuffle's first failed write or sync, if it had one
+ * here. */
 int wk_store_sync_shuffle(struct wk_thread *t, uint32_t shuffle);
 /* The same for every shuffle; returns the first failure that is new. */
 int wk_store_sync(struct wk_thread *t);
 void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
 void wk_store_close(struct wk_thread *t);
-/* How many thread numbers may have files of shuffle here: this run's
+/* Frees a log buffer for someone else (a FETCH's read): waits for a
+ * write, or parks the oldest idle log's buffer. Returns 0, or -EAGAIN
+ * when there is nothing to free. */
+int wk_store_reclaim(struct wk_thread *t);
+/* How many thread numbers may have logs of shuffle here: this run's
  * threads and those of an earlier run with more (found by listing s<S>
  * once per thread and shuffle). Returns 0 or -errno. */
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
@@ -426,6 +510,8 @@ void wk_conn_process(struct wk_conn *c);
 void wk_conn_leave(struct wk_conn *c);
 /* An empty output with room for cap bytes, or NULL. */
 struct wk_out *wk_out_new(size_t cap);
+/* Frees o and what it holds (a pool buffer goes back to t's pool). */
+void wk_out_free(struct wk_thread *t, struct wk_out *o);
 /* Appends o to c's output queue; c owns it from here on. */
 void wk_conn_queue(struct wk_conn *c, struct wk_out *o);
 /* Queues a copy of the n-byte frame. */
@@ -444,10 +530,15 @@ void wk_conn_pump(struct wk_conn *c);
 /* fetch.c */
 int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
 		   const uint8_t *payload);
-/* Queues the next chunk of the stream when the connection's output is
- * idle. */
+/* Submits the stream's next reads and queues the oldest done one when
+ * the connection's output is idle. */
 void wk_fetch_pump(struct wk_conn *c);
+/* Whether the kernel still holds reads of fe (it may not be freed). */
+bool wk_fetch_busy(const struct wk_fetch *fe);
 void wk_fetch_free(struct wk_fetch *fe);
+/* Forgets the cached partition directories of shuffle. */
+void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle);
+void wk_pdir_close(struct wk_thread *t);
 
 /* loop.c */
 void *wk_thread_main(void *arg);

@@ -27,7 +27,7 @@ static const struct ush_worker_opts worker_defaults = {
 	.window = 4u << 20,
 	.max_frame = 64u << 20,
 	.pool_bytes = 32u << 20,
-	.flush_size = 256u << 10,
+	.direct = 1,
 	.hello_timeout_ms = 10000,
 	.app_ttl_ms = 300000,
 	.idle_timeout_ms = 300000,
@@ -442,8 +442,10 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->o.max_frame = def->max_frame;
 	if (!wk->o.pool_bytes)
 		wk->o.pool_bytes = def->pool_bytes;
-	if (!wk->o.flush_size)
-		wk->o.flush_size = def->flush_size;
+	/* Log buffers of 1 MiB, or a quarter of a smaller pool. */
+	for (uint32_t fs = 1u << 20; !wk->o.flush_size; fs /= 2)
+		if (fs <= 16384 || (size_t)fs * 4 <= wk->o.pool_bytes)
+			wk->o.flush_size = fs;
 	if (!wk->o.hello_timeout_ms)
 		wk->o.hello_timeout_ms = def->hello_timeout_ms;
 	if (!wk->o.app_ttl_ms)
