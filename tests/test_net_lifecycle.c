@@ -321,6 +321,33 @@ static void sweep_and_foreign_log(void **state)
 	assert_int_equal(s.st_size, 200);
 }
 
+/* A shuffle stored by a 0.3 worker (a file per partition) stops the
+ * start with a message saying what to do, rather than being served as
+ * empty; without it the worker starts and serves its shuffles. */
+static void old_layout_refused(void **state)
+{
+	(void)state;
+	spawn(NULL);
+	int ret;
+	struct ush_status st = put("app", 3, 0, 80, &ret);
+	th_ok(ret);
+	th_worker_stop(&wk);
+	char path[700], err[1024];
+	snprintf(path, sizeof(path), "%s/s3/p0.t0.data", wk.dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("frames of 0.3", f);
+	fclose(f);
+	assert_int_equal(run_worker(err, sizeof(err), "127.0.0.1:0", wk.dir),
+			 1);
+	if (!strstr(err, "p0.t0.data") || !strstr(err, "0.3"))
+		fail_msg("%s", err);
+	assert_int_equal(unlink(path), 0);
+	th_worker_spawn(&wk, "127.0.0.1", wk.port, 1);
+	assert_int_equal(count(&st, 1), 10);
+	th_status_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -335,6 +362,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(log_is_compacted, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(sweep_and_foreign_log, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(old_layout_refused, setup,
 						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -257,7 +257,7 @@ void wk_sweep(struct ush_worker *wk)
 	closedir(d);
 }
 
-void wk_app_usage(struct ush_worker *wk)
+int wk_app_usage(struct ush_worker *wk)
 {
 	for (size_t i = 0; i < wk->nowners; i++) {
 		char name[16];
@@ -273,17 +273,34 @@ void wk_app_usage(struct ush_worker *wk)
 		uint64_t sum = 0;
 		struct dirent *de;
 		struct stat st;
-		while ((de = readdir(d)))
+		unsigned p, t;
+		char c;
+		while ((de = readdir(d))) {
+			/* A 0.3 worker's partition file: that layout is not
+			 * served, so starting would lose the shuffle. */
+			if (sscanf(de->d_name, "p%u.t%u.dat%c", &p, &t, &c) == 3) {
+				closedir(d);
+				return ushi_fail(USH_EVERSION, "worker: %s/%s/%s "
+						"is a partition file of ushuffled "
+						"0.3, whose layout this version "
+						"does not read: drain the worker "
+						"with the old version (or drop "
+						"shuffle %u) before upgrading",
+						wk->dir, name, de->d_name,
+						wk->owners[i].shuffle);
+			}
 			if (!fstatat(dirfd(d), de->d_name, &st,
 				     AT_SYMLINK_NOFOLLOW) &&
 			    S_ISREG(st.st_mode))
 				sum += (uint64_t)st.st_size;
+		}
 		closedir(d);
 		wk->owners[i].bytes = sum;
 		struct wk_app *a = app_find(wk, wk->owners[i].app);
 		if (a)
 			atomic_fetch_add(&a->bytes, sum);
 	}
+	return 0;
 }
 
 int wk_secret(struct ush_worker *wk, const char *app, uint8_t *key)

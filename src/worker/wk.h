@@ -428,8 +428,9 @@ int wk_app_seen(struct ush_worker *wk, const char *app);
 /* The application's entry (made if new, and alive now), or NULL. */
 struct wk_app *wk_app_get(struct ush_worker *wk, const char *app);
 struct wk_owner *wk_owner_find(struct ush_worker *wk, uint32_t shuffle);
-/* At start: the bytes each owned shuffle holds in --dir. */
-void wk_app_usage(struct ush_worker *wk);
+/* At start: the bytes each owned shuffle holds in --dir. Fails with
+ * USH_EVERSION for a shuffle stored in an older worker's layout. */
+int wk_app_usage(struct ush_worker *wk);
 /* The secret of app (its file in secrets_dir, else the shared one) into
  * key (USHI_SECRET_MAX bytes): its length, 0 for none, or an error. No
  * lock needed. */

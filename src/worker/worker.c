@@ -535,7 +535,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!ret)
 		wk_sweep(wk);
 	if (!ret)
-		wk_app_usage(wk);
+		ret = wk_app_usage(wk);
 	if (!ret && !wk->o.max_app_bytes)
 		wk->o.max_app_bytes = half_fs(wk);
 	if (!ret)
