@@ -416,9 +416,7 @@ static void prep_send(struct ush_ring *r, struct ushi_op *op)
 	struct io_uring_sqe *sqe = get_sqe(r);
 	const uint8_t *a = io->addr + io->done;
 	size_t n = io->len - io->done;
-	/* An own send is never resubmitted here: MSG_WAITALL has the kernel
-	 * retry a short one, so only an error ends it early. */
-	int flags = MSG_NOSIGNAL | (s->own_cb ? MSG_WAITALL : 0);
+	int flags = MSG_NOSIGNAL;
 	if (op->kind == OP_SENDMSG)
 		io_uring_prep_sendmsg(sqe, io->fd, s->msg, (unsigned)flags);
 	else if (op->kind == OP_SEND_ZC && io->buf && r->fixedbufs)

@@ -127,12 +127,12 @@ int ring_op_get(struct ush_ring *r, struct ushi_op **op);
 void ring_start(struct ush_ring *r, struct ushi_op *op);
 /*
  * Queues what is left of send op (io.len - io.done bytes; an OP_SENDMSG
- * sends send.msg as the submitter set it) with MSG_WAITALL, so a stream
- * socket's short send is retried by the kernel, and without resubmitting
- * anything itself: own_cb gets every first CQE as the kernel gave it (with
- * io.done counting a positive res) and the submitter calls this again for
- * the rest or ends the op (ring_send_end()). Started (counted in flight,
- * timed) on the first call. Safe inside a completion callback.
+ * sends send.msg as the submitter set it) and never resubmits anything
+ * itself: own_cb gets every first CQE as the kernel gave it (with io.done
+ * counting a positive res; a short send, EAGAIN, an error) and the
+ * submitter calls this again for the rest, with whatever it adds, or ends
+ * the op (ring_send_end()). Started (counted in flight, timed) on the
+ * first call. Safe inside a completion callback.
  */
 void ring_send_own(struct ush_ring *r, struct ushi_op *op, ushi_op_cb own_cb);
 /* Ends an own send with res (bytes or an error): its callback runs now,

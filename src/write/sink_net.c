@@ -5,8 +5,8 @@
  * queued frame (up to SEND_IOV) in one op, so whatever the writer queued
  * between two ring entries reaches the socket in one go, or a SEND_ZC of
  * one frame from the registered pool (from zc_threshold bytes) while zero
- * copy pays. Both go with MSG_WAITALL; an error that ends one part way
- * releases the frames sent and resumes from the first byte not sent. A
+ * copy pays. A send that comes back short releases the frames it covered
+ * and resumes from the first byte not sent, gathering what queued since. A
  * SEND_ZC buffer returns to the pool only after its notification. The
  * kernel's usage report is counted, and a connection whose zero-copy
  * sends keep coming back "copied" (loopback) stops paying for them.
@@ -165,6 +165,7 @@ static void gather_start(struct conn *c)
 	c->msg = (struct msghdr){.msg_iov = c->iov, .msg_iovlen = n};
 	c->gather->io.len = (uint32_t)len;
 	c->gather->io.done = 0;
+	c->n->st->net_send_ops++;
 	ring_send_own(c->n->w->ring, c->gather, gather_sent);
 }
 
@@ -186,8 +187,9 @@ static void gather_sent(struct ushi_op *op, int res)
 	}
 	bool again = res == -EAGAIN || res == -EINTR || (res > 0 && c->qsend);
 	if (again && !c->err) {
-		/* Short (an error part way, MSG_WAITALL notwithstanding): the
-		 * rest, from the first byte not sent. */
+		/* Short (the socket's buffer filled): the rest, from the
+		 * first byte not sent, and what queued meanwhile. */
+		c->n->st->net_short_sends += res > 0;
 		gather_start(c);
 		return;
 	}
@@ -207,6 +209,8 @@ static void zc_sent(struct ushi_op *op, int res)
 	bool again = res == -EAGAIN || res == -EINTR ||
 		     (res > 0 && op->io.done < op->io.len);
 	if (again && !c->err) {
+		c->n->st->net_short_sends += res > 0;
+		c->n->st->net_send_ops++;
 		ring_send_own(r, op, zc_sent); /* the rest */
 		return;
 	}
@@ -241,8 +245,10 @@ static void kick(struct conn *c)
 	c->qbytes = 0; /* counts what queued since the last start */
 	if (c->qn) {
 		c->busy = true;
-		if (c->q[c->qhead].zc)
+		if (c->q[c->qhead].zc) {
+			c->n->st->net_send_ops++;
 			ring_send_own(r, c->q[c->qhead].zc, zc_sent);
+		}
 		else
 			gather_start(c);
 	}
@@ -469,8 +475,10 @@ static int net_open(struct ush_writer *w)
 	n->threshold = o->zc_threshold ? o->zc_threshold :
 					 ZC_DEFAULT_THRESHOLD;
 	n->psync = o->ioengine == USH_IOENGINE_PSYNC;
-	for (unsigned i = 0; i < nc; i++)
+	for (unsigned i = 0; i < nc; i++) {
+		c[i].n = n;
 		c[i].fd = -1;
+	}
 	int ret = net_parse_workers(o->workers, peers, nc);
 	if (ret < 0) {
 		ushi_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
@@ -488,7 +496,6 @@ static int net_open(struct ush_writer *w)
 					    .map = o->map,
 					    .attempt = o->attempt};
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
-		c[i].n = n;
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
 		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
 		if (fd < 0) {
