@@ -182,6 +182,8 @@ struct push {
 	size_t push_size;
 	int sqpoll;
 	int send_zc;
+	uint32_t zc_threshold;
+	unsigned iodepth;
 };
 
 /* Pushes map m of records th_rec(m, i) to partition i % partitions;
@@ -195,6 +197,7 @@ static void push_map(const struct push *u, uint32_t m, struct ush_status *st,
 	ro.pool_bytes = 8u << 20;
 	ro.push_size = u->push_size ? u->push_size : ro.push_size;
 	ro.sqpoll = u->sqpoll;
+	ro.iodepth = u->iodepth ? u->iodepth : ro.iodepth;
 	int ret = ush_ring_create(&ring, &ro);
 	if (u->sqpoll && (ret == -EPERM || ret == -EINVAL)) {
 		print_message("SQPOLL refused here: %s\n", ush_last_error());
@@ -204,7 +207,7 @@ static void push_map(const struct push *u, uint32_t m, struct ush_status *st,
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = u->shuffle,
 		.map = m, .partitions = u->partitions,
 		.target = USH_TARGET_NET, .workers = u->workers,
-		.send_zc = u->send_zc};
+		.send_zc = u->send_zc, .zc_threshold = u->zc_threshold};
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	uint8_t buf[1024];
@@ -349,6 +352,33 @@ static void sqpoll_push_and_read(void **state)
 	proxy_stop(&p);
 }
 
+/*
+ * Two workers and an iodepth of 3: two receives stay armed and one op is
+ * left. Frames above 65,000 bytes go zero-copy (an op each), the others
+ * are gathered (the connection's one SENDMSG op): a frame must never wait
+ * for an op that a frame held back for the next gather keeps.
+ */
+static void zero_copy_and_gathers_share_one_op(void **state)
+{
+	(void)state;
+	struct th_worker w2 = {0};
+	snprintf(w2.dir, sizeof(w2.dir), "%s", th_tmpdir("wire2"));
+	th_worker_spawn(&w2, "127.0.0.1", 0, 1);
+	char list[160];
+	snprintf(list, sizeof(list), "%s,%s", wk.addr, w2.addr);
+	struct ush_writer_stats t;
+	struct push u = {.workers = list, .shuffle = 6, .partitions = 4,
+			 .records = 20000, .iodepth = 3,
+			 .zc_threshold = 65000};
+	push_and_verify(&u, 2, &t);
+	print_message("%llu frames, %llu zero-copy\n",
+		      (unsigned long long)t.batches,
+		      (unsigned long long)t.net_zc_sends);
+	assert_true(t.net_zc_sends > 0 && t.net_zc_sends < t.batches);
+	th_worker_stop(&w2);
+	th_rmrf(w2.dir);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -359,6 +389,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(sqpoll_push_and_read, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			zero_copy_and_gathers_share_one_op, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -652,8 +652,11 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		ret = wait_for(n, c, has_room, 0, "sends not taken within the "
 			       "timeout (worker stalled?)");
 	bool zc = w->o.send_zc == 1 || (c->zc && flen >= n->threshold);
-	if (!ret && zc)
+	if (!ret && zc) {
+		/* Taking may reap: what was held back must be going. */
+		kick_all(n);
 		ret = ring_op_get(w->ring, &op);
+	}
 	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
 			.zc = op, .t0 = ushi_now_ns()};
 	if (op) {
