@@ -332,6 +332,57 @@ static void reader_takes_frames_in_pieces(void **state)
 	proxy_stop(&p);
 }
 
+/*
+ * Frames above the reader's 2 MiB receive buffer (a record above the push
+ * size goes out alone) between small ones, all received in pieces: the
+ * buffer grows to the frame and the records around it stay intact.
+ */
+static void reader_takes_a_frame_above_its_buffer(void **state)
+{
+	(void)state;
+	struct proxy p = {.down_bytes1 = 4096, .down_chunk = 4000};
+	proxy_start(&p, wk.port);
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 7,
+		.partitions = 1, .target = USH_TARGET_NET, .workers = p.addr};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	enum { BIG = 3 << 20, N = 7 };
+	uint8_t *big = malloc(BIG);
+	assert_non_null(big);
+	size_t lens[N];
+	for (uint32_t i = 0; i < N; i++) {
+		lens[i] = i % 3 == 1 ? BIG - i : 100 + i;
+		th_fill(big, lens[i], i + 1);
+		th_ok(ush_writer_write(w, 0, big, lens[i]));
+	}
+	th_ok(ush_writer_commit(w, NULL));
+	struct ush_status st;
+	th_ok(ush_writer_status(w, &st));
+	ush_reader *r;
+	th_ok(th_reader_open(&r, &st, 1, 0, 20000));
+	const void *rec;
+	size_t len;
+	uint8_t *exp = malloc(BIG);
+	assert_non_null(exp);
+	for (uint32_t i = 0; i < N; i++) {
+		assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+		assert_int_equal(len, lens[i]);
+		th_fill(exp, lens[i], i + 1);
+		assert_memory_equal(rec, exp, len);
+	}
+	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
+	ush_reader_free(r);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	free(big);
+	free(exp);
+	proxy_stop(&p);
+}
+
 /* A whole shuffle through an SQPOLL ring and a real worker: pushed,
  * committed and every record read back. */
 static void sqpoll_push_and_read(void **state)
@@ -387,6 +438,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(reader_takes_frames_in_pieces,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			reader_takes_a_frame_above_its_buffer, setup, teardown),
 		cmocka_unit_test_setup_teardown(sqpoll_push_and_read, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(
