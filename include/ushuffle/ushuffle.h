@@ -287,6 +287,11 @@ struct ush_writer_stats {
 				    because the kernel copied anyway */
 	uint32_t net_workers;
 	uint64_t net_credit_waits; /* sends that waited for worker credit */
+	uint64_t net_send_ops;   /* send operations issued (one SENDMSG may
+				    carry many frames; a resumed send counts
+				    again) */
+	uint64_t net_short_sends; /* ... that the kernel completed short and
+				     were resumed from the next byte */
 };
 
 /*

@@ -416,15 +416,18 @@ static void prep_send(struct ush_ring *r, struct ushi_op *op)
 	struct io_uring_sqe *sqe = get_sqe(r);
 	const uint8_t *a = io->addr + io->done;
 	size_t n = io->len - io->done;
-	if (op->kind == OP_SEND_ZC && io->buf && r->fixedbufs)
-		io_uring_prep_send_zc_fixed(sqe, io->fd, a, n, MSG_NOSIGNAL,
+	int flags = MSG_NOSIGNAL;
+	if (op->kind == OP_SENDMSG)
+		io_uring_prep_sendmsg(sqe, io->fd, s->msg, (unsigned)flags);
+	else if (op->kind == OP_SEND_ZC && io->buf && r->fixedbufs)
+		io_uring_prep_send_zc_fixed(sqe, io->fd, a, n, flags,
 					    IORING_SEND_ZC_REPORT_USAGE,
 					    POOL_BUF_INDEX);
 	else if (op->kind == OP_SEND_ZC)
-		io_uring_prep_send_zc(sqe, io->fd, a, n, MSG_NOSIGNAL,
+		io_uring_prep_send_zc(sqe, io->fd, a, n, flags,
 				      IORING_SEND_ZC_REPORT_USAGE);
 	else
-		io_uring_prep_send(sqe, io->fd, a, n, MSG_NOSIGNAL);
+		io_uring_prep_send(sqe, io->fd, a, n, flags);
 	sqe_done(r, sqe, op, io->fixed_file);
 	if (!s->timeout_ms)
 		return;
@@ -462,6 +465,12 @@ static void complete_send(struct ush_ring *r, struct ushi_op *op, int res,
 		if (flags & IORING_CQE_F_MORE)
 			s->notifs++;
 	}
+	if (s->own_cb) {
+		if (res > 0)
+			op->io.done += (uint32_t)res;
+		s->own_cb(op, res);
+		return;
+	}
 	if (!io_over(&op->io, &res)) {
 		prep_send(r, op);
 		return;
@@ -492,6 +501,45 @@ void ring_start(struct ush_ring *r, struct ushi_op *op)
 	default:
 		ushi_panic("ring: op kind %d cannot be started", op->kind);
 	}
+}
+
+void ring_send_own(struct ush_ring *r, struct ushi_op *op, ushi_op_cb own_cb)
+{
+	if (op->kind != OP_SEND && op->kind != OP_SEND_ZC &&
+	    op->kind != OP_SENDMSG)
+		ushi_panic("ring: op kind %d is not a send", op->kind);
+	if (!op->send.own_cb) {
+		r->inflight++;
+		op->io.t0 = ushi_now_ns();
+	}
+	op->send.own_cb = own_cb;
+	prep_send(r, op);
+}
+
+void ring_send_end(struct ush_ring *r, struct ushi_op *op, int res)
+{
+	struct ushi_send *s = &op->send;
+	if (s->keep) {
+		if (s->notifs)
+			ushi_panic("ring: a kept send ended before its "
+				  "notifications");
+		r->inflight--;
+		s->own_cb = NULL;
+		return;
+	}
+	if (s->sent_cb)
+		s->sent_cb(op, res);
+	if (s->notifs) {
+		s->sent = true;
+		s->res = res;
+		return;
+	}
+	finish(r, op, res);
+}
+
+void ring_op_put(struct ush_ring *r, struct ushi_op *op)
+{
+	recycle(r, op);
 }
 
 void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
@@ -587,6 +635,7 @@ static void complete(struct ush_ring *r, struct ushi_op *op, int res,
 		break;
 	case OP_SEND:
 	case OP_SEND_ZC:
+	case OP_SENDMSG:
 		complete_send(r, op, res, flags);
 		break;
 	default:
@@ -638,6 +687,25 @@ int ring_reap(struct ush_ring *r, unsigned min)
 		return ushi_fail(ret, "ring: io_uring_submit_and_wait");
 	r->unsubmitted = 0;
 	reap_cqes(r);
+	return 0;
+}
+
+int ring_poll(struct ush_ring *r)
+{
+	/* Twice at most: what the first round's callbacks queued (the next
+	 * send on a socket) goes out now rather than at the next entry. */
+	for (int i = 0; i < 2; i++) {
+		int ret;
+		do
+			ret = io_uring_submit_and_get_events(&r->uring);
+		while (ret == -EINTR);
+		if (ret < 0 && ret != -EBUSY)
+			return ushi_fail(ret, "ring: io_uring_submit_and_get_"
+					"events");
+		r->unsubmitted = 0;
+		if (!reap_cqes(r) || !r->unsubmitted)
+			break;
+	}
 	return 0;
 }
 

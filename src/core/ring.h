@@ -30,6 +30,7 @@ enum ushi_op_kind {
 	OP_WRITE = 0,  /* io */
 	OP_SEND,       /* io + send */
 	OP_SEND_ZC,    /* io + send, zero-copy */
+	OP_SENDMSG,    /* io + send: send.msg, io.len bytes in all */
 	OP_RECV,       /* arm: single shot into addr/len */
 	OP_RECV_MS,    /* arm: multishot from provided buffer group bgid */
 	OP_ACCEPT_MS,  /* arm: multishot accept */
@@ -66,6 +67,15 @@ struct ushi_send {
 	/* The submitter's own link, for a queue of sends it holds back
 	 * (one send at a time per socket); the ring never touches it. */
 	struct ushi_op *qnext;
+	/* OP_SENDMSG: what to send (its iovecs must stay put until the
+	 * op's callback). */
+	struct msghdr *msg;
+	/* Sends driven by their submitter (ring_send_own()), which sees
+	 * every result in own_cb and decides what comes next. */
+	ushi_op_cb own_cb;
+	/* The submitter's op, reused: ring_send_end() does not recycle it
+	 * (nor calls cb); ring_op_put() returns it at last. */
+	bool keep;
 	/* Kept by the ring. */
 	uint8_t notifs;       /* SEND_ZC notifications still due */
 	bool sent;            /* SEND_ZC: data done, waiting for notifs */
@@ -118,6 +128,27 @@ int ring_op_get(struct ush_ring *r, struct ushi_op **op);
  * or reap.
  */
 void ring_start(struct ush_ring *r, struct ushi_op *op);
+/*
+ * Queues what is left of send op (io.len - io.done bytes; an OP_SENDMSG
+ * sends send.msg as the submitter set it) and never resubmits anything
+ * itself: own_cb gets every first CQE as the kernel gave it (with io.done
+ * counting a positive res; a short send, EAGAIN, an error) and the
+ * submitter calls this again for the rest, with whatever it adds, or ends
+ * the op (ring_send_end()). Started (counted in flight, timed) on the
+ * first call. Safe inside a completion callback.
+ */
+void ring_send_own(struct ush_ring *r, struct ushi_op *op, ushi_op_cb own_cb);
+/* Ends an own send with res (bytes or an error): its callback runs now,
+ * or after the zero-copy notifications still due; a kept op (send.keep)
+ * just stops counting in flight. */
+void ring_send_end(struct ush_ring *r, struct ushi_op *op, int res);
+/* Returns an op taken with ring_op_get() and not in flight. */
+void ring_op_put(struct ush_ring *r, struct ushi_op *op);
+/* Submits and runs the completions available, without waiting; on a
+ * DEFER_TASKRUN ring the kernel's deferred work (a send's retry once the
+ * socket drains) runs only inside such an entry. What the callbacks
+ * queue is submitted too. Returns 0 or -errno. */
+int ring_poll(struct ush_ring *r);
 /* ring_start() of op as a write of len bytes at addr (inside pool buffer
  * b, or NULL) to file offset off of fd, or of its registered slot when
  * slot >= 0. The caller has set op->cb and op->owner. */

@@ -3,21 +3,33 @@
  * an ERROR refusing), DATA..., FETCH_END. Frames are bounded before
  * anything is allocated and their CRC (the writer's, end to end) checked
  * here; the reader checks everything else against its map statuses.
+ *
+ * The stream is received in large recvs into one buffer and frames are
+ * parsed where they lie: the caller gets a pointer into it, valid until
+ * the next call. Only the start of a frame that the buffer's end cut off
+ * moves to the front (at most one frame per RECV_BUF received).
  */
 #include "net/net.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+/* Receive buffer while the stream is read; a larger frame grows it to
+ * the frame's size. All of a reader's streams are open at once but read
+ * one after another: until its turn a stream holds a small one. */
+#define RECV_BUF (2u << 20)
+#define RECV_BUF_OPEN 4096u
 
 struct reader_net {
 	int fd;
 	char peer[USHI_NET_PEER];
 	char where[USHI_NET_PEER + 48];
 	uint32_t shuffle, partition;
-	uint8_t *fbuf;
-	size_t fcap;
+	uint8_t *buf;   /* received bytes: [pos, len) not yet parsed */
+	size_t cap, pos, len;
 	uint64_t off;    /* stream bytes read */
 	uint64_t at;     /* stream offset of the last frame read */
 	uint64_t frames; /* DATA frames read */
@@ -38,28 +50,74 @@ static int fail_at(struct reader_net *r, int err, const char *what)
 			reader_net_where(r), r->partition, what);
 }
 
-/* Reads one whole frame into fbuf, bounded before it is allocated: by
- * the format's limit, not the worker's max_frame, which bounds what it
- * accepts now and may have been larger when the frames were stored. */
-static int read_frame(struct reader_net *r, struct ushi_frame *f)
+/* A buffer of cap bytes with the unparsed bytes at its front. */
+static int resize(struct reader_net *r, size_t cap)
+{
+	size_t have = r->len - r->pos;
+	uint8_t *b = ushi_malloc(cap);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b, r->buf + r->pos, have);
+	ushi_free(r->buf);
+	r->buf = b;
+	r->cap = cap;
+	r->pos = 0;
+	r->len = have;
+	return 0;
+}
+
+/* Makes [pos, pos + n) received: moves the unparsed bytes to the front
+ * when n does not fit behind pos, grows the buffer when n exceeds it,
+ * and receives as much as the socket holds, at least up to n. */
+static int fill(struct reader_net *r, size_t n)
+{
+	if (r->len - r->pos >= n)
+		return 0;
+	if (n > r->cap) {
+		int ret = resize(r, n);
+		if (ret)
+			return ret;
+	} else if (r->cap - r->pos < n) {
+		r->len -= r->pos;
+		memmove(r->buf, r->buf + r->pos, r->len);
+		r->pos = 0;
+	}
+	while (r->len - r->pos < n) {
+		ssize_t got = recv(r->fd, r->buf + r->len, r->cap - r->len, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		if (got == 0)
+			return -EPIPE;
+		r->len += (size_t)got;
+	}
+	return 0;
+}
+
+/* Parses the next whole frame in place, bounded before anything is
+ * allocated: by the format's limit, not the worker's max_frame, which
+ * bounds what it accepts now and may have been larger when the frames
+ * were stored. */
+static int read_frame(struct reader_net *r, struct ushi_frame *f,
+		      const uint8_t **frame)
 {
 	const char *why = "";
-	uint8_t h[USH_FRAME_HDR_SIZE];
 	r->at = r->off;
-	int ret = net_read(r->fd, h, USH_FRAME_HDR_SIZE);
+	int ret = fill(r, USH_FRAME_HDR_SIZE);
+	if (!ret)
+		ret = proto_header(r->buf + r->pos, f, USHI_FRAME_MAX, false,
+				   &why);
+	if (!ret)
+		ret = fill(r, proto_size(f));
 	if (ret == -EPIPE)
 		why = "the worker closed the stream";
-	if (!ret && (ret = proto_header(h, f, USHI_FRAME_MAX, false, &why)) == 0)
-		ret = ushi_grow(&r->fbuf, &r->fcap, proto_size(f));
-	if (!ret)
-		memcpy(r->fbuf, h, USH_FRAME_HDR_SIZE);
-	if (!ret)
-		ret = net_read(r->fd, r->fbuf + USH_FRAME_HDR_SIZE,
-			       f->payload_len);
-	if (!ret && frame_check(r->fbuf, f))
+	if (!ret && frame_check(r->buf + r->pos, f))
 		ret = USH_ECRC, why = "frame CRC32C mismatch";
 	if (ret)
 		return fail_at(r, ret, *why ? why : ush_strerror(ret));
+	*frame = r->buf + r->pos;
+	r->pos += proto_size(f);
 	r->off += proto_size(f);
 	return 0;
 }
@@ -68,12 +126,13 @@ static int read_frame(struct reader_net *r, struct ushi_frame *f)
 static int accepted(struct reader_net *r)
 {
 	struct ushi_frame f;
-	int ret = read_frame(r, &f);
+	const uint8_t *frame;
+	int ret = read_frame(r, &f, &frame);
 	if (ret)
 		return ret;
 	if (f.type == USHI_FRAME_ERROR) {
 		char msg[USHI_PROTO_ERRMSG_MAX];
-		int code = proto_get_error(r->fbuf + USH_FRAME_HDR_SIZE,
+		int code = proto_get_error(frame + USH_FRAME_HDR_SIZE,
 					   f.payload_len, msg, sizeof(msg));
 		return fail_at(r, code, msg);
 	}
@@ -95,8 +154,13 @@ int reader_net_open(struct reader_net **out, const char *peer,
 				(unsigned)USHI_PROTO_WANTS_MAX);
 	struct reader_net *r = ushi_calloc(1, sizeof(*r));
 	uint8_t *b = ushi_malloc(proto_fetch_size(n));
-	if (!r || !b) {
-		ushi_free(r);
+	if (r) {
+		r->fd = -1;
+		r->cap = RECV_BUF_OPEN;
+		r->buf = ushi_malloc(r->cap);
+	}
+	if (!r || !b || !r->buf) {
+		reader_net_free(r);
 		ushi_free(b);
 		return ushi_fail(-ENOMEM, "reader: FETCH of %u maps", n);
 	}
@@ -127,12 +191,14 @@ int reader_net_open(struct reader_net **out, const char *peer,
 int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		     const uint8_t **frame)
 {
-	int ret = read_frame(r, f);
+	int ret = r->cap < RECV_BUF ? resize(r, RECV_BUF) : 0;
+	if (ret)
+		return fail_at(r, ret, "receive buffer");
+	ret = read_frame(r, f, frame);
 	if (ret)
 		return ret;
-	*frame = r->fbuf;
 	if (f->type == USHI_FRAME_FETCH_END) {
-		uint64_t bytes = get_le64(r->fbuf + USH_FRAME_HDR_SIZE);
+		uint64_t bytes = get_le64(*frame + USH_FRAME_HDR_SIZE);
 		return f->seq == r->frames && bytes == r->bytes ?
 			       0 :
 			       fail_at(r, USH_ECORRUPT, "FETCH_END disagrees "
@@ -158,6 +224,6 @@ void reader_net_free(struct reader_net *r)
 		return;
 	if (r->fd >= 0)
 		close(r->fd);
-	ushi_free(r->fbuf);
+	ushi_free(r->buf);
 	ushi_free(r);
 }

@@ -1,7 +1,12 @@
 /*
  * The net target: one TCP connection per worker, partition -> worker by
- * jump consistent hash. Frames go out on the writer's ring as SEND_ZC
- * from the registered pool (from zc_threshold bytes) or plain SEND; a
+ * jump consistent hash. Each connection queues its frames in order and
+ * keeps one send op going while any are queued: a SENDMSG gathering every
+ * queued frame (up to SEND_IOV) in one op, so whatever the writer queued
+ * between two ring entries reaches the socket in one go, or a SEND_ZC of
+ * one frame from the registered pool (from zc_threshold bytes) while zero
+ * copy pays. A send that comes back short releases the frames it covered
+ * and resumes from the first byte not sent, gathering what queued since. A
  * SEND_ZC buffer returns to the pool only after its notification. The
  * kernel's usage report is counted, and a connection whose zero-copy
  * sends keep coming back "copied" (loopback) stops paying for them.
@@ -23,6 +28,12 @@
 #include <unistd.h>
 
 #define RBUF 4096u
+/* Frames a connection queues, and at most gathers into one SENDMSG. */
+#define SEND_QUEUE 256u
+#define SEND_IOV 64u
+#define GATHER_MAX (16u << 20)
+/* Held-back bytes that start a connection's send before the flush. */
+#define GATHER_KICK (1u << 20)
 #define ZC_DEFAULT_THRESHOLD (16u << 10)
 /* Usage reports to see before judging whether zero-copy pays. */
 #define ZC_SAMPLE 8u
@@ -34,12 +45,30 @@ struct conn {
 	uint32_t window, max_frame;
 	uint64_t unacked;     /* DATA bytes sent, not yet credited */
 	bool zc, closing, recv_armed, acked;
-	/* Sends on one socket go one at a time: the kernel does not order
+	/*
+	 * Sends on one socket go one op at a time: the kernel does not order
 	 * concurrent sends, and a short one would interleave bytes. The next
 	 * starts when the previous one's bytes are out (its first CQE), not
-	 * at its zero-copy notification. Queued ops link by send.qnext. */
-	bool busy;
-	struct ushi_op *qhead, *qtail;
+	 * at its zero-copy notification. The queue is a circular array of
+	 * SEND_QUEUE frames from qhead; the first qsend of them are in the
+	 * op going now, which has sent head_off bytes of the first.
+	 */
+	struct out {
+		struct ushi_buf *buf; /* pool buffer, or NULL: heap addr */
+		const uint8_t *addr;
+		uint32_t len;
+		bool ctrl;            /* MAPPER_END: freed, not the writer's */
+		struct ushi_op *zc;   /* its SEND_ZC op, taken at submit */
+		uint64_t t0;
+	} q[SEND_QUEUE];
+	unsigned qhead, qn, qsend;
+	unsigned ncopy;         /* queued frames without a zc op */
+	uint64_t qbytes;        /* queued since the last kick */
+	uint32_t head_off;
+	struct ushi_op *gather; /* this connection's SENDMSG op, kept */
+	bool busy;              /* gather or a q[qhead].zc is in flight */
+	struct iovec iov[SEND_IOV];
+	struct msghdr msg;
 	int err, status;
 	uint64_t zc_notifs, zc_copied;
 	uint32_t rlen;
@@ -83,43 +112,196 @@ static void psync_replies(struct conn *c, bool block,
 	}
 }
 
-static void sent(struct ushi_op *op, int res);
+static void kick(struct conn *c);
+static void kick_all(struct net *n);
 
-/* Sends op on c now, or after the sends queued before it. */
-static void conn_send(struct conn *c, struct ushi_op *op)
+/* The frame at the head of c's queue is done with: sent, or dropped after
+ * the connection failed (which conn_dead reported). */
+static void out_pop(struct conn *c)
 {
-	op->send.sent_cb = sent;
-	if (!c->busy) {
-		c->busy = true;
-		ring_start(c->n->w->ring, op);
+	struct out *o = &c->q[c->qhead];
+	struct net *n = c->n;
+	c->qhead = (c->qhead + 1) % SEND_QUEUE;
+	c->qn--;
+	c->head_off = 0;
+	if (o->zc)
+		return; /* its op's callback (data_done) releases it */
+	c->ncopy--;
+	if (o->ctrl) {
+		n->ctrl_inflight--;
+		ushi_free((void *)o->addr);
 		return;
 	}
-	op->send.qnext = NULL;
-	if (c->qtail)
-		c->qtail->send.qnext = op;
-	else
-		c->qhead = op;
-	c->qtail = op;
+	writer_frame_done(n->w, o->buf, o->buf ? NULL : o->addr, o->t0);
 }
 
-static void sent(struct ushi_op *op, int res)
+/* The gather op back to the ring once no queued frame needs it. */
+static void gather_put(struct conn *c)
+{
+	if (c->gather && !c->busy && !c->ncopy) {
+		ring_op_put(c->n->w->ring, c->gather);
+		c->gather = NULL;
+	}
+}
+
+static void gather_sent(struct ushi_op *op, int res);
+
+/* Sends the queued frames from the head up to the first zero-copy one
+ * (SEND_IOV, GATHER_MAX bytes at most) in one SENDMSG. */
+static void gather_start(struct conn *c)
+{
+	uint64_t len = 0;
+	unsigned n = 0;
+	for (unsigned i = 0; i < c->qn && n < SEND_IOV; i++) {
+		const struct out *o = &c->q[(c->qhead + i) % SEND_QUEUE];
+		uint32_t skip = i ? 0 : c->head_off;
+		if (o->zc || (n && len + o->len > GATHER_MAX))
+			break;
+		c->iov[n].iov_base = (void *)(o->addr + skip);
+		c->iov[n++].iov_len = o->len - skip;
+		len += o->len - skip;
+	}
+	c->qsend = n;
+	c->msg = (struct msghdr){.msg_iov = c->iov, .msg_iovlen = n};
+	c->gather->io.len = (uint32_t)len;
+	c->gather->io.done = 0;
+	c->n->st->net_send_ops++;
+	ring_send_own(c->n->w->ring, c->gather, gather_sent);
+}
+
+static void gather_sent(struct ushi_op *op, int res)
 {
 	struct conn *c = op->owner;
-	struct ushi_op *next = c->qhead;
-	(void)res; /* the op's own callback reports errors */
+	struct ush_ring *r = c->n->w->ring;
+	/* The frames it covered are out: release them as they complete,
+	 * remembering how far into the next one it got. */
+	for (uint64_t got = res > 0 ? (uint64_t)res : 0; got && c->qsend;) {
+		uint32_t left = c->q[c->qhead].len - c->head_off;
+		if (got < left) {
+			c->head_off += (uint32_t)got;
+			break;
+		}
+		got -= left;
+		c->qsend--;
+		out_pop(c);
+	}
+	bool again = res == -EAGAIN || res == -EINTR || (res > 0 && c->qsend);
+	if (again && !c->err) {
+		/* Short (the socket's buffer filled): the rest, from the
+		 * first byte not sent, and what queued meanwhile. */
+		c->n->st->net_short_sends += res > 0;
+		gather_start(c);
+		return;
+	}
+	ring_send_end(r, op, res);
+	c->busy = false;
+	if (res <= 0 && !again)
+		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res ? res : -EIO,
+			  res == -ECANCELED ? "send stalled past the timeout" :
+					      "send failed");
+	kick(c);
+}
+
+static void zc_sent(struct ushi_op *op, int res)
+{
+	struct conn *c = op->owner;
+	struct ush_ring *r = c->n->w->ring;
+	bool again = res == -EAGAIN || res == -EINTR ||
+		     (res > 0 && op->io.done < op->io.len);
+	if (again && !c->err) {
+		c->n->st->net_short_sends += res > 0;
+		c->n->st->net_send_ops++;
+		ring_send_own(r, op, zc_sent); /* the rest */
+		return;
+	}
+	out_pop(c);
+	c->busy = false;
 	/* Sent, but the kernel may still read the pages: the buffer goes
 	 * idle only at the notification (data_done). */
 	if (op->io.buf && op->send.notifs)
 		buf_move(op->io.buf, BUF_INFLIGHT, BUF_ZC_PENDING);
-	if (!next) {
-		c->busy = false;
+	ring_send_end(r, op, op->io.done == op->io.len ? (int)op->io.len :
+			     res < 0 && !again ? res : -EIO);
+	kick(c);
+}
+
+/* Starts sending c's queue unless a send is going. On a failed
+ * connection the queued frames are dropped instead. */
+static void kick(struct conn *c)
+{
+	struct ush_ring *r = c->n->w->ring;
+	if (c->busy)
 		return;
+	while (c->err && c->qn) {
+		struct ushi_op *zc = c->q[c->qhead].zc;
+		out_pop(c);
+		if (zc) {
+			/* Taken, never started: release it as data_done does. */
+			writer_frame_done(c->n->w, zc->io.buf, zc->io.buf ?
+					  NULL : zc->io.addr, 0);
+			ring_op_put(r, zc);
+		}
 	}
-	c->qhead = next->send.qnext;
-	if (!c->qhead)
-		c->qtail = NULL;
-	/* Taking no op here: the next one was taken when it was queued. */
-	ring_start(c->n->w->ring, next);
+	c->qbytes = 0; /* counts what queued since the last start */
+	if (c->qn) {
+		c->busy = true;
+		if (c->q[c->qhead].zc) {
+			c->n->st->net_send_ops++;
+			ring_send_own(r, c->q[c->qhead].zc, zc_sent);
+		}
+		else
+			gather_start(c);
+	}
+	gather_put(c);
+}
+
+/* Queues a frame on c (room checked by the caller); net_flush() or a
+ * full gather starts it. A copied frame needs the gather op: taken here,
+ * outside any completion callback, since taking may reap (and before
+ * that, what was held back starts, so there is something to reap). */
+static int conn_queue(struct conn *c, const struct out *o)
+{
+	if (!o->zc && !c->gather) {
+		struct ushi_op *op;
+		kick_all(c->n);
+		int ret = ring_op_get(c->n->w->ring, &op);
+		if (ret)
+			return ret;
+		op->kind = OP_SENDMSG;
+		op->owner = c;
+		op->io.fd = c->fd;
+		op->send.msg = &c->msg;
+		op->send.keep = true;
+		op->send.timeout_ms = c->n->timeout_ms;
+		c->gather = op;
+	}
+	c->q[(c->qhead + c->qn++) % SEND_QUEUE] = *o;
+	c->qbytes += o->len;
+	if (!o->zc)
+		c->ncopy++;
+	if (o->zc || c->qn >= SEND_IOV || c->qbytes >= GATHER_KICK)
+		kick(c);
+	return 0;
+}
+
+/* Starts every connection's queue where nothing is going. */
+static void kick_all(struct net *n)
+{
+	for (unsigned i = 0; i < n->nc; i++)
+		kick(&n->c[i]);
+}
+
+/* The writer submits: start what was held back, submit, and let the
+ * kernel move sends along (on a DEFER_TASKRUN ring a send waiting for
+ * socket room is retried only inside an entry), starting the next of
+ * each connection as soon as the last is done. */
+static int net_flush(struct ush_writer *w)
+{
+	struct net *n = w->sink_state;
+	if (n->psync)
+		return 0;
+	kick_all(n);
+	return ring_poll(w->ring);
 }
 
 static void conn_dead(struct conn *c, int err, const char *what)
@@ -247,8 +429,10 @@ static void close_all(struct net *n)
 	 * callbacks use n and c: reap them all, retrying a failed wait. */
 	for (unsigned fails = 0;;) {
 		bool busy = n->ctrl_inflight > 0;
+		kick_all(n);
 		for (unsigned i = 0; i < n->nc; i++)
-			busy |= n->c[i].recv_armed || n->c[i].busy;
+			busy |= n->c[i].recv_armed || n->c[i].busy ||
+				n->c[i].qn || n->c[i].gather;
 		if (!busy)
 			break;
 		ring_teardown_failed(ring_reap(r, 1), &fails);
@@ -291,8 +475,10 @@ static int net_open(struct ush_writer *w)
 	n->threshold = o->zc_threshold ? o->zc_threshold :
 					 ZC_DEFAULT_THRESHOLD;
 	n->psync = o->ioengine == USH_IOENGINE_PSYNC;
-	for (unsigned i = 0; i < nc; i++)
+	for (unsigned i = 0; i < nc; i++) {
+		c[i].n = n;
 		c[i].fd = -1;
+	}
 	int ret = net_parse_workers(o->workers, peers, nc);
 	if (ret < 0) {
 		ushi_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
@@ -310,7 +496,6 @@ static int net_open(struct ush_writer *w)
 					    .map = o->map,
 					    .attempt = o->attempt};
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
-		c[i].n = n;
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
 		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
 		if (fd < 0) {
@@ -366,6 +551,7 @@ static int wait_for(struct net *n, struct conn *c,
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
 	uint64_t start = ushi_now_ns();
 	uint64_t seen = c->unacked;
+	kick_all(n);
 	while (!c->err && !done(c, arg)) {
 		uint64_t now = ushi_now_ns();
 		if (c->unacked != seen) {
@@ -396,6 +582,7 @@ static int net_drain(struct ush_writer *w)
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
 	uint64_t start = ushi_now_ns();
 	unsigned seen = w->inflight;
+	kick_all(n);
 	while (w->inflight) {
 		uint64_t now = ushi_now_ns();
 		if (w->inflight != seen) {
@@ -414,6 +601,12 @@ static int net_drain(struct ush_writer *w)
 			return ret;
 	}
 	return 0;
+}
+
+static bool has_room(struct conn *c, uint32_t unused)
+{
+	(void)unused;
+	return c->qn < SEND_QUEUE;
 }
 
 static bool has_credit(struct conn *c, uint32_t flen)
@@ -455,22 +648,35 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		ret = wait_for(n, c, has_credit, flen, "no credit returned "
 			       "within the timeout (worker stalled?)");
 	}
-	if (!ret)
+	if (!ret && c->qn == SEND_QUEUE)
+		ret = wait_for(n, c, has_room, 0, "sends not taken within the "
+			       "timeout (worker stalled?)");
+	bool zc = w->o.send_zc == 1 || (c->zc && flen >= n->threshold);
+	if (!ret && zc) {
+		/* Taking may reap: what was held back must be going. */
+		kick_all(n);
 		ret = ring_op_get(w->ring, &op);
+	}
+	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
+			.zc = op, .t0 = ushi_now_ns()};
+	if (op) {
+		op->kind = OP_SEND_ZC;
+		op->cb = data_done;
+		op->owner = c;
+		op->io.buf = b;
+		op->io.addr = o.addr;
+		op->io.len = flen;
+		op->io.fd = c->fd;
+		op->send.timeout_ms = n->timeout_ms;
+	}
+	if (!ret)
+		ret = conn_queue(c, &o);
 	if (ret) {
+		if (op)
+			ring_op_put(w->ring, op);
 		writer_frame_done(w, b, mem, 0);
 		return c->err ? c->err : ret;
 	}
-	bool zc = w->o.send_zc == 1 || (c->zc && flen >= n->threshold);
-	op->kind = zc ? OP_SEND_ZC : OP_SEND;
-	op->cb = data_done;
-	op->owner = c;
-	op->io.buf = b;
-	op->io.addr = b ? b->data : mem;
-	op->io.len = flen;
-	op->io.fd = c->fd;
-	op->send.timeout_ms = n->timeout_ms;
-	conn_send(c, op);
 	c->unacked += flen;
 	writer_stored(w, flen);
 	if (zc)
@@ -480,47 +686,32 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	return 0;
 }
 
-static void ctrl_done(struct ushi_op *op, int res)
-{
-	struct conn *c = op->owner;
-	c->n->ctrl_inflight--;
-	if (res < 0)
-		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
-			  "sending MAPPER_END");
-	ushi_free((void *)op->io.addr);
-}
-
-/* MAPPER_END to connection c: the attempt is complete. */
+/* MAPPER_END to connection c, behind its data: the attempt is complete. */
 static int send_mapper_end(struct net *n, struct conn *c)
 {
 	struct ush_writer *w = n->w;
 	uint8_t *m = ushi_malloc(USHI_PROTO_SMALL);
-	struct ushi_op *op = NULL;
 	int ret = m ? 0 : -ENOMEM;
-	if (!ret && !n->psync)
-		ret = ring_op_get(w->ring, &op);
-	if (ret) {
-		ushi_free(m);
-		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
-	}
-	size_t len = proto_put_mapper_end(m, w->o.shuffle, w->o.map,
-					  w->o.attempt);
-	if (n->psync) {
+	size_t len = m ? proto_put_mapper_end(m, w->o.shuffle, w->o.map,
+					      w->o.attempt) : 0;
+	if (!ret && n->psync) {
 		ret = net_write(c->fd, m, len);
 		ushi_free(m);
 		if (ret)
 			conn_dead(c, ret, "sending MAPPER_END");
 		return c->err;
 	}
-	op->kind = OP_SEND;
-	op->cb = ctrl_done;
-	op->owner = c;
-	op->io.addr = m;
-	op->io.len = (uint32_t)len;
-	op->io.fd = c->fd;
-	op->send.timeout_ms = n->timeout_ms;
+	if (!ret && c->qn == SEND_QUEUE)
+		ret = wait_for(n, c, has_room, 0, "sends not taken within the "
+			       "timeout (worker stalled?)");
+	struct out o = {.addr = m, .len = (uint32_t)len, .ctrl = true};
+	if (!ret)
+		ret = c->err ? c->err : conn_queue(c, &o);
+	if (ret) {
+		ushi_free(m);
+		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
+	}
 	n->ctrl_inflight++;
-	conn_send(c, op);
 	return 0;
 }
 
@@ -579,4 +770,5 @@ const struct ushi_sink_ops ushi_sink_net = {
 	.commit = net_commit,
 	.abort = net_abort,
 	.drain = net_drain,
+	.flush = net_flush,
 };

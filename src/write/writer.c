@@ -201,6 +201,13 @@ static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 	return submit(w, &f, out, NULL);
 }
 
+/* Submits what the sink was given: its flush, then the ring's SQEs. */
+static int sink_submit(struct ush_writer *w)
+{
+	int ret = w->sink->flush ? w->sink->flush(w) : 0;
+	return ret ? ret : ring_submit(w->ring);
+}
+
 static int flush_queue(struct ush_writer *w)
 {
 	while (w->qhead) {
@@ -217,7 +224,7 @@ static int flush_queue(struct ush_writer *w)
 			return ret;
 	}
 	w->qtail = NULL;
-	int ret = ring_submit(w->ring);
+	int ret = sink_submit(w);
 	if (ret)
 		writer_error(w, ret, "writer: submit");
 	return w->err ? sticky(w) : 0;
@@ -405,7 +412,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 		}
 	}
 	ret = submit(w, &f, NULL, m);
-	return ret ? ret : ring_submit(w->ring);
+	return ret ? ret : sink_submit(w);
 }
 
 static int check_part(struct ush_writer *w, uint32_t partition)

@@ -26,6 +26,10 @@ struct ushi_sink_ops {
 	 * not), for sinks whose completions a stalled peer can withhold.
 	 * Returns 0 or a ring error. Without it the writer reaps. */
 	int (*drain)(struct ush_writer *w);
+	/* Optional: the writer handed off what it had and submits next; a
+	 * sink that holds frames back to send them together starts them.
+	 * Returns 0 or a ring error. */
+	int (*flush)(struct ush_writer *w);
 };
 
 /* The disk sink's fdatasync: a seam for tests, which make it fail the
