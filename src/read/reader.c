@@ -5,7 +5,9 @@
  * partition (one stream per distinct worker). Every frame is checked
  * (header, CRC32C, records) before a single record is yielded, and each
  * map's batches are checked against its status: their number, their
- * order and the checksum over their CRCs.
+ * order and the checksum over their CRCs. A second frame of a batch is
+ * compared with the first by CRC: a resend is dropped, another one is
+ * corruption naming both places, whichever came first.
  */
 #define _GNU_SOURCE
 #include "core/codec.h"
