@@ -3,7 +3,7 @@
  * map 1's data file or index (flipped header byte, flipped payload byte,
  * truncation, missing data file or index, corrupt index header, directory
  * slot or entry, an entry dropped from a valid index, an index of another
- * version) and read partition 1 with the map
+ * version, a second frame of one seq with other records) and read partition 1 with the map
  * statuses the commits yielded. The reader
  * must return every record before the damage intact and in order, then an
  * error whose message names the file, the offset and the partition; never
@@ -552,6 +552,96 @@ static void index_damage(struct fx *fx)
 	index_dir_damage(fx);
 }
 
+/* The index with copy c of PART's frame k listed just before (first
+ * set) or just after it, and data_bytes h's with c's end. */
+static void index_with_copy(struct fx *fx, size_t k,
+			    const struct spill_entry *c, bool first)
+{
+	struct spill_entry *b = malloc((fx->nidx + 1) * sizeof(*b));
+	assert_non_null(b);
+	size_t n = 0;
+	for (size_t i = 0; i < fx->nidx; i++) {
+		if (i == fx->gidx[k] && first)
+			b[n++] = *c;
+		b[n++] = fx->idx[i];
+		if (i == fx->gidx[k] && !first)
+			b[n++] = *c;
+	}
+	struct spill_header h = fx->hdr;
+	if (c->off + c->len > h.data_bytes)
+		h.data_bytes = c->off + c->len;
+	th_index_store(fx->index, &h, b, n);
+	free(b);
+}
+
+/*
+ * Two frames of one seq in PART's run of BAD_MAP (format.md §4). The
+ * same frame listed twice is a resend: the records come back once. A
+ * frame of the same shuffle, map, attempt, partition and seq with other
+ * records (its CRC valid) is USH_ECORRUPT naming both offsets, whether
+ * the index lists it before the genuine one or after: never resolved by
+ * which comes first, never a successful read.
+ */
+static void duplicate_frames(struct fx *fx)
+{
+	const size_t k = 2;
+	struct spill_entry g = fx->ents[k];
+	index_with_copy(fx, k, &g, false);
+	check_pristine(fx);
+	fx_restore(fx);
+
+	/* The other copy: the last record's last byte changed, appended
+	 * to the data file (at a 4 KiB boundary, for O_DIRECT). */
+	struct ushi_frame f;
+	th_ok(frame_decode(fx->pdata + g.off, &f));
+	struct spill_entry e = {ALIGN_UP(fx->dlen, 4096), g.len, PART};
+	size_t n = (size_t)e.off + e.len;
+	uint8_t *d = calloc(1, n);
+	assert_non_null(d);
+	memcpy(d, fx->pdata, fx->dlen);
+	memcpy(d + e.off, fx->pdata + g.off, g.len);
+	d[n - 1] ^= 0x5a;
+	frame_encode(d + e.off, &f);
+	for (int first = 0; first < 2; first++) {
+		write_file(fx->data, d, n);
+		index_with_copy(fx, k, &e, first);
+		ush_reader *r;
+		const void *rec;
+		size_t len;
+		uint64_t recs = 0;
+		int ret;
+		th_ok(th_reader_open(&r, fx->st, NMAPS, PART, 0));
+		while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+			recs++;
+		const char *msg = ush_last_error();
+		print_message("%s\n", msg);
+		if (ret != USH_ECORRUPT)
+			fail_msg("copy %s the genuine frame: %d after %llu "
+				 "records, expected USH_ECORRUPT: %s",
+				 first ? "before" : "after", ret,
+				 (unsigned long long)recs, msg);
+		char want[PATH_MAX + 200];
+		snprintf(want, sizeof(want), "shuffle %u map %u attempt 0 "
+			 "partition %u seq %llu: two different frames",
+			 SHUFFLE, BAD_MAP, PART, (unsigned long long)f.seq);
+		if (!strstr(msg, want))
+			fail_msg("\"%s\" lacks \"%s\"", msg, want);
+		/* Both places, the one read first first. */
+		snprintf(want, sizeof(want), " at %s offset %llu and CRC ",
+			 fx->data, (unsigned long long)(first ? e.off : g.off));
+		const char *at = strstr(msg, want);
+		if (!at)
+			fail_msg("\"%s\" lacks \"%s\"", msg, want);
+		snprintf(want, sizeof(want), " at %s offset %llu",
+			 fx->data, (unsigned long long)(first ? g.off : e.off));
+		if (!strstr(at + 1, want))
+			fail_msg("\"%s\" lacks \"%s\"", msg, want);
+		ush_reader_free(r);
+		fx_restore(fx);
+	}
+	free(d);
+}
+
 static void run_all(enum ush_codec codec, int direct)
 {
 	struct fx *fx = malloc(sizeof(*fx));
@@ -563,6 +653,8 @@ static void run_all(enum ush_codec codec, int direct)
 	truncations(fx);
 	missing_index(fx);
 	index_damage(fx);
+	if (codec == USH_CODEC_NONE) /* the copy's records are changed */
+		duplicate_frames(fx);
 	/* Every damage was undone: the files read back whole again. */
 	check_pristine(fx);
 	fx_teardown(fx);

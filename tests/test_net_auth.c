@@ -4,9 +4,12 @@
  * that tries to switch application, another application's FETCH, DROP,
  * commit hijack and frame injection, --insecure off loopback, and each
  * per-application quota. Every attack is refused with an ERROR naming
- * why, and honest jobs pushed meanwhile verify.
+ * why, and honest jobs pushed meanwhile verify. Within one application,
+ * a second frame of a batch with other contents fails the read with
+ * USH_ECORRUPT naming both places; an identical resend is harmless.
  */
 #include "net_helpers.h"
+#include "core/status.h"
 #include "net/auth.h"
 #include "net/net.h"
 #include "net/proto.h"
@@ -288,6 +291,215 @@ static void other_application_refused(void **state)
 	th_verify(&j);
 	th_ok(ush_shuffle_drop(w.addr, "B", s, 5000));
 	th_job_free(&j);
+	done(&w);
+}
+
+/* A DATA frame of shuffle s, map 0, attempt 0, partition 0 and seq:
+ * one record r. Returns its size, *crc its CRC. */
+static size_t data_frame(uint8_t *b, uint32_t s, uint64_t seq,
+			 const char *r, uint32_t *crc)
+{
+	uint32_t n = (uint32_t)strlen(r);
+	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
+			      .seq = seq, .raw_len = 4 + n,
+			      .payload_len = 4 + n, .nrec = 1};
+	put_le32(b + USH_FRAME_HDR_SIZE, n);
+	memcpy(b + USH_FRAME_HDR_SIZE + 4, r, n);
+	frame_encode(b, &f);
+	*crc = f.crc;
+	return proto_size(&f);
+}
+
+struct one_part {
+	uint64_t batches;
+	uint32_t sum;
+};
+
+static void one_part_entry(const void *arg, uint32_t p, uint64_t *batches,
+			   uint32_t *sum)
+{
+	(void)p;
+	const struct one_part *o = arg;
+	*batches = o->batches;
+	*sum = o->sum;
+}
+
+/* The status of A's map 0 attempt 0 of shuffle s on w, one partition:
+ * the batches whose CRCs are crc[0..n), as their writer would commit it. */
+static void status_of(struct ush_status *st, const struct th_worker *w,
+		      uint32_t s, const uint32_t *crc, uint32_t n)
+{
+	struct status d = {.target = USH_TARGET_NET, .shuffle = s,
+			   .partitions = 1, .app = "A", .app_len = 1,
+			   .loc = w->addr,
+			   .loc_len = (uint32_t)strlen(w->addr)};
+	struct one_part o = {n, USHI_SUM_INIT};
+	for (uint32_t i = 0; i < n; i++)
+		o.sum = status_sum_add(o.sum, crc[i]);
+	o.sum = ~o.sum;
+	uint8_t *b;
+	size_t len;
+	th_ok(status_build(&b, &len, &d, one_part_entry, &o));
+	void *copy = malloc(len);
+	assert_non_null(copy);
+	memcpy(copy, b, len);
+	ushi_free(b);
+	*st = (struct ush_status){copy, len};
+}
+
+/* Reads frames until the commit ACK, which must be a success. */
+static void wait_commit(int fd)
+{
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	struct ushi_frame f;
+	for (;;) {
+		int type = th_recv_frame(fd, b, sizeof(b), &f);
+		if (type == USHI_FRAME_HELLO)
+			continue;
+		assert_int_equal(type, USHI_FRAME_ACK);
+		struct proto_ack a;
+		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
+		if (a.kind == USHI_ACK_COMMIT) {
+			assert_int_equal(a.status, 0);
+			return;
+		}
+	}
+}
+
+/* The place "CRC <crc> at worker <addr> offset N" names in msg: N. */
+static unsigned long long place_of(const char *msg, uint32_t crc,
+				   const char *addr)
+{
+	char want[160];
+	snprintf(want, sizeof(want), "CRC %08x at worker %s offset ", crc,
+		 addr);
+	const char *at = strstr(msg, want);
+	if (!at)
+		fail_msg("\"%s\" lacks \"%s\"", msg, want);
+	return strtoull(at + strlen(want), NULL, 10);
+}
+
+/*
+ * A peer of the same application (it holds A's secret) pushes, into
+ * the attempt of A's shuffle it writes, a second frame of map 0 attempt
+ * 0 partition 0 seq 0 with other records: before the genuine one, then
+ * after it. The status pins the genuine batches. Either way the read
+ * ends with USH_ECORRUPT naming the batch and both places in the
+ * worker's stream, never with success; which copy came first decides
+ * nothing. (A second connection cannot reach an attempt that one is
+ * writing: the worker refuses it; so the copies share one connection.)
+ */
+static void same_app_conflicting_frames(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	spawn_apps(&w, "auth-conflict", NULL, NULL);
+	for (uint32_t k = 0; k < 2; k++) {
+		const uint32_t s = 70 + k;
+		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0,
+					0, s, 0, 0, "A", 0, {0}};
+		int fd = th_raw_connect(w.port);
+		th_hello_secret(fd, h, SECRET_A);
+		expect_welcome(fd); /* the attempt is claimed */
+		uint8_t b[256];
+		uint32_t good[2], evil;
+		size_t ng = data_frame(b, s, 0, "good0", &good[0]);
+		size_t ne = data_frame(b, s, 0, "EVIL!", &evil);
+		if (k == 1) {
+			/* The peer's second connection to the attempt. */
+			struct hs rec;
+			int x = th_raw_connect(w.port);
+			handshake(x, USHI_ROLE_WRITER, "A", s, SECRET_A, &rec);
+			expect_refusal(x, -EBUSY, "is being written by another "
+						  "connection");
+		}
+		const char *first = k ? "good0" : "EVIL!";
+		const char *second = k ? "EVIL!" : "good0";
+		uint32_t c;
+		th_send_all(fd, b, data_frame(b, s, 0, first, &c));
+		th_send_all(fd, b, data_frame(b, s, 0, second, &c));
+		th_send_all(fd, b, data_frame(b, s, 1, "good1", &good[1]));
+		th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
+		wait_commit(fd);
+		close(fd);
+		struct ush_status st;
+		status_of(&st, &w, s, good, 2);
+		ush_reader *r;
+		const void *rec;
+		size_t len;
+		int ret, recs = 0;
+		th_ok(th_reader_open(&r, &st, 1, 0, 20000));
+		while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+			recs++;
+		const char *msg = ush_last_error();
+		print_message("%s\n", msg);
+		if (ret != USH_ECORRUPT)
+			fail_msg("injected %s the genuine frame: %d after %d "
+				 "records, expected USH_ECORRUPT: %s",
+				 k ? "after" : "before", ret, recs, msg);
+		char want[96];
+		snprintf(want, sizeof(want), "shuffle %u map 0 attempt 0 "
+			 "partition 0 seq 0: two different frames", s);
+		if (!strstr(msg, want))
+			fail_msg("\"%s\" lacks \"%s\"", msg, want);
+		/* Both places: the copy read first, then the other, right
+		 * behind it in the stream. */
+		unsigned long long a = place_of(msg, k ? good[0] : evil,
+						w.addr);
+		unsigned long long z = place_of(msg, k ? evil : good[0],
+						w.addr);
+		assert_int_equal(z, a + (k ? ng : ne));
+		assert_int_equal(ush_reader_next(r, &rec, &len), USH_ECORRUPT);
+		ush_reader_free(r);
+		th_status_free(&st);
+	}
+	honest(&w, "A", 72);
+	done(&w);
+}
+
+/* An identical resend of a genuine frame (the same bytes again) is
+ * harmless: every record comes back once, the copy counted as a
+ * duplicate. */
+static void same_app_identical_resend(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	spawn_apps(&w, "auth-resend", NULL, NULL);
+	const uint32_t s = 80;
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				0, 0, "A", 0, {0}};
+	int fd = th_raw_connect(w.port);
+	th_hello_secret(fd, h, SECRET_A);
+	expect_welcome(fd);
+	uint8_t b[256];
+	uint32_t crc[2];
+	size_t n = data_frame(b, s, 0, "good0", &crc[0]);
+	th_send_all(fd, b, n);
+	th_send_all(fd, b, n);
+	th_send_all(fd, b, data_frame(b, s, 1, "good1", &crc[1]));
+	th_send_all(fd, b, data_frame(b, s, 1, "good1", &crc[1]));
+	th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
+	wait_commit(fd);
+	close(fd);
+	struct ush_status st;
+	status_of(&st, &w, s, crc, 2);
+	ush_reader *r;
+	const void *rec;
+	size_t len;
+	th_ok(th_reader_open(&r, &st, 1, 0, 20000));
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	assert_int_equal(len, 5);
+	assert_memory_equal(rec, "good0", 5);
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	assert_int_equal(len, 5);
+	assert_memory_equal(rec, "good1", 5);
+	th_ok(ush_reader_next(r, &rec, &len));
+	struct ush_reader_stats rs;
+	ush_reader_stats(r, &rs);
+	assert_int_equal(rs.batches, 2);
+	assert_int_equal(rs.dup_batches, 2);
+	ush_reader_free(r);
+	th_status_free(&st);
 	done(&w);
 }
 
@@ -596,6 +808,8 @@ int main(void)
 		cmocka_unit_test(replayed_challenge),
 		cmocka_unit_test(no_application_switch),
 		cmocka_unit_test(other_application_refused),
+		cmocka_unit_test(same_app_conflicting_frames),
+		cmocka_unit_test(same_app_identical_resend),
 		cmocka_unit_test(insecure_rules),
 		cmocka_unit_test(quotas),
 		cmocka_unit_test(bytes_quota),

@@ -468,7 +468,10 @@ USH_API int ush_reader_open(ush_reader **out,
  * Yields the next record: returns 1 and sets *rec and *len (valid until the
  * next call or ush_reader_free()), 0 at the end, or an error naming file,
  * offset and partition. Every frame's CRC is checked before any of its
- * records is returned; duplicate batches are dropped.
+ * records is returned; a duplicate batch (a taken seq again) is dropped
+ * when its CRC is the taken frame's, and is USH_ECORRUPT naming both
+ * places when it is not. Records yielded before an error may come from a
+ * frame later found to conflict: act on a partition once this returned 0.
  */
 USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
 

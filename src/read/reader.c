@@ -5,7 +5,9 @@
  * partition (one stream per distinct worker). Every frame is checked
  * (header, CRC32C, records) before a single record is yielded, and each
  * map's batches are checked against its status: their number, their
- * order and the checksum over their CRCs.
+ * order and the checksum over their CRCs. A second frame of a batch is
+ * compared with the first by CRC: a resend is dropped, another one is
+ * corruption naming both places, whichever came first.
  */
 #define _GNU_SOURCE
 #include "core/codec.h"
@@ -32,6 +34,13 @@ struct rmap {
 	uint32_t want_sum;         /* their checksum, per the status */
 	uint64_t got, next_seq;    /* batches read; lower seqs: duplicates */
 	uint32_t sum;              /* running checksum of those read */
+	/* Per batch taken (seq 0..got-1), to compare a duplicate with:
+	 * its frame's CRC and offset in the file or the worker stream.
+	 * 12 B per batch, at most the status's count, freed at the map's
+	 * end. */
+	uint64_t *offs;
+	uint32_t *crcs;
+	uint64_t seen_cap;
 };
 
 /* A place maps live: a spill directory, or the worker holding the
@@ -112,21 +121,82 @@ static const char *place(struct ush_reader *r, struct reader_net *net,
 	return buf;
 }
 
+/* Room to remember batch m->got: doubles, never past the status's
+ * count (a batch beyond it is refused before it is remembered). */
+static int seen_room(struct rmap *m)
+{
+	if (m->got < m->seen_cap)
+		return 0;
+	uint64_t cap = m->seen_cap ? 2 * m->seen_cap : 64;
+	if (cap > m->expect)
+		cap = m->expect;
+	if (cap > SIZE_MAX / 12)
+		return -ENOMEM;
+	uint64_t *offs = ushi_malloc((size_t)cap * 12);
+	if (!offs)
+		return -ENOMEM;
+	uint32_t *crcs = (uint32_t *)(offs + cap);
+	if (m->got) {
+		memcpy(offs, m->offs, (size_t)m->got * sizeof(*offs));
+		memcpy(crcs, m->crcs, (size_t)m->got * sizeof(*crcs));
+	}
+	ushi_free(m->offs);
+	m->offs = offs;
+	m->crcs = crcs;
+	m->seen_cap = cap;
+	return 0;
+}
+
+/* The map's batches are all read (or the read failed): what was kept to
+ * compare duplicates with goes. */
+static void map_done(struct rmap *m)
+{
+	ushi_free(m->offs);
+	m->offs = NULL;
+	m->crcs = NULL;
+	m->seen_cap = 0;
+}
+
 /*
- * Takes a frame of map m whose header and CRC were checked: duplicates
- * are dropped, a gap or an extra batch is an error; the batch is
- * decompressed and its records checked. Returns 1 when r->batch is
- * loaded, 0 for a duplicate, or an error naming the frame's place: the
- * worker stream net, or r->path at off.
+ * A frame of an already taken seq: the same CRC is a resend, dropped;
+ * another is a conflict, whichever came first (docs/format.md §4).
+ */
+static int duplicate(struct ush_reader *r, struct rmap *m,
+		     const struct ushi_frame *f, struct reader_net *net,
+		     uint64_t off)
+{
+	if (m->crcs[f->seq] == f->crc) {
+		r->st.dup_batches++;
+		return 0;
+	}
+	char first[PATH_MAX + 64];
+	if (net)
+		snprintf(first, sizeof(first), "worker %s offset %llu",
+			 reader_net_peer(net),
+			 (unsigned long long)m->offs[f->seq]);
+	else
+		snprintf(first, sizeof(first), "%s offset %llu", r->path,
+			 (unsigned long long)m->offs[f->seq]);
+	return ushi_fail(USH_ECORRUPT, "reader: shuffle %u map %u attempt %u "
+			"partition %u seq %llu: two different frames, CRC "
+			"%08x at %s and CRC %08x at %s", r->shuffle, m->map,
+			m->attempt, r->partition, (unsigned long long)f->seq,
+			m->crcs[f->seq], first, f->crc, place(r, net, off));
+}
+
+/*
+ * Takes a frame of map m whose header and CRC were checked: an identical
+ * duplicate is dropped, a different one, a gap or an extra batch is an
+ * error; the batch is decompressed and its records checked. Returns 1
+ * when r->batch is loaded, 0 for a duplicate, or an error naming the
+ * frame's place: the worker stream net, or r->path, at off.
  */
 static int take(struct ush_reader *r, struct rmap *m,
 		const struct ushi_frame *f, const uint8_t *frame,
 		struct reader_net *net, uint64_t off, uint64_t t0)
 {
-	if (f->seq < m->next_seq) {
-		r->st.dup_batches++;
-		return 0;
-	}
+	if (f->seq < m->next_seq)
+		return duplicate(r, m, f, net, off);
 	const char *what = NULL;
 	char buf[96];
 	if (f->seq > m->next_seq || m->got == m->expect) {
@@ -148,10 +218,14 @@ static int take(struct ush_reader *r, struct rmap *m,
 	}
 	if (!ret && (ret = records_check(payload, f->raw_len, f->nrec)))
 		what = "records of the frame";
+	if (!ret && (ret = seen_room(m)))
+		what = "allocation";
 	if (ret)
 		return ushi_fail(ret, "reader: %s partition %u map %u attempt "
 				"%u: %s", place(r, net, off), r->partition, m->map,
 				m->attempt, what);
+	m->offs[m->got] = off;
+	m->crcs[m->got] = f->crc;
 	m->next_seq = f->seq + 1;
 	m->got++;
 	m->sum = status_sum_add(m->sum, f->crc);
@@ -335,6 +409,7 @@ static int disk_frame(struct ush_reader *r)
 		if (ret)
 			return ret;
 	}
+	map_done(m);
 	return check_map(r, m, r->path);
 }
 
@@ -397,9 +472,11 @@ static int net_next(struct ush_reader *r)
 		int ret = reader_net_frame(s, &f, &frame);
 		if (ret == 0) { /* FETCH_END: every map of it complete? */
 			for (uint32_t i = 0; !ret && i < r->nmaps; i++)
-				if (r->maps[i].src == r->next)
+				if (r->maps[i].src == r->next) {
+					map_done(&r->maps[i]);
 					ret = check_map(r, &r->maps[i],
 							reader_net_where(s));
+				}
 			if (ret)
 				return ret;
 			reader_net_free(s);
@@ -416,7 +493,7 @@ static int net_next(struct ush_reader *r)
 					"reader did not ask for",
 					reader_net_where(s), r->partition,
 					f.map, f.attempt);
-		ret = take(r, m, &f, frame, s, 0, t0);
+		ret = take(r, m, &f, frame, s, reader_net_at(s), t0);
 		if (ret)
 			return ret;
 	}
@@ -660,6 +737,8 @@ void ush_reader_free(ush_reader *r)
 		ushi_free(r->srcs[i].loc);
 	}
 	codec_destroy(&r->codec);
+	for (uint32_t i = 0; r->maps && i < r->nmaps; i++)
+		map_done(&r->maps[i]);
 	ushi_free(r->srcs);
 	ushi_free(r->maps);
 	ushi_free(r->ents);

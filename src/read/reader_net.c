@@ -43,6 +43,16 @@ const char *reader_net_where(struct reader_net *r)
 	return r->where;
 }
 
+const char *reader_net_peer(const struct reader_net *r)
+{
+	return r->peer;
+}
+
+uint64_t reader_net_at(const struct reader_net *r)
+{
+	return r->at;
+}
+
 /* Fails on the frame last read, naming where it starts. */
 static int fail_at(struct reader_net *r, int err, const char *what)
 {

@@ -24,6 +24,9 @@ int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		     const uint8_t **frame);
 /* "worker HOST:PORT offset N", the last frame's place, for messages. */
 const char *reader_net_where(struct reader_net *r);
+/* The worker's address, and the stream offset of the last frame read. */
+const char *reader_net_peer(const struct reader_net *r);
+uint64_t reader_net_at(const struct reader_net *r);
 void reader_net_free(struct reader_net *r);
 
 #endif
