@@ -451,6 +451,21 @@ static void zc_notif(struct ush_ring *r, struct ushi_op *op, int res)
 		finish(r, op, s->res);
 }
 
+/* A send's bytes are out (or it failed): tell the sender, then finish,
+ * or wait for its zero-copy notifications first. */
+static void send_done(struct ush_ring *r, struct ushi_op *op, int res)
+{
+	struct ushi_send *s = &op->send;
+	if (s->sent_cb)
+		s->sent_cb(op, res);
+	if (s->notifs) {
+		s->sent = true;
+		s->res = res;
+		return;
+	}
+	finish(r, op, res);
+}
+
 static void complete_send(struct ush_ring *r, struct ushi_op *op, int res,
 			  unsigned flags)
 {
@@ -475,14 +490,7 @@ static void complete_send(struct ush_ring *r, struct ushi_op *op, int res,
 		prep_send(r, op);
 		return;
 	}
-	if (s->sent_cb)
-		s->sent_cb(op, res);
-	if (s->notifs) {
-		s->sent = true;
-		s->res = res;
-		return;
-	}
-	finish(r, op, res);
+	send_done(r, op, res);
 }
 
 /* Starts a write or a send: the two kinds that count as in flight. */
@@ -527,14 +535,7 @@ void ring_send_end(struct ush_ring *r, struct ushi_op *op, int res)
 		s->own_cb = NULL;
 		return;
 	}
-	if (s->sent_cb)
-		s->sent_cb(op, res);
-	if (s->notifs) {
-		s->sent = true;
-		s->res = res;
-		return;
-	}
-	finish(r, op, res);
+	send_done(r, op, res);
 }
 
 void ring_op_put(struct ush_ring *r, struct ushi_op *op)

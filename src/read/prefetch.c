@@ -6,8 +6,9 @@
 #include <errno.h>
 #include <unistd.h>
 
-static int pread_all(int fd, uint8_t *b, size_t n, uint64_t off)
+int pread_all(int fd, void *p, size_t n, uint64_t off)
 {
+	uint8_t *b = p;
 	while (n) {
 		ssize_t r = pread(fd, b, n, (off_t)off);
 		if (r < 0 && errno == EINTR)

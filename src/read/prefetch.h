@@ -43,6 +43,10 @@ struct prefetch {
 	struct prefetch_slot slot[USHI_PREFETCH_DEPTH];
 };
 
+/* Reads n bytes at off: 0, -errno, or USH_ECORRUPT where the file ends
+ * first (it is shorter than its index says). */
+int pread_all(int fd, void *p, size_t n, uint64_t off);
+
 /* A map's n entries (kept by the caller until the next reset) in its
  * data file fd; dfd: the same file opened O_DIRECT, or -1. Nothing of
  * the previous map may be in flight (prefetch_drain). */

@@ -76,24 +76,6 @@ struct ush_reader {
 	struct ush_lat load_lat;
 };
 
-static int read_all(int fd, void *p, size_t n, uint64_t off)
-{
-	uint8_t *b = p;
-	while (n) {
-		ssize_t r = pread(fd, b, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return USH_ECORRUPT; /* file shorter than its index */
-		b += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 /* ----------------------------------------------------- checks of a map */
 
 static int check_map(const struct ush_reader *r, const struct rmap *m,
@@ -252,7 +234,7 @@ static int index_path(char *buf, size_t n, const struct ush_reader *r,
 static bool index_v1(int fd, size_t size)
 {
 	uint8_t t[USHI_INDEX_V1_TRAILER];
-	return size >= sizeof(t) && !read_all(fd, t, sizeof(t),
+	return size >= sizeof(t) && !pread_all(fd, t, sizeof(t),
 					      size - sizeof(t)) &&
 	       spill_is_v1(t);
 }
@@ -271,7 +253,7 @@ static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
 	*what = "index shorter than its header";
 	if (size < USHI_INDEX_HEADER)
 		return USH_ECORRUPT;
-	int ret = read_all(fd, hdr, sizeof(hdr), 0);
+	int ret = pread_all(fd, hdr, sizeof(hdr), 0);
 	if (ret)
 		return ret;
 	*what = "index header";
@@ -295,7 +277,7 @@ static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
 	    size != spill_index_size(h->partitions, h->entries))
 		return USH_ECORRUPT;
 	*bad = spill_slot_off(r->partition);
-	if ((ret = read_all(fd, sl, sizeof(sl), *bad)))
+	if ((ret = pread_all(fd, sl, sizeof(sl), *bad)))
 		return ret;
 	struct spill_slot s0, s1;
 	spill_slot_get(sl, &s0);
@@ -310,7 +292,7 @@ static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
 			     n * sizeof(*r->ents))))
 		return ret;
 	*bad = spill_entry_off(h->partitions, s0.start);
-	if ((ret = read_all(fd, r->ibuf, n * USHI_INDEX_ENTRY, *bad)))
+	if ((ret = pread_all(fd, r->ibuf, n * USHI_INDEX_ENTRY, *bad)))
 		return ret;
 	*what = "directory slot CRC";
 	*bad = spill_slot_off(r->partition);
