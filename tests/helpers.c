@@ -168,6 +168,17 @@ static void no_batches(const void *arg, uint32_t p, uint64_t *batches,
 	*sum = 0;
 }
 
+/* Moves the library's n status bytes b into a malloc'd copy in st. */
+static void status_take(struct ush_status *st, uint8_t *b, size_t n)
+{
+	void *p = malloc(n);
+	assert_non_null(p);
+	memcpy(p, b, n);
+	ushi_free(b);
+	st->data = p;
+	st->len = n;
+}
+
 void th_status_forge(struct ush_status *st, enum ush_target target,
 		     const char *loc, uint32_t shuffle, uint32_t map,
 		     uint32_t attempt, uint32_t partitions)
@@ -179,12 +190,36 @@ void th_status_forge(struct ush_status *st, enum ush_target target,
 	uint8_t *b;
 	size_t n;
 	assert_int_equal(status_build(&b, &n, &s, no_batches, NULL), 0);
-	void *p = malloc(n);
-	assert_non_null(p);
-	memcpy(p, b, n);
-	ushi_free(b);
-	st->data = p;
-	st->len = n;
+	status_take(st, b, n);
+}
+
+struct one_part {
+	uint64_t batches;
+	uint32_t sum;
+};
+
+static void one_part_entry(const void *arg, uint32_t p, uint64_t *batches,
+			   uint32_t *sum)
+{
+	(void)p;
+	const struct one_part *o = arg;
+	*batches = o->batches;
+	*sum = o->sum;
+}
+
+void th_status_one_part(struct ush_status *st, const char *app,
+			const char *loc, uint32_t shuffle, uint64_t batches,
+			uint32_t sum)
+{
+	struct status d = {.target = USH_TARGET_NET, .shuffle = shuffle,
+			   .partitions = 1, .app = app,
+			   .app_len = (uint32_t)strlen(app), .loc = loc,
+			   .loc_len = (uint32_t)strlen(loc)};
+	struct one_part o = {batches, sum};
+	uint8_t *b;
+	size_t n;
+	assert_int_equal(status_build(&b, &n, &d, one_part_entry, &o), 0);
+	status_take(st, b, n);
 }
 
 int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,

@@ -56,6 +56,12 @@ void th_statuses_free(struct ush_status *st, size_t n);
 void th_status_forge(struct ush_status *st, enum ush_target target,
 		     const char *loc, uint32_t shuffle, uint32_t map,
 		     uint32_t attempt, uint32_t partitions);
+/* The net status of map 0 attempt 0 of shuffle at loc for app, one
+ * partition of `batches` batches with checksum sum (status.h), as a
+ * writer would commit it. */
+void th_status_one_part(struct ush_status *st, const char *app,
+			const char *loc, uint32_t shuffle, uint64_t batches,
+			uint32_t sum);
 /* ush_reader_open() of partition over n statuses (timeout_ms 0: the
  * default). */
 int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,

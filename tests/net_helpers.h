@@ -401,4 +401,20 @@ static inline void th_verify(const struct th_job *j)
 	assert_int_equal(total, (uint64_t)j->maps * j->records);
 }
 
+/* A one-record DATA frame of shuffle s, map 0, attempt 0, partition 0,
+ * seq, into b; returns its size, *crc its CRC. */
+static inline size_t th_rec_frame(uint8_t *b, uint32_t s, uint64_t seq,
+				  const char *r, uint32_t *crc)
+{
+	uint32_t n = (uint32_t)strlen(r);
+	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
+			      .seq = seq, .raw_len = 4 + n,
+			      .payload_len = 4 + n, .nrec = 1};
+	put_le32(b + USH_FRAME_HDR_SIZE, n);
+	memcpy(b + USH_FRAME_HDR_SIZE + 4, r, n);
+	frame_encode(b, &f);
+	*crc = f.crc;
+	return USH_FRAME_HDR_SIZE + 4 + n;
+}
+
 #endif

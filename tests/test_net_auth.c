@@ -294,57 +294,15 @@ static void other_application_refused(void **state)
 	done(&w);
 }
 
-/* A DATA frame of shuffle s, map 0, attempt 0, partition 0 and seq:
- * one record r. Returns its size, *crc its CRC. */
-static size_t data_frame(uint8_t *b, uint32_t s, uint64_t seq,
-			 const char *r, uint32_t *crc)
-{
-	uint32_t n = (uint32_t)strlen(r);
-	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
-			      .seq = seq, .raw_len = 4 + n,
-			      .payload_len = 4 + n, .nrec = 1};
-	put_le32(b + USH_FRAME_HDR_SIZE, n);
-	memcpy(b + USH_FRAME_HDR_SIZE + 4, r, n);
-	frame_encode(b, &f);
-	*crc = f.crc;
-	return proto_size(&f);
-}
-
-struct one_part {
-	uint64_t batches;
-	uint32_t sum;
-};
-
-static void one_part_entry(const void *arg, uint32_t p, uint64_t *batches,
-			   uint32_t *sum)
-{
-	(void)p;
-	const struct one_part *o = arg;
-	*batches = o->batches;
-	*sum = o->sum;
-}
-
 /* The status of A's map 0 attempt 0 of shuffle s on w, one partition:
  * the batches whose CRCs are crc[0..n), as their writer would commit it. */
 static void status_of(struct ush_status *st, const struct th_worker *w,
 		      uint32_t s, const uint32_t *crc, uint32_t n)
 {
-	struct status d = {.target = USH_TARGET_NET, .shuffle = s,
-			   .partitions = 1, .app = "A", .app_len = 1,
-			   .loc = w->addr,
-			   .loc_len = (uint32_t)strlen(w->addr)};
-	struct one_part o = {n, USHI_SUM_INIT};
+	uint32_t sum = USHI_SUM_INIT;
 	for (uint32_t i = 0; i < n; i++)
-		o.sum = status_sum_add(o.sum, crc[i]);
-	o.sum = ~o.sum;
-	uint8_t *b;
-	size_t len;
-	th_ok(status_build(&b, &len, &d, one_part_entry, &o));
-	void *copy = malloc(len);
-	assert_non_null(copy);
-	memcpy(copy, b, len);
-	ushi_free(b);
-	*st = (struct ush_status){copy, len};
+		sum = status_sum_add(sum, crc[i]);
+	th_status_one_part(st, "A", w->addr, s, n, ~sum);
 }
 
 /* Reads frames until the commit ACK, which must be a success. */
@@ -403,8 +361,8 @@ static void same_app_conflicting_frames(void **state)
 		expect_welcome(fd); /* the attempt is claimed */
 		uint8_t b[256];
 		uint32_t good[2], evil;
-		size_t ng = data_frame(b, s, 0, "good0", &good[0]);
-		size_t ne = data_frame(b, s, 0, "EVIL!", &evil);
+		size_t ng = th_rec_frame(b, s, 0, "good0", &good[0]);
+		size_t ne = th_rec_frame(b, s, 0, "EVIL!", &evil);
 		if (k == 1) {
 			/* The peer's second connection to the attempt. */
 			struct hs rec;
@@ -416,9 +374,9 @@ static void same_app_conflicting_frames(void **state)
 		const char *first = k ? "good0" : "EVIL!";
 		const char *second = k ? "EVIL!" : "good0";
 		uint32_t c;
-		th_send_all(fd, b, data_frame(b, s, 0, first, &c));
-		th_send_all(fd, b, data_frame(b, s, 0, second, &c));
-		th_send_all(fd, b, data_frame(b, s, 1, "good1", &good[1]));
+		th_send_all(fd, b, th_rec_frame(b, s, 0, first, &c));
+		th_send_all(fd, b, th_rec_frame(b, s, 0, second, &c));
+		th_send_all(fd, b, th_rec_frame(b, s, 1, "good1", &good[1]));
 		th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
 		wait_commit(fd);
 		close(fd);
@@ -473,11 +431,11 @@ static void same_app_identical_resend(void **state)
 	expect_welcome(fd);
 	uint8_t b[256];
 	uint32_t crc[2];
-	size_t n = data_frame(b, s, 0, "good0", &crc[0]);
+	size_t n = th_rec_frame(b, s, 0, "good0", &crc[0]);
 	th_send_all(fd, b, n);
 	th_send_all(fd, b, n);
-	th_send_all(fd, b, data_frame(b, s, 1, "good1", &crc[1]));
-	th_send_all(fd, b, data_frame(b, s, 1, "good1", &crc[1]));
+	th_send_all(fd, b, th_rec_frame(b, s, 1, "good1", &crc[1]));
+	th_send_all(fd, b, th_rec_frame(b, s, 1, "good1", &crc[1]));
 	th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	wait_commit(fd);
 	close(fd);

@@ -252,53 +252,12 @@ static void recv_frame(int fd, uint8_t *b, struct ushi_frame *f)
 				 f->payload_len);
 }
 
-/* A one-record DATA frame of shuffle s, map 0, attempt 0, partition 0,
- * seq; *crc gets its CRC. */
-static size_t rec_frame(uint8_t *b, uint32_t s, uint64_t seq, const char *r,
-			uint32_t *crc)
-{
-	uint32_t n = (uint32_t)strlen(r);
-	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
-			      .seq = seq, .raw_len = 4 + n,
-			      .payload_len = 4 + n, .nrec = 1};
-	put_le32(b + USH_FRAME_HDR_SIZE, n);
-	memcpy(b + USH_FRAME_HDR_SIZE + 4, r, n);
-	frame_encode(b, &f);
-	*crc = f.crc;
-	return USH_FRAME_HDR_SIZE + 4 + n;
-}
-
 /* The status a driver would hold for map 0 attempt 0 of shuffle s on
  * this worker: one partition of `batches` batches with checksum sum. */
-struct one_part {
-	uint64_t batches;
-	uint32_t sum;
-};
-
-static void one_part_entry(const void *arg, uint32_t p, uint64_t *batches,
-			   uint32_t *sum)
-{
-	(void)p;
-	const struct one_part *o = arg;
-	*batches = o->batches;
-	*sum = o->sum;
-}
-
 static void make_status(struct ush_status *st, uint32_t s, uint64_t batches,
 			uint32_t sum)
 {
-	struct status d = {.target = USH_TARGET_NET, .shuffle = s,
-			   .partitions = 1, .app = "default", .app_len = 7, .loc = wk.addr,
-			   .loc_len = (uint32_t)strlen(wk.addr)};
-	struct one_part o = {batches, sum};
-	uint8_t *b;
-	size_t n;
-	assert_int_equal(status_build(&b, &n, &d, one_part_entry, &o), 0);
-	void *copy = malloc(n);
-	assert_non_null(copy);
-	memcpy(copy, b, n);
-	ushi_free(b);
-	*st = (struct ush_status){copy, n};
+	th_status_one_part(st, "default", wk.addr, s, batches, sum);
 }
 
 /* Pushes frames by hand (of map 0 attempt 0 of shuffle s: seq 0, a
@@ -312,9 +271,9 @@ static void raw_push(uint32_t s, uint32_t *sum)
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
 				0, 0, "default", 0, {0}};
 	th_hello(fd, h);
-	th_send_all(fd, b, rec_frame(b, s, 0, "first", &crc[0]));
-	th_send_all(fd, b, rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
-	th_send_all(fd, b, rec_frame(b, s, 1, "second", &crc[2]));
+	th_send_all(fd, b, th_rec_frame(b, s, 0, "first", &crc[0]));
+	th_send_all(fd, b, th_rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
+	th_send_all(fd, b, th_rec_frame(b, s, 1, "second", &crc[2]));
 	*sum = ~status_sum_add(status_sum_add(USHI_SUM_INIT, crc[0]), crc[2]);
 	th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	for (;;) {
@@ -404,13 +363,13 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	wait_ack(old, USHI_ACK_DROP);
 	int now = th_raw_connect(wk.port);
 	th_hello(now, h);
-	th_send_all(now, b, rec_frame(b, s, 0, "good0", &crc[0]));
+	th_send_all(now, b, th_rec_frame(b, s, 0, "good0", &crc[0]));
 	/* The new writer's HELLO is taken before the old one's frame
 	 * arrives (no reply to wait for on this connection but credit). */
 	usleep(100000);
-	th_send_all(old, b, rec_frame(b, s, 0, "EVIL", &crc[2]));
+	th_send_all(old, b, th_rec_frame(b, s, 0, "EVIL", &crc[2]));
 	expect_error(old, "dropped since");
-	th_send_all(now, b, rec_frame(b, s, 1, "good1", &crc[1]));
+	th_send_all(now, b, th_rec_frame(b, s, 1, "good1", &crc[1]));
 	th_send_all(now, b, proto_put_mapper_end(b, s, 0, 0));
 	wait_ack(now, USHI_ACK_COMMIT);
 	close(now);

@@ -338,10 +338,9 @@ static void old_layout_refused(void **state)
 	assert_non_null(f);
 	fputs("frames of 0.3", f);
 	fclose(f);
-	assert_int_equal(run_worker(err, sizeof(err), "127.0.0.1:0", wk.dir),
-			 1);
-	if (!strstr(err, "p0.t0.data") || !strstr(err, "0.3"))
-		fail_msg("%s", err);
+	int rc = run_worker(err, sizeof(err), "127.0.0.1:0", wk.dir);
+	if (rc != 1 || !strstr(err, "p0.t0.data") || !strstr(err, "0.3"))
+		fail_msg("exit %d: %s", rc, err);
 	assert_int_equal(unlink(path), 0);
 	th_worker_spawn(&wk, "127.0.0.1", wk.port, 1);
 	assert_int_equal(count(&st, 1), 10);

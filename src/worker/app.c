@@ -279,15 +279,16 @@ int wk_app_usage(struct ush_worker *wk)
 			/* A 0.3 worker's partition file: that layout is not
 			 * served, so starting would lose the shuffle. */
 			if (sscanf(de->d_name, "p%u.t%u.dat%c", &p, &t, &c) == 3) {
-				closedir(d);
-				return ushi_fail(USH_EVERSION, "worker: %s/%s/%s "
-						"is a partition file of ushuffled "
-						"0.3, whose layout this version "
-						"does not read: drain the worker "
-						"with the old version (or drop "
-						"shuffle %u) before upgrading",
+				int ret = ushi_fail(USH_EVERSION, "worker: "
+						"%s/%s/%s is a partition file of "
+						"ushuffled 0.3, whose layout this "
+						"version does not read: drain the "
+						"worker with the old version (or "
+						"drop shuffle %u) before upgrading",
 						wk->dir, name, de->d_name,
 						wk->owners[i].shuffle);
+				closedir(d); /* de is d's */
+				return ret;
 			}
 			if (!fstatat(dirfd(d), de->d_name, &st,
 				     AT_SYMLINK_NOFOLLOW) &&
