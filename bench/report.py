@@ -301,16 +301,27 @@ def t_parts(res, m):
 def t_small_jobs(res, m):
     ps, p99, cpu = (res["median_per_s"], res["median_p99_us"],
                     res["median_cpu_us"])
-    rows = [["shuffles per second", f"{ps['none']:.1f}",
+    rows = [["shuffles per second: a heartbeat per job vs none",
+             f"{ps['none']:.1f}",
              f"{ps['heartbeat']:.1f}",
              f"{ps['heartbeat'] / ps['none']:.2f}×", "—", ""],
-            ["job latency p99", f"{p99['none'] / 1000:.1f} ms",
+            ["job latency p99: a heartbeat per job vs none",
+             f"{p99['none'] / 1000:.1f} ms",
              f"{p99['heartbeat'] / 1000:.1f} ms",
              f"{p99['heartbeat'] / p99['none']:.2f}×", "—", ""],
-            ["CPU per shuffle (client + worker)",
+            ["CPU per shuffle (client + worker): heartbeat vs none",
              f"{cpu['none'] / 1000:.2f} ms",
              f"{cpu['heartbeat'] / 1000:.2f} ms",
              f"{cpu['heartbeat'] / cpu['none']:.2f}×", "—", ""]]
+    if "insecure" in ps:  # runs from before issue 12 have no such mode
+        hs = res["median_connection_us"]
+        rows += [["authentication: connection (HELLO + AUTH + HEARTBEAT)"
+                  " vs --insecure", f"{hs['insecure']:.0f} µs",
+                  f"{hs['none']:.0f} µs",
+                  f"{hs['none'] / hs['insecure']:.2f}×", "—", ""],
+                 ["authentication: shuffles per second vs --insecure",
+                  f"{ps['insecure']:.1f}", f"{ps['none']:.1f}",
+                  f"{ps['none'] / ps['insecure']:.2f}×", "—", ""]]
     cmd = res["data"]["none"][0]["cmd"].split(" --workers")[0]
     note = (f"Baseline: jobs without heartbeats; then a heartbeat "
             f"(ush_app_heartbeat) before every job. Each job: 1 map × "
@@ -319,9 +330,12 @@ def t_small_jobs(res, m):
             f"read back and checked, dropped; {res['jobs']} jobs per run "
             f"against one `ushuffled --direct=1` on the scratch disk, "
             f"{res['rounds']} alternating rounds (`{os.path.basename(cmd)}"
-            f" --workers=… --jobs={res['jobs']} [--heartbeat-every=1]`).")
-    return table(["measure", "baseline (no heartbeat)",
-                  "with a heartbeat per job", "ratio", "target", ""],
+            f" --workers=… --jobs={res['jobs']} [--heartbeat-every=1]`). "
+            f"Authentication rows: the same jobs (no heartbeat) with "
+            f"`--auth=off` against `ushuffled --insecure` as the baseline; "
+            f"a connection = connect, the handshake and one HEARTBEAT, "
+            f"median of 300 (`--handshakes=300`).")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
                  rows), note
 
 

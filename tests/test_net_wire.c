@@ -28,6 +28,7 @@ struct proxy {
 	 * pieces of 1..down_chunk bytes (0: as read). */
 	unsigned down_bytes1, down_pause_us, down_chunk;
 	atomic_int stop;
+	atomic_int pumps; /* pump threads not yet ended */
 	pthread_t th;
 };
 
@@ -101,6 +102,8 @@ static void *pump_main(void *arg)
 	close(u->cfd);
 	close(u->wfd);
 	free(u);
+	/* Last: proxy_stop() waits for this before p's memory is reused. */
+	atomic_fetch_sub(&p->pumps, 1);
 	return NULL;
 }
 
@@ -133,7 +136,9 @@ static void *proxy_main(void *arg)
 		pthread_attr_t at;
 		pthread_attr_init(&at);
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		atomic_fetch_add(&p->pumps, 1);
 		if (pthread_create(&t, &at, pump_main, u)) {
+			atomic_fetch_sub(&p->pumps, 1);
 			close(cfd);
 			close(wfd);
 			free(u);
@@ -162,15 +167,19 @@ static void proxy_start(struct proxy *p, int target)
 	p->port = ntohs(a.sin_port);
 	snprintf(p->addr, sizeof(p->addr), "127.0.0.1:%d", p->port);
 	atomic_store(&p->stop, 0);
+	atomic_store(&p->pumps, 0);
 	assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
 }
 
-/* Stops accepting; pumps still running end with their connections. */
+/* Stops accepting and waits for every pump to end (each sees stop
+ * within its 100 ms poll): none may touch p once the caller reuses it. */
 static void proxy_stop(struct proxy *p)
 {
 	atomic_store(&p->stop, 1);
 	pthread_join(p->th, NULL);
 	close(p->lfd);
+	while (atomic_load(&p->pumps))
+		usleep(1000);
 }
 
 /* ------------------------------------------------------------ the jobs */

@@ -135,9 +135,13 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 	w->st.batches++;
 	w->inflight++;
 	int ret = w->sink->submit(w, b, mem, flen, f->partition);
-	if (ret)
-		writer_error(w, ret, "writer: %s sink", w->sink->name);
-	return ret;
+	if (!ret)
+		return 0;
+	/* The sink either failed through ushi_fail() or recorded why as
+	 * the writer's error (a worker's ERROR) without making it this
+	 * thread's last error: the sticky error is both. */
+	writer_error_keep(w, ret);
+	return sticky(w);
 }
 
 /*
@@ -205,7 +209,11 @@ static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 static int sink_submit(struct ush_writer *w)
 {
 	int ret = w->sink->flush ? w->sink->flush(w) : 0;
-	return ret ? ret : ring_submit(w->ring);
+	if (ret) {
+		writer_error_keep(w, ret);
+		return sticky(w);
+	}
+	return ring_submit(w->ring);
 }
 
 static int flush_queue(struct ush_writer *w)
