@@ -143,6 +143,17 @@ static void spawn(struct th_worker *w, const char *tag, unsigned threads,
 	th_worker_spawn(w, "127.0.0.1", 0, threads);
 }
 
+/* A worker of tag logging to <dir>.log, which log (n bytes) names; the
+ * caller sets what else it needs, then spawns it. */
+static void logged(struct th_worker *w, char *log, size_t n, const char *tag)
+{
+	memset(w, 0, sizeof(*w));
+	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
+	snprintf(log, n, "%s.log", w->dir);
+	unlink(log);
+	w->errlog = log;
+}
+
 static void done(struct th_worker *w)
 {
 	th_worker_stop(w);
@@ -416,12 +427,8 @@ static void accept_errors_back_off(void **state)
 	(void)state;
 	struct th_worker w;
 	char log[600];
-	memset(&w, 0, sizeof(w));
-	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netlim-emfile"));
-	snprintf(log, sizeof(log), "%s.log", w.dir);
-	unlink(log);
+	logged(&w, log, sizeof(log), "netlim-emfile");
 	w.nofile = 48;
-	w.errlog = log;
 	double t0 = now_s();
 	th_worker_spawn(&w, "127.0.0.1", 0, 1);
 	int *fd = calloc(FLOOD, sizeof(*fd));
@@ -460,11 +467,7 @@ static void repeated_log_lines_are_suppressed(void **state)
 	(void)state;
 	struct th_worker w;
 	char log[600];
-	memset(&w, 0, sizeof(w));
-	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netlim-lograte"));
-	snprintf(log, sizeof(log), "%s.log", w.dir);
-	unlink(log);
-	w.errlog = log;
+	logged(&w, log, sizeof(log), "netlim-lograte");
 	th_worker_spawn(&w, "127.0.0.1", 0, 2);
 	double t0 = now_s();
 	uint8_t junk[256];
@@ -563,11 +566,7 @@ static void sigterm_lets_a_push_commit(void **state)
 	(void)state;
 	struct th_worker w;
 	char log[600];
-	memset(&w, 0, sizeof(w));
-	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netlim-term"));
-	snprintf(log, sizeof(log), "%s.log", w.dir);
-	unlink(log);
-	w.errlog = log;
+	logged(&w, log, sizeof(log), "netlim-term");
 	w.extra = "--drain-timeout=120000";
 	th_worker_spawn(&w, "127.0.0.1", 0, 2);
 	struct ush_status st[1] = {{0}};
@@ -604,11 +603,7 @@ static void sigterm_past_the_drain_tells_the_writer(void **state)
 	(void)state;
 	struct th_worker w;
 	char log[600];
-	memset(&w, 0, sizeof(w));
-	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("netlim-term2"));
-	snprintf(log, sizeof(log), "%s.log", w.dir);
-	unlink(log);
-	w.errlog = log;
+	logged(&w, log, sizeof(log), "netlim-term2");
 	w.extra = "--drain-timeout=300";
 	th_worker_spawn(&w, "127.0.0.1", 0, 2);
 	struct ush_status st[1] = {{0}};
