@@ -38,9 +38,8 @@ struct rmap {
 	 * its frame's CRC and offset in the file or the worker stream.
 	 * 12 B per batch, at most the status's count, freed at the map's
 	 * end. */
-	uint64_t *offs;
+	uint64_t *offs;            /* NULL until its first batch */
 	uint32_t *crcs;
-	uint64_t seen_cap;
 };
 
 /* A place maps live: a spill directory, or the worker holding the
@@ -103,29 +102,19 @@ static const char *place(struct ush_reader *r, struct reader_net *net,
 	return buf;
 }
 
-/* Room to remember batch m->got: doubles, never past the status's
- * count (a batch beyond it is refused before it is remembered). */
+/* Room to remember the map's batches, made at its first: exactly the
+ * status's count (a batch beyond it is refused before it is
+ * remembered), so nothing grows or moves while it is read. */
 static int seen_room(struct rmap *m)
 {
-	if (m->got < m->seen_cap)
+	if (m->offs)
 		return 0;
-	uint64_t cap = m->seen_cap ? 2 * m->seen_cap : 64;
-	if (cap > m->expect)
-		cap = m->expect;
-	if (cap > SIZE_MAX / 12)
+	if (m->expect > SIZE_MAX / 12)
 		return -ENOMEM;
-	uint64_t *offs = ushi_malloc((size_t)cap * 12);
-	if (!offs)
+	m->offs = ushi_malloc((size_t)m->expect * 12);
+	if (!m->offs)
 		return -ENOMEM;
-	uint32_t *crcs = (uint32_t *)(offs + cap);
-	if (m->got) {
-		memcpy(offs, m->offs, (size_t)m->got * sizeof(*offs));
-		memcpy(crcs, m->crcs, (size_t)m->got * sizeof(*crcs));
-	}
-	ushi_free(m->offs);
-	m->offs = offs;
-	m->crcs = crcs;
-	m->seen_cap = cap;
+	m->crcs = (uint32_t *)(m->offs + m->expect);
 	return 0;
 }
 
@@ -136,7 +125,6 @@ static void map_done(struct rmap *m)
 	ushi_free(m->offs);
 	m->offs = NULL;
 	m->crcs = NULL;
-	m->seen_cap = 0;
 }
 
 /*
