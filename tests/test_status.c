@@ -159,7 +159,7 @@ static void status_at_10k_partitions(void **state)
 	for (uint32_t p = 0; p < 10000; p++) {
 		uint64_t b;
 		uint32_t sum;
-		th_ok(status_part(&s, p, &b, &sum, &why));
+		th_ok(status_part(&s, p, &b, &sum, NULL, &why));
 		assert_int_equal(b, 1);
 	}
 	uint64_t n;
@@ -246,7 +246,7 @@ static void skewed(const void *arg, uint32_t p, uint64_t *batches,
 		   uint32_t *sum)
 {
 	const char *why;
-	th_ok(status_part(arg, p, batches, sum, &why));
+	th_ok(status_part(arg, p, batches, sum, NULL, &why));
 	if (p == 3) {
 		*batches += (uint64_t)skew_batches;
 		*sum ^= skew_sum;

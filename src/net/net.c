@@ -33,16 +33,36 @@ int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
 		const char *c = strchr(p, ',');
 		size_t len = c ? (size_t)(c - p) : strlen(p);
 		if (len) {
-			if (n == max || len >= USHI_NET_PEER ||
-			    !memchr(p, ':', len))
+			/* "HOST:PORT@LABEL": the label stays behind the
+			 * peer's NUL (net_peer_label()). */
+			const char *at = memchr(p, '@', len);
+			size_t plen = at ? (size_t)(at - p) : len;
+			if (n == max || len + 1 >= USHI_NET_PEER ||
+			    !memchr(p, ':', plen))
 				return -EINVAL;
 			memcpy(peers[n], p, len);
-			peers[n][len] = 0;
+			peers[n][len] = peers[n][len + 1] = 0;
+			peers[n][plen] = 0;
 			n++;
 		}
 		p += len + (c ? 1 : 0);
 	}
 	return n ? (int)n : -EINVAL;
+}
+
+void net_peer_label(const char *peer, char *label, size_t n)
+{
+	const char *l = peer + strlen(peer) + 1;
+	size_t len = strlen(l);
+	if (!len) { /* none given: the host, a v6 address unbracketed */
+		l = peer + (peer[0] == '[');
+		len = peer[0] == '[' ? strcspn(l, "]") :
+				       (size_t)(strrchr(peer, ':') - peer);
+	}
+	if (len >= n)
+		len = n - 1;
+	memcpy(label, l, len);
+	label[len] = 0;
 }
 
 static int split(const char *peer, char *host, size_t hn, char *port,
