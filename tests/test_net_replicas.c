@@ -43,12 +43,6 @@ static struct {
 	struct ush_reader_stats fetch;
 } draw;
 
-static uint64_t next_rand(uint64_t *x)
-{
-	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
-	return *x >> 33;
-}
-
 static void spawn_all(void)
 {
 	int len = 0;
@@ -111,19 +105,18 @@ static uint64_t holders(const struct ush_status *st, uint32_t p)
 
 static void kill_round(unsigned round)
 {
-	uint64_t x = round + 1;
-	next_rand(&x);
+	uint64_t x = round + 1; /* xorshift: never 0 */
 	draw.phase = (enum phase)(round % 3);
-	draw.victim = (unsigned)(next_rand(&x) % NW);
-	draw.at = next_rand(&x) % ((uint64_t)MAPS * RECORDS);
-	uint32_t fp = (uint32_t)(next_rand(&x) % 2);
+	draw.victim = (unsigned)(th_rand(&x) % NW);
+	draw.at = th_rand(&x) % ((uint64_t)MAPS * RECORDS);
+	uint32_t fp = (uint32_t)(th_rand(&x) % 2);
 	if (draw.phase == FETCH) {
 		/* The worker streaming partition fp, early in it. */
 		draw.victim = ush_net_worker_of(fp, NW);
 		draw.at = fp * (uint64_t)MAPS * FETCH_RECORDS / 2 +
 			  draw.at % 400;
 	}
-	draw.delay_us = (unsigned)(next_rand(&x) % 3000);
+	draw.delay_us = (unsigned)(th_rand(&x) % 3000);
 	draw.dead_from_map = MAPS;
 	draw.killing = false;
 	printf("round %u (seed %u): SIGKILL worker %s during the %s, at %s "
@@ -191,9 +184,10 @@ static void every_replica_gone(void **state)
 	(void)state;
 	spawn_all();
 	struct ush_status st[1] = {{0}};
+	/* The blocking baseline engine replicates too. */
 	struct th_job j = {.workers = list, .shuffle = 7, .partitions = 12,
 			   .maps = 1, .records = 2000, .replicas = 2,
-			   .statuses = st};
+			   .ioengine = USH_IOENGINE_PSYNC, .statuses = st};
 	th_ok(th_push_map(&j, 0, 0, NULL));
 	/* Partitions whose first worker is 0 have their replica on 1. */
 	uint32_t p = 0;
@@ -240,9 +234,11 @@ static void labels_keep_replicas_apart(void **state)
 	snprintf(labelled, sizeof(labelled), "%s@a,%s@a,%s@b", wk[0].addr,
 		 wk[1].addr, wk[2].addr);
 	struct ush_status st[1] = {{0}}, one[1] = {{0}};
+	/* Zero copy forced: each buffer goes to the pool after both
+	 * replicas' notifications. */
 	struct th_job j = {.workers = labelled, .shuffle = 9, .partitions = 16,
 			   .maps = 1, .records = 4000, .replicas = 2,
-			   .statuses = st};
+			   .send_zc = 1, .statuses = st};
 	struct ush_writer_stats ws;
 	th_ok(th_push_map(&j, 0, 0, &ws));
 	for (uint32_t p = 0; p < j.partitions; p++) {
@@ -259,6 +255,7 @@ static void labels_keep_replicas_apart(void **state)
 	struct th_job j1 = j;
 	j1.shuffle = 10;
 	j1.replicas = 1;
+	j1.send_zc = 0;
 	j1.statuses = one;
 	th_ok(th_push_map(&j1, 0, 0, NULL));
 	assert_int_equal(((const uint8_t *)one[0].data)[4], 1);
@@ -271,6 +268,54 @@ static void labels_keep_replicas_apart(void **state)
 	stop_all();
 }
 
+/* A record larger than the push size goes out alone in a heap frame:
+ * shared by both replicas too, freed after the second's send. */
+static void oversized_record(void **state)
+{
+	(void)state;
+	spawn_all();
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 11,
+		.partitions = 4, .target = USH_TARGET_NET, .workers = list,
+		.replicas = 3};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	size_t big = 300u << 10;
+	uint8_t *rec = malloc(big);
+	th_fill(rec, big, 42);
+	th_ok(ush_writer_write(w, 1, rec, big));
+	th_ok(ush_writer_write(w, 1, rec, 100));
+	th_ok(ush_writer_commit(w, NULL));
+	struct ush_writer_stats ws;
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.net_replica_bytes[0], ws.net_replica_bytes[2]);
+	struct ush_status st;
+	th_ok(ush_writer_status(w, &st));
+	assert_int_equal(holders(&st, 1), 7);
+	th_worker_kill(&wk[ush_net_worker_of(1, NW)]);
+	ush_reader *r;
+	th_ok(th_reader_open(&r, &st, 1, 1, 5000));
+	const void *got;
+	size_t len;
+	assert_int_equal(ush_reader_next(r, &got, &len), 1);
+	assert_int_equal(len, big);
+	assert_true(th_check(got, big, 42));
+	assert_int_equal(ush_reader_next(r, &got, &len), 1);
+	assert_int_equal(len, 100);
+	assert_int_equal(ush_reader_next(r, &got, &len), 0);
+	ush_reader_free(r);
+	free(rec);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	for (unsigned i = 0; i < NW; i++) {
+		th_worker_stop(&wk[i]);
+		th_rmrf(wk[i].dir);
+	}
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -278,6 +323,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(labels_keep_replicas_apart),
 		cmocka_unit_test(every_replica_gone),
+		cmocka_unit_test(oversized_record),
 		cmocka_unit_test(kill_rounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
