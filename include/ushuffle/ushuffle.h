@@ -474,7 +474,11 @@ USH_SIZED_INIT(ush_reader_opts)
  * status says (a missing index or directory; a worker that does not
  * hold it). The reader checks every map's batches against its status: a
  * missing, extra or different batch is USH_ECORRUPT naming map,
- * partition and file or worker.
+ * partition and file or worker. A status of a writer with replicas names
+ * each partition's workers: a worker that fails (at open or mid-stream)
+ * is replaced by the next, whose repeated batches are dropped, so the
+ * records go on with no duplicate and no gap; when none is left,
+ * -EHOSTUNREACH names the partition and the workers tried.
  */
 USH_API int ush_reader_open(ush_reader **out,
 			    const struct ush_reader_opts *opts);
