@@ -9,6 +9,7 @@
  * began. The killed worker restarts over its directory for the next round.
  */
 #include "core/status.h"
+#include "net/net.h"
 #include "net_helpers.h"
 
 #include <pthread.h>
@@ -316,11 +317,31 @@ static void oversized_record(void **state)
 	}
 }
 
+/* HOST:PORT@LABEL: the peer without the label, the label (default: the
+ * host, a v6 address unbracketed) behind it. */
+static void worker_list_labels(void **state)
+{
+	(void)state;
+	char peers[4][USHI_NET_PEER], l[64];
+	assert_int_equal(net_parse_workers("a:1@rack1,b:2,[::1]:3,c:4@",
+					   peers, 4), 4);
+	const char *want[4][2] = {{"a:1", "rack1"}, {"b:2", "b"},
+				  {"[::1]:3", "::1"}, {"c:4", "c"}};
+	for (int i = 0; i < 4; i++) {
+		assert_string_equal(peers[i], want[i][0]);
+		net_peer_label(peers[i], l, sizeof(l));
+		assert_string_equal(l, want[i][1]);
+	}
+	assert_int_equal(net_parse_workers("nohost@x", peers, 4), -EINVAL);
+	assert_int_equal(net_parse_workers("h@x:1", peers, 4), -EINVAL);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(worker_list_labels),
 		cmocka_unit_test(labels_keep_replicas_apart),
 		cmocka_unit_test(every_replica_gone),
 		cmocka_unit_test(oversized_record),
