@@ -1,0 +1,195 @@
+"""A Dask DataFrame shuffle over ushuffle (docs/python.md).
+
+shuffle(df, on) builds three layers: one map task per input partition
+(hash rows as dask's partitioning_index does, write each partition's rows
+through a ushuffle Writer, commit, return the map status bytes), one task
+that gathers the statuses, and one reduce task per output partition (read
+exactly the attempts whose statuses Dask delivered). A map task that Dask
+re-runs (its worker died) writes a new, random attempt number; the
+attempts Dask did not deliver are never read.
+
+Row batches are pandas frames pickled with protocol 5: the numeric columns
+travel as out-of-band buffers written straight from the frame's memory.
+"""
+import os
+import pickle
+import shutil
+import struct
+import threading
+import uuid
+import weakref
+
+import numpy as np
+import pandas as pd
+from dask.base import tokenize
+from dask.dataframe.core import new_dd_object
+from dask.dataframe.shuffle import partitioning_index
+from dask.highlevelgraph import HighLevelGraph
+
+import ushuffle
+
+__all__ = ["shuffle", "drop"]
+
+# A batch: one header record "<4s I Q" + nbuf x "Q" (magic, buffer count,
+# pickle length, buffer lengths), then the pickle and each out-of-band
+# buffer cut into records of at most `chunk` bytes.
+_MAGIC = b"USD1"
+_HDR = struct.Struct("<4sIQ")
+_DEFAULTS = {"app": "dask", "dir": None, "codec": None,
+             "push_size": 256 << 10, "pool_bytes": 32 << 20,
+             "chunk": 128 << 10, "timeout_ms": 0, "secret_file": None,
+             "on_commit": None}
+_local = threading.local()
+
+
+def _ring(cfg):
+    """The calling thread's ring (a ring serves one thread), made once."""
+    key = (cfg["codec"], cfg["push_size"], cfg["pool_bytes"])
+    ring = getattr(_local, "rings", {}).get(key)
+    if ring is None:
+        ring = ushuffle.Ring(codec=cfg["codec"], push_size=cfg["push_size"],
+                             pool_bytes=cfg["pool_bytes"])
+        _local.rings = {**getattr(_local, "rings", {}), key: ring}
+    return ring
+
+
+def _auth(cfg):
+    if cfg["secret_file"]:
+        ushuffle.auth_secret(cfg["app"], path=cfg["secret_file"])
+
+
+def _write_batch(w, part, frame, chunk):
+    bufs = []
+    data = pickle.dumps(frame, protocol=5, buffer_callback=bufs.append)
+    raws = [b.raw() for b in bufs]
+    w.write(part, _HDR.pack(_MAGIC, len(raws), len(data)) +
+            struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)))
+    for r in [memoryview(data)] + raws:
+        for off in range(0, r.nbytes, chunk):
+            w.write(part, r[off:off + chunk])
+
+
+def _map(frame, on, nparts, sid, index, cfg):
+    _auth(cfg)
+    idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.int64)
+    order = np.argsort(idx, kind="stable")
+    counts = np.bincount(idx, minlength=nparts)
+    ends = np.cumsum(counts)
+    target = "net" if cfg["workers"] else "disk"
+    while True:
+        attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        try:
+            w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
+                                target=target, dir=cfg["dir"],
+                                workers=cfg["workers"], app=cfg["app"],
+                                timeout_ms=cfg["timeout_ms"])
+            break
+        except ushuffle.Error as e:  # the random attempt is taken
+            if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
+                raise
+    with w:
+        for p in np.flatnonzero(counts):
+            start = ends[p - 1] if p else 0
+            # take() makes each partition's blocks contiguous, so
+            # pickle hands them out of band instead of copying them.
+            _write_batch(w, int(p), frame.take(order[start:ends[p]]),
+                         cfg["chunk"])
+        status = w.commit()
+    if cfg["on_commit"]:
+        cfg["on_commit"](index)
+    return status
+
+
+def _read_batches(reader):
+    """Reassembles the pickled frames of one partition (one copy each)."""
+    it = iter(reader)
+    for rec in it:
+        magic, nbuf, plen = _HDR.unpack_from(rec)
+        if magic != _MAGIC:
+            raise ushuffle.Error(-5, "ushuffle.dask: not a row batch")
+        lens = struct.unpack_from(f"<{nbuf}Q", rec, _HDR.size)
+        parts = []
+        for n in (plen,) + lens:
+            b, off = bytearray(n), 0
+            while off < n:
+                r = next(it)
+                b[off:off + r.nbytes] = r
+                off += r.nbytes
+            parts.append(b)
+        yield pickle.loads(parts[0], buffers=parts[1:])
+
+
+def _reduce(statuses, part, meta, cfg):
+    _auth(cfg)
+    with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
+        frames = list(_read_batches(r))
+    if not frames:
+        return meta.copy()
+    return pd.concat(frames) if len(frames) > 1 else frames[0]
+
+
+def _drop(cfg, sid):
+    if cfg["workers"]:
+        try:
+            ushuffle.shuffle_drop(cfg["workers"], cfg["app"], sid)
+        except ushuffle.Error:
+            pass  # an unreachable worker drops it at its --app-ttl
+    else:
+        shutil.rmtree(os.path.join(cfg["dir"], f"s{sid}"),
+                      ignore_errors=True)
+
+
+def drop(result):
+    """Drops the shuffle behind a collection shuffle() returned now,
+    instead of when the collection is freed."""
+    for layer in result.dask.layers.values():
+        f = getattr(layer, "_ushuffle_drop", None)
+        if f:
+            f()
+
+
+def shuffle(df, on, npartitions=None, workers=None, **opts):
+    """df shuffled by column(s) on into npartitions (df's by default)
+    through ushuffled workers ("HOST:PORT,...") or, without workers, the
+    disk target under opts["dir"] (one host only).
+
+    opts: app, dir, codec, push_size, pool_bytes, chunk, timeout_ms,
+    secret_file (else $USHUFFLE_SECRET on the Dask workers), on_commit
+    (called with the map index after each commit: for tests).
+
+    The shuffle's data is dropped when the returned collection (every
+    collection derived from it) has been freed: compute, then let go."""
+    unknown = set(opts) - set(_DEFAULTS)
+    if unknown:
+        raise TypeError(f"ushuffle.dask.shuffle: unknown options {unknown}")
+    cfg = {**_DEFAULTS, **opts, "workers": workers}
+    on = [on] if isinstance(on, str) else list(on)
+    missing = [c for c in on if c not in df.columns]
+    if missing:
+        raise KeyError(f"ushuffle.dask.shuffle: no column {missing} in "
+                       f"the frame (columns: {list(df.columns)})")
+    nparts = int(npartitions or df.npartitions)
+    if workers:
+        _auth(cfg)
+        # Fails now, naming the worker, before any task writes anything.
+        ushuffle.app_heartbeat(workers, cfg["app"], cfg["timeout_ms"])
+    else:
+        cfg["dir"] = cfg["dir"] or os.path.join(
+            "/var/tmp", f"ushuffle-dask-{os.getuid()}")
+        os.makedirs(cfg["dir"], exist_ok=True)
+    sid = uuid.uuid4().int & 0x7FFFFFFF
+    token = tokenize(df, on, nparts, sid)
+    mname, sname, rname = (f"ushuffle-{k}-{token}"
+                           for k in ("map", "statuses", "reduce"))
+    graph = {(mname, i): (_map, (df._name, i), on, nparts, sid, i, cfg)
+             for i in range(df.npartitions)}
+    graph[sname] = (list, [(mname, i) for i in range(df.npartitions)])
+    meta = df._meta
+    graph.update({(rname, j): (_reduce, sname, j, meta, cfg)
+                  for j in range(nparts)})
+    hlg = HighLevelGraph.from_collections(rname, graph, dependencies=[df])
+    # Every collection derived from the result shares this layer: the
+    # shuffle lives as long as one of them does.
+    layer = hlg.layers[rname]
+    layer._ushuffle_drop = weakref.finalize(layer, _drop, cfg, sid)
+    return new_dd_object(hlg, rname, meta, [None] * (nparts + 1))
