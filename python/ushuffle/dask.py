@@ -11,11 +11,13 @@ attempts Dask did not deliver are never read.
 Row batches are pandas frames pickled with protocol 5: the numeric columns
 travel as out-of-band buffers written straight from the frame's memory.
 """
+import collections
 import os
 import pickle
 import shutil
 import struct
 import threading
+import time
 import uuid
 import weakref
 
@@ -40,6 +42,11 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "chunk": 128 << 10, "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
+# Seconds this process spent per phase (bench/dask_shuffle.py reads them to
+# tell Python serialisation from transport): split (hash, sort, take),
+# pickle, write, commit; read (records and reassembly), unpickle (loads
+# and concat).
+stats = collections.Counter()
 
 
 def _ring(cfg):
@@ -59,18 +66,23 @@ def _auth(cfg):
 
 
 def _write_batch(w, part, frame, chunk):
+    t = time.perf_counter()
     bufs = []
     data = pickle.dumps(frame, protocol=5, buffer_callback=bufs.append)
     raws = [b.raw() for b in bufs]
+    t2 = time.perf_counter()
+    stats["pickle"] += t2 - t
     w.write(part, _HDR.pack(_MAGIC, len(raws), len(data)) +
             struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)))
     for r in [memoryview(data)] + raws:
         for off in range(0, r.nbytes, chunk):
             w.write(part, r[off:off + chunk])
+    stats["write"] += time.perf_counter() - t2
 
 
 def _map(frame, on, nparts, sid, index, cfg):
     _auth(cfg)
+    t = time.perf_counter()
     idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.int64)
     order = np.argsort(idx, kind="stable")
     counts = np.bincount(idx, minlength=nparts)
@@ -92,9 +104,14 @@ def _map(frame, on, nparts, sid, index, cfg):
             start = ends[p - 1] if p else 0
             # take() makes each partition's blocks contiguous, so
             # pickle hands them out of band instead of copying them.
-            _write_batch(w, int(p), frame.take(order[start:ends[p]]),
-                         cfg["chunk"])
+            t2 = time.perf_counter()
+            sub = frame.take(order[start:ends[p]])
+            stats["split"] += time.perf_counter() - t2
+            _write_batch(w, int(p), sub, cfg["chunk"])
+        t2 = time.perf_counter()
         status = w.commit()
+        stats["commit"] += time.perf_counter() - t2
+    stats["map"] += time.perf_counter() - t
     if cfg["on_commit"]:
         cfg["on_commit"](index)
     return status
@@ -108,6 +125,7 @@ def _read_batches(reader):
         if magic != _MAGIC:
             raise ushuffle.Error(-5, "ushuffle.dask: not a row batch")
         lens = struct.unpack_from(f"<{nbuf}Q", rec, _HDR.size)
+        t = time.perf_counter()
         parts = []
         for n in (plen,) + lens:
             b, off = bytearray(n), 0
@@ -116,16 +134,24 @@ def _read_batches(reader):
                 b[off:off + r.nbytes] = r
                 off += r.nbytes
             parts.append(b)
-        yield pickle.loads(parts[0], buffers=parts[1:])
+        t2 = time.perf_counter()
+        stats["read"] += t2 - t
+        frame = pickle.loads(parts[0], buffers=parts[1:])
+        stats["unpickle"] += time.perf_counter() - t2
+        yield frame
 
 
 def _reduce(statuses, part, meta, cfg):
     _auth(cfg)
+    t = time.perf_counter()
     with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
         frames = list(_read_batches(r))
-    if not frames:
-        return meta.copy()
-    return pd.concat(frames) if len(frames) > 1 else frames[0]
+    t2 = time.perf_counter()
+    out = meta.copy() if not frames else \
+        pd.concat(frames) if len(frames) > 1 else frames[0]
+    stats["unpickle"] += time.perf_counter() - t2
+    stats["reduce"] += time.perf_counter() - t
+    return out
 
 
 def _drop(cfg, sid):

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""One Dask shuffle on a 2-worker LocalCluster (processes), for bench/run's
+"dask" benchmark: --method ushuffle (two ushuffled on loopback), tasks or
+disk (partd). Rows are made on the workers (the client holds none) and the
+result is consumed there (each output partition's length comes back).
+Prints one JSON object: wall time of the shuffle, peak RSS of each Dask
+worker process (sampled every 50 ms) and of each ushuffled.
+
+Debian's interpreter (/usr/bin/python3): dask, distributed, pandas, psutil;
+PYTHONPATH must reach the ushuffle package (<build>/python).
+"""
+import argparse
+import json
+import os
+import subprocess
+import threading
+import time
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import psutil
+from distributed import Client, LocalCluster
+
+ROW_BYTES = 40  # k, a, b, c: int64 and three float64
+
+
+def make(i, rows):
+    rng = np.random.default_rng(i)
+    return pd.DataFrame({"k": rng.integers(0, 1 << 40, rows),
+                         "a": rng.random(rows), "b": rng.random(rows),
+                         "c": rng.random(rows)})
+
+
+class Peak(threading.Thread):
+    """Samples the RSS of pids until stopped; keeps each one's peak."""
+
+    def __init__(self, pids):
+        super().__init__(daemon=True)
+        self.procs = [psutil.Process(p) for p in pids]
+        self.peak = [0] * len(pids)
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.wait(0.05):
+            for i, p in enumerate(self.procs):
+                try:
+                    self.peak[i] = max(self.peak[i], p.memory_info().rss)
+                except psutil.Error:
+                    pass
+
+
+def workers_start(ushuffled, scratch):
+    procs, addrs = [], []
+    for i in range(2):
+        d = os.path.join(scratch, f"ushuffled{i}")
+        os.makedirs(d, exist_ok=True)
+        p = subprocess.Popen([ushuffled, "--listen=127.0.0.1:0",
+                              f"--dir={d}", "--threads=1",
+                              "--log-level=error"], stdout=subprocess.PIPE,
+                             text=True)
+        addrs.append(f"127.0.0.1:{int(p.stdout.readline().split()[-1])}")
+        procs.append(p)
+    return procs, ",".join(addrs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--method", required=True,
+                    choices=["ushuffle", "tasks", "disk"])
+    ap.add_argument("--bytes", type=int, required=True)
+    ap.add_argument("--partitions", type=int, default=32)
+    ap.add_argument("--scratch", required=True)
+    ap.add_argument("--ushuffled")
+    a = ap.parse_args()
+    rows = a.bytes // ROW_BYTES // a.partitions
+    dask.config.set({"temporary-directory": a.scratch})
+    procs, addr = [], None
+    if a.method == "ushuffle":
+        procs, addr = workers_start(a.ushuffled, a.scratch)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None,
+                      local_directory=a.scratch) as cluster, \
+            Client(cluster) as client:
+        pids = [w["pid"] if "pid" in w else None for w in
+                client.run(lambda: {"pid": os.getpid()}).values()]
+        peak = Peak(pids + [p.pid for p in procs])
+        df = dd.from_map(make, range(a.partitions), rows=rows,
+                         meta=make(0, 0))
+        if a.method == "ushuffle":
+            import ushuffle.dask as ud
+            out = ud.shuffle(df, "k", workers=addr)
+        else:
+            out = df.shuffle("k", shuffle=a.method)
+        peak.start()
+        t = time.perf_counter()
+        lens = out.map_partitions(len).compute()
+        wall = time.perf_counter() - t
+        peak.halt.set()
+        peak.join()
+        phases = {}
+        if a.method == "ushuffle":
+            for st in client.run(lambda: dict(ud.stats)).values():
+                for k, v in st.items():
+                    phases[k] = phases.get(k, 0) + v
+        del out
+    for p in procs:
+        p.terminate()
+        p.wait()
+    total = int(lens.sum())
+    if total != rows * a.partitions:
+        raise SystemExit(f"{a.method}: {total} rows out of "
+                         f"{rows * a.partitions}")
+    print(json.dumps({
+        "method": a.method, "rows": total, "bytes": total * ROW_BYTES,
+        "partitions": a.partitions, "wall_s": wall,
+        "worker_peak_rss": peak.peak[:2], "ushuffled_peak_rss":
+        peak.peak[2:], "phases_s": phases}))
+
+
+if __name__ == "__main__":
+    main()
