@@ -23,6 +23,8 @@ import pandas as pd
 import psutil
 from distributed import Client, LocalCluster
 
+import ushuffle.dask as ud
+
 ROW_BYTES = 40  # k, a, b, c: int64 and three float64
 
 
@@ -79,6 +81,16 @@ def main():
     procs, addr = [], None
     if a.method == "ushuffle":
         procs, addr = workers_start(a.ushuffled, a.scratch)
+    try:
+        res = shuffle(a, rows, procs, addr)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+    print(json.dumps(res))
+
+
+def shuffle(a, rows, procs, addr):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None,
                       local_directory=a.scratch) as cluster, \
@@ -89,7 +101,6 @@ def main():
         df = dd.from_map(make, range(a.partitions), rows=rows,
                          meta=make(0, 0))
         if a.method == "ushuffle":
-            import ushuffle.dask as ud
             out = ud.shuffle(df, "k", workers=addr)
         else:
             out = df.shuffle("k", shuffle=a.method)
@@ -105,18 +116,15 @@ def main():
                 for k, v in st.items():
                     phases[k] = phases.get(k, 0) + v
         del out
-    for p in procs:
-        p.terminate()
-        p.wait()
     total = int(lens.sum())
     if total != rows * a.partitions:
         raise SystemExit(f"{a.method}: {total} rows out of "
                          f"{rows * a.partitions}")
-    print(json.dumps({
+    return {
         "method": a.method, "rows": total, "bytes": total * ROW_BYTES,
         "partitions": a.partitions, "wall_s": wall,
         "worker_peak_rss": peak.peak[:2], "ushuffled_peak_rss":
-        peak.peak[2:], "phases_s": phases}))
+        peak.peak[2:], "phases_s": phases}
 
 
 if __name__ == "__main__":

@@ -76,9 +76,11 @@ def test_empty_partitions(client, workers):
 
 
 def test_skewed_key(client, workers):
-    ddf = dd.from_pandas(frame(20000, 3, skew=True), npartitions=3)
-    got = check(client, workers, ddf, "k", 4)
-    assert max(map(len, got)) >= 18000
+    # 16 KiB push buffers: each partition's rows span many batches, and
+    # the two Dask workers' frames interleave on the ushuffled workers.
+    ddf = dd.from_pandas(frame(40000, 3, skew=True), npartitions=4)
+    got = check(client, workers, ddf, "k", 4, push_size=16384)
+    assert max(map(len, got)) >= 36000
 
 
 def test_disk_target(client, tmp_path):

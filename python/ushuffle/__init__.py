@@ -59,6 +59,10 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
                     const struct ush_writer_opts *opts);
 int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
                      size_t len);
+int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap);
+int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
+                    size_t len, uint32_t nrecords);
+int ush_writer_release(ush_writer *w, void *buf);
 int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts);
 int ush_writer_abort(ush_writer *w);
 int ush_writer_status(const ush_writer *w, struct ush_status *st);
@@ -212,6 +216,7 @@ class Writer:
         self._p = out[0]
         self._ring = ring  # the writer borrows it
         self.partitions = partitions
+        self._buf = None  # the push buffer lent by write_gather()
 
     def write(self, partition, record):
         """Appends one record (any buffer-protocol object, not copied
@@ -220,8 +225,56 @@ class Writer:
         _check(lib.ush_writer_write(self._p, partition, buf, len(buf)),
                f"ush_writer_write (partition {partition})")
 
+    def write_gather(self, partition, pieces):
+        """Appends one record made of the buffers pieces, copied straight
+        into a push buffer the library lends (ush_writer_acquire/swap).
+        The records of a partition written in a row share a batch, so
+        they reach a reader in one frame, never interleaved with another
+        map's; the batch is handed over when it is full or another
+        partition is written. A record must fit a push buffer."""
+        views = [ffi.from_buffer(x) for x in pieces]
+        n = sum(len(v) for v in views)
+        if self._buf is None:
+            b, cap = ffi.new("void **"), ffi.new("size_t *")
+            _check(lib.ush_writer_acquire(self._p, b, cap),
+                   "ush_writer_acquire")
+            self._buf, self._cap, self._len, self._nrec = b, cap[0], 0, 0
+            self._part = partition
+        if 4 + n > self._cap:
+            raise ValueError(f"write_gather: a record of {n} bytes does "
+                             f"not fit a push buffer of {self._cap}")
+        if self._nrec and (partition != self._part or
+                           self._len + 4 + n > self._cap):
+            self._swap()
+        self._part = partition
+        dst = ffi.cast("char *", self._buf[0]) + self._len
+        dst[0:4] = n.to_bytes(4, "little")
+        off = 4
+        for v in views:
+            ffi.memmove(dst + off, v, len(v))
+            off += len(v)
+        self._len += off
+        self._nrec += 1
+
+    def _swap(self):
+        _check(lib.ush_writer_swap(self._p, self._part, self._buf,
+                                   self._len, self._nrec),
+               f"ush_writer_swap (partition {self._part})")
+        self._len = self._nrec = 0
+
+    def _give_back(self):
+        """Hands over the batch write_gather() is filling, and returns
+        its buffer."""
+        if self._buf is not None:
+            if self._nrec:
+                self._swap()
+            _check(lib.ush_writer_release(self._p, self._buf[0]),
+                   "ush_writer_release")
+            self._buf = None
+
     def commit(self):
         """Publishes the output; returns the map status as bytes."""
+        self._give_back()
         _check(lib.ush_writer_commit(self._p, ffi.NULL), "ush_writer_commit")
         st = ffi.new("struct ush_status *")
         _check(lib.ush_writer_status(self._p, st), "ush_writer_status")
@@ -234,8 +287,8 @@ class Writer:
     def close(self):
         """Frees the writer, aborting it if it was not committed."""
         if self._p is not None:
-            lib.ush_writer_free(self._p)
-            self._p = None
+            lib.ush_writer_free(self._p)  # takes back a lent buffer
+            self._p = self._buf = None
 
     def __enter__(self):
         return self

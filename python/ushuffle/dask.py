@@ -32,20 +32,23 @@ import ushuffle
 
 __all__ = ["shuffle", "drop"]
 
-# A batch: one header record "<4s I Q" + nbuf x "Q" (magic, buffer count,
-# pickle length, buffer lengths), then the pickle and each out-of-band
-# buffer cut into records of at most `chunk` bytes.
-_MAGIC = b"USD1"
+# A row batch is one record: a header "<4s I Q" + nbuf x "Q" (magic,
+# buffer count, pickle length, buffer lengths), the pickle, then each
+# out-of-band buffer, every part starting 8-byte aligned. Every record is
+# a whole batch within one frame (Writer.write_gather), so the frames of
+# maps interleaved on a worker never split one.
+_MAGIC = b"USD2"
 _HDR = struct.Struct("<4sIQ")
+_PAD = bytes(8)
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
-             "push_size": 256 << 10, "pool_bytes": 32 << 20,
-             "chunk": 128 << 10, "timeout_ms": 0, "secret_file": None,
+             "push_size": 1 << 20, "pool_bytes": 32 << 20,
+             "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
 # Seconds this process spent per phase (bench/dask_shuffle.py reads them to
 # tell Python serialisation from transport): split (hash, sort, take),
-# pickle, write, commit; read (records and reassembly), unpickle (loads
-# and concat).
+# pickle, write (copy into push buffers), commit (the rest of the
+# transport: sends, worker sync); read (fetch, copy, unpickle), concat.
 stats = collections.Counter()
 
 
@@ -65,19 +68,41 @@ def _auth(cfg):
         ushuffle.auth_secret(cfg["app"], path=cfg["secret_file"])
 
 
-def _write_batch(w, part, frame, chunk):
-    t = time.perf_counter()
+def _pad(n):
+    return _PAD[:-n % 8]
+
+
+def _encode(frame):
+    """The pieces of frame's record (not copied) and its length."""
     bufs = []
     data = pickle.dumps(frame, protocol=5, buffer_callback=bufs.append)
     raws = [b.raw() for b in bufs]
-    t2 = time.perf_counter()
-    stats["pickle"] += t2 - t
-    w.write(part, _HDR.pack(_MAGIC, len(raws), len(data)) +
-            struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)))
+    pieces = [_HDR.pack(_MAGIC, len(raws), len(data)),
+              struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))]
     for r in [memoryview(data)] + raws:
-        for off in range(0, r.nbytes, chunk):
-            w.write(part, r[off:off + chunk])
-    stats["write"] += time.perf_counter() - t2
+        pieces += [r, _pad(r.nbytes)]
+    return pieces, sum(memoryview(x).nbytes for x in pieces)
+
+
+def _write_rows(w, part, frame, rows, limit):
+    """Writes frame's rows (positions) to part as batches of at most limit
+    bytes: halves a batch that came out too large."""
+    t = time.perf_counter()
+    # take() makes the batch's blocks contiguous, so pickle hands them out
+    # of band instead of copying them.
+    sub = frame.take(rows)
+    t2 = time.perf_counter()
+    pieces, n = _encode(sub)
+    t3 = time.perf_counter()
+    stats["split"] += t2 - t
+    stats["pickle"] += t3 - t2
+    if n > limit and len(rows) > 1:
+        half = len(rows) // 2
+        _write_rows(w, part, frame, rows[:half], limit)
+        _write_rows(w, part, frame, rows[half:], limit)
+        return
+    w.write_gather(part, pieces)
+    stats["write"] += time.perf_counter() - t3
 
 
 def _map(frame, on, nparts, sid, index, cfg):
@@ -87,6 +112,12 @@ def _map(frame, on, nparts, sid, index, cfg):
     order = np.argsort(idx, kind="stable")
     counts = np.bincount(idx, minlength=nparts)
     ends = np.cumsum(counts)
+    # Rows per batch from the frame's bytes per row (its deep size, which
+    # exceeds the pickle's), so few batches need halving.
+    limit = cfg["push_size"] - 256
+    per_row = frame.memory_usage(deep=True).sum() / max(len(frame), 1)
+    step = max(1, int(limit * 0.8 / max(per_row, 1)))
+    stats["split"] += time.perf_counter() - t
     target = "net" if cfg["workers"] else "disk"
     while True:
         attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
@@ -101,13 +132,9 @@ def _map(frame, on, nparts, sid, index, cfg):
                 raise
     with w:
         for p in np.flatnonzero(counts):
-            start = ends[p - 1] if p else 0
-            # take() makes each partition's blocks contiguous, so
-            # pickle hands them out of band instead of copying them.
-            t2 = time.perf_counter()
-            sub = frame.take(order[start:ends[p]])
-            stats["split"] += time.perf_counter() - t2
-            _write_batch(w, int(p), sub, cfg["chunk"])
+            for a in range(ends[p] - counts[p], ends[p], step):
+                _write_rows(w, int(p), frame,
+                            order[a:min(a + step, ends[p])], limit)
         t2 = time.perf_counter()
         status = w.commit()
         stats["commit"] += time.perf_counter() - t2
@@ -117,39 +144,31 @@ def _map(frame, on, nparts, sid, index, cfg):
     return status
 
 
-def _read_batches(reader):
-    """Reassembles the pickled frames of one partition (one copy each)."""
-    it = iter(reader)
-    for rec in it:
-        magic, nbuf, plen = _HDR.unpack_from(rec)
-        if magic != _MAGIC:
-            raise ushuffle.Error(-5, "ushuffle.dask: not a row batch")
-        lens = struct.unpack_from(f"<{nbuf}Q", rec, _HDR.size)
-        t = time.perf_counter()
-        parts = []
-        for n in (plen,) + lens:
-            b, off = bytearray(n), 0
-            while off < n:
-                r = next(it)
-                b[off:off + r.nbytes] = r
-                off += r.nbytes
-            parts.append(b)
-        t2 = time.perf_counter()
-        stats["read"] += t2 - t
-        frame = pickle.loads(parts[0], buffers=parts[1:])
-        stats["unpickle"] += time.perf_counter() - t2
-        yield frame
+def _decode(rec):
+    """The frame of one record: one copy (the record's), which the
+    frame's numeric columns then use in place."""
+    b = memoryview(bytearray(rec))
+    magic, nbuf, plen = _HDR.unpack_from(b)
+    if magic != _MAGIC:
+        raise ValueError("ushuffle.dask: a record that is not a row batch")
+    lens = struct.unpack_from(f"<{nbuf}Q", b, _HDR.size)
+    off, parts = _HDR.size + 8 * nbuf, []
+    for n in (plen,) + lens:
+        parts.append(b[off:off + n])
+        off += n + len(_pad(n))
+    return pickle.loads(parts[0], buffers=parts[1:])
 
 
 def _reduce(statuses, part, meta, cfg):
     _auth(cfg)
     t = time.perf_counter()
     with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
-        frames = list(_read_batches(r))
+        frames = [_decode(rec) for rec in r]
     t2 = time.perf_counter()
+    stats["read"] += t2 - t
     out = meta.copy() if not frames else \
         pd.concat(frames) if len(frames) > 1 else frames[0]
-    stats["unpickle"] += time.perf_counter() - t2
+    stats["concat"] += time.perf_counter() - t2
     stats["reduce"] += time.perf_counter() - t
     return out
 
@@ -179,7 +198,7 @@ def shuffle(df, on, npartitions=None, workers=None, **opts):
     through ushuffled workers ("HOST:PORT,...") or, without workers, the
     disk target under opts["dir"] (one host only).
 
-    opts: app, dir, codec, push_size, pool_bytes, chunk, timeout_ms,
+    opts: app, dir, codec, push_size, pool_bytes, timeout_ms,
     secret_file (else $USHUFFLE_SECRET on the Dask workers), on_commit
     (called with the map index after each commit: for tests).
 
