@@ -3,8 +3,9 @@
 "dask" benchmark: --method ushuffle (two ushuffled on loopback), tasks or
 disk (partd). Rows are made on the workers (the client holds none) and the
 result is consumed there (each output partition's length comes back).
-Prints one JSON object: wall time of the shuffle, peak RSS of each Dask
-worker process (sampled every 50 ms) and of each ushuffled.
+Prints one JSON object: wall time of the shuffle, peak RSS (sampled every
+50 ms) and CPU seconds of each Dask worker process and each ushuffled, and
+ushuffle's phase times summed over the workers' tasks.
 
 Debian's interpreter (/usr/bin/python3): dask, distributed, pandas, psutil;
 PYTHONPATH must reach the ushuffle package (<build>/python).
@@ -42,7 +43,17 @@ class Peak(threading.Thread):
         super().__init__(daemon=True)
         self.procs = [psutil.Process(p) for p in pids]
         self.peak = [0] * len(pids)
+        self.cpu0 = [self.cpu(p) for p in self.procs]
         self.halt = threading.Event()
+
+    @staticmethod
+    def cpu(p):
+        t = p.cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def cpu_s(self):
+        """CPU seconds (user + sys) of each process since the start."""
+        return [self.cpu(p) - c for p, c in zip(self.procs, self.cpu0)]
 
     def run(self):
         while not self.halt.wait(0.05):
@@ -110,6 +121,7 @@ def shuffle(a, rows, procs, addr):
         wall = time.perf_counter() - t
         peak.halt.set()
         peak.join()
+        cpu = peak.cpu_s()
         phases = {}
         if a.method == "ushuffle":
             for st in client.run(lambda: dict(ud.stats)).values():
@@ -124,7 +136,8 @@ def shuffle(a, rows, procs, addr):
         "method": a.method, "rows": total, "bytes": total * ROW_BYTES,
         "partitions": a.partitions, "wall_s": wall,
         "worker_peak_rss": peak.peak[:2], "ushuffled_peak_rss":
-        peak.peak[2:], "phases_s": phases}
+        peak.peak[2:], "worker_cpu_s": cpu[:2], "ushuffled_cpu_s": cpu[2:],
+        "phases_s": phases}
 
 
 if __name__ == "__main__":
