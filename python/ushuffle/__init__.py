@@ -144,7 +144,23 @@ def version():
     return ffi.string(lib.ush_version_string()).decode()
 
 
-class Ring:
+class _Handle:
+    """An owned C object: close() frees it once; `with` closes it."""
+    _p = None
+
+    def close(self):
+        if self._p is not None:
+            p, self._p = self._p, None
+            self._free(p)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Ring(_Handle):
     """One io_uring and its buffer pool, for the calling thread only.
 
     Options: iodepth, pool_bytes, push_size, sqpoll, fixedbufs (ints) and
@@ -167,27 +183,18 @@ class Ring:
         self._p = out[0]
         self._thread = threading.get_ident()
 
-    def close(self):
+    def _free(self, p):
         """Frees the ring (its writers first); from its creator thread."""
-        if self._p is not None:
-            lib.ush_ring_free(self._p)
-            self._p = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        lib.ush_ring_free(p)
 
     def __del__(self):
         # Only the creator thread may free a ring (the library aborts
         # otherwise): one collected elsewhere is leaked, not freed.
-        if getattr(self, "_p", None) is not None and \
-                threading.get_ident() == self._thread:
+        if self._p is not None and threading.get_ident() == self._thread:
             self.close()
 
 
-class Writer:
+class Writer(_Handle):
     """The map output (shuffle, map, attempt) of `partitions` partitions.
 
     target: "disk" (dir=...) or "net" (workers="HOST:PORT,...");
@@ -284,17 +291,10 @@ class Writer:
         """Drops everything written so far."""
         _check(lib.ush_writer_abort(self._p), "ush_writer_abort")
 
-    def close(self):
+    def _free(self, p):
         """Frees the writer, aborting it if it was not committed."""
-        if self._p is not None:
-            lib.ush_writer_free(self._p)  # takes back a lent buffer
-            self._p = self._buf = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        lib.ush_writer_free(p)  # takes back a lent buffer
+        self._buf = None
 
 
 def status_info(status):
@@ -308,7 +308,7 @@ def status_info(status):
                                        "partitions", "target", "batches")}
 
 
-class Reader:
+class Reader(_Handle):
     """Reads `partition` over exactly the attempts the map statuses name.
 
     Iterating yields each record as a memoryview of the library's buffer,
@@ -350,20 +350,11 @@ class Reader:
                 return
             yield rec
 
-    def close(self):
-        if self._p is not None:
-            lib.ush_reader_free(self._p)
-            self._p = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _free(self, p):
+        lib.ush_reader_free(p)
 
     def __del__(self):
-        if getattr(self, "_p", None) is not None:
-            self.close()
+        self.close()
 
 
 def shuffle_drop(workers, app, shuffle, timeout_ms=0):
