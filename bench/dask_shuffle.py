@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--partitions", type=int, default=32)
     ap.add_argument("--scratch", required=True)
     ap.add_argument("--ushuffled")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads per Dask worker")
     a = ap.parse_args()
     rows = a.bytes // ROW_BYTES // a.partitions
     dask.config.set({"temporary-directory": a.scratch})
@@ -102,7 +104,8 @@ def main():
 
 
 def shuffle(a, rows, procs, addr):
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    with LocalCluster(n_workers=2, threads_per_worker=a.threads,
+                      processes=True,
                       dashboard_address=None,
                       local_directory=a.scratch) as cluster, \
             Client(cluster) as client:
@@ -134,7 +137,7 @@ def shuffle(a, rows, procs, addr):
                          f"{rows * a.partitions}")
     return {
         "method": a.method, "rows": total, "bytes": total * ROW_BYTES,
-        "partitions": a.partitions, "wall_s": wall,
+        "partitions": a.partitions, "threads": a.threads, "wall_s": wall,
         "worker_peak_rss": peak.peak[:2], "ushuffled_peak_rss":
         peak.peak[2:], "worker_cpu_s": cpu[:2], "ushuffled_cpu_s": cpu[2:],
         "phases_s": phases}
