@@ -511,11 +511,14 @@ def t_dask(res, m):
                  f" MiB, {cpu(us):.1f} s", "", "—", ""])
     ph = us.get("phases_s", {})
     if ph:
-        ser = sum(ph.get(k, 0) for k in ("split", "pickle", "concat"))
-        tr = sum(ph.get(k, 0) for k in ("write", "commit", "read"))
-        rows.append(["ushuffle task time: Python (split, pickle, concat) "
-                     "vs transport (write, commit, read)", f"{ser:.1f} s",
-                     f"{tr:.1f} s", "", "—", ""])
+        py = ("hash", "take", "pickle", "decode", "concat")
+        tr = ("write", "commit", "fetch")
+        rows.append(["ushuffle task time, Python: " + ", ".join(
+            f"{k} {ph.get(k, 0):.1f}" for k in py) + " s", "",
+            f"{sum(ph.get(k, 0) for k in py):.1f} s", "", "—", ""])
+        rows.append(["ushuffle task time, transport: " + ", ".join(
+            f"{k} {ph.get(k, 0):.1f}" for k in tr) + " s", "",
+            f"{sum(ph.get(k, 0) for k in tr):.1f} s", "", "—", ""])
     note = (f"The same {res['bytes'] / 2**30:.2f} GiB of rows (an int64 "
             f"key, three float64; {us['partitions']} partitions in and out) "
             f"shuffled once per method on a LocalCluster of 2 worker "
@@ -525,7 +528,10 @@ def t_dask(res, m):
             f"(and, for ushuffle, of its two ushuffled). ushuffled's own "
             f"peak RSS: "
             f"{' / '.join(f'{v / 2**20:,.0f}' for v in us['ushuffled_peak_rss'])}"
-            f" MiB. One run each: on a shared machine, wall times are noisy.")
+            f" MiB. Task time: wall seconds inside ushuffle's map and reduce"
+            f" tasks by phase, summed over both workers (python/ushuffle/"
+            f"dask.py, `stats`). One run each: on a shared machine, wall "
+            f"times are noisy.")
     return table(["measure", "Dask", "ushuffle", "ratio", "target", ""],
                  rows), note
 

@@ -46,10 +46,11 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
-# Seconds this process spent per phase (bench/dask_shuffle.py reads them to
-# tell Python serialisation from transport): split (hash, sort, take),
-# pickle, write (copy into push buffers), commit (the rest of the
-# transport: sends, worker sync); read (fetch, copy, unpickle), concat.
+# Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
+# them to tell Python from transport). Python: hash (partition of each row,
+# sort by it), take (each batch's rows), pickle, decode (copy the record,
+# unpickle), concat. Transport: write (copy into push buffers, hand-offs,
+# waits for credit), commit (flush, worker sync), fetch (reader).
 stats = collections.Counter()
 
 
@@ -95,7 +96,7 @@ def _write_rows(w, part, frame, rows, limit):
     t2 = time.perf_counter()
     pieces, n = _encode(sub)
     t3 = time.perf_counter()
-    stats["split"] += t2 - t
+    stats["take"] += t2 - t
     stats["pickle"] += t3 - t2
     if n > limit and len(rows) > 1:
         half = len(rows) // 2
@@ -119,7 +120,7 @@ def _map(frame, on, nparts, sid, index, cfg):
     limit = cfg["push_size"] - 256
     per_row = frame.memory_usage(deep=True).sum() / max(len(frame), 1)
     step = max(1, int(limit * 0.8 / max(per_row, 1)))
-    stats["split"] += time.perf_counter() - t
+    stats["hash"] += time.perf_counter() - t
     target = "net" if cfg["workers"] else "disk"
     while True:
         attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
@@ -164,10 +165,18 @@ def _decode(rec):
 def _reduce(statuses, part, meta, cfg):
     _auth(cfg)
     t = time.perf_counter()
+    frames = []
     with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
-        frames = [_decode(rec) for rec in r]
+        while True:
+            t2 = time.perf_counter()
+            rec = r.next()
+            t3 = time.perf_counter()
+            stats["fetch"] += t3 - t2
+            if rec is None:
+                break
+            frames.append(_decode(rec))
+            stats["decode"] += time.perf_counter() - t3
     t2 = time.perf_counter()
-    stats["read"] += t2 - t
     out = meta.copy() if not frames else \
         pd.concat(frames) if len(frames) > 1 else frames[0]
     stats["concat"] += time.perf_counter() - t2
