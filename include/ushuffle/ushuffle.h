@@ -208,6 +208,10 @@ struct ush_ring_info {
 	size_t pool_bytes;
 	size_t push_size;
 	size_t pool_idle_bytes; /* bytes on the idle lists now */
+	/* 0, or the -errno io_uring_setup gave (-EPERM: a seccomp filter or
+	 * the io_uring_disabled sysctl; -ENOSYS): the ring then runs every
+	 * operation with plain system calls (README, "Without io_uring"). */
+	int uring_refused;
 };
 USH_API void ush_ring_info_size(const ush_ring *ring,
 				struct ush_ring_info *info, size_t size);
