@@ -174,7 +174,9 @@ struct ush_ring_opts {
 			       (default 64 KiB) */
 	int sqpoll;         /* 1: IORING_SETUP_SQPOLL (default 0) */
 	int fixedbufs;      /* 1: register buffers or fail; 0: never; -1
-			       (default): register, fall back with a warning */
+			       (default): register, fall back with a warning.
+			       Without io_uring (uring_refused) nothing is
+			       registered, and 1 does not fail */
 	enum ush_codec codec;
 	int level;          /* codec level (zstd default 1, lz4 accel 1) */
 };
