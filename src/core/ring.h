@@ -7,6 +7,9 @@
  * accepts and reads are armed (ring_arm()): they wait for peers, and
  * every CQE reaches the callback.
  *
+ * Where io_uring is refused (ring_sync.h), the same ops run as plain
+ * system calls behind the same functions and callbacks.
+ *
  * struct ush_ring is private to ring.c; other modules use the functions
  * below.
  */
