@@ -174,7 +174,9 @@ struct ush_ring_opts {
 			       (default 64 KiB) */
 	int sqpoll;         /* 1: IORING_SETUP_SQPOLL (default 0) */
 	int fixedbufs;      /* 1: register buffers or fail; 0: never; -1
-			       (default): register, fall back with a warning */
+			       (default): register, fall back with a warning.
+			       Without io_uring (uring_refused) nothing is
+			       registered, and 1 does not fail */
 	enum ush_codec codec;
 	int level;          /* codec level (zstd default 1, lz4 accel 1) */
 };
@@ -208,6 +210,10 @@ struct ush_ring_info {
 	size_t pool_bytes;
 	size_t push_size;
 	size_t pool_idle_bytes; /* bytes on the idle lists now */
+	/* 0, or the -errno io_uring_setup gave (-EPERM: a seccomp filter or
+	 * the io_uring_disabled sysctl; -ENOSYS): the ring then runs every
+	 * operation with plain system calls (README, "Without io_uring"). */
+	int uring_refused;
 };
 USH_API void ush_ring_info_size(const ush_ring *ring,
 				struct ush_ring_info *info, size_t size);
