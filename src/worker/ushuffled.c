@@ -3,27 +3,25 @@
  * ush_worker. Runs in the foreground; SIGTERM or SIGINT drain and exit 0;
  * SIGHUP reopens --log-file (logrotate).
  */
-#include <ushuffle/worker.h>
+#include "worker/ushuffled.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <ini.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef USH_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 static ush_worker *worker;
 static const char *log_path; /* --log-file: stderr goes there */
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	if (worker)
-		ush_worker_stop(worker); /* an atomic store: signal-safe */
-}
 
 /* Points stderr (every log line) at log_path, created if missing.
  * Async-signal-safe (open, dup2, close, write): SIGHUP calls it, so a
@@ -94,6 +92,13 @@ static void usage(FILE *f)
 		"  --log-file=PATH     log there instead of stderr; SIGHUP "
 		"reopens it\n"
 		"  --version           print the version and exit\n"
+		"  --metrics=HOST:PORT serve counters for Prometheus at "
+		"http://HOST:PORT/metrics\n"
+		"  --config=FILE       options from an INI file: a [ushuffled] "
+		"section of\n"
+		"                      NAME=VALUE, NAME a long option "
+		"below; the command line\n"
+		"                      overrides it\n"
 		"  --max-open-files=N  log and index files kept open (default: a "
 		"quarter of\n"
 		"                      RLIMIT_NOFILE's soft limit)\n"
@@ -113,7 +118,15 @@ static void usage(FILE *f)
 		"  --max-app-shuffles=N  shuffles owned (default 4096)\n"
 		"  --max-app-bytes=BYTES  data stored (default: half of --dir's "
 		"file system)\n"
-		"Limits and defaults: docs/protocol.md, \"Limits\".\n");
+		"Limits and defaults: docs/protocol.md, \"Limits\". Under "
+		"systemd (Type=notify)\nit reports readiness and pings the "
+		"watchdog%s. Operations: docs/operations.md.\n",
+#ifdef USH_HAVE_SYSTEMD
+		""
+#else
+		" (not in this build: no libsystemd)"
+#endif
+		);
 }
 
 static int level(const char *s)
@@ -130,9 +143,9 @@ static int level(const char *s)
 static int number(const char *s, unsigned long long *v)
 {
 	char *end;
-	*v = strtoull(s, &end, 10);
-	if (end == s)
+	if (*s < '0' || *s > '9')
 		return -1;
+	*v = strtoull(s, &end, 10);
 	if (*end == 'k' || *end == 'K')
 		*v <<= 10, end++;
 	else if (*end == 'm' || *end == 'M')
@@ -142,142 +155,317 @@ static int number(const char *s, unsigned long long *v)
 	return *end ? -1 : 0;
 }
 
-int main(int argc, char **argv)
+/* Every option: getopt's table is made from it, the config file's keys
+ * are its names, and a bad value's message says what it accepts. */
+struct dopt {
+	const char *name;
+	int has_arg, code;
+	const char *accepted;
+};
+
+static const struct dopt dopts[] = {
+	{"listen", 1, 'l', "HOST:PORT"},
+	{"dir", 1, 'd', "a directory path"},
+	{"threads", 1, 't', "1..1024"},
+	{"direct", 1, 'D', "0 or 1"},
+	{"log-level", 1, 'v', "error, info or debug (or 0, 1, 2)"},
+	{"window", 1, 'w', "4k..1g"},
+	{"max-frame", 1, 'm', "0..1g"},
+	{"pool", 1, 'p', "BYTES, with an optional k, m or g suffix"},
+	{"hello-timeout", 1, 'H', "1..3600000 ms"},
+	{"app-ttl", 1, 'A', "1..2147483648 ms"},
+	{"idle-timeout", 1, 'I', "1..86400000 ms"},
+	{"max-conns", 1, 'C', "1..1572864"},
+	{"drain-timeout", 1, 'T', "1..3600000 ms"},
+	{"log-file", 1, 'L', "a file path"},
+	{"max-open-files", 1, 'F', "1..1073741824"},
+	{"secret-file", 1, 'S', "a file path"},
+	{"secrets-dir", 1, 'Y', "a directory path"},
+	{"insecure", 0, 'i', "no value (in a config file: 1)"},
+	{"insecure-non-loopback", 0, 'N', "no value (in a config file: 1)"},
+	{"max-app-conns", 1, 'a', "1..1073741824"},
+	{"max-app-shuffles", 1, 's', "1..1073741824"},
+	{"max-app-bytes", 1, 'b', "1 or more BYTES (k, m, g suffixes)"},
+	{"metrics", 1, 'M', "HOST:PORT"},
+	{"config", 1, 'c', "an INI file"},
+	{"version", 0, 'V', "no value"},
+	{"help", 0, 'h', "no value"},
+};
+#define NDOPTS (sizeof(dopts) / sizeof(dopts[0]))
+
+static const struct dopt *dopt_of(int code)
 {
-	static const struct option opts[] = {
-		{"listen", required_argument, NULL, 'l'},
-		{"dir", required_argument, NULL, 'd'},
-		{"threads", required_argument, NULL, 't'},
-		{"direct", required_argument, NULL, 'D'},
-		{"log-level", required_argument, NULL, 'v'},
-		{"window", required_argument, NULL, 'w'},
-		{"max-frame", required_argument, NULL, 'm'},
-		{"pool", required_argument, NULL, 'p'},
-		{"hello-timeout", required_argument, NULL, 'H'},
-		{"app-ttl", required_argument, NULL, 'A'},
-		{"idle-timeout", required_argument, NULL, 'I'},
-		{"max-conns", required_argument, NULL, 'C'},
-		{"drain-timeout", required_argument, NULL, 'T'},
-		{"log-file", required_argument, NULL, 'L'},
-		{"version", no_argument, NULL, 'V'},
-		{"max-open-files", required_argument, NULL, 'F'},
-		{"secret-file", required_argument, NULL, 'S'},
-		{"secrets-dir", required_argument, NULL, 'Y'},
-		{"insecure", no_argument, NULL, 'i'},
-		{"insecure-non-loopback", no_argument, NULL, 'N'},
-		{"max-app-conns", required_argument, NULL, 'a'},
-		{"max-app-shuffles", required_argument, NULL, 's'},
-		{"max-app-bytes", required_argument, NULL, 'b'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
-	struct ush_worker_opts o;
-	ush_worker_opts_init(&o);
+	for (size_t i = 0; i < NDOPTS; i++)
+		if (dopts[i].code == code)
+			return &dopts[i];
+	return NULL;
+}
+
+static const char *metrics_addr; /* --metrics */
+
+/* Sets the option code to v in o: 0, or -1 for a bad value. v must
+ * outlive o (argv, or a copy the config reader keeps). */
+static int apply(struct ush_worker_opts *o, int code, const char *v)
+{
+	unsigned long long n = 0;
+	switch (code) {
+	case 'l': o->listen = v; return !*v;
+	case 'd': o->dir = v; return !*v;
+	case 't':
+		if (number(v, &n) || n < 1 || n > 1024)
+			return -1;
+		o->threads = (unsigned)n;
+		return 0;
+	case 'D':
+		o->direct = v[0] == '1';
+		return strcmp(v, "0") && strcmp(v, "1") ? -1 : 0;
+	case 'v':
+		o->log_level = level(v);
+		return o->log_level < 0 ? -1 : 0;
+	case 'w':
+		if (number(v, &n) || n < 4096 || n > (1u << 30))
+			return -1;
+		o->window = (uint32_t)n;
+		return 0;
+	case 'm':
+		if (number(v, &n) || n > (1u << 30))
+			return -1;
+		o->max_frame = (uint32_t)n;
+		return 0;
+	case 'p':
+		if (number(v, &n))
+			return -1;
+		o->pool_bytes = (size_t)n;
+		return 0;
+	case 'H': case 'T':
+		if (number(v, &n) || n < 1 || n > 3600000)
+			return -1;
+		*(code == 'H' ? &o->hello_timeout_ms : &o->drain_timeout_ms) =
+			(uint32_t)n;
+		return 0;
+	case 'A':
+		if (number(v, &n) || n < 1 || n > 1u << 31)
+			return -1;
+		o->app_ttl_ms = (uint32_t)n;
+		return 0;
+	case 'I':
+		if (number(v, &n) || n < 1 || n > 86400000)
+			return -1;
+		o->idle_timeout_ms = (uint32_t)n;
+		return 0;
+	case 'C':
+		if (number(v, &n) || n < 1 || n > 1536 * 1024)
+			return -1;
+		o->max_conns = (unsigned)n;
+		return 0;
+	case 'L': log_path = v; return !*v;
+	case 'F': case 'a': case 's':
+		if (number(v, &n) || n < 1 || n > (1u << 30))
+			return -1;
+		*(code == 'F' ? &o->max_open_files :
+		  code == 'a' ? &o->max_app_conns : &o->max_app_shuffles) =
+			(unsigned)n;
+		return 0;
+	case 'S': o->secret_file = v; return !*v;
+	case 'Y': o->secrets_dir = v; return !*v;
+	case 'i': case 'N':
+		if (strcmp(v, "0") && strcmp(v, "1"))
+			return -1;
+		*(code == 'i' ? &o->insecure : &o->insecure_non_loopback) =
+			v[0] == '1';
+		return 0;
+	case 'b':
+		if (number(v, &n) || n < 1)
+			return -1;
+		o->max_app_bytes = n;
+		return 0;
+	case 'M': metrics_addr = v; return !*v;
+	}
+	return -1;
+}
+
+static int bad_value(const char *where, const char *name, const char *v,
+		     int code)
+{
+	fprintf(stderr, "ushuffled: %s--%s=%s: bad value; accepted: %s\n",
+		where, name, v, dopt_of(code)->accepted);
+	return -1;
+}
+
+struct config {
+	const char *file;
+	struct ush_worker_opts *o;
+	int failed;
+};
+
+/* A config file key: an option's name ('_' for '-' too), under
+ * [ushuffled]. Values are kept for the process's life. */
+static int on_config(void *user, const char *section, const char *key,
+		     const char *value)
+{
+	struct config *c = user;
+	char name[64], where[600];
+	snprintf(name, sizeof(name), "%s", key);
+	for (char *p = name; *p; p++)
+		*p = *p == '_' ? '-' : *p;
+	snprintf(where, sizeof(where), "%s: [%s] ", c->file, section);
+	const struct dopt *d = NULL;
+	for (size_t i = 0; i < NDOPTS && !d; i++)
+		if (!strcmp(dopts[i].name, name) && !strchr("cVh", dopts[i].code))
+			d = &dopts[i];
+	if (c->failed)
+		return 0;
+	c->failed = 1;
+	if (strcmp(section, "ushuffled"))
+		fprintf(stderr, "ushuffled: %s%s=%s: outside [ushuffled]; "
+			"accepted: keys under a [ushuffled] section\n", where,
+			key, value);
+	else if (!d)
+		fprintf(stderr, "ushuffled: %s%s=%s: unknown key; accepted: "
+			"the long options of ushuffled --help, without the "
+			"dashes (config, version and help aside)\n", where, key,
+			value);
+	else if (apply(c->o, d->code, strdup(value)))
+		bad_value(where, d->name, value, d->code);
+	else
+		c->failed = 0;
+	return !c->failed;
+}
+
+static int load_config(const char *file, struct ush_worker_opts *o)
+{
+	struct config c = {file, o, 0};
+	int r = ini_parse(file, on_config, &c);
+	if (r < 0)
+		fprintf(stderr, "ushuffled: --config=%s: cannot read it: %s\n",
+			file, strerror(errno));
+	else if (r > 0 && !c.failed)
+		fprintf(stderr, "ushuffled: --config=%s: line %d: syntax error; "
+			"accepted: [ushuffled], KEY=VALUE or a comment\n", file,
+			r);
+	return r ? -1 : 0;
+}
+
+/* Parses argv over a config file's settings: --config first (wherever
+ * it is), then every other option in order. Returns -1 to go on, else
+ * the exit status. */
+static int parse_args(int argc, char **argv, struct ush_worker_opts *o)
+{
+	struct option lopts[NDOPTS + 1];
+	memset(lopts, 0, sizeof(lopts));
+	for (size_t i = 0; i < NDOPTS; i++)
+		lopts[i] = (struct option){dopts[i].name,
+					   dopts[i].has_arg ? required_argument
+							    : no_argument,
+					   NULL, dopts[i].code};
 	int c;
-	unsigned long long v;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		int bad = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", lopts, NULL)) != -1)
+		if (c == 'c' && load_config(optarg, o))
+			return 2;
+	optind = 0; /* glibc: start over */
+	opterr = 1;
+	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+		const struct dopt *d = dopt_of(c);
 		switch (c) {
-		case 'l': o.listen = optarg; break;
-		case 'd': o.dir = optarg; break;
-		case 't':
-			bad = number(optarg, &v) || v < 1 || v > 1024;
-			o.threads = (unsigned)v;
-			break;
-		case 'D':
-			bad = strcmp(optarg, "0") && strcmp(optarg, "1");
-			o.direct = optarg[0] == '1';
-			break;
-		case 'v':
-			o.log_level = level(optarg);
-			bad = o.log_level < 0;
-			break;
-		case 'w':
-			bad = number(optarg, &v) || v < 4096 || v > (1u << 30);
-			o.window = (uint32_t)v;
-			break;
-		case 'm':
-			bad = number(optarg, &v) || v > (1u << 30);
-			o.max_frame = (uint32_t)v;
-			break;
-		case 'p':
-			bad = number(optarg, &v);
-			o.pool_bytes = (size_t)v;
-			break;
-		case 'H':
-			bad = number(optarg, &v) || v < 1 || v > 3600000;
-			o.hello_timeout_ms = (uint32_t)v;
-			break;
-		case 'A':
-			bad = number(optarg, &v) || v < 1 || v > 1u << 31;
-			o.app_ttl_ms = (uint32_t)v;
-			break;
-		case 'I':
-			bad = number(optarg, &v) || v < 1 || v > 86400000;
-			o.idle_timeout_ms = (uint32_t)v;
-			break;
-		case 'C':
-			bad = number(optarg, &v) || v < 1 || v > 1536 * 1024;
-			o.max_conns = (unsigned)v;
-			break;
-		case 'T':
-			bad = number(optarg, &v) || v < 1 || v > 3600000;
-			o.drain_timeout_ms = (uint32_t)v;
-			break;
-		case 'L':
-			bad = !*optarg;
-			log_path = optarg;
-			break;
 		case 'V':
 			printf("ushuffled %s\n", ush_version_string());
 			return 0;
-		case 'F':
-			bad = number(optarg, &v) || v < 1 || v > (1u << 30);
-			o.max_open_files = (unsigned)v;
-			break;
-		case 'S':
-			bad = !*optarg;
-			o.secret_file = optarg;
-			break;
-		case 'Y':
-			bad = !*optarg;
-			o.secrets_dir = optarg;
-			break;
-		case 'i':
-			o.insecure = 1;
-			break;
-		case 'N':
-			o.insecure_non_loopback = 1;
-			break;
-		case 'a':
-			bad = number(optarg, &v) || v < 1 || v > 1u << 30;
-			o.max_app_conns = (unsigned)v;
-			break;
-		case 's':
-			bad = number(optarg, &v) || v < 1 || v > 1u << 30;
-			o.max_app_shuffles = (unsigned)v;
-			break;
-		case 'b':
-			bad = number(optarg, &v) || v < 1;
-			o.max_app_bytes = v;
-			break;
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'c':
+			break;
+		case '?':
+			fprintf(stderr, "ushuffled: see ushuffled --help\n");
+			return 2;
 		default:
-			usage(stderr);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr, "ushuffled: bad value: %s\n",
-				argv[optind - 1]);
-			return 2;
+			if (apply(o, c, d->has_arg ? optarg : "1"))
+				return bad_value("", d->name, optarg, c), 2;
 		}
 	}
-	if (optind < argc || !o.dir) {
-		usage(stderr);
+	if (optind < argc) {
+		fprintf(stderr, "ushuffled: %s: unexpected argument; accepted: "
+			"--NAME=VALUE options only\n", argv[optind]);
 		return 2;
 	}
+	if (!o->dir) {
+		fprintf(stderr, "ushuffled: --dir is required; accepted: "
+			"--dir=PATH, or dir=PATH in --config's [ushuffled]\n");
+		return 2;
+	}
+	if (o->insecure_non_loopback && !o->insecure) {
+		fprintf(stderr, "ushuffled: --insecure-non-loopback needs "
+			"--insecure\n");
+		return 2;
+	}
+	return -1;
+}
+
+/* One prefix per line, whatever the worker library logs. */
+static void log_line(void *arg, const char *msg)
+{
+	(void)arg;
+	fprintf(stderr, "ushuffled: %s\n", msg);
+}
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+	if (worker)
+		ush_worker_stop(worker); /* an atomic store: signal-safe */
+}
+
+/*
+ * Serves until a signal stops the worker. Under systemd (Type=notify):
+ * READY=1 once serving, and with WatchdogSec= a WATCHDOG=1 every half
+ * period while no worker thread has stalled for a whole period, so a
+ * hung thread gets the daemon restarted.
+ */
+static void supervise(void)
+{
+	uint64_t wd_usec = 0;
+#ifdef USH_HAVE_SYSTEMD
+	if (sd_watchdog_enabled(0, &wd_usec) <= 0)
+		wd_usec = 0;
+	sd_notifyf(0, "READY=1\nSTATUS=serving on port %d",
+		   ush_worker_port(worker));
+#endif
+	uint64_t step = wd_usec ? wd_usec / 2 : 200000;
+	step = step > 200000 ? 200000 : step;
+	uint64_t since = 0;
+	while (!stopping) {
+		struct timespec ts = {(time_t)(step / 1000000),
+				      (long)(step % 1000000) * 1000};
+		nanosleep(&ts, NULL);
+		since += step;
+		if (!wd_usec || since < wd_usec / 2)
+			continue;
+		since = 0;
+		struct ush_worker_stats st;
+		ush_worker_stats(worker, &st);
+		if (st.stalled_ms * 1000 >= wd_usec)
+			continue; /* let the watchdog fire */
+#ifdef USH_HAVE_SYSTEMD
+		sd_notify(0, "WATCHDOG=1");
+#endif
+	}
+#ifdef USH_HAVE_SYSTEMD
+	sd_notify(0, "STOPPING=1");
+#endif
+}
+
+int main(int argc, char **argv)
+{
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	int status = parse_args(argc, argv, &o);
+	if (status >= 0)
+		return status;
+	ush_worker_set_log(log_line, NULL);
 	/* Never on the command line (ps shows it to every user): a file,
 	 * or the environment. */
 	const char *env = getenv("USHUFFLE_SECRET");
@@ -285,14 +473,14 @@ int main(int argc, char **argv)
 		o.secret = env;
 		o.secret_len = strlen(env);
 	}
-	if (o.insecure_non_loopback && !o.insecure) {
-		fprintf(stderr, "ushuffled: --insecure-non-loopback needs "
-			"--insecure\n");
-		return 2;
-	}
 	if (log_path && open_log()) {
 		fprintf(stderr, "ushuffled: --log-file=%s: %s\n", log_path,
 			strerror(errno));
+		return 1;
+	}
+	char err[512];
+	if (metrics_addr && metrics_listen(metrics_addr, err, sizeof(err))) {
+		fprintf(stderr, "ushuffled: %s\n", err);
 		return 1;
 	}
 	/* Each connection is a descriptor, and the soft limit is often 1024
@@ -306,6 +494,7 @@ int main(int argc, char **argv)
 	int ret = ush_worker_create(&worker, &o);
 	if (ret) {
 		fprintf(stderr, "ushuffled: %s\n", ush_worker_last_error());
+		metrics_stop();
 		return 1;
 	}
 	struct sigaction sa = {.sa_handler = on_signal};
@@ -316,12 +505,24 @@ int main(int argc, char **argv)
 	sigemptyset(&hup.sa_mask);
 	sigaction(SIGHUP, &hup, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	/* Scripts and tests read the bound port from this line. */
-	printf("ushuffled: port %d\n", ush_worker_port(worker));
-	fflush(stdout);
-	ret = ush_worker_run(worker);
+	ret = ush_worker_start(worker);
+	if (!ret && (ret = metrics_start(worker)))
+		ush_worker_stop(worker);
+	if (!ret) {
+		if (metrics_addr)
+			fprintf(stderr, "ushuffled: metrics on %s (port %d), "
+				"GET /metrics\n", metrics_addr, metrics_port());
+		/* Scripts and tests read the bound port from this line. */
+		printf("ushuffled: port %d\n", ush_worker_port(worker));
+		fflush(stdout);
+		supervise();
+	}
+	int wret = ush_worker_wait(worker);
+	ret = ret ? ret : wret;
 	if (ret)
-		fprintf(stderr, "ushuffled: %s\n", ush_strerror(ret));
+		fprintf(stderr, "ushuffled: %s\n", ret == wret ?
+			ush_strerror(ret) : ush_worker_last_error());
+	metrics_stop();
 	ush_worker_free(worker);
 	return ret ? 1 : 0;
 }
