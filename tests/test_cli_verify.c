@@ -88,6 +88,9 @@ static void corrupted_spill_file_fails_the_read(void **state)
 		cli_has(r.err, "CRC32C mismatch");
 		cli_has(r.err, "verify failed");
 		cli_has(r.out, "errors (failed)");
+		/* A read job reports the shape it reads, not its defaults. */
+		cli_has(r.out, "rw=read, maps=2, partitions=4, record-size="
+			"100-1000 (from the write job's manifest), target=disk");
 		cli_free(&r);
 		r = read_job(name, "json");
 		cli_expect(&r, 1);

@@ -360,7 +360,6 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 			 (int)getpid());
 	else
 		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled", o->dir);
-	mkdir(o->dir, 0755); /* the worker makes only its own directory */
 	struct ush_worker_opts wo;
 	ush_worker_opts_init(&wo);
 	wo.listen = o->rw == RW_READ ? j->expect.workers : "127.0.0.1:0";
