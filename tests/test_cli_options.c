@@ -136,6 +136,20 @@ static void every_option_parses(void **state)
 	th_rmrf(dir);
 }
 
+/* Exit 2, nothing on stdout, one line on stderr holding both texts;
+ * frees r. */
+static void expect_usage_error(struct cli_out *r, const char *arg,
+			       const char *text1, const char *text2)
+{
+	cli_expect(r, 2);
+	cli_has(r->err, text1);
+	cli_has(r->err, text2);
+	if (strchr(r->err, '\n') != r->err + strlen(r->err) - 1)
+		fail_msg("%s: not one line:\n%s", arg, r->err);
+	assert_string_equal(r->out, "");
+	cli_free(r);
+}
+
 /* Each bad input: exit 2, one line naming option and value, "accepted". */
 static void bad_input_exits_2(void **state)
 {
@@ -193,13 +207,7 @@ static void bad_input_exits_2(void **state)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct cli_out r = cli_run(NULL, cases[i][0], "--eta=never");
-		cli_expect(&r, 2);
-		cli_has(r.err, cases[i][1]);
-		cli_has(r.err, cases[i][2]);
-		if (strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
-			fail_msg("%s: not one line:\n%s", cases[i][0], r.err);
-		assert_string_equal(r.out, "");
-		cli_free(&r);
+		expect_usage_error(&r, cases[i][0], cases[i][1], cases[i][2]);
 	}
 	struct cli_out r = cli_run(NULL, "--rw=read", "--target=null");
 	cli_expect(&r, 2);
@@ -251,13 +259,7 @@ static void config_mistakes_exit_2(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct cli_out r = cli_run(cwd, cases[i][0], cases[i][1],
 					   "--size=64k", "--eta=never");
-		cli_expect(&r, 2);
-		cli_has(r.err, cases[i][2]);
-		cli_has(r.err, cases[i][3]);
-		if (strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
-			fail_msg("%s: not one line:\n%s", cases[i][1], r.err);
-		assert_string_equal(r.out, "");
-		cli_free(&r);
+		expect_usage_error(&r, cases[i][1], cases[i][2], cases[i][3]);
 	}
 	/* Nothing was written: not in the working directory, nor at /. */
 	DIR *d = opendir(cwd);
