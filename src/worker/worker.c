@@ -111,7 +111,7 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	for (unsigned i = 0; i < USH_WORKER_ERR_KINDS; i++)
 		s.errors[i] = LOAD(m->errors[i]);
 	uint64_t now = ushi_now_ns();
-	for (unsigned i = 0; wk->started && i < wk->nthreads; i++) {
+	for (unsigned i = 0; i < wk->nthreads; i++) { /* 0 before start */
 		struct wk_thread *t = &wk->threads[i];
 		uint64_t pass = LOAD(t->pass_ns);
 		s.open_files += LOAD(t->nopen);
