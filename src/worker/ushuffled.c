@@ -292,6 +292,31 @@ static int bad_value(const char *where, const char *name, const char *v,
 	return -1;
 }
 
+/* The config file's values, which the options point at until exit. */
+static char **kept;
+static size_t nkept;
+
+static void free_kept(void)
+{
+	for (size_t i = 0; i < nkept; i++)
+		free(kept[i]);
+	free(kept);
+}
+
+static const char *keep(const char *v)
+{
+	char **k = realloc(kept, (nkept + 1) * sizeof(*k));
+	char *copy = strdup(v);
+	if (!k || !copy) {
+		fprintf(stderr, "ushuffled: out of memory\n");
+		exit(1);
+	}
+	if (!kept)
+		atexit(free_kept);
+	kept = k;
+	return kept[nkept++] = copy;
+}
+
 struct config {
 	const char *file;
 	struct ush_worker_opts *o;
@@ -325,7 +350,7 @@ static int on_config(void *user, const char *section, const char *key,
 			"the long options of ushuffled --help, without the "
 			"dashes (config, version and help aside)\n", where, key,
 			value);
-	else if (apply(c->o, d->code, strdup(value)))
+	else if (apply(c->o, d->code, keep(value)))
 		bad_value(where, d->name, value, d->code);
 	else
 		c->failed = 0;
