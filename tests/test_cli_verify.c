@@ -97,6 +97,8 @@ static void corrupted_spill_file_fails_the_read(void **state)
 		json_object *j = cli_json(&r);
 		json_object *o = json_object_array_get_idx(jget(j, "jobs"), 0);
 		assert_string_equal(jstr(o, "verify/status"), "failed");
+		assert_int_equal(jint(o, "shape/maps"), 2);
+		assert_int_equal(jint(o, "shape/partitions"), 4);
 		json_object *errs = jget(o, "verify/first_errors");
 		const char *first = json_object_get_string(
 			json_object_array_get_idx(errs, 0));

@@ -240,6 +240,8 @@ struct job_result {
 	bool verify_done;       /* every record was read back and checked */
 	bool interrupted;
 	bool ran;               /* the threads ran: there is a report */
+	/* The shape the job used: its options, or a read's manifest. */
+	uint32_t maps, partitions, rec_min, rec_max;
 	int err;                /* first error, 0 if none */
 	char errmsg[512];
 };

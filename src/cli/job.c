@@ -227,6 +227,10 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 			spill_clean(o->dir, j->shuffle); /* an earlier run's */
 	}
 	j->gen.partitions = j->partitions;
+	res->maps = j->maps;
+	res->partitions = j->partitions;
+	res->rec_min = j->gen.min;
+	res->rec_max = j->gen.max;
 	return 0;
 }
 
