@@ -6,6 +6,15 @@
 
 #include <stddef.h>
 
+/* ushuffled_opts.c: the command line over a --config file. */
+extern const char *daemon_log_path; /* --log-file, or NULL: stderr */
+extern const char *daemon_metrics;  /* --metrics, or NULL */
+/* Fills o (initialised) from argv, over a --config file's settings:
+ * --config first, wherever it is, then the other options in order. Returns
+ * -1 to go on, else the exit status (0 after --help or --version, 2
+ * after one message naming the option, the value and what is accepted). */
+int daemon_parse(int argc, char **argv, struct ush_worker_opts *o);
+
 /* ushuffled_metrics.c: --metrics=HOST:PORT. */
 /* Binds the endpoint (before the worker starts, so a bad address stops
  * the daemon at once): 0, or -1 with a message in err. */
