@@ -20,9 +20,11 @@ unsigned net_count_workers(const char *list)
 	unsigned n = 0;
 	for (const char *p = list; p && *p;) {
 		const char *c = strchr(p, ',');
-		if ((c ? c : p + strlen(p)) > p)
+		size_t len = c ? (size_t)(c - p) : strlen(p);
+		/* As net_parse_workers(): an entry of spaces is none. */
+		if (strspn(p, " \t") < len)
 			n++;
-		p = c ? c + 1 : p + strlen(p);
+		p += len + (c ? 1 : 0);
 	}
 	return n;
 }
@@ -403,7 +405,7 @@ static int admin_all(const char *workers, const char *app,
 	}
 	ushi_free(peers);
 	if (first && *msg)
-		ushi_fail(first, "%s", msg);
+		ushi_fail_msg(first, msg); /* msg already names the error */
 	return first;
 }
 
