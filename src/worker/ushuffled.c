@@ -160,8 +160,13 @@ int main(int argc, char **argv)
 	sigaction(SIGHUP, &hup, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	ret = ush_worker_start(worker);
-	if (!ret && (ret = metrics_start(worker)))
+	if (ret)
+		fprintf(stderr, "ushuffled: %s\n", ush_worker_last_error());
+	else if ((ret = metrics_start(worker))) {
+		fprintf(stderr, "ushuffled: --metrics: cannot start its "
+			"thread: %s\n", strerror(-ret));
 		ush_worker_stop(worker);
+	}
 	if (!ret) {
 		if (daemon_metrics)
 			fprintf(stderr, "ushuffled: metrics on %s (port %d), "
@@ -172,10 +177,10 @@ int main(int argc, char **argv)
 		supervise();
 	}
 	int wret = ush_worker_wait(worker);
-	ret = ret ? ret : wret;
-	if (ret)
-		fprintf(stderr, "ushuffled: %s\n", ret == wret ?
-			ush_strerror(ret) : ush_worker_last_error());
+	if (!ret && wret) {
+		fprintf(stderr, "ushuffled: %s\n", ush_strerror(wret));
+		ret = wret;
+	}
 	metrics_stop();
 	ush_worker_free(worker);
 	return ret ? 1 : 0;
