@@ -108,6 +108,13 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 		add(o, "error_message", json_object_new_string(r->errmsg));
 	add(o, "interrupted", json_object_new_boolean(r->interrupted));
 	add(o, "job options", options_json(r->o));
+	/* What it used: a read job's shape is its manifest's. */
+	json_object *shape = json_object_new_object();
+	add_u64(shape, "maps", r->maps);
+	add_u64(shape, "partitions", r->partitions);
+	add_u64(shape, "record_size_min", r->rec_min);
+	add_u64(shape, "record_size_max", r->rec_max);
+	add(o, "shape", shape);
 	add(o, "write", dir_json(&a->w));
 	add(o, "read", dir_json(&a->r));
 	add(o, "usr_cpu", jdouble(pct_cpu(a->usr_ns, a->wall_ns)));
