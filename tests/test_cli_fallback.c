@@ -65,10 +65,9 @@ static void rings_fall_back(void **state)
  * stderr holds the fallback's line once. */
 static void job(const char *target, const char *dir)
 {
-	char t[32], d[600];
+	char t[32];
 	snprintf(t, sizeof(t), "--target=%s", target);
-	snprintf(d, sizeof(d), "--dir=%s", dir);
-	struct cli_out r = cli_run(dir, t, d, "--numjobs=2", "--size=8m",
+	struct cli_out r = cli_run(dir, t, "--dir=.", "--numjobs=2", "--size=8m",
 				   "--output-format=json");
 	cli_expect(&r, 0);
 	if (count(r.err, MARK) != 1)
@@ -84,6 +83,8 @@ static void job(const char *target, const char *dir)
 		assert_int_equal(jint(o, "verify/errors"), 0);
 		assert_int_equal(jint(o, "ring/fixedbufs"), 0);
 		assert_int_equal(jint(o, "ring/setup_flags"), 0);
+		assert_int_equal(json_object_get_int(jget(o, "ring/uring_refused")),
+				 -EPERM);
 		w += jint(o, "write/records");
 		rd += jint(o, "read/records");
 		v += jint(o, "verify/records");

@@ -229,6 +229,8 @@ struct thread_result {
 	int err;                /* first error of this thread, 0 if none */
 	int fixedbufs;          /* what the ring got: -1 no ring */
 	unsigned setup_flags;
+	int uring_refused;      /* 0, or why io_uring was refused (plain
+				   system calls instead) */
 };
 
 struct job_result {

@@ -124,6 +124,7 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	json_object *ring = json_object_new_object();
 	add(ring, "fixedbufs", json_object_new_int(fb));
 	add_u64(ring, "setup_flags", (t ? t : r->t)->setup_flags);
+	add(ring, "uring_refused", json_object_new_int((t ? t : r->t)->uring_refused));
 	add(o, "ring", ring);
 	json_object *v = json_object_new_object();
 	add(v, "mode", json_object_new_string(

@@ -177,8 +177,12 @@ static void print_unit(FILE *f, const struct job_result *res, size_t gid,
 	fprintf(f, "  cpu          : usr=%.2f%%, sys=%.2f%%, ctx=%llu\n",
 		pct_cpu(a->usr_ns, a->wall_ns), pct_cpu(a->sys_ns, a->wall_ns),
 		(unsigned long long)a->ctx);
-	int fb = t ? t->fixedbufs : res->t[0].fixedbufs;
-	if (fb >= 0)
+	const struct thread_result *tr = t ? t : &res->t[0];
+	int fb = tr->fixedbufs;
+	if (fb >= 0 && tr->uring_refused)
+		fprintf(f, "  ring         : plain system calls (io_uring: "
+			"%s)\n", ush_strerror(tr->uring_refused));
+	else if (fb >= 0)
 		fprintf(f, "  ring         : %s buffers, iodepth=%llu, "
 			"setup flags=0x%x\n", fb ? "registered" : "plain",
 			(unsigned long long)o->iodepth,
