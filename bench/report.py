@@ -15,7 +15,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
-           "scaling", "partitions", "small_jobs", "restart", "wire",
+           "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
            "replicas"]
 
 
@@ -480,6 +480,63 @@ def t_wire(res, m):
                  rows), note
 
 
+def t_dask(res, m):
+    ms = res["methods"]
+    us = ms["ushuffle"]
+    best = min(("tasks", "disk"), key=lambda k: ms[k]["wall_s"])
+    b = ms[best]
+
+    def peak(x):
+        return max(x["worker_peak_rss"])
+
+    def cpu(x):
+        return sum(x["worker_cpu_s"]) + sum(x.get("ushuffled_cpu_s", []))
+    rows = [[f"wall time vs the faster Dask shuffle ({best})",
+             f"{b['wall_s']:.1f} s", f"{us['wall_s']:.1f} s",
+             f"{b['wall_s'] / us['wall_s']:.2f}×", "≥ 2×",
+             met(b["wall_s"] / us["wall_s"] >= 2)],
+            [f"peak RSS of a Dask worker vs {best}",
+             f"{peak(b) / 2**20:,.0f} MiB", f"{peak(us) / 2**20:,.0f} MiB",
+             f"{peak(us) / peak(b):.2f}×", "≤ 1×",
+             met(peak(us) <= peak(b))]]
+    for k in ("tasks", "disk"):
+        x = ms[k]
+        rows.append([f"Dask \"{k}\": wall, peak RSS per worker, CPU",
+                     f"{x['wall_s']:.1f} s, "
+                     f"{' / '.join(f'{v / 2**20:,.0f}' for v in x['worker_peak_rss'])}"
+                     f" MiB, {cpu(x):.1f} s", "", "", "—", ""])
+    rows.append(["ushuffle: wall, peak RSS per worker, CPU (workers + "
+                 "ushuffled)", "",
+                 f"{us['wall_s']:.1f} s, "
+                 f"{' / '.join(f'{v / 2**20:,.0f}' for v in us['worker_peak_rss'])}"
+                 f" MiB, {cpu(us):.1f} s", "", "—", ""])
+    ph = us.get("phases_s", {})
+    if ph:
+        py = ("hash", "take", "pickle", "decode", "concat")
+        tr = ("write", "commit", "fetch")
+        rows.append(["ushuffle task time, Python: " + ", ".join(
+            f"{k} {ph.get(k, 0):.1f}" for k in py) + " s", "",
+            f"{sum(ph.get(k, 0) for k in py):.1f} s", "", "—", ""])
+        rows.append(["ushuffle task time, transport: " + ", ".join(
+            f"{k} {ph.get(k, 0):.1f}" for k in tr) + " s", "",
+            f"{sum(ph.get(k, 0) for k in tr):.1f} s", "", "—", ""])
+    note = (f"The same {res['bytes'] / 2**30:.2f} GiB of rows (an int64 "
+            f"key, three float64; {us['partitions']} partitions in and out) "
+            f"shuffled once per method on a LocalCluster of 2 worker "
+            f"processes × 1 thread, made on the workers and consumed there "
+            f"(`bench/dask_shuffle.py`, Debian's /usr/bin/python3). Peak RSS"
+            f" sampled every 50 ms; CPU is user + sys of the Dask workers "
+            f"(and, for ushuffle, of its two ushuffled). ushuffled's own "
+            f"peak RSS: "
+            f"{' / '.join(f'{v / 2**20:,.0f}' for v in us['ushuffled_peak_rss'])}"
+            f" MiB. Task time: wall seconds inside ushuffle's map and reduce"
+            f" tasks by phase, summed over both workers (python/ushuffle/"
+            f"dask.py, `stats`). One run each: on a shared machine, wall "
+            f"times are noisy.")
+    return table(["measure", "Dask", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
 def t_replicas(res, m):
     bw, cpu = res["median_bw"], res["median_cpu_s_per_gib"]
     rows = [["push throughput (GiB of frames): replicas 2 vs 1",
@@ -514,7 +571,7 @@ TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
-          "wire": t_wire, "replicas": t_replicas}
+          "wire": t_wire, "dask": t_dask, "replicas": t_replicas}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -526,7 +583,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "small_jobs": "9. Small jobs",
           "restart": "10. Restart time vs commit-log history",
           "wire": "11. Wire speed at real partition counts",
-          "replicas": "12. Replicas: push to two workers, and a worker's death"}
+          "dask": "12. Dask shuffle: ushuffle vs Dask's tasks and disk",
+          "replicas": "13. Replicas: push to two workers, and a worker's death"}
 
 
 def gnuplot(script, png, dat):

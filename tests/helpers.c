@@ -6,6 +6,7 @@
 #include "ushuffle/worker.h"
 
 #include <errno.h>
+#include <liburing.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -274,4 +275,13 @@ void th_index_store(const char *path, struct spill_header *h,
 	assert_int_equal(write(fd, img, len), (ssize_t)len);
 	close(fd);
 	ushi_free(img);
+}
+
+int th_uring_refused(void)
+{
+	struct io_uring ring;
+	int ret = io_uring_queue_init(1, &ring, 0);
+	if (!ret)
+		io_uring_queue_exit(&ring);
+	return ret;
 }

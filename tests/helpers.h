@@ -66,6 +66,10 @@ void th_status_one_part(struct ush_status *st, const char *app,
  * default). */
 int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
 		   uint32_t partition, uint32_t timeout_ms);
+/* 0 where this process may set up an io_uring, else the -errno the
+ * kernel gave (-EPERM under tests/no_uring): the library's rings then
+ * run on plain system calls, and tests check that mode's true values. */
+int th_uring_refused(void);
 /* Asserts ret == 0, printing ush_last_error() otherwise. */
 #define th_ok(expr)                                                          \
 	do {                                                                 \

@@ -21,6 +21,12 @@ if grep -rq "$scratch/first" "$p/$libdir/pkgconfig" "$p/$libdir/cmake"; then
 fi
 "$p/bin/ushuffled" --help >/dev/null || {
 	echo "install: the installed ushuffled does not run"; exit 1; }
+# The systemd unit (naming the configured prefix, as units must: absolute
+# paths) starts ushuffled with the installed config.
+grep -q "^ExecStart=/.*/bin/ushuffled --config=/.*/ushuffle/ushuffled.conf" \
+	"$p/lib/systemd/system/ushuffled.service" &&
+	[ -f "$p/etc/ushuffle/ushuffled.conf" ] || {
+	echo "install: no systemd unit or config file"; exit 1; }
 "$p/bin/ushuffle" --help >/dev/null 2>&1 || {
 	echo "install: the installed ushuffle does not run"; exit 1; }
 

@@ -1,7 +1,8 @@
 #!/bin/sh
-# Builds ushuffle with -Werror and runs the tests three ways: every test
-# in a normal build and under ASan+UBSan, and the multi-threaded ones
-# (writer threads, CLI jobs, worker threads) under TSan. Installs missing
+# Builds ushuffle with -Werror and runs the tests four ways: every test
+# in a normal build and under ASan+UBSan, the multi-threaded ones
+# (writer threads, CLI jobs, worker threads) under TSan, and every test
+# of the normal build again where io_uring is refused. Installs missing
 # packages first.
 set -eu
 cd "$(dirname "$0")/.."
@@ -28,4 +29,7 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	run build-asan "" -DCMAKE_BUILD_TYPE=Debug "-DUSH_SANITIZE=address;undefined"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp \
 	run build-tsan "-R roundtrip|cli_run|net_" -DCMAKE_BUILD_TYPE=Debug -DUSH_SANITIZE=thread
-echo "all tests passed (normal, ASan+UBSan, TSan builds)"
+# The normal build's suite again where io_uring is refused (a seccomp
+# filter, as Docker's default profile): the rings' plain-syscall backend.
+(cd build-test && tests/no_uring ctest --output-on-failure -j "$jobs")
+echo "all tests passed (normal, ASan+UBSan, TSan builds, without io_uring)"

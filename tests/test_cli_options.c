@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* memmem */
 #include "cli_run.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 /* The documented defaults (docs/cli.md). */
@@ -89,7 +90,7 @@ static void every_option_parses(void **state)
 		"--partitions=7", "--record-size=20-2k", "--bs=128k",
 		"--codec=zstd:3", "--iodepth=8", "--direct=0", "--sqpoll=0",
 		"--fixedbufs=0", "--handoff=copy", "--ioengine=psync",
-		"--target=null", dirarg, "--workers=h:1,g:2", "--verify=none",
+		"--target=null", dirarg, "--verify=none",
 		"--buffer_compress_percentage=10", "--pin=0",
 		"--output-format=json", "--eta=never", NULL};
 	const char *const w1[][2] = {
@@ -100,7 +101,7 @@ static void every_option_parses(void **state)
 		{"codec", "zstd:3"}, {"iodepth", "8"}, {"direct", "0"},
 		{"sqpoll", "0"}, {"fixedbufs", "0"}, {"handoff", "copy"},
 		{"ioengine", "psync"}, {"target", "null"}, {"dir", dir},
-		{"workers", "h:1,g:2"}, {"verify", "none"},
+		{"verify", "none"},
 		{"buffer_compress_percentage", "10"}, {"pin", "0"}};
 	check_options(a1, w1, sizeof(w1) / sizeof(w1[0]));
 	/* The other values, and suffixes: k/m/g/t, KiB, kb, plain bytes. */
@@ -133,6 +134,20 @@ static void every_option_parses(void **state)
 	const char *const w5[][2] = {{"size", "1t"}, {"runtime", "1"}};
 	check_options(a5, w5, 2);
 	th_rmrf(dir);
+}
+
+/* Exit 2, nothing on stdout, one line on stderr holding both texts;
+ * frees r. */
+static void expect_usage_error(struct cli_out *r, const char *arg,
+			       const char *text1, const char *text2)
+{
+	cli_expect(r, 2);
+	cli_has(r->err, text1);
+	cli_has(r->err, text2);
+	if (strchr(r->err, '\n') != r->err + strlen(r->err) - 1)
+		fail_msg("%s: not one line:\n%s", arg, r->err);
+	assert_string_equal(r->out, "");
+	cli_free(r);
 }
 
 /* Each bad input: exit 2, one line naming option and value, "accepted". */
@@ -192,19 +207,84 @@ static void bad_input_exits_2(void **state)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct cli_out r = cli_run(NULL, cases[i][0], "--eta=never");
-		cli_expect(&r, 2);
-		cli_has(r.err, cases[i][1]);
-		cli_has(r.err, cases[i][2]);
-		if (strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
-			fail_msg("%s: not one line:\n%s", cases[i][0], r.err);
-		assert_string_equal(r.out, "");
-		cli_free(&r);
+		expect_usage_error(&r, cases[i][0], cases[i][1], cases[i][2]);
 	}
 	struct cli_out r = cli_run(NULL, "--rw=read", "--target=null");
 	cli_expect(&r, 2);
 	cli_has(r.err, "--rw=read with --target=null");
-	cli_has(r.err, "accepted: --rw=read with --target=disk");
+	cli_has(r.err, "accepted: --rw=read with --target=disk or --target=net");
 	cli_free(&r);
+}
+
+/* The configuration mistakes of issue 14: each exits 2 before any I/O
+ * (no file appears in the working directory, no worker is dialled) with
+ * one message naming the option, the value and what is accepted. */
+static void config_mistakes_exit_2(void **state)
+{
+	(void)state;
+	const char *cwd = th_tmpdir("climistake");
+	static const char *const cases[][4] = {
+		/* arguments, then two texts the message holds */
+		{"--target=net", "--workers=127.0.0.1:99999",
+		 "--workers=127.0.0.1:99999: worker '127.0.0.1:99999': PORT "
+		 "is not 1..65535", "accepted: HOST:PORT"},
+		{"--target=net", "--workers=127.0.0.1",
+		 "--workers=127.0.0.1: worker '127.0.0.1': no :PORT",
+		 "accepted: HOST:PORT"},
+		{"--target=net", "--workers=127.0.0.1:7,127.0.0.1:7",
+		 "worker '127.0.0.1:7' is listed twice",
+		 "accepted: each HOST:PORT once"},
+		{"--target=disk", "--workers=127.0.0.1:7",
+		 "--workers=127.0.0.1:7: used only by --target=net",
+		 "accepted: --workers with --target=net"},
+		{"--target=net", "--workers=no-such-host.invalid:7",
+		 "unknown host 'no-such-host.invalid'", "accepted: a host"},
+		{"--target=net", "--workers=:7", "worker ':7': no HOST",
+		 "accepted: HOST:PORT"},
+		{"--target=disk", "--dir=/nonexistent/sub",
+		 "--dir=/nonexistent/sub: No such file or directory",
+		 "accepted: an existing directory"},
+		{"--target=disk", "--dir=/nonexistent",
+		 "--dir=/nonexistent: No such file or directory",
+		 "accepted: an existing directory"},
+		{"--target=net", "--dir=/nonexistent",
+		 "--dir=/nonexistent: No such file or directory",
+		 "accepted: an existing directory"},
+		{"--target=disk", "--iodepht=4",
+		 "--iodepht=4: unknown option (did you mean --iodepth?)",
+		 "accepted: the options"},
+		{"--target=disk", "--partition=4",
+		 "(did you mean --partitions?)", "accepted"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct cli_out r = cli_run(cwd, cases[i][0], cases[i][1],
+					   "--size=64k", "--eta=never");
+		expect_usage_error(&r, cases[i][1], cases[i][2], cases[i][3]);
+	}
+	/* Nothing was written: not in the working directory, nor at /. */
+	DIR *d = opendir(cwd);
+	assert_non_null(d);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			fail_msg("%s/%s was left by a refused job", cwd,
+				 e->d_name);
+	closedir(d);
+	assert_int_equal(access("/nonexistent", F_OK), -1);
+	/* A job file's unknown key gets the suggestion too. */
+	char path[600];
+	snprintf(path, sizeof(path), "%s/typo.ini", cwd);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("[job]\nrecord_sise=100\n", f);
+	fclose(f);
+	struct cli_out r = cli_run(NULL, path);
+	cli_expect(&r, 2);
+	cli_has(r.err, "record_sise=100: unknown key (did you mean "
+		"record-size?)");
+	cli_free(&r);
+	unlink(path);
+	th_rmrf(cwd);
 }
 
 static const char *write_file(const char *dir, const char *name,
@@ -349,6 +429,7 @@ int main(void)
 		cmocka_unit_test(help_lists_every_option),
 		cmocka_unit_test(every_option_parses),
 		cmocka_unit_test(bad_input_exits_2),
+		cmocka_unit_test(config_mistakes_exit_2),
 		cmocka_unit_test(job_files_layer_under_the_command_line),
 		cmocka_unit_test(job_file_errors_exit_2),
 	};

@@ -88,12 +88,17 @@ static void corrupted_spill_file_fails_the_read(void **state)
 		cli_has(r.err, "CRC32C mismatch");
 		cli_has(r.err, "verify failed");
 		cli_has(r.out, "errors (failed)");
+		/* A read job reports the shape it reads, not its defaults. */
+		cli_has(r.out, "rw=read, maps=2, partitions=4, record-size="
+			"100-1000 (from the write job's manifest), target=disk");
 		cli_free(&r);
 		r = read_job(name, "json");
 		cli_expect(&r, 1);
 		json_object *j = cli_json(&r);
 		json_object *o = json_object_array_get_idx(jget(j, "jobs"), 0);
 		assert_string_equal(jstr(o, "verify/status"), "failed");
+		assert_int_equal(jint(o, "shape/maps"), 2);
+		assert_int_equal(jint(o, "shape/partitions"), 4);
 		json_object *errs = jget(o, "verify/first_errors");
 		const char *first = json_object_get_string(
 			json_object_array_get_idx(errs, 0));

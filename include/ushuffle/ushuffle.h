@@ -174,7 +174,9 @@ struct ush_ring_opts {
 			       (default 64 KiB) */
 	int sqpoll;         /* 1: IORING_SETUP_SQPOLL (default 0) */
 	int fixedbufs;      /* 1: register buffers or fail; 0: never; -1
-			       (default): register, fall back with a warning */
+			       (default): register, fall back with a warning.
+			       Without io_uring (uring_refused) nothing is
+			       registered, and 1 does not fail */
 	enum ush_codec codec;
 	int level;          /* codec level (zstd default 1, lz4 accel 1) */
 };
@@ -208,6 +210,10 @@ struct ush_ring_info {
 	size_t pool_bytes;
 	size_t push_size;
 	size_t pool_idle_bytes; /* bytes on the idle lists now */
+	/* 0, or the -errno io_uring_setup gave (-EPERM: a seccomp filter or
+	 * the io_uring_disabled sysctl; -ENOSYS): the ring then runs every
+	 * operation with plain system calls (README, "Without io_uring"). */
+	int uring_refused;
 };
 USH_API void ush_ring_info_size(const ush_ring *ring,
 				struct ush_ring_info *info, size_t size);
@@ -549,6 +555,43 @@ USH_API int ush_app_heartbeat(const char *workers, const char *app,
  */
 USH_API int ush_auth_secret(const char *app, const void *secret, size_t len);
 USH_API int ush_auth_secret_file(const char *app, const char *path);
+
+/*
+ * Checks a worker list as writers and readers take it ("HOST:PORT,...";
+ * spaces around an entry are ignored): each entry HOST:PORT with PORT
+ * 1..65535, no HOST:PORT twice, and with resolve != 0 each HOST known to
+ * the resolver (a name lookup; no worker is contacted). Returns the
+ * number of workers, or -EINVAL (a bad entry) or -EHOSTUNREACH (an
+ * unknown host) with ush_last_error() naming the entry and what is
+ * accepted.
+ */
+USH_API int ush_workers_check(const char *list, int resolve);
+
+/* ---------------------------------------------------------------- counters */
+
+/*
+ * The library's counters in this process, for an application's own
+ * monitoring (a worker's are ush_worker_stats(), worker.h). A writer's
+ * and a reader's totals are added when it is freed. Cheap, thread-safe.
+ */
+struct ush_lib_stats {
+	uint32_t size;              /* sizeof, set by the inline wrapper */
+	uint64_t writers_committed; /* writers freed after a commit */
+	uint64_t writers_aborted;   /* ... without one */
+	uint64_t readers;           /* readers freed */
+	uint64_t records_written, bytes_written; /* records, batch bytes */
+	uint64_t bytes_stored;      /* frame bytes written to the targets */
+	uint64_t records_read, bytes_read; /* records; frame bytes read */
+	uint64_t net_connects;      /* connections to workers tried */
+	uint64_t net_connect_errors; /* ... that failed */
+	uint64_t errors;            /* calls that failed with a message
+				       (ush_last_error()) */
+};
+USH_API void ush_lib_stats_size(struct ush_lib_stats *st, size_t size);
+static inline void ush_lib_stats(struct ush_lib_stats *st)
+{
+	ush_lib_stats_size(st, sizeof(*st));
+}
 
 /* The worker (index into a writer's list of n) that stores partition. */
 USH_API uint32_t ush_net_worker_of(uint32_t partition, uint32_t nworkers);

@@ -34,8 +34,10 @@ struct ush_worker_opts {
 	int direct;          /* 1: O_DIRECT shuffle logs where the file
 				system allows it (default 1; buffered, with
 				a log line, where it refuses); 0: buffered */
-	int log_level;       /* 0 errors, 1 + connection events (default),
-				2 debug */
+	int log_level;       /* 0 errors; 1 (default) also start-up, each
+				connection's HELLO, closes with a reason,
+				drops and expiries; 2 also each commit and
+				FETCH */
 	uint32_t window;     /* credit per connection (default 4 MiB) */
 	uint32_t max_frame;  /* largest frame accepted (default 64 MiB) */
 	size_t pool_bytes;   /* registered memory per thread: log buffers
@@ -144,6 +146,63 @@ USH_API const char *ush_worker_last_error(void);
 /* Where every worker in the process logs, as ush_set_log() for the
  * client library: fn == NULL restores "ushuffle: <msg>" on stderr. */
 USH_API void ush_worker_set_log(ush_log_fn fn, void *arg);
+
+/*
+ * A worker's counters since ush_worker_create(), for monitoring (ushuffled
+ * --metrics serves them in the Prometheus text format; docs/operations.md
+ * says what to watch). Cheap to read at any time from any thread; each
+ * field is read on its own, so two fields may be a moment apart.
+ */
+#define USH_WORKER_ERROR_KINDS(X)                                            \
+	X(PROTOCOL, "protocol") /* bad frames, CRCs, unexpected requests */  \
+	X(AUTH, "auth")         /* failed or missing authentication */       \
+	X(QUOTA, "quota")       /* an application's quota (-EDQUOT) */      \
+	X(LIMIT, "limit")       /* connections refused: --max-conns */       \
+	X(TIMEOUT, "timeout")   /* hello and idle timeouts */                \
+	X(STORAGE, "storage")   /* failed writes, syncs and reads in --dir */ \
+	X(SHUTDOWN, "shutdown") /* connections told the worker stops */     \
+	X(OTHER, "other")
+enum ush_worker_error_kind {
+#define USH_X(name, text) USH_WORKER_ERR_##name,
+	USH_WORKER_ERROR_KINDS(USH_X)
+#undef USH_X
+	USH_WORKER_ERR_KINDS
+};
+/* Commit syncs are counted in buckets of at most 250 us << i. */
+#define USH_WORKER_SYNC_BUCKETS 12
+#define USH_WORKER_SYNC_BUCKET_US(i) (250ull << (i))
+
+struct ush_worker_stats {
+	uint32_t size;           /* sizeof, set by the getter's wrapper */
+	uint64_t bytes_in;       /* bytes received from clients */
+	uint64_t bytes_out;      /* bytes sent to clients */
+	uint64_t frames_in;      /* frames received */
+	uint64_t frames_out;     /* DATA frames streamed to readers */
+	uint64_t conns_accepted; /* connections accepted */
+	uint64_t conns_refused;  /* ... refused at once (limit, shutdown) */
+	uint64_t conns_open;     /* connections held now */
+	uint64_t apps;           /* applications known now */
+	uint64_t shuffles;       /* shuffles held now */
+	uint64_t bytes_stored;   /* DATA bytes stored for applications now */
+	uint64_t open_files;     /* log and index files open now */
+	uint64_t commits;        /* map outputs committed */
+	uint64_t drops;          /* shuffles dropped on request */
+	uint64_t expiries;       /* shuffles dropped for an application's
+				    silence (--app-ttl) */
+	/* The time a commit waits for its data and its record to be
+	 * durable (fdatasyncs of the log, index, directories, commit log). */
+	uint64_t sync_count, sync_ns;
+	uint64_t sync_le[USH_WORKER_SYNC_BUCKETS]; /* cumulative: syncs of at
+				    most USH_WORKER_SYNC_BUCKET_US(i) */
+	uint64_t errors[USH_WORKER_ERR_KINDS]; /* connections failed, and
+				    storage errors, by enum ush_worker_error_kind */
+	uint64_t stalled_ms;     /* the longest any thread has now gone
+				    without a pass of its loop (they pass at
+				    least every 100 ms while healthy) */
+};
+USH_API void ush_worker_stats_size(const ush_worker *w,
+				   struct ush_worker_stats *st, size_t size);
+USH_SIZED_GET(ush_worker_stats, ush_worker)
 
 #ifdef USH_UNSTABLE_API
 /* ush_alloc_count() of the worker library: its heap allocations. */

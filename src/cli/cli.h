@@ -98,6 +98,8 @@ extern const size_t cli_nopts;
 
 /* The option called name ('-' and '_' match each other), or NULL. */
 const struct opt *opt_find(const char *name);
+/* The option whose name is closest to name (a typo), or NULL. */
+const struct opt *opt_suggest(const char *name);
 /* Sets o in j from text v. Returns 0, or -1 with "why; accepted: what"
  * in err. v == NULL: the bare flag form (booleans only). */
 int opt_set(const struct opt *o, struct job_opts *j, const char *v,
@@ -232,6 +234,8 @@ struct thread_result {
 	int err;                /* first error of this thread, 0 if none */
 	int fixedbufs;          /* what the ring got: -1 no ring */
 	unsigned setup_flags;
+	int uring_refused;      /* 0, or why io_uring was refused (plain
+				   system calls instead) */
 };
 
 struct job_result {
@@ -243,6 +247,8 @@ struct job_result {
 	bool verify_done;       /* every record was read back and checked */
 	bool interrupted;
 	bool ran;               /* the threads ran: there is a report */
+	/* The shape the job used: its options, or a read's manifest. */
+	uint32_t maps, partitions, rec_min, rec_max;
 	int err;                /* first error, 0 if none */
 	char errmsg[512];
 };

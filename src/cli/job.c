@@ -227,6 +227,10 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 			spill_clean(o->dir, j->shuffle); /* an earlier run's */
 	}
 	j->gen.partitions = j->partitions;
+	res->maps = j->maps;
+	res->partitions = j->partitions;
+	res->rec_min = j->gen.min;
+	res->rec_max = j->gen.max;
 	return 0;
 }
 
@@ -360,7 +364,6 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 			 (int)getpid());
 	else
 		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled", o->dir);
-	mkdir(o->dir, 0755); /* the worker makes only its own directory */
 	struct ush_worker_opts wo;
 	ush_worker_opts_init(&wo);
 	wo.listen = o->rw == RW_READ ? j->expect.workers : "127.0.0.1:0";

@@ -14,6 +14,7 @@
 #include <ini.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* inih calls its handler only for keys; the line reader below injects
@@ -142,6 +143,11 @@ static int on_key(void *user, const char *section, const char *key,
 		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: key outside a "
 			 "section; accepted: keys under [global] or [JOBNAME]",
 			 s->file, s->line, key, value);
+	else if (!o && opt_suggest(key))
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key "
+			 "(did you mean %s?); accepted: the option names that "
+			 "--help lists, without the dashes", s->file, s->line,
+			 key, value, opt_suggest(key)->name);
 	else if (!o)
 		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key; "
 			 "accepted: the option names that --help lists, "
@@ -188,6 +194,31 @@ static int parse_file(struct job_list *l, const char *file,
 	return rerr || ret || s.err[0] ? -1 : 0;
 }
 
+/* --dir, where the job writes (disk spills, manifests, an embedded
+ * worker's storage), must exist: the job creates nothing outside it. */
+static int check_dir(const struct job_opts *j, const char *pre)
+{
+	struct stat st;
+	bool used = j->target == TARGET_DISK ||
+		    (j->target == TARGET_NET &&
+		     (!j->workers[0] || j->rw != RW_SHUFFLE || j->keep));
+	if (!used)
+		return 0;
+	if (stat(j->dir, &st))
+		usage_error("%s--dir=%s: %s; accepted: an existing directory "
+			    "(the job creates nothing outside it)", pre,
+			    j->dir, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		usage_error("%s--dir=%s: not a directory; accepted: an "
+			    "existing directory", pre, j->dir);
+	else if (access(j->dir, W_OK | X_OK) && j->rw != RW_READ)
+		usage_error("%s--dir=%s: %s; accepted: a directory this user "
+			    "may write in", pre, j->dir, strerror(errno));
+	else
+		return 0;
+	return -1;
+}
+
 /* Cross-option checks of a finished job; one message naming the option. */
 static int check_job(const struct job_opts *j, bool named)
 {
@@ -197,9 +228,23 @@ static int check_job(const struct job_opts *j, bool named)
 	if (j->rw == RW_READ && j->target == TARGET_NULL) {
 		usage_error("%s--rw=read with --target=null: the null target "
 			    "keeps nothing to read back; accepted: --rw=read "
-			    "with --target=disk", pre);
+			    "with --target=disk or --target=net", pre);
 		return -1;
 	}
+	if (j->workers[0] && j->target != TARGET_NET) {
+		usage_error("%s--workers=%s: used only by --target=net, and "
+			    "this job's target is %s; accepted: --workers with "
+			    "--target=net", pre, j->workers,
+			    j->target == TARGET_DISK ? "disk" : "null");
+		return -1;
+	}
+	if (j->workers[0] && ush_workers_check(j->workers, 1) < 0) {
+		usage_error("%s--workers=%s: %s", pre, j->workers,
+			    ush_last_error());
+		return -1;
+	}
+	if (check_dir(j, pre))
+		return -1;
 	opt_format(opt_find("record-size"), j, v, sizeof(v));
 	if (j->verify == VERIFY_CRC32C && j->rw != RW_READ &&
 	    j->record_size[0] < REC_HDR) {
@@ -248,9 +293,15 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 		snprintf(key, sizeof(key), "%.*s", (int)k, a);
 		const struct opt *o = a[1] == '-' ? opt_find(key + 2) : NULL;
 		if (!o) {
-			usage_error("%s: unknown option; accepted: the options "
+			const struct opt *near = opt_suggest(key + (a[1] == '-'
+								   ? 2 : 1));
+			char hint[96] = "";
+			if (near)
+				snprintf(hint, sizeof(hint), " (did you mean "
+					 "--%s?)", near->name);
+			usage_error("%s: unknown option%s; accepted: the options "
 				    "that " CLI_NAME " --help lists, as "
-				    "--NAME=VALUE", a);
+				    "--NAME=VALUE", a, hint);
 			return -1;
 		}
 		const char *v = eq ? eq + 1 : NULL;

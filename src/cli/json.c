@@ -114,6 +114,13 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 		add(o, "error_message", json_object_new_string(r->errmsg));
 	add(o, "interrupted", json_object_new_boolean(r->interrupted));
 	add(o, "job options", options_json(r->o));
+	/* What it used: a read job's shape is its manifest's. */
+	json_object *shape = json_object_new_object();
+	add_u64(shape, "maps", r->maps);
+	add_u64(shape, "partitions", r->partitions);
+	add_u64(shape, "record_size_min", r->rec_min);
+	add_u64(shape, "record_size_max", r->rec_max);
+	add(o, "shape", shape);
 	add(o, "write", dir_json(&a->w));
 	add(o, "read", dir_json(&a->r));
 	add(o, "usr_cpu", jdouble(pct_cpu(a->usr_ns, a->wall_ns)));
@@ -123,6 +130,7 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	json_object *ring = json_object_new_object();
 	add(ring, "fixedbufs", json_object_new_int(fb));
 	add_u64(ring, "setup_flags", (t ? t : r->t)->setup_flags);
+	add(ring, "uring_refused", json_object_new_int((t ? t : r->t)->uring_refused));
 	add(o, "ring", ring);
 	json_object *v = json_object_new_object();
 	add(v, "mode", json_object_new_string(

@@ -77,8 +77,7 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 	json_object_object_add(j, "map_statuses", st);
 	/* The disk target made these; a net job's spill lives elsewhere. */
 	snprintf(tmp, sizeof(tmp), "%s/s%u", o->dir, m->shuffle);
-	mkdir(o->dir, 0755);
-	mkdir(tmp, 0755);
+	mkdir(tmp, 0755); /* in --dir, which exists (checked at parse) */
 	manifest_path(path, sizeof(path), o->dir, m->shuffle);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	errno = 0; /* the mkdir()s above leave EEXIST */

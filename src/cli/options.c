@@ -115,6 +115,44 @@ const struct opt *opt_find(const char *name)
 	return NULL;
 }
 
+/* Edit distance of a and b ('-' and '_' alike), capped at 9. */
+static unsigned distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned row[64];
+	if (la >= 63 || lb >= 63)
+		return 9;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++) {
+		unsigned diag = row[0]++;
+		for (size_t j = 1; j <= lb; j++) {
+			bool same = a[i - 1] == b[j - 1] ||
+				    (strchr("-_", a[i - 1]) &&
+				     strchr("-_", b[j - 1]));
+			unsigned up = row[j];
+			unsigned best = diag + !same;
+			best = up + 1 < best ? up + 1 : best;
+			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[lb] < 9 ? row[lb] : 9;
+}
+
+const struct opt *opt_suggest(const char *name)
+{
+	const struct opt *best = NULL;
+	unsigned bd = 3; /* at most two edits, and fewer than half */
+	for (size_t i = 0; i < cli_nopts; i++) {
+		unsigned d = distance(name, cli_opts[i].name);
+		if (d < bd && 2 * d < strlen(cli_opts[i].name))
+			bd = d, best = &cli_opts[i];
+	}
+	return best;
+}
+
 const char *choice_name(const struct opt_choice *c, int value)
 {
 	for (; c->name; c++)

@@ -170,12 +170,6 @@ static void print_dir(FILE *f, const char *name, const struct dir_stats *d,
 			fprintf(f, "    replicas     : failovers=%llu\n",
 				(unsigned long long)d->failovers);
 	}
-	fprintf(f, "    allocs/batch : %.3f (%llu library allocations in %llu "
-		"batches, all threads)\n",
-		d->phase_batches ? (double)d->allocs / (double)d->phase_batches
-				 : 0.0,
-		(unsigned long long)d->allocs,
-		(unsigned long long)d->phase_batches);
 }
 
 static void print_unit(FILE *f, const struct job_result *res, size_t gid,
@@ -185,15 +179,26 @@ static void print_unit(FILE *f, const struct job_result *res, size_t gid,
 	time_t now = time(NULL);
 	char date[64];
 	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
-	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", o->name,
+	/* Each thread's block says whose it is (its index is its map id). */
+	char who[160];
+	if (t)
+		snprintf(who, sizeof(who), "%s thread %u", o->name,
+			 (unsigned)(t - res->t));
+	else
+		snprintf(who, sizeof(who), "%s", o->name);
+	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", who,
 		gid, a->threads, t ? t->err : res->err, (int)getpid(), date);
 	print_dir(f, "write", &a->w, true);
 	print_dir(f, "read", &a->r, false);
 	fprintf(f, "  cpu          : usr=%.2f%%, sys=%.2f%%, ctx=%llu\n",
 		pct_cpu(a->usr_ns, a->wall_ns), pct_cpu(a->sys_ns, a->wall_ns),
 		(unsigned long long)a->ctx);
-	int fb = t ? t->fixedbufs : res->t[0].fixedbufs;
-	if (fb >= 0)
+	const struct thread_result *tr = t ? t : &res->t[0];
+	int fb = tr->fixedbufs;
+	if (fb >= 0 && tr->uring_refused)
+		fprintf(f, "  ring         : plain system calls (io_uring: "
+			"%s)\n", ush_strerror(tr->uring_refused));
+	else if (fb >= 0)
 		fprintf(f, "  ring         : %s buffers, iodepth=%llu, "
 			"setup flags=0x%x\n", fb ? "registered" : "plain",
 			(unsigned long long)o->iodepth,
@@ -221,6 +226,16 @@ static void print_group(FILE *f, size_t gid, const struct agg *a)
 		fprintf(f, "  %5s: bw=%s/s (%s/s), io=%s (%s), run=%.0fmsec\n",
 			i ? "READ" : "WRITE", bw, si, io, iosi, secs * 1e3);
 	}
+	/* The allocation count is process-wide: said once, per phase. */
+	for (int i = 0; i < 2; i++)
+		if (d[i]->phase_batches)
+			fprintf(f, "  %5s: allocs/batch=%.3f (%llu library "
+				"allocations in %llu batches, all threads)\n",
+				i ? "READ" : "WRITE",
+				(double)d[i]->allocs /
+					(double)d[i]->phase_batches,
+				(unsigned long long)d[i]->allocs,
+				(unsigned long long)d[i]->phase_batches);
 }
 
 void report_describe(FILE *f, const struct job_list *l)
@@ -233,7 +248,26 @@ void report_describe(FILE *f, const struct job_list *l)
 		static const char *const keys[] = {
 			"bs", "partitions", "record-size", "codec", "target",
 			"handoff", "ioengine", "iodepth", "verify"};
+		/* A read job reads what the write job's manifest says: its
+		 * shape is not this job's options. */
+		struct manifest m;
+		char err[512];
+		bool man = o->rw == RW_READ &&
+			   !manifest_load(&m, o, err, sizeof(err));
+		if (man) {
+			fprintf(f, ", maps=%u, partitions=%u, record-size=%u",
+				m.maps, m.partitions, m.rec_min);
+			if (m.rec_max != m.rec_min)
+				fprintf(f, "-%u", m.rec_max);
+			fprintf(f, " (from the write job's manifest)");
+			manifest_free(&m);
+		}
 		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+			/* Reading makes no batches: bs, codec and handoff
+			 * are the write job's business, and its shape came
+			 * from the manifest above. */
+			if (o->rw == RW_READ && (k < 4 || k == 5))
+				continue;
 			opt_format(opt_find(keys[k]), o, v, sizeof(v));
 			fprintf(f, ", %s=%s", keys[k], v);
 		}

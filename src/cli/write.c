@@ -268,6 +268,7 @@ void write_phase(struct thread_ctx *t)
 		ush_ring_info(ring, &info);
 		t->res->fixedbufs = info.fixedbufs;
 		t->res->setup_flags = info.setup_flags;
+		t->res->uring_refused = info.uring_refused;
 		ret = ush_writer_open(&w, ring, &wo);
 	}
 	bool oom = !parts;

@@ -56,6 +56,7 @@ const char *ush_last_error(void)
 
 int ushi_fail(int err, const char *fmt, ...)
 {
+	USHI_COUNT(errors, 1);
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
@@ -68,6 +69,7 @@ int ushi_fail(int err, const char *fmt, ...)
 
 int ushi_fail_msg(int err, const char *msg)
 {
+	USHI_COUNT(errors, 1);
 	snprintf(last_msg, sizeof(last_msg), "%s", msg);
 	return err;
 }

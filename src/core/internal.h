@@ -6,6 +6,7 @@
 #define USH_UNSTABLE_API 1
 #include "ushuffle/ushuffle.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +43,21 @@ void ushi_struct_init(void *dst, size_t size, const void *defaults,
 		      size_t ours);
 int ushi_opts_load(void *dst, const void *defaults, size_t ours,
 		   const void *src, const char *what);
+
+/* stats.c: the process-wide counters of ush_lib_stats(). */
+struct ushi_counters {
+	atomic_uint_fast64_t writers_committed, writers_aborted, readers;
+	atomic_uint_fast64_t records_written, bytes_written, bytes_stored;
+	atomic_uint_fast64_t records_read, bytes_read;
+	atomic_uint_fast64_t net_connects, net_connect_errors, errors;
+};
+extern struct ushi_counters ushi_counters;
+#define USHI_COUNT(field, n)                                                 \
+	atomic_fetch_add_explicit(&ushi_counters.field, (n),                 \
+				  memory_order_relaxed)
+/* A writer's or reader's totals, added when it is freed. */
+void ushi_count_writer(const struct ush_writer_stats *st, bool committed);
+void ushi_count_reader(const struct ush_reader_stats *st);
 
 /* alloc.c: counted heap allocation; every library allocation goes here. */
 void *ushi_malloc(size_t n);

@@ -1,11 +1,15 @@
 /*
  * io_uring setup with flag fallback, fixed buffers and files; ops by
  * kind (writes, sends, armed ops), each prepared and completed in its own
- * section; then submission, reaping and dispatch.
+ * section; then submission, reaping and dispatch. Where io_uring is
+ * refused, every op goes to the plain-syscall backend (ring_sync.c)
+ * where it would become an SQE, and its results come back through the
+ * same dispatch as CQEs.
  */
 #define _GNU_SOURCE /* gettid */
 #include "core/ring.h"
 #include "core/codec.h"
+#include "core/ring_sync.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +31,8 @@ struct ush_ring {
 	unsigned setup_flags;
 	pid_t owner;         /* the creator thread: the only one served */
 	bool live;           /* io_uring set up: only then is it torn down */
+	int refused;         /* -errno io_uring_setup gave: the sync backend */
+	struct ushi_sync sync;
 	bool fixedbufs;
 	bool files;          /* sparse file table registered */
 	uint64_t file_slots; /* bitmap of the 64 file slots in use */
@@ -107,6 +113,11 @@ static int setup_uring(struct ush_ring *r)
 		}
 		if (ret != -EINVAL)
 			break;
+	}
+	if (ushi_uring_refused(ret, "io_uring_setup")) {
+		r->refused = ret;
+		ret = sync_init(&r->sync, r->opts.iodepth);
+		return ret ? ushi_fail(ret, "ring: %u ops", r->opts.iodepth) : 0;
 	}
 	return ushi_fail(ret, "ring: io_uring_queue_init(%u entries%s)",
 			2 * r->opts.iodepth, r->opts.sqpoll ? ", SQPOLL" : "");
@@ -219,6 +230,12 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 	ret = setup_uring(r);
 	if (ret)
 		goto fail;
+	if (r->refused) {
+		/* Nothing to register: fixedbufs=1 cannot fail here, since the
+		 * log has already said why nothing is registered. */
+		*out = r;
+		return 0;
+	}
 	io_uring_register_ring_fd(&r->uring); /* an optimisation only */
 	r->files = io_uring_register_files_sparse(&r->uring,
 						  USHI_FILE_SLOTS) == 0;
@@ -246,7 +263,10 @@ void ush_ring_free(ush_ring *r)
 		/* Drain so no callback can fire into freed owners. */
 		ring_drain(r);
 		io_uring_queue_exit(&r->uring);
+	} else if (r->refused) {
+		ring_drain(r); /* armed ops are dropped, as queue_exit does */
 	}
+	sync_destroy(&r->sync);
 	pool_destroy(&r->pool);
 	codec_destroy(&r->codec);
 	ushi_free(r->ops);
@@ -263,6 +283,7 @@ void ush_ring_info_size(const ush_ring *r, struct ush_ring_info *info,
 		.pool_bytes = r->pool.bytes,
 		.push_size = r->opts.push_size,
 		.pool_idle_bytes = r->pool.idle_bytes,
+		.uring_refused = r->refused,
 	};
 	ushi_struct_init(info, size, &i, sizeof(i));
 }
@@ -298,6 +319,8 @@ long ring_compress(struct ush_ring *r, const void *src, size_t n, void *dst,
 
 int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg)
 {
+	if (r->refused)
+		return sync_buf_ring(&r->sync, reg);
 	return io_uring_register_buf_ring(&r->uring, reg, 0);
 }
 
@@ -383,6 +406,10 @@ static bool io_over(struct ushi_io *io, int *res)
 static void prep_write(struct ush_ring *r, struct ushi_op *op)
 {
 	struct ushi_io *io = &op->io;
+	if (r->refused) {
+		sync_queue(&r->sync, op);
+		return;
+	}
 	struct io_uring_sqe *sqe = get_sqe(r);
 	const uint8_t *a = io->addr + io->done;
 	unsigned n = io->len - io->done;
@@ -413,6 +440,10 @@ static void prep_send(struct ush_ring *r, struct ushi_op *op)
 {
 	struct ushi_io *io = &op->io;
 	struct ushi_send *s = &op->send;
+	if (r->refused) {
+		sync_queue(&r->sync, op);
+		return;
+	}
 	struct io_uring_sqe *sqe = get_sqe(r);
 	const uint8_t *a = io->addr + io->done;
 	size_t n = io->len - io->done;
@@ -562,6 +593,13 @@ void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
 void ring_arm(struct ush_ring *r, struct ushi_op *op)
 {
 	struct ushi_armed *a = &op->arm;
+	if (op->kind < OP_RECV || op->kind > OP_READ)
+		ushi_panic("ring: op kind %d cannot be armed", op->kind);
+	r->armed++;
+	if (r->refused) {
+		sync_queue(&r->sync, op);
+		return;
+	}
 	struct io_uring_sqe *sqe = get_sqe(r);
 	switch (op->kind) {
 	case OP_RECV:
@@ -583,11 +621,8 @@ void ring_arm(struct ush_ring *r, struct ushi_op *op)
 		else
 			io_uring_prep_read(sqe, a->fd, a->addr, a->len, a->off);
 		break;
-	default:
-		ushi_panic("ring: op kind %d cannot be armed", op->kind);
 	}
 	sqe_done(r, sqe, op, false);
-	r->armed++;
 }
 
 /* Armed ops report every CQE; only the last one recycles the op. */
@@ -613,6 +648,8 @@ static void complete_armed(struct ush_ring *r, struct ushi_op *op, int res,
 
 int ring_submit(struct ush_ring *r)
 {
+	if (r->refused)
+		sync_issue(&r->sync);
 	if (!r->unsubmitted)
 		return 0;
 	int ret;
@@ -657,8 +694,48 @@ static unsigned reap_cqes(struct ush_ring *r)
 	return seen;
 }
 
+/*
+ * The sync backend's results, dispatched as CQEs are. A multishot op
+ * that goes on is queued again; a SEND_ZC's data was copied, so its
+ * notification (usage: copied) follows at once.
+ */
+static unsigned sync_dispatch(struct ush_ring *r)
+{
+	unsigned seen = 0, flags;
+	int res;
+	struct ushi_op *op;
+	while ((op = sync_pop(&r->sync, &res, &flags))) {
+		bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
+		bool more = flags & IORING_CQE_F_MORE;
+		seen++;
+		complete(r, op, res, flags);
+		if (more && multi)
+			sync_queue(&r->sync, op);
+		else if (more)
+			complete(r, op, (int)IORING_NOTIF_USAGE_ZC_COPIED,
+				 IORING_CQE_F_NOTIF);
+	}
+	return seen;
+}
+
+/* ring_reap() on the sync backend, up to end_ns (UINT64_MAX: no end). */
+static int sync_reap(struct ush_ring *r, unsigned min, uint64_t end_ns)
+{
+	for (unsigned seen = 0;;) {
+		sync_issue(&r->sync);
+		seen += sync_dispatch(r);
+		if (seen >= min || (!r->inflight && !r->armed))
+			return 0;
+		if (ushi_now_ns() >= end_ns)
+			return seen ? 0 : -ETIME;
+		sync_wait(&r->sync, end_ns);
+	}
+}
+
 int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns)
 {
+	if (r->refused)
+		return sync_reap(r, min, ushi_now_ns() + timeout_ns);
 	struct __kernel_timespec ts = {
 		.tv_sec = (long long)(timeout_ns / 1000000000u),
 		.tv_nsec = (long long)(timeout_ns % 1000000000u),
@@ -680,6 +757,8 @@ int ring_reap(struct ush_ring *r, unsigned min)
 {
 	if (!r->inflight && !r->armed)
 		return 0;
+	if (r->refused)
+		return sync_reap(r, min, UINT64_MAX);
 	int ret;
 	do
 		ret = io_uring_submit_and_wait(&r->uring, min);
@@ -695,7 +774,12 @@ int ring_poll(struct ush_ring *r)
 {
 	/* Twice at most: what the first round's callbacks queued (the next
 	 * send on a socket) goes out now rather than at the next entry. */
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; r->refused && i < 2; i++) {
+		sync_issue(&r->sync);
+		if (!sync_dispatch(r) || !r->sync.pend)
+			break;
+	}
+	for (int i = 0; !r->refused && i < 2; i++) {
 		int ret;
 		do
 			ret = io_uring_submit_and_get_events(&r->uring);

@@ -10,6 +10,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,36 +20,85 @@ unsigned net_count_workers(const char *list)
 	unsigned n = 0;
 	for (const char *p = list; p && *p;) {
 		const char *c = strchr(p, ',');
-		if ((c ? c : p + strlen(p)) > p)
+		size_t len = c ? (size_t)(c - p) : strlen(p);
+		/* As net_parse_workers(): an entry of spaces is none. */
+		if (strspn(p, " \t") < len)
 			n++;
-		p = c ? c + 1 : p + strlen(p);
+		p += len + (c ? 1 : 0);
 	}
 	return n;
+}
+
+/* One entry (HOST:PORT, maybe followed by @...): the length of its
+ * HOST:PORT, or -EINVAL with *why. */
+static int check_entry(const char *e, size_t len, const char **why)
+{
+	const char *at = memchr(e, '@', len);
+	size_t hp = at ? (size_t)(at - e) : len;
+	const char *colon = e + hp;
+	while (colon > e && colon[-1] != ':')
+		colon--;
+	size_t pl = hp - (size_t)(colon - e);
+	char port[8] = "", *end;
+	if (pl < sizeof(port))
+		memcpy(port, colon, pl), port[pl] = 0;
+	long p = strtol(port, &end, 10);
+	*why = NULL;
+	if (colon == e)
+		*why = "no :PORT";
+	else if (colon - 1 == e || (colon - e == 3 && e[0] == '['))
+		*why = "no HOST";
+	else if (!pl || pl >= sizeof(port) || *end || port[0] < '0' ||
+		 port[0] > '9' || p < 1 || p > 65535)
+		*why = "PORT is not 1..65535";
+	else if (len + 1 >= USHI_NET_PEER) /* and a NUL after the label */
+		*why = "too long";
+	return *why ? -EINVAL : (int)hp;
 }
 
 int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
 		      unsigned max)
 {
 	unsigned n = 0;
+	char msg[512];
 	for (const char *p = list; p && *p;) {
 		const char *c = strchr(p, ',');
 		size_t len = c ? (size_t)(c - p) : strlen(p);
-		if (len) {
-			/* "HOST:PORT@LABEL": the label stays behind the
-			 * peer's NUL (net_peer_label()). */
-			const char *at = memchr(p, '@', len);
-			size_t plen = at ? (size_t)(at - p) : len;
-			if (n == max || len + 1 >= USHI_NET_PEER ||
-			    !memchr(p, ':', plen))
-				return -EINVAL;
-			memcpy(peers[n], p, len);
-			peers[n][len] = peers[n][len + 1] = 0;
-			peers[n][plen] = 0;
-			n++;
-		}
+		const char *e = p, *why;
 		p += len + (c ? 1 : 0);
+		/* Spaces around an entry (a list written "a:1, b:2"). */
+		while (len && (*e == ' ' || *e == '\t'))
+			e++, len--;
+		while (len && (e[len - 1] == ' ' || e[len - 1] == '\t'))
+			len--;
+		if (!len)
+			continue;
+		int hp = check_entry(e, len, &why);
+		if (hp < 0)
+			snprintf(msg, sizeof(msg), "worker '%.*s': %s; "
+				 "accepted: HOST:PORT,... with PORT 1..65535",
+				 (int)len, e, why);
+		else if (n == max)
+			snprintf(msg, sizeof(msg), "more than %u workers", max);
+		for (unsigned i = 0; hp >= 0 && n < max && i < n; i++)
+			if (!strncasecmp(peers[i], e, (size_t)hp) &&
+			    (peers[i][hp] == 0 || peers[i][hp] == '@')) {
+				snprintf(msg, sizeof(msg), "worker '%.*s' is "
+					 "listed twice; accepted: each "
+					 "HOST:PORT once", hp, e);
+				hp = -EINVAL;
+			}
+		if (hp < 0 || n == max)
+			return ushi_fail_msg(-EINVAL, msg);
+		/* The label ("@LABEL") stays behind the peer's NUL, for
+		 * net_peer_label(). */
+		memcpy(peers[n], e, len);
+		peers[n][len] = peers[n][len + 1] = 0;
+		peers[n][hp] = 0;
+		n++;
 	}
-	return n ? (int)n : -EINVAL;
+	return n ? (int)n : ushi_fail_msg(-EINVAL, "no workers; accepted: "
+					  "HOST:PORT,...");
 }
 
 void net_peer_label(const char *peer, char *label, size_t n)
@@ -82,6 +133,36 @@ static int split(const char *peer, char *host, size_t hn, char *port,
 	host[hl] = 0;
 	strcpy(port, colon + 1);
 	return 0;
+}
+
+int ush_workers_check(const char *list, int resolve)
+{
+	unsigned nw = list ? net_count_workers(list) : 0;
+	char (*peers)[USHI_NET_PEER] = nw ? ushi_calloc(nw, USHI_NET_PEER) :
+					    NULL;
+	if (nw && !peers)
+		return ushi_fail(-ENOMEM, "net: %u workers", nw);
+	int n = net_parse_workers(list, peers, nw);
+	for (int i = 0; resolve && i < n; i++) {
+		char host[USHI_NET_PEER], port[16], msg[600];
+		struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+					 .ai_flags = AI_NUMERICSERV}, *ai;
+		char *at = strchr(peers[i], '@');
+		if (at)
+			*at = 0;
+		split(peers[i], host, sizeof(host), port, sizeof(port));
+		int r = getaddrinfo(host, port, &hints, &ai);
+		if (!r) {
+			freeaddrinfo(ai);
+			continue;
+		}
+		snprintf(msg, sizeof(msg), "worker '%s': unknown host '%s' "
+			 "(%s); accepted: a host name or address the resolver "
+			 "knows", peers[i], host, gai_strerror(r));
+		n = ushi_fail_msg(-EHOSTUNREACH, msg);
+	}
+	ushi_free(peers);
+	return n;
 }
 
 static int connect_deadline(const struct addrinfo *ai, uint32_t timeout_ms)
@@ -257,15 +338,21 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 				 .ai_flags = AI_NUMERICSERV},
 			*ai;
 	int ret = getaddrinfo(host, port, &hints, &ai);
-	if (ret)
-		return ushi_fail(-EHOSTUNREACH, "net: worker %s: %s", peer,
-				gai_strerror(ret));
+	if (ret) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "net: worker %s: unknown host '%s' "
+			 "(%s)", peer, host, gai_strerror(ret));
+		return ushi_fail_msg(-EHOSTUNREACH, msg);
+	}
 	int fd = -ENOENT;
 	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
 		fd = connect_deadline(a, timeout_ms);
 	freeaddrinfo(ai);
-	if (fd < 0)
+	USHI_COUNT(net_connects, 1);
+	if (fd < 0) {
+		USHI_COUNT(net_connect_errors, 1);
 		return ushi_fail(fd, "net: connect to worker %s", peer);
+	}
 	uint8_t b[USHI_PROTO_SMALL], key[USHI_SECRET_MAX];
 	struct proto_hello h = *hello;
 	h.version = USHI_PROTO_VERSION;
@@ -336,7 +423,7 @@ static int admin_all(const char *workers, const char *app,
 	}
 	ushi_free(peers);
 	if (first && *msg)
-		ushi_fail(first, "%s", msg);
+		ushi_fail_msg(first, msg); /* msg already names the error */
 	return first;
 }
 

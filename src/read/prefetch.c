@@ -2,6 +2,7 @@
  * prefetch.h. */
 #define _GNU_SOURCE
 #include "read/prefetch.h"
+#include "core/ring_sync.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -125,9 +126,12 @@ int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame)
 	const struct spill_entry *e = &pf->ents[i];
 	/* A ring pays once a second frame is asked for: the first comes by
 	 * pread, so a reader that wants one record sets nothing up. */
-	if (!pf->state && i > 0 && USHI_PREFETCH_DEPTH > 1)
-		pf->state = io_uring_queue_init(USHI_PREFETCH_DEPTH, &pf->ring,
-						0) ? -1 : 1;
+	if (!pf->state && i > 0 && USHI_PREFETCH_DEPTH > 1) {
+		int ret = io_uring_queue_init(USHI_PREFETCH_DEPTH, &pf->ring, 0);
+		if (ret)
+			ushi_uring_refused(ret, "io_uring_setup");
+		pf->state = ret ? -1 : 1;
+	}
 	if (pf->state > 0) {
 		/* The slot of i - 1 is free now: its records were read. The
 		 * window grows with the frames taken: 2, 3, … up to the

@@ -833,6 +833,7 @@ void ush_reader_free(ush_reader *r)
 {
 	if (!r)
 		return;
+	ushi_count_reader(&r->st);
 	close_data(r);
 	prefetch_destroy(&r->pf);
 	for (uint32_t i = 0; r->srcs && i < r->nsrcs; i++) {

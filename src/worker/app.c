@@ -215,6 +215,7 @@ void wk_app_expire(struct wk_thread *t)
 	pthread_mutex_unlock(&wk->lock);
 	for (size_t i = 0; i < ngone; i++)
 		wk_drop_files(t, gone[i]);
+	WK_COUNT(wk, expiries, ngone);
 	if (ngone || err)
 		wk_log(wk, err ? 0 : 1, "application %s: no heartbeat for %u "
 		       "ms: %zu shuffles dropped%s%s%s", app,

@@ -75,6 +75,7 @@ static void conn_fail_v(struct wk_conn *c, int level, int code,
 	char msg[USHI_PROTO_ERRMSG_MAX];
 	uint8_t frame[USHI_PROTO_ERROR_SIZE];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	wk_count_error(c->t->wk, code);
 	/* One format per level: the log's rate limit counts formats. */
 	if (level)
 		wk_log(c->t->wk, 1, "peer %s: %s (%s); closing the connection",
@@ -121,6 +122,8 @@ static void send_done(struct ushi_op *op, int res)
 		c->out_tail = NULL;
 	wk_out_free(c->t, o);
 	c->sending = false;
+	if (res > 0)
+		WK_COUNT(c->t->wk, bytes_out, (unsigned)res);
 	c->t_active = ushi_now_ns();
 	if (res < 0 && !c->eof) {
 		c->eof = true;
@@ -425,11 +428,11 @@ static void accept_hello(struct wk_conn *c, const struct proto_hello *hp)
 	uint8_t b[USHI_PROTO_SMALL];
 	wk_conn_send(c, b, proto_put_hello(b, &r));
 	if (h.role == USHI_ROLE_WRITER)
-		wk_log(wk, 2, "peer %s: HELLO as writer of shuffle %u map %u "
+		wk_log(wk, 1, "peer %s: HELLO as writer of shuffle %u map %u "
 		       "attempt %u of application %s", c->peer, h.shuffle,
 		       h.map, h.attempt, c->app);
 	else
-		wk_log(wk, 2, "peer %s: HELLO as %s of application %s",
+		wk_log(wk, 1, "peer %s: HELLO as %s of application %s",
 		       c->peer, h.role == USHI_ROLE_READER ? "reader" : "admin",
 		       c->app);
 }
@@ -485,6 +488,7 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 	struct ush_worker *wk = t->wk;
 	if (!own_attempt(c, f))
 		return;
+	uint64_t t0 = ushi_now_ns();
 	int ret = wk_store_sync_shuffle(t, f->shuffle);
 	if (ret) {
 		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
@@ -511,6 +515,8 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 		return;
 	}
 	c->att.state = WK_COMMITTED;
+	wk_count_sync(wk, ushi_now_ns() - t0);
+	WK_COUNT(wk, commits, 1);
 	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u committed",
 	       c->peer, f->shuffle, f->map, f->attempt);
 	ack(c, f, USHI_ACK_COMMIT, 0);
@@ -535,6 +541,7 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 	}
 	/* Unowned: nothing durable to forget, files only (if any). */
 	wk_drop_files(t, f->shuffle);
+	WK_COUNT(wk, drops, owned);
 	if (owned)
 		wk_log(wk, 1, "peer %s: application %s dropped shuffle %u",
 		       c->peer, c->app, f->shuffle);
@@ -601,6 +608,7 @@ static bool role_ok(const struct wk_conn *c, unsigned type)
 static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 		     const uint8_t *frame)
 {
+	WK_COUNT(c->t->wk, frames_in, 1);
 	if (frame_check(frame, f)) {
 		wk_conn_fail(c, USH_ECRC, "%s frame (shuffle %u partition %u "
 			     "seq %llu): CRC32C mismatch", type_name(f->type),

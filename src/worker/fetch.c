@@ -596,6 +596,7 @@ void wk_fetch_pump(struct wk_conn *c)
 		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
 		fe->rn--;
 		fe->frames += r->frames;
+		WK_COUNT(c->t->wk, frames_out, r->frames);
 		fe->bytes += r->len;
 		wk_conn_queue(c, o);
 	}

@@ -118,7 +118,6 @@ int wk_store_init(struct ush_worker *wk)
 	wk->open_max = max < 2 ? 2 : max > (1u << 30) ? 1u << 30 :
 							(unsigned)max;
 	wk->pdir_budget = WK_PDIR_BUDGET / wk->nthreads;
-	wk_log(wk, 1, "at most %u log files open per thread", wk->open_max);
 	return 0;
 }
 
@@ -172,6 +171,7 @@ void wk_shuf_fail(struct wk_shuf *s, int err, const char *what, uint64_t off)
 {
 	if (!s->err) {
 		s->err = err;
+		WK_COUNT(s->t->wk, errors[USH_WORKER_ERR_STORAGE], 1);
 		wk_log(s->t->wk, 0, "%s s%u/t%u at offset %llu: %s; shuffle %u "
 		       "commits no more on thread %u until dropped", what,
 		       s->shuffle, s->t->idx, (unsigned long long)off,

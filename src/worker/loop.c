@@ -37,6 +37,8 @@ static void refuse(struct wk_thread *t, int fd, int code, const char *msg)
 				       MSG_DONTWAIT) > 0; i++)
 		;
 	close(fd);
+	WK_COUNT(t->wk, refused, 1);
+	wk_count_error(t->wk, code);
 	wk_log(t->wk, 1, "refused a connection: %s", msg);
 }
 
@@ -69,6 +71,7 @@ static void on_accept(struct ushi_op *op, int res)
 	if (n < wk->o.max_conns && t->nconns + t->naccepted < wk->thread_conns) {
 		/* Set up in the loop: a callback never takes ops. */
 		t->accepted[t->naccepted++] = res;
+		WK_COUNT(wk, accepted, 1);
 		return;
 	}
 	atomic_fetch_sub(&wk->nconns, 1);
@@ -92,6 +95,7 @@ static void on_recv(struct ushi_op *op, int res)
 		c->q[i].bid = (uint16_t)(op->cqe_flags >> IORING_CQE_BUFFER_SHIFT);
 		c->q[i].len = (uint32_t)res;
 		c->qn++;
+		WK_COUNT(c->t->wk, bytes_in, (unsigned)res);
 	} else if (res == 0) {
 		c->eof = true;
 	} else if (res < 0 && res != -ENOBUFS) {
@@ -338,6 +342,7 @@ void *wk_thread_main(void *arg)
 	unsigned stop_ticks = 0;
 	while (!ret) {
 		uint64_t now = ushi_now_ns();
+		atomic_store_explicit(&t->pass_ns, now, memory_order_relaxed);
 		if (!t->stopping && atomic_load(&wk->stop))
 			drain_start(t, now);
 		/* An accept that backs off wakes the loop when it may resume. */

@@ -102,8 +102,22 @@ struct wk_log_kind {
 	unsigned long suppressed; /* not printed since the last report */
 };
 
+/* The counters behind ush_worker_stats() (worker.c): relaxed atomics,
+ * bumped where the event happens; the gauges are computed when read. */
+struct wk_metrics {
+	atomic_uint_fast64_t bytes_in, bytes_out, frames_in, frames_out;
+	atomic_uint_fast64_t accepted, refused, commits, drops, expiries;
+	atomic_uint_fast64_t sync_count, sync_ns;
+	atomic_uint_fast64_t sync_bucket[USH_WORKER_SYNC_BUCKETS];
+	atomic_uint_fast64_t errors[USH_WORKER_ERR_KINDS];
+};
+
+#define WK_COUNT(wk, field, n)                                               \
+	atomic_fetch_add_explicit(&(wk)->m.field, (n), memory_order_relaxed)
+
 struct ush_worker {
 	struct ush_worker_opts o;
+	struct wk_metrics m;
 	char *dir, *host;
 	int port;
 	unsigned nthreads;
@@ -371,8 +385,8 @@ struct wk_thread {
 	struct wk_list lru;    /* logs with open files, least recently
 				  written first */
 	struct wk_list bufq;   /* logs holding a log buffer, oldest first */
-	unsigned nopen;        /* open log and index files (at most
-				  wk->open_max) */
+	atomic_uint nopen;     /* open log and index files (at most
+				  wk->open_max; atomic for the metrics) */
 	unsigned writes;       /* log and index writes in flight */
 	unsigned flush_order;
 	struct wk_list pdirs;  /* cached partition directories, LRU */
@@ -385,6 +399,7 @@ struct wk_thread {
 	unsigned drop_seen;
 	uint64_t expire_ns;    /* thread 0: the last TTL check */
 	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
+	atomic_uint_fast64_t pass_ns; /* when its loop last passed (stalls) */
 	char errmsg[512];      /* why setup failed (ush_last_error is
 				  per thread) */
 	int err;
@@ -396,6 +411,10 @@ struct wk_thread {
  * the rest are counted, and wk_log_flush() reports them. */
 void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Counts an error of the kind that code (an errno or USH_E*) means. */
+void wk_count_error(struct ush_worker *wk, int code);
+/* Counts a commit's sync time in the histogram. */
+void wk_count_sync(struct ush_worker *wk, uint64_t ns);
 /* Reports lines suppressed in seconds that have ended. Cheap when none. */
 void wk_log_flush(struct ush_worker *wk);
 

@@ -59,6 +59,74 @@ uint64_t ush_worker_alloc_count(void)
 	return ush_alloc_count();
 }
 
+void wk_count_error(struct ush_worker *wk, int code)
+{
+	enum ush_worker_error_kind k;
+	switch (code) {
+	case -EACCES: case -EPERM: k = USH_WORKER_ERR_AUTH; break;
+	case -EDQUOT: k = USH_WORKER_ERR_QUOTA; break;
+	case -EBUSY: k = USH_WORKER_ERR_LIMIT; break;
+	case -ETIMEDOUT: k = USH_WORKER_ERR_TIMEOUT; break;
+	case -ESHUTDOWN: k = USH_WORKER_ERR_SHUTDOWN; break;
+	case -EIO: case -ENOSPC: case -EROFS: case -EFBIG:
+		k = USH_WORKER_ERR_STORAGE; break;
+	case -EPROTO: case -EINVAL: case -EMSGSIZE: case USH_ECRC:
+	case USH_ECORRUPT: case USH_EVERSION:
+		k = USH_WORKER_ERR_PROTOCOL; break;
+	default: k = USH_WORKER_ERR_OTHER;
+	}
+	WK_COUNT(wk, errors[k], 1);
+}
+
+void wk_count_sync(struct ush_worker *wk, uint64_t ns)
+{
+	unsigned i = 0;
+	while (i < USH_WORKER_SYNC_BUCKETS &&
+	       ns > USH_WORKER_SYNC_BUCKET_US(i) * 1000)
+		i++;
+	WK_COUNT(wk, sync_count, 1);
+	WK_COUNT(wk, sync_ns, ns);
+	if (i < USH_WORKER_SYNC_BUCKETS)
+		WK_COUNT(wk, sync_bucket[i], 1);
+}
+
+#define LOAD(a) atomic_load_explicit(&(a), memory_order_relaxed)
+
+void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
+			   size_t size)
+{
+	struct ush_worker *wk = (struct ush_worker *)cw; /* its locks */
+	const struct wk_metrics *m = &wk->m;
+	struct ush_worker_stats s = {.size = sizeof(s)};
+	s.bytes_in = LOAD(m->bytes_in), s.bytes_out = LOAD(m->bytes_out);
+	s.frames_in = LOAD(m->frames_in), s.frames_out = LOAD(m->frames_out);
+	s.conns_accepted = LOAD(m->accepted), s.conns_refused = LOAD(m->refused);
+	s.conns_open = LOAD(wk->nconns);
+	s.commits = LOAD(m->commits), s.drops = LOAD(m->drops);
+	s.expiries = LOAD(m->expiries);
+	s.sync_count = LOAD(m->sync_count), s.sync_ns = LOAD(m->sync_ns);
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < USH_WORKER_SYNC_BUCKETS; i++)
+		s.sync_le[i] = sum += LOAD(m->sync_bucket[i]);
+	for (unsigned i = 0; i < USH_WORKER_ERR_KINDS; i++)
+		s.errors[i] = LOAD(m->errors[i]);
+	uint64_t now = ushi_now_ns();
+	for (unsigned i = 0; i < wk->nthreads; i++) { /* 0 before start */
+		struct wk_thread *t = &wk->threads[i];
+		uint64_t pass = LOAD(t->pass_ns);
+		s.open_files += LOAD(t->nopen);
+		if (pass && now > pass && (now - pass) / 1000000 > s.stalled_ms)
+			s.stalled_ms = (now - pass) / 1000000;
+	}
+	pthread_mutex_lock(&wk->lock);
+	s.apps = wk->napps;
+	s.shuffles = wk->nowners;
+	for (size_t i = 0; i < wk->napps; i++)
+		s.bytes_stored += LOAD(wk->apps[i]->bytes);
+	pthread_mutex_unlock(&wk->lock);
+	ushi_struct_init(st, size, &s, sizeof(s));
+}
+
 /* The rate of fmt's lines: true if this one may be printed. Lock held. */
 static bool log_admit(struct ush_worker *wk, const char *fmt, uint64_t sec)
 {
@@ -98,7 +166,7 @@ void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	ushi_warn("ushuffled: %s", msg);
+	ushi_warn("%s", msg); /* the log sink adds the program's prefix */
 }
 
 void wk_log_flush(struct ush_worker *wk)
@@ -115,12 +183,30 @@ void wk_log_flush(struct ush_worker *wk)
 			continue;
 		}
 		/* The format names the kind: its arguments vary. */
-		ushi_warn("ushuffled: ... suppressed %lu similar lines "
+		ushi_warn("... suppressed %lu similar lines "
 			  "(\"%.60s\")", k->suppressed, k->fmt);
 		k->suppressed = 0;
 	}
 	atomic_store(&wk->log_suppressed, more);
 	pthread_mutex_unlock(&wk->log_lock);
+}
+
+/* One line with what an operator checks first: where it serves and
+ * stores, and the limits in force (after defaults were resolved). */
+static void log_start(struct ush_worker *wk)
+{
+	const struct ush_worker_opts *o = &wk->o;
+	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s; limits: "
+	       "%u connections, %u open log files per thread, window %u, "
+	       "max frame %u, per application %u connections, %u shuffles, "
+	       "%llu bytes; app ttl %u ms; auth %s", wk->host, wk->port,
+	       wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir,
+	       o->max_conns, wk->open_max, o->window, o->max_frame,
+	       o->max_app_conns, o->max_app_shuffles,
+	       (unsigned long long)o->max_app_bytes, o->app_ttl_ms,
+	       wk->secret || wk->secrets_dirfd >= 0 ?
+		       (o->insecure ? "optional (--insecure)" : "required") :
+		       "none (--insecure)");
 }
 
 /* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
@@ -583,8 +669,7 @@ int ush_worker_start(ush_worker *wk)
 			return ushi_fail_msg(err, msg);
 		}
 	}
-	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s", wk->host,
-	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir);
+	log_start(wk);
 	/* Each connection is a descriptor: below max_conns of them, accept
 	 * fails (EMFILE, and backs off) before the limit refuses anyone. */
 	struct rlimit rl;

@@ -827,6 +827,8 @@ void ush_writer_free(ush_writer *w)
 		ushi_panic("%s", ush_last_error());
 	if (w->sink && w->state == W_OPEN)
 		ush_writer_abort(w);
+	if (w->sink)
+		ushi_count_writer(&w->st, w->state == W_COMMITTED);
 	/* What the caller never released; its pointers die here. */
 	while (w->lent.next != &w->lent) {
 		struct ushi_buf *b = w->lent.next;

@@ -1,0 +1,77 @@
+"""Fixtures of the Python tests: real ushuffled processes that require a
+secret, and one real distributed.LocalCluster (2 worker processes)."""
+import os
+import secrets
+import subprocess
+import tempfile
+
+import pytest
+
+SECRET = secrets.token_hex(24)
+# Set before the cluster starts: its worker processes inherit it, and
+# every connection of the library proves it (docs/security.md).
+os.environ["USHUFFLE_SECRET"] = SECRET
+
+
+def ushuffled_path():
+    from ushuffle import _paths
+    return _paths.USHUFFLED
+
+
+class Workers:
+    """Two ushuffled on loopback, each over its own directory."""
+
+    def __init__(self, root):
+        secret = os.path.join(root, "secret")
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(SECRET)
+        self.procs, self.dirs, addrs = [], [], []
+        for i in range(2):
+            d = os.path.join(root, f"w{i}")
+            os.makedirs(d)
+            p = subprocess.Popen(
+                [ushuffled_path(), "--listen=127.0.0.1:0", f"--dir={d}",
+                 "--threads=1", "--direct=0", "--log-level=error",
+                 f"--secret-file={secret}"], stdout=subprocess.PIPE,
+                text=True)
+            line = p.stdout.readline()
+            assert line.startswith("ushuffled: port "), line
+            self.procs.append(p)
+            self.dirs.append(d)
+            addrs.append(f"127.0.0.1:{int(line.split()[-1])}")
+        self.addr = ",".join(addrs)
+
+    def stored(self):
+        """Files the workers hold besides their lock and commit logs."""
+        out = []
+        for d in self.dirs:
+            for base, _, files in os.walk(d):
+                out += [os.path.join(base, f) for f in files
+                        if f != "ushuffled.lock" and
+                        not f.startswith("commit.")]
+        return out
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            assert p.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="session")
+def workers():
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as root:
+        w = Workers(root)
+        try:
+            yield w
+        finally:
+            w.stop()
+
+
+@pytest.fixture(scope="session")
+def client():
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        yield c

@@ -1,0 +1,152 @@
+"""ushuffle.dask.shuffle on a real LocalCluster and real ushuffled: every
+output partition holds the rows Dask's own shuffle="tasks" puts there."""
+import gc
+import os
+import signal
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+import ushuffle
+import ushuffle.dask as ud
+
+
+def frame(n, seed, skew=False):
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, 1000, n)
+    if skew:
+        k[rng.random(n) < 0.9] = 7
+    f = rng.random(n)
+    f[rng.random(n) < 0.1] = np.nan
+    s = np.array([f"s{v}" for v in rng.integers(0, 50, n)], dtype=object)
+    s[rng.random(n) < 0.1] = None
+    i = pd.array(rng.integers(-5, 5, n), dtype="Int64")
+    i[rng.random(n) < 0.1] = pd.NA
+    return pd.DataFrame({"k": k, "f": f, "s": s, "i": i},
+                        index=pd.RangeIndex(n) * 3)
+
+
+def parts(client, ddf):
+    return client.gather(client.compute(ddf.to_delayed()))
+
+
+def canon(p):
+    p = p.reset_index()
+    return p.sort_values(list(p.columns)).reset_index(drop=True)
+
+
+def assert_same(client, ours, theirs):
+    a, b = parts(client, ours), parts(client, theirs)
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert list(x.columns) == list(y.columns)
+        pd.testing.assert_frame_equal(canon(x), canon(y), obj=f"part {i}")
+    return a
+
+
+def check(client, workers, ddf, on, nparts, **opts):
+    ours = ud.shuffle(ddf, on, npartitions=nparts, workers=workers.addr,
+                      **opts)
+    got = assert_same(client, ours,
+                      ddf.shuffle(on, npartitions=nparts, shuffle="tasks"))
+    assert workers.stored(), "the shuffle stored nothing on the workers"
+    del ours
+    gc.collect()
+    assert workers.stored() == [], "the shuffle was not dropped"
+    return got
+
+
+def test_types_and_nulls(client, workers):
+    ddf = dd.from_pandas(frame(20000, 1), npartitions=4)
+    got = check(client, workers, ddf, "k", 5)
+    assert sum(map(len, got)) == 20000
+    check(client, workers, ddf, ["s", "i"], 3)
+
+
+def test_empty_partitions(client, workers):
+    pdf = frame(3000, 2)
+    pdf = pdf[pdf.k < 2]  # two keys, twelve output partitions
+    ddf = dd.from_pandas(frame(3000, 2), npartitions=4)
+    ddf = ddf[ddf.k < 2]  # input partitions may be empty too
+    got = check(client, workers, ddf, "k", 12)
+    assert sum(1 for p in got if len(p) == 0) >= 10
+    assert sum(map(len, got)) == len(pdf)
+
+
+def test_skewed_key(client, workers):
+    # 16 KiB push buffers: each partition's rows span many batches, and
+    # the two Dask workers' frames interleave on the ushuffled workers.
+    ddf = dd.from_pandas(frame(40000, 3, skew=True), npartitions=4)
+    got = check(client, workers, ddf, "k", 4, push_size=16384)
+    assert max(map(len, got)) >= 36000
+
+
+def test_disk_target(client, tmp_path):
+    ddf = dd.from_pandas(frame(5000, 4), npartitions=3)
+    ours = ud.shuffle(ddf, "k", npartitions=4, dir=str(tmp_path))
+    assert_same(client, ours, ddf.shuffle("k", npartitions=4,
+                                          shuffle="tasks"))
+    del ours
+    gc.collect()
+    assert os.listdir(tmp_path) == []
+
+
+def kill_once(flag):
+    """on_commit hook: the first map to commit kills its Dask worker
+    process, after the commit: Dask loses that status and re-runs it."""
+    def hook(index):
+        try:
+            os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+    return hook
+
+
+def test_worker_killed_in_map(client, workers, tmp_path):
+    flag = str(tmp_path / "killed")
+    ddf = dd.from_pandas(frame(20000, 5), npartitions=6)
+    check(client, workers, ddf, "k", 4, on_commit=kill_once(flag))
+    assert os.path.exists(flag), "no Dask worker was killed"
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_unknown_column(workers):
+    ddf = dd.from_pandas(frame(100, 6), npartitions=2)
+    with pytest.raises(KeyError, match="no column.*nope"):
+        ud.shuffle(ddf, ["k", "nope"], workers=workers.addr)
+    assert workers.stored() == []
+
+
+def test_unreachable_workers(client, workers):
+    ddf = dd.from_pandas(frame(100, 7), npartitions=2)
+    dead = workers.addr + ",127.0.0.1:1"
+    with pytest.raises(ushuffle.Error, match="127.0.0.1:1") as e:
+        ud.shuffle(ddf, "k", workers=dead)
+    assert e.value.name == "ECONNREFUSED"
+    assert workers.stored() == []
+
+
+def test_bindings_roundtrip(tmp_path):
+    """The bindings alone: buffer-protocol writes, memoryview reads,
+    errors carrying ush_last_error()'s text."""
+    with ushuffle.Ring() as ring:
+        with ushuffle.Writer(ring, 9, 0, 0, 2, target="disk",
+                             dir=str(tmp_path)) as w:
+            w.write(1, b"abc")
+            w.write(1, np.arange(4, dtype=np.int64))
+            w.write(0, memoryview(bytearray(b"z" * 100000))[1:])
+            st = w.commit()
+        assert ushuffle.status_info(st)["partitions"] == 2
+        with pytest.raises(ushuffle.Error, match="committed"):
+            ushuffle.Writer(ring, 9, 0, 0, 2, target="disk",
+                            dir=str(tmp_path))
+    with ushuffle.Reader(1, [st]) as r:
+        recs = [bytes(m) for m in r]
+    assert recs == [b"abc", np.arange(4, dtype=np.int64).tobytes()]
+    with ushuffle.Reader(0, [st]) as r:
+        assert [m.nbytes for m in r] == [99999]
+    with pytest.raises(ushuffle.Corrupt):
+        ushuffle.Reader(0, [st[:-1] + bytes([st[-1] ^ 1])])

@@ -1,0 +1,380 @@
+/*
+ * The operations surface of ushuffled (issue 14): --version and option
+ * errors, one log prefix and the start-up line, --config files, the
+ * Prometheus endpoint scraped with curl while a job runs (and the client
+ * library's counters), and readiness and watchdog pings on a real
+ * systemd notify socket.
+ */
+#include "net_helpers.h"
+
+#include <poll.h>
+#include <sys/un.h>
+
+/* A worker whose stderr goes to <dir>.log (named in log). */
+static void spawn_logged(struct th_worker *w, char *log, size_t n,
+			 const char *tag)
+{
+	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
+	snprintf(log, n, "%s.log", w->dir);
+	unlink(log);
+	w->errlog = log;
+	th_worker_spawn(w, "127.0.0.1", 0, 1);
+}
+
+/* The file at path as a string (freed by the caller). */
+static char *slurp(const char *path)
+{
+	size_t len;
+	char *p = th_read_file(path, &len);
+	assert_non_null(p);
+	char *s = realloc(p, len + 1);
+	s[len] = '\0';
+	return s;
+}
+
+/* Runs ushuffled with args (NULL-terminated); its exit status, and its
+ * stdout and stderr in out and err (freed by the caller). */
+static int run_ushuffled(const char *const *args, char **out, char **err)
+{
+	FILE *o = tmpfile(), *e = tmpfile();
+	const char *argv[16] = {"ushuffled"};
+	for (unsigned i = 0; args[i] && i < 14; i++)
+		argv[i + 1] = args[i];
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fileno(o), 1);
+		dup2(fileno(e), 2);
+		execv(USH_USHUFFLED_PATH, (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	char *bufs[2];
+	FILE *fs[2] = {o, e};
+	for (int i = 0; i < 2; i++) {
+		long n = ftell(fs[i]);
+		bufs[i] = calloc(1, (size_t)n + 1);
+		rewind(fs[i]);
+		assert_int_equal(fread(bufs[i], 1, (size_t)n, fs[i]), n);
+		fclose(fs[i]);
+	}
+	*out = bufs[0];
+	*err = bufs[1];
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void version_and_option_errors(void **state)
+{
+	(void)state;
+	char *out, *err;
+	assert_int_equal(run_ushuffled((const char *[]){"--version", NULL},
+				       &out, &err), 0);
+	assert_string_equal(out, "ushuffled " USH_VERSION_STRING "\n");
+	free(out), free(err);
+	static const char *const bad[][2] = {
+		{"--threads=0", "--threads=0: bad value; accepted: 1..1024"},
+		{"--log-level=loud", "accepted: error, info or debug"},
+		{"--max-conns=x", "--max-conns=x: bad value; accepted: 1..1572864"},
+		{"--direct=2", "--direct=2: bad value; accepted: 0 or 1"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int st = run_ushuffled((const char *[]){"--dir=/nonexistent",
+							 bad[i][0], NULL},
+				       &out, &err);
+		assert_int_equal(st, 2);
+		if (!strstr(err, bad[i][1]))
+			fail_msg("%s: \"%s\" missing in:\n%s", bad[i][0],
+				 bad[i][1], err);
+		free(out), free(err);
+	}
+	assert_int_equal(run_ushuffled((const char *[]){"--listen=x:1", NULL},
+				       &out, &err), 2);
+	assert_non_null(strstr(err, "--dir is required"));
+	free(out), free(err);
+	assert_int_equal(access("/nonexistent", F_OK), -1);
+}
+
+/* Every line has one "ushuffled: " prefix; the start-up line says where
+ * it serves and stores and its limits; at the default level (info) each
+ * connection's HELLO is logged. */
+static void one_prefix_startup_line_and_hello_at_info(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	char log[600];
+	spawn_logged(&w, log, sizeof(log), "opslog");
+	struct th_job j = {.workers = w.addr, .shuffle = 41, .partitions = 4,
+			   .maps = 1, .records = 100};
+	th_ok(th_push_map(&j, 0, 0, NULL));
+	th_worker_stop(&w);
+	char *text = slurp(log), want[700];
+	snprintf(want, sizeof(want), "ushuffled: listening on %s with 1 "
+		 "thread, dir %s; limits: 1024 connections, ", w.addr, w.dir);
+	if (!strstr(text, want) || !strstr(text, "per application 512 "
+					       "connections, 4096 shuffles"))
+		fail_msg("no start-up line \"%s...\" in:\n%s", want, text);
+	if (!strstr(text, "ushuffled: peer 127.0.0.1:") ||
+	    !strstr(text, ": HELLO as writer of shuffle 41 map 0"))
+		fail_msg("no HELLO line at the default level in:\n%s", text);
+	for (char *l = text; *l; l = strchr(l, '\n') + 1) {
+		if (strncmp(l, "ushuffled: ", 11) ||
+		    !strncmp(l + 11, "ushuffle", 8))
+			fail_msg("a line without exactly one prefix:\n%s", l);
+		if (!strchr(l, '\n'))
+			break;
+	}
+	free(text);
+	th_rmrf(w.dir);
+	unlink(log);
+}
+
+/* --config: an INI [ushuffled] section of long options under the
+ * command line; mistakes in it exit 2 naming file, key and value. */
+static void config_file_sets_options(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	char log[600], conf[600], arg[640];
+	const char *dir = th_tmpdir("opsconf");
+	snprintf(conf, sizeof(conf), "%s.conf", dir);
+	FILE *f = fopen(conf, "w");
+	assert_non_null(f);
+	fputs("; as dist/ushuffled.conf\n[ushuffled]\nmax-conns = 7\n"
+	      "max_app_shuffles = 9\nlisten = 127.0.0.1:1\n", f);
+	fclose(f);
+	snprintf(arg, sizeof(arg), "--config=%s", conf);
+	w.more[0] = arg;
+	spawn_logged(&w, log, sizeof(log), "opsconfw");
+	th_worker_stop(&w);
+	char *text = slurp(log);
+	/* The file's values, and the command line's --listen over its own. */
+	if (!strstr(text, "limits: 7 connections") ||
+	    !strstr(text, "9 shuffles") || w.port == 1)
+		fail_msg("the config file's settings are not in force:\n%s",
+			 text);
+	free(text);
+	f = fopen(conf, "w");
+	fputs("[ushuffled]\nmax-conns = many\n", f);
+	fclose(f);
+	char *out, *err;
+	assert_int_equal(run_ushuffled((const char *[]){arg, NULL}, &out,
+				       &err), 2);
+	if (!strstr(err, conf) || !strstr(err, "--max-conns=many: bad value; "
+					       "accepted: 1..1572864"))
+		fail_msg("config error message:\n%s", err);
+	free(out), free(err);
+	f = fopen(conf, "w");
+	fputs("[ushuffled]\nmax-cons = 3\n", f);
+	fclose(f);
+	assert_int_equal(run_ushuffled((const char *[]){arg, NULL}, &out,
+				       &err), 2);
+	assert_non_null(strstr(err, "max-cons=3: unknown key"));
+	free(out), free(err);
+	unlink(conf);
+	unlink(log);
+	th_rmrf(w.dir);
+	th_rmrf(dir);
+}
+
+/* GET path from the metrics port with curl: its body (freed by the
+ * caller), or NULL when curl failed (HTTP errors fail it too). */
+static char *curl(int port, const char *path)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "curl -sSf --max-time 20 "
+		 "http://127.0.0.1:%d%s 2>&1", port, path);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t cap = 1 << 16, n = 0;
+	char *s = malloc(cap);
+	while (n < cap - 1 && !feof(p))
+		n += fread(s + n, 1, cap - 1 - n, p);
+	s[n] = '\0';
+	if (pclose(p)) {
+		print_message("curl %s: %s\n", path, s);
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* The value of the sample line that starts with name + " ". */
+static uint64_t sample(const char *text, const char *name)
+{
+	char key[160];
+	snprintf(key, sizeof(key), "\n%s ", name);
+	const char *p = strstr(text, key);
+	if (!p)
+		fail_msg("no sample %s in:\n%s", name, text);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+/* Scrapes while a writer pushes (its connection is open) and after its
+ * commit: the traffic, connection, commit and sync counters move. */
+static void metrics_scraped_with_curl(void **state)
+{
+	(void)state;
+	if (system("curl --version >/dev/null 2>&1"))
+		fail_msg("curl is not installed: tests/bootstrap.sh installs "
+			 "it; this test needs a real HTTP client");
+	struct th_worker w = {0};
+	char log[600];
+	w.more[0] = "--metrics=127.0.0.1:0";
+	spawn_logged(&w, log, sizeof(log), "opsmetrics");
+	char *text = slurp(log);
+	const char *m = strstr(text, "GET /metrics");
+	int port = 0;
+	const char *pp = strstr(text, "(port ");
+	assert_true(m && pp && sscanf(pp, "(port %d)", &port) == 1);
+	free(text);
+	char *before = curl(port, "/metrics");
+	assert_non_null(before);
+	assert_non_null(strstr(before, "# TYPE ushuffled_commit_sync_seconds "
+				       "histogram"));
+	assert_non_null(strstr(before, "ushuffled_errors_total{kind=\"auth\"} "
+				       "0"));
+	assert_int_equal(sample(before, "ushuffled_commits_total"), 0);
+	struct ush_lib_stats c0, c1;
+	ush_lib_stats(&c0);
+	/* A job whose writer is open (connected, some batches sent) while
+	 * we scrape, then commits. */
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 42,
+		.partitions = 8, .target = USH_TARGET_NET, .workers = w.addr};
+	ush_writer *wr;
+	th_ok(ush_writer_open(&wr, ring, &wo));
+	uint8_t buf[1024];
+	const uint32_t records = 4000;
+	for (uint32_t i = 0; i < records; i++)
+		th_ok(ush_writer_write(wr, i % 8, buf, th_rec(buf, 0, i)));
+	char *during = NULL;
+	for (int i = 0; i < 30000; i++) {
+		free(during);
+		during = curl(port, "/metrics");
+		assert_non_null(during);
+		if (sample(during, "ushuffled_received_bytes_total") > 0)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(sample(during, "ushuffled_connections"), 1);
+	assert_true(sample(during, "ushuffled_received_bytes_total") > 0);
+	assert_int_equal(sample(during, "ushuffled_commits_total"), 0);
+	th_ok(ush_writer_commit(wr, NULL));
+	ush_writer_free(wr);
+	ush_ring_free(ring);
+	char *after = curl(port, "/metrics");
+	assert_non_null(after);
+	fprintf(stderr, "scrape after the job:\n%s", after);
+	assert_true(sample(after, "ushuffled_received_bytes_total") >
+		    sample(before, "ushuffled_received_bytes_total"));
+	assert_true(sample(after, "ushuffled_received_frames_total") >
+		    sample(before, "ushuffled_received_frames_total"));
+	assert_true(sample(after, "ushuffled_sent_bytes_total") >
+		    sample(before, "ushuffled_sent_bytes_total"));
+	assert_true(sample(after, "ushuffled_connections_accepted_total") >
+		    sample(before, "ushuffled_connections_accepted_total"));
+	assert_int_equal(sample(after, "ushuffled_commits_total"), 1);
+	assert_int_equal(sample(after, "ushuffled_commit_sync_seconds_count"),
+			 1);
+	assert_int_equal(sample(after, "ushuffled_commit_sync_seconds_bucket"
+				       "{le=\"+Inf\"}"), 1);
+	assert_int_equal(sample(after, "ushuffled_shuffles"), 1);
+	assert_int_equal(sample(after, "ushuffled_applications"), 1);
+	assert_true(sample(after, "ushuffled_stored_bytes") > 0);
+	assert_true(sample(after, "ushuffled_open_files") >= 2);
+	/* The client library counted the same job. */
+	ush_lib_stats(&c1);
+	assert_int_equal(c1.writers_committed, c0.writers_committed + 1);
+	assert_int_equal(c1.records_written, c0.records_written + records);
+	assert_true(c1.net_connects > c0.net_connects);
+	assert_true(c1.bytes_stored > c0.bytes_stored);
+	/* Other paths and methods are answered, not served. */
+	char *none = curl(port, "/nothing");
+	assert_null(none);
+	free(before), free(during), free(after);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	unlink(log);
+}
+
+static char notify_env[160];
+
+static void set_notify_env(void)
+{
+	putenv(notify_env);
+	setenv("WATCHDOG_USEC", "400000", 1);
+}
+
+/* Waits (30 s at most) for a datagram holding text on fd. */
+static void expect_notify(int fd, const char *text)
+{
+	char buf[512];
+	for (int i = 0; i < 100; i++) {
+		struct pollfd p = {fd, POLLIN, 0};
+		if (poll(&p, 1, 300) <= 0)
+			continue;
+		ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (strstr(buf, text))
+			return;
+	}
+	fail_msg("no \"%s\" on the notify socket in 30 s", text);
+}
+
+/* systemd's protocol with a real socket: READY=1 once serving, then
+ * WATCHDOG=1 pings (WatchdogSec= sets WATCHDOG_USEC), STOPPING=1. */
+static void notify_socket_gets_ready_and_watchdog(void **state)
+{
+	(void)state;
+	char *out, *err;
+	run_ushuffled((const char *[]){"--help", NULL}, &out, &err);
+	int built = !strstr(out, "not in this build");
+	free(out), free(err);
+	if (!built) {
+		print_message("SKIPPED: ushuffled was built without "
+			      "libsystemd: readiness NOT tested\n");
+		skip();
+	}
+	const char *dir = th_tmpdir("opsnotify");
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "/tmp/ush-notify-%d",
+		 (int)getpid());
+	unlink(a.sun_path);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s",
+		 a.sun_path);
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s/w", dir);
+	w.child_setup = set_notify_env;
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	expect_notify(fd, "READY=1");
+	expect_notify(fd, "WATCHDOG=1");
+	expect_notify(fd, "WATCHDOG=1");
+	kill(w.pid, SIGTERM);
+	expect_notify(fd, "STOPPING=1");
+	th_worker_stop(&w);
+	close(fd);
+	unlink(a.sun_path);
+	th_rmrf(dir);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(version_and_option_errors),
+		cmocka_unit_test(one_prefix_startup_line_and_hello_at_info),
+		cmocka_unit_test(config_file_sets_options),
+		cmocka_unit_test(metrics_scraped_with_curl),
+		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
