@@ -3,6 +3,9 @@
  * full push buffers handed off with ush_writer_swap (no record copying),
  * so the figures are the transport's. Compare --engine=uring|psync and
  * --zc=auto|on|off at several --push sizes side by side in one run.
+ * --replicas=2 sends every buffer to two workers; --kill=PID SIGKILLs a
+ * worker half-way and reports how long the writer took to notice and
+ * its longest swap after the kill (the time from the death to going on).
  *
  *   ushuffled --dir=/dev/shm/w --threads=1 --listen=127.0.0.1:7400 &
  *   ush_bench_net_push --workers=127.0.0.1:7400 --push=64 --zc=on
@@ -10,6 +13,7 @@
 #define _GNU_SOURCE
 #include <ushuffle/ushuffle.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +44,7 @@ int main(int argc, char **argv)
 	static const int send_zc[] = {0, 1, -1}; /* by --zc */
 	const char *workers = NULL;
 	size_t push_kib = 64, total_mib = 2048;
-	unsigned zc = 0, psync = 0;
+	unsigned zc = 0, psync = 0, replicas = 1, victim = 0;
 	bool readback = false;
 	uint32_t parts = 64, shuffle = (uint32_t)time(NULL);
 	static const struct bench_cmd cmd = {PROG, NULL, NULL};
@@ -59,6 +63,10 @@ int main(int argc, char **argv)
 		 BENCH_CHOICE, &psync},
 		{"read", NULL, "then read every partition back", BENCH_FLAG,
 		 &readback},
+		{"replicas", "N", "workers each buffer goes to (default 1)",
+		 BENCH_COUNT, &replicas},
+		{"kill", "PID", "SIGKILL this worker half-way (replicas >= 2)",
+		 BENCH_UINT, &victim},
 		{0},
 	};
 	bench_parse(argc, argv, &cmd, opts);
@@ -74,7 +82,7 @@ int main(int argc, char **argv)
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = shuffle,
 		.partitions = parts, .target = USH_TARGET_NET,
-		.workers = workers, .send_zc = send_zc[zc],
+		.workers = workers, .send_zc = send_zc[zc], .replicas = replicas,
 		.ioengine = psync ? USH_IOENGINE_PSYNC : USH_IOENGINE_URING};
 	ush_writer *w;
 	if (ush_writer_open(&w, ring, &wo))
@@ -94,8 +102,24 @@ int main(int argc, char **argv)
 		len += ush_record_put((char *)buf + len, rec, sizeof(rec)),
 			nrec++;
 	double t0 = now(), c0 = cpu();
+	/* After the kill: when the writer noticed (a worker dropped), and
+	 * its longest swap, the stall a death costs the map. */
+	double killed = 0, noticed = 0, stall = 0;
 	for (uint64_t i = 0; !ret && i < n; i++) {
+		if (victim && i == n / 2) {
+			kill((pid_t)victim, SIGKILL);
+			killed = now();
+		}
+		double s0 = killed ? now() : 0;
 		ret = ush_writer_swap(w, (uint32_t)(i % parts), &buf, len, nrec);
+		if (killed) {
+			double s1 = now();
+			stall = s1 - s0 > stall ? s1 - s0 : stall;
+			struct ush_writer_stats ks;
+			ush_writer_stats(w, &ks);
+			if (!noticed && ks.net_failovers)
+				noticed = s1;
+		}
 		for (size_t o = 0; !ret && o < len; o += 4 + sizeof(rec)) {
 			if (readback)
 				ush_record_put((char *)buf + o, rec, sizeof(rec));
@@ -130,6 +154,17 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.net_zc_notifs,
 	       (unsigned long long)st.net_zc_copied, st.net_zc_off,
 	       (unsigned long long)st.net_credit_waits);
+	if (replicas > 1)
+		printf("replicas=%u: frame bytes sent first %llu second %llu "
+		       "third %llu, workers dropped %u\n", replicas,
+		       (unsigned long long)st.net_replica_bytes[0],
+		       (unsigned long long)st.net_replica_bytes[1],
+		       (unsigned long long)st.net_replica_bytes[2],
+		       st.net_failovers);
+	if (killed)
+		printf("kill: writer noticed after %.3f ms, longest swap after "
+		       "the kill %.3f ms\n", noticed ? (noticed - killed) * 1e3 :
+		       -1.0, stall * 1e3);
 	ush_writer_free(w);
 	ush_ring_free(ring);
 	if (readback) {

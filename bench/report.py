@@ -15,7 +15,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
-           "scaling", "partitions", "small_jobs", "restart", "wire", "dask"]
+           "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
+           "replicas"]
 
 
 def log(msg):
@@ -536,11 +537,41 @@ def t_dask(res, m):
                  rows), note
 
 
+def t_replicas(res, m):
+    bw, cpu = res["median_bw"], res["median_cpu_s_per_gib"]
+    rows = [["push throughput (GiB of frames): replicas 2 vs 1",
+             mib(bw["1"]), mib(bw["2"]), f"{bw['2'] / bw['1']:.2f}×",
+             "≥ 0.5×", met(bw["2"] / bw["1"] >= 0.5)],
+            ["writer CPU per GiB sent (twice the frames with 2)",
+             f"{cpu['1']:.3f} s", f"{cpu['2'] / 2:.3f} s",
+             f"{cpu['2'] / 2 / cpu['1']:.2f}×", "≤ 1.3×",
+             met(cpu["2"] / 2 / cpu["1"] <= 1.3)],
+            ["writer CPU per GiB of frames", f"{cpu['1']:.3f} s",
+             f"{cpu['2']:.3f} s", f"{cpu['2'] / cpu['1']:.2f}×", "—", ""],
+            ["worker SIGKILLed mid-push: writer noticed (median)", "—",
+             f"{res['median_noticed_ms']:.1f} ms", "—", "—", ""],
+            ["... its longest swap after the kill (median, max)", "—",
+             f"{res['median_stall_ms']:.1f} ms, "
+             f"{res['max_stall_ms']:.1f} ms", "—", "—", ""]]
+    note = (f"`ush_bench_net_push --size={res['size_mib']} --replicas=1|2` "
+            f"to three `ushuffled --direct=1` on loopback, "
+            f"{res['rounds']} alternating rounds; writer CPU = the bench "
+            f"process's user + system time. Loopback copies every send "
+            f"(the kernel reports SEND_ZC as copied and the connections "
+            f"switch to plain SEND), so sending twice costs the kernel two "
+            f"copies: the per-GiB-sent row is the one that shows the client "
+            f"adds no copy of its own. Kill rows: `--kill=PID` SIGKILLs one "
+            f"worker half-way through a replicas-2 push; the writer goes on "
+            f"with the other replica and the map commits.")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
-          "wire": t_wire, "dask": t_dask}
+          "wire": t_wire, "dask": t_dask, "replicas": t_replicas}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -552,7 +583,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "small_jobs": "9. Small jobs",
           "restart": "10. Restart time vs commit-log history",
           "wire": "11. Wire speed at real partition counts",
-          "dask": "12. Dask shuffle: ushuffle vs Dask's tasks and disk"}
+          "dask": "12. Dask shuffle: ushuffle vs Dask's tasks and disk",
+          "replicas": "13. Replicas: push to two workers, and a worker's death"}
 
 
 def gnuplot(script, png, dat):

@@ -158,6 +158,29 @@ static inline void th_worker_kill(struct th_worker *w)
 	w->pid = 0;
 }
 
+/* Starts a killed worker again on its loopback port, over its dir. A
+ * SIGKILLed worker's listener can outlive it briefly (its ring's
+ * requests are torn down after the exit): waits, 10 s at most, until a
+ * plain bind would take the port. */
+static inline void th_worker_restart(struct th_worker *w, unsigned threads)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)w->port)};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	for (unsigned i = 0; i < 1000; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+		assert_true(fd >= 0);
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		int busy = bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+			   errno == EADDRINUSE;
+		close(fd);
+		if (!busy)
+			break;
+		usleep(10000);
+	}
+	th_worker_spawn(w, "127.0.0.1", w->port, threads);
+}
+
 /* Is the worker process still running? */
 static inline int th_worker_alive(struct th_worker *w)
 {
@@ -305,6 +328,15 @@ struct th_job {
 	int send_zc;
 	enum ush_ioengine ioengine;
 	const char *app; /* the application writing (NULL: "default") */
+	uint32_t replicas; /* 0: the default (1) */
+	/* Called, if set, after each record written (map m, record i) and
+	 * after each record th_verify() checked (n so far): a test's hook
+	 * to act at a point of the push or the fetch. */
+	void (*pushed)(const struct th_job *j, uint32_t m, uint32_t i);
+	void (*checked)(const struct th_job *j, uint64_t n);
+	/* If set, th_verify() adds its readers' failovers and duplicate
+	 * batches dropped here. */
+	struct ush_reader_stats *rsum;
 	/* The map statuses, one per map (maps of them, zeroed at first):
 	 * th_push_map() stores a copy of each commit's status at its map,
 	 * replacing any earlier one; th_verify() reads them; free them with
@@ -334,13 +366,16 @@ static inline int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 		.map = m, .attempt = a, .partitions = j->partitions,
 		.target = USH_TARGET_NET, .workers = j->workers,
 		.timeout_ms = j->timeout_ms, .send_zc = j->send_zc,
-		.ioengine = j->ioengine, .app = j->app};
+		.ioengine = j->ioengine, .app = j->app,
+		.replicas = j->replicas};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	uint8_t buf[1024];
 	for (uint32_t i = 0; !ret && i < j->records; i++) {
 		size_t len = th_rec(buf, m, i);
 		ret = ush_writer_write(w, i % j->partitions, buf, len);
+		if (j->pushed)
+			j->pushed(j, m, i);
 	}
 	if (!ret)
 		ret = ush_writer_commit(w, NULL);
@@ -391,10 +426,18 @@ static inline void th_verify(const struct th_job *j)
 			assert_int_equal(seen[(size_t)m * j->records + i], 0);
 			seen[(size_t)m * j->records + i] = 1;
 			total++;
+			if (j->checked)
+				j->checked(j, total);
 		}
 		if (ret)
 			fail_msg("reader partition %u: %d %s: %s", p, ret,
 				 ush_err_name(ret), ush_last_error());
+		if (j->rsum) {
+			struct ush_reader_stats rs;
+			ush_reader_stats(r, &rs);
+			j->rsum->failovers += rs.failovers;
+			j->rsum->dup_batches += rs.dup_batches;
+		}
 		ush_reader_free(r);
 	}
 	free(seen);

@@ -8,7 +8,8 @@
 #include "net_helpers.h"
 
 static char ns[2][32], veth[2][16], addr[2][32];
-static struct th_worker wk[2];
+/* wk[i] in ns[i]; wk[2 + i] a second worker on host i (replicas). */
+static struct th_worker wk[4];
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
@@ -23,9 +24,10 @@ static int sh(const char *fmt, ...)
 
 static void cleanup(void)
 {
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 4; i++)
 		if (wk[i].pid)
 			th_worker_kill(&wk[i]);
+	for (int i = 0; i < 2; i++) {
 		/* Deleting the namespace deletes its end of the veth pair,
 		 * and with it ours. */
 		if (ns[i][0])
@@ -88,6 +90,41 @@ static void two_hosts(void **state)
 	}
 }
 
+/* Replicas across hosts: two workers per host, listed host A, host A,
+ * host B, host B with their labels. Placement by list order alone would
+ * put a partition's two replicas on one host for half the partitions;
+ * the labels put one on each, so losing host A (both its workers
+ * SIGKILLed) loses nothing. */
+static void replicas_across_hosts(void **state)
+{
+	(void)state;
+	char list[256];
+	int len = 0;
+	for (int i = 0; i < 4; i++) {
+		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s",
+			 th_tmpdir("netns"));
+		snprintf(wk[i].ns, sizeof(wk[i].ns), "%s", ns[i / 2]);
+		th_worker_spawn(&wk[i], addr[i / 2], 7340 + i % 2, 1);
+		len += snprintf(list + len, sizeof(list) - (size_t)len,
+				"%s%s@host%c", i ? "," : "", wk[i].addr,
+				'A' + i / 2);
+	}
+	struct ush_status statuses[2] = {{0}};
+	struct th_job j = {.workers = list, .shuffle = 7, .partitions = 12,
+			   .maps = 2, .records = 20000, .replicas = 2,
+			   .statuses = statuses};
+	for (uint32_t m = 0; m < j.maps; m++)
+		th_ok(th_push_map(&j, m, 0, NULL));
+	th_worker_kill(&wk[0]);
+	th_worker_kill(&wk[1]);
+	th_verify(&j);
+	th_job_free(&j);
+	for (int i = 0; i < 4; i++) {
+		th_worker_stop(&wk[i]);
+		th_rmrf(wk[i].dir);
+	}
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -106,6 +143,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(two_hosts),
+		cmocka_unit_test(replicas_across_hosts),
 	};
 	return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -159,7 +159,7 @@ static void status_at_10k_partitions(void **state)
 	for (uint32_t p = 0; p < 10000; p++) {
 		uint64_t b;
 		uint32_t sum;
-		th_ok(status_part(&s, p, &b, &sum, &why));
+		th_ok(status_part(&s, p, &b, &sum, NULL, &why));
 		assert_int_equal(b, 1);
 	}
 	uint64_t n;
@@ -210,6 +210,62 @@ static void status_corruption_refused(void **state)
 	ush_ring_free(ring);
 }
 
+static void entry_of(const void *arg, uint32_t p, uint64_t *batches,
+		     uint32_t *sum)
+{
+	const char *why;
+	th_ok(status_part(arg, p, batches, sum, NULL, &why));
+}
+
+/* Version 2 (replicas): each partition with batches names its holders;
+ * version 1 stays readable; another version is refused, saying which it
+ * reads; a partition with batches and no holder is corrupt. */
+static void status_version_2(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("statusv2");
+	ush_ring *ring = ring_new();
+	struct ush_status v1 = put_map(ring, dir, 0, 0, 70, 1000);
+	struct status s, s2;
+	const char *why = "";
+	th_ok(status_parse(v1.data, v1.len, &s, &why));
+	assert_int_equal(s.version, 1);
+	uint64_t h[70];
+	for (uint32_t p = 0; p < 70; p++)
+		h[p] = p % 3 ? 5 : 1ull << 63;
+	s.holders = h;
+	uint8_t *b;
+	size_t len;
+	th_ok(status_build(&b, &len, &s, entry_of, &s));
+	th_ok(status_parse(b, len, &s2, &why));
+	assert_int_equal(s2.version, 2);
+	for (uint32_t p = 0; p < 70; p++) {
+		uint64_t n, mask, n1;
+		uint32_t sum, sum1;
+		th_ok(status_part(&s2, p, &n, &sum, &mask, &why));
+		th_ok(status_part(&s, p, &n1, &sum1, NULL, &why));
+		assert_int_equal(n, n1);
+		assert_int_equal(sum, sum1);
+		assert_int_equal(mask, n ? h[p] : 0);
+	}
+	struct ush_status v2 = {b, len};
+	struct ush_status_info info;
+	th_ok(ush_status_info(&v2, &info));
+	assert_int_equal(info.partitions, 70);
+	b[4] = 3;
+	assert_int_equal(ush_status_info(&v2, &info), USH_EVERSION);
+	assert_non_null(strstr(ush_last_error(), "reads 1 and 2"));
+	free(b);
+	h[1] = 0; /* partition 1 has batches (1000 records over 70) */
+	th_ok(status_build(&b, &len, &s, entry_of, &s));
+	v2 = (struct ush_status){b, len};
+	assert_int_equal(ush_status_info(&v2, &info), USH_ECORRUPT);
+	assert_non_null(strstr(ush_last_error(), "held by no worker"));
+	free(b);
+	free_status(&v1);
+	ush_ring_free(ring);
+}
+
 /* ------------------------------------------------- the driver decides */
 
 /* Two attempts of one map both commit; a reader reads the one whose
@@ -246,7 +302,7 @@ static void skewed(const void *arg, uint32_t p, uint64_t *batches,
 		   uint32_t *sum)
 {
 	const char *why;
-	th_ok(status_part(arg, p, batches, sum, &why));
+	th_ok(status_part(arg, p, batches, sum, NULL, &why));
 	if (p == 3) {
 		*batches += (uint64_t)skew_batches;
 		*sum ^= skew_sum;
@@ -527,6 +583,7 @@ int main(void)
 					  th_teardown),
 		cmocka_unit_test_teardown(reader_fails_at_open, th_teardown),
 		cmocka_unit_test(null_target_has_no_status),
+		cmocka_unit_test_teardown(status_version_2, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

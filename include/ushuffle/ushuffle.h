@@ -240,9 +240,11 @@ struct ush_writer_opts {
 		USH_IOENGINE_URING = 0, /* the ring: WRITE_FIXED, batched */
 		USH_IOENGINE_PSYNC = 1, /* baseline: copy + pwrite, no ring */
 	} ioengine;
-	/* net: the workers, "HOST:PORT,HOST:PORT,..." (copied). Partition p
-	 * goes to worker ush_net_worker_of(p, number of workers), so readers
-	 * given the same list find it. */
+	/* net: the workers, "HOST:PORT[@LABEL],..." (copied). Partition p
+	 * goes to worker ush_net_worker_of(p, number of workers), and its
+	 * further replicas to the next workers of the list (wrapping) whose
+	 * host label (default: HOST) no replica of p has yet, then to the
+	 * next of any label; the map status names the workers holding it. */
 	const char *workers;
 	uint32_t timeout_ms;   /* net: a worker that neither takes data nor
 				  answers this long is dead (default 10000) */
@@ -258,7 +260,14 @@ struct ush_writer_opts {
 	 * application's shuffles when its heartbeats stop (see
 	 * ush_app_heartbeat()); the map status carries it to readers. */
 	const char *app;
+	/* net: workers each batch goes to (0 or 1: one; 2 .. USH_REPLICAS_MAX
+	 * distinct workers, at most 64 in the list). The same registered
+	 * buffer is sent to each, no copy. With 2 or more a worker that
+	 * dies or fails is dropped and the writer goes on with the others;
+	 * it fails only when every replica of a partition is gone. */
+	uint32_t replicas;
 };
+#define USH_REPLICAS_MAX 3
 
 /* Fills opts (size bytes) with the defaults: every field zero (net
  * fields: the defaults above). Call it as ush_writer_opts_init(&opts). */
@@ -298,6 +307,11 @@ struct ush_writer_stats {
 				    again) */
 	uint64_t net_short_sends; /* ... that the kernel completed short and
 				     were resumed from the next byte */
+	/* Frame bytes queued to each partition's first, second and third
+	 * replica, and workers dropped (dead or failed) while replicas
+	 * carried on. */
+	uint64_t net_replica_bytes[USH_REPLICAS_MAX];
+	uint32_t net_failovers;
 };
 
 /*
@@ -466,7 +480,11 @@ USH_SIZED_INIT(ush_reader_opts)
  * status says (a missing index or directory; a worker that does not
  * hold it). The reader checks every map's batches against its status: a
  * missing, extra or different batch is USH_ECORRUPT naming map,
- * partition and file or worker.
+ * partition and file or worker. A status of a writer with replicas names
+ * each partition's workers: a worker that fails (at open or mid-stream)
+ * is replaced by the next, whose repeated batches are dropped, so the
+ * records go on with no duplicate and no gap; when none is left,
+ * -EHOSTUNREACH names the partition and the workers tried.
  */
 USH_API int ush_reader_open(ush_reader **out,
 			    const struct ush_reader_opts *opts);
@@ -489,6 +507,7 @@ struct ush_reader_stats {
 	uint64_t dup_batches;   /* duplicate frames dropped */
 	uint64_t raw_bytes;     /* batch bytes of the frames yielded */
 	uint64_t stored_bytes;  /* frame bytes read, duplicates included */
+	uint32_t failovers;     /* streams resumed from another replica */
 };
 USH_API void ush_reader_stats_size(const ush_reader *r,
 				   struct ush_reader_stats *st, size_t size);

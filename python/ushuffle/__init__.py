@@ -34,6 +34,7 @@ struct ush_writer_opts {
     int target; const char *dir; int direct; int ioengine;
     const char *workers; uint32_t timeout_ms; uint32_t window;
     uint32_t zc_threshold; int send_zc; const char *app;
+    uint32_t replicas;
 };
 struct ush_part_stats { uint64_t records; uint64_t bytes; uint64_t batches; };
 struct ush_status { const void *data; size_t len; };

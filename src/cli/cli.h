@@ -64,6 +64,7 @@ struct job_opts {
 	uint64_t compress_pct;
 	char dir[PATH_MAX];
 	char workers[1024];
+	uint64_t replicas;   /* net: workers each batch goes to */
 	char secret_file[PATH_MAX]; /* net: the application's secret */
 	/* process-wide: from the command line or a [global] section */
 	int output_format, eta;
@@ -215,6 +216,10 @@ struct dir_stats {
 	uint64_t runtime_ns;
 	uint64_t allocs;        /* library allocations in the phase */
 	uint64_t phase_batches; /* batches of all threads in the phase */
+	/* net: write: frame bytes sent to each replica; failovers: workers
+	 * dropped (write) or streams resumed at another replica (read) */
+	uint64_t replica_bytes[USH_REPLICAS_MAX];
+	uint64_t failovers;
 	struct ush_lat handoff, clat;
 };
 

@@ -71,6 +71,12 @@ static json_object *dir_json(const struct dir_stats *d)
 	add(o, "compression_ratio",
 	    jdouble(d->stored_bytes ? (double)d->bytes /
 					      (double)d->stored_bytes : 0));
+	json_object *rb = json_object_new_array();
+	for (unsigned k = 0; k < USH_REPLICAS_MAX; k++)
+		json_object_array_add(rb, json_object_new_int64(
+						  (int64_t)d->replica_bytes[k]));
+	add(o, "replica_bytes", rb);
+	add_u64(o, "failovers", d->failovers);
 	add_u64(o, "allocs", d->allocs);
 	add(o, "allocs_per_batch",
 	    jdouble(d->phase_batches ? (double)d->allocs /

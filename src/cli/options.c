@@ -79,8 +79,11 @@ const struct opt cli_opts[] = {
 	 "--dir; net: push to --workers", 0, 0, target_choices, 0},
 	{"dir", T_STR, F(dir), ".", "spill directory", 1, PATH_MAX - 64,
 	 NULL, 0},
-	{"workers", T_STR, F(workers), "", "net: HOST:PORT,... of the shuffle "
-	 "workers", 0, 1023, NULL, 0},
+	{"workers", T_STR, F(workers), "", "net: HOST:PORT[@LABEL],... of the "
+	 "shuffle workers (LABEL: its host, default HOST)", 0, 1023, NULL, 0},
+	{"replicas", T_UINT, F(replicas), "1", "net: distinct workers each "
+	 "batch goes to, other host labels (HOST:PORT@LABEL) first; with 2 "
+	 "or more a lost worker loses no data", 1, USH_REPLICAS_MAX, NULL, 0},
 	{"secret-file", T_STR, F(secret_file), "", "net: file holding the "
 	 "application's secret (else $USHUFFLE_SECRET; the embedded worker "
 	 "makes one up)", 0, PATH_MAX - 1, NULL, 0},

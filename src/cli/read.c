@@ -136,6 +136,7 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 		d->raw_bytes += st.raw_bytes;
 		d->frame_bytes += st.stored_bytes;
 		d->stored_bytes += st.stored_bytes;
+		d->failovers += st.failovers;
 		ush_lat_merge(&d->clat, ush_reader_load_lat(r));
 		ush_reader_free(r);
 	}

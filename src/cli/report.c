@@ -22,6 +22,9 @@ static void agg_dir(struct dir_stats *a, const struct dir_stats *d)
 	a->raw_bytes += d->raw_bytes;
 	a->frame_bytes += d->frame_bytes;
 	a->stored_bytes += d->stored_bytes;
+	for (unsigned k = 0; k < USH_REPLICAS_MAX; k++)
+		a->replica_bytes[k] += d->replica_bytes[k];
+	a->failovers += d->failovers;
 	/* a group's rate: its bytes over its longest thread (fio's) */
 	a->runtime_ns = d->runtime_ns > a->runtime_ns ? d->runtime_ns
 						      : a->runtime_ns;
@@ -154,6 +157,19 @@ static void print_dir(FILE *f, const char *name, const struct dir_stats *d,
 		"(ratio %.2f:1)\n", l, r, write ? "stored" : "read", s,
 		d->stored_bytes ? (double)d->bytes / (double)d->stored_bytes
 				: 0.0);
+	if (d->replica_bytes[1] || d->failovers) {
+		char rb[USH_REPLICAS_MAX][32];
+		for (unsigned k = 0; k < USH_REPLICAS_MAX; k++)
+			fmt_iec(rb[k], sizeof(rb[k]),
+				(double)d->replica_bytes[k]);
+		if (write)
+			fprintf(f, "    replicas     : sent=%s / %s / %s (first "
+				"/ second / third), failovers=%llu\n", rb[0],
+				rb[1], rb[2], (unsigned long long)d->failovers);
+		else
+			fprintf(f, "    replicas     : failovers=%llu\n",
+				(unsigned long long)d->failovers);
+	}
 }
 
 static void print_unit(FILE *f, const struct job_result *res, size_t gid,

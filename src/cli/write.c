@@ -217,6 +217,9 @@ static void publish(struct thread_ctx *t, ush_writer *w,
 	d->raw_bytes = st.raw_bytes;
 	d->frame_bytes = st.frame_bytes;
 	d->stored_bytes = st.stored_bytes;
+	for (unsigned k = 0; k < USH_REPLICAS_MAX; k++)
+		d->replica_bytes[k] = st.net_replica_bytes[k];
+	d->failovers = st.net_failovers;
 	ush_lat_merge(&d->clat, ush_writer_complete_lat(w));
 	for (uint32_t p = 0; parts && p < j->partitions; p++) {
 		size_t k = (size_t)t->index * j->partitions + p;
@@ -253,6 +256,7 @@ void write_phase(struct thread_ctx *t)
 		.target = o->target == TARGET_DISK  ? USH_TARGET_DISK : o->target == TARGET_NET ? USH_TARGET_NET : USH_TARGET_NULL,
 		.dir = o->dir, .direct = o->direct,
 		.workers = j->workers[0] ? j->workers : NULL,
+		.replicas = (uint32_t)o->replicas,
 		.ioengine = (enum ush_ioengine)o->ioengine};
 	ush_ring *ring = NULL;
 	ush_writer *w = NULL;

@@ -81,9 +81,9 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 	uint32_t nb = nblocks(s->partitions);
 	size_t strings = s->app_len + s->loc_len;
 	size_t head = USHI_STATUS_HDR + strings + 8u * (size_t)nb;
-	/* Worst case per partition: a full varint and a checksum. */
+	/* Worst case per partition: a full varint, a checksum, a mask. */
 	uint8_t *b = ushi_malloc(head + (size_t)s->partitions *
-						(VARINT_MAX + 4));
+						(2 * VARINT_MAX + 4));
 	if (!b)
 		return -ENOMEM;
 	uint8_t *body = b + head, *q = body, *blk = q;
@@ -95,6 +95,8 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 		if (batches) {
 			put_le32(q, sum);
 			q += 4;
+			if (s->holders)
+				q += put_varint(q, s->holders[p]);
 		}
 		if ((p + 1) % USHI_STATUS_BLOCK == 0 || p + 1 == s->partitions) {
 			uint8_t *e = b + USHI_STATUS_HDR + strings +
@@ -105,7 +107,7 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 		}
 	}
 	put_le32(b + OFF_MAGIC, USHI_STATUS_MAGIC);
-	b[OFF_VERSION] = USHI_STATUS_VERSION;
+	b[OFF_VERSION] = s->holders ? 2 : 1;
 	b[OFF_TARGET] = s->target;
 	put_le16(b + OFF_LOC_LEN, (uint16_t)s->loc_len);
 	put_le32(b + OFF_SHUFFLE, s->shuffle);
@@ -136,10 +138,12 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 		return bad(why, "shorter than its 36-byte header");
 	if (get_le32(p + OFF_MAGIC) != USHI_STATUS_MAGIC)
 		return bad(why, "bad magic (not a map status)");
-	if (p[OFF_VERSION] != USHI_STATUS_VERSION) {
-		*why = "unsupported version";
+	if (p[OFF_VERSION] < 1 || p[OFF_VERSION] > USHI_STATUS_VERSION) {
+		*why = "unsupported version (this library reads 1 and 2)";
 		return USH_EVERSION;
 	}
+	s->version = p[OFF_VERSION];
+	s->holders = NULL; /* status_build()'s input only */
 	s->target = p[OFF_TARGET];
 	s->loc_len = get_le16(p + OFF_LOC_LEN);
 	s->shuffle = get_le32(p + OFF_SHUFFLE);
@@ -196,9 +200,11 @@ static int block(const struct status *s, uint32_t i, const uint8_t **b,
 }
 
 /* Reads one entry at *q below end. */
-static int entry(const uint8_t **q, const uint8_t *end, uint64_t *batches,
-		 uint32_t *sum, const char **why)
+static int entry(const struct status *s, const uint8_t **q,
+		 const uint8_t *end, uint64_t *batches, uint32_t *sum,
+		 uint64_t *holders, const char **why)
 {
+	*holders = 0;
 	size_t k = get_varint(*q, end, batches);
 	if (!k)
 		return bad(why, "truncated batch count");
@@ -210,16 +216,25 @@ static int entry(const uint8_t **q, const uint8_t *end, uint64_t *batches,
 		*sum = get_le32(*q);
 		*q += 4;
 	}
+	if (*batches && s->version >= 2) {
+		k = get_varint(*q, end, holders);
+		if (!k || !*holders)
+			return bad(why, k ? "partition held by no worker" :
+					    "truncated holder mask");
+		*q += k;
+	}
 	return 0;
 }
 
 int status_part(const struct status *s, uint32_t p, uint64_t *batches,
-		uint32_t *sum, const char **why)
+		uint32_t *sum, uint64_t *holders, const char **why)
 {
 	const uint8_t *q, *end;
+	uint64_t h;
 	int ret = block(s, p / USHI_STATUS_BLOCK, &q, &end, why);
 	for (uint32_t i = p - p % USHI_STATUS_BLOCK; !ret && i <= p; i++)
-		ret = entry(&q, end, batches, sum, why);
+		ret = entry(s, &q, end, batches, sum, holders ? holders : &h,
+			    why);
 	return ret;
 }
 
@@ -233,9 +248,9 @@ int status_batches(const struct status *s, uint64_t *batches,
 		uint32_t first = i * USHI_STATUS_BLOCK;
 		for (uint32_t p = first; !ret && p < s->partitions &&
 					 p < first + USHI_STATUS_BLOCK; p++) {
-			uint64_t b;
+			uint64_t b, h;
 			uint32_t sum;
-			ret = entry(&q, end, &b, &sum, why);
+			ret = entry(s, &q, end, &b, &sum, &h, why);
 			if (!ret)
 				*batches += b;
 		}

@@ -13,7 +13,10 @@
 #include "core/internal.h"
 
 #define USHI_STATUS_MAGIC 0x534d5355u /* "USMS" */
-#define USHI_STATUS_VERSION 1
+/* Version 2 (replicas): each non-empty partition's entry ends with a
+ * LEB128 mask of the location's workers holding a complete copy. A
+ * status without replicas stays version 1, readable by older readers. */
+#define USHI_STATUS_VERSION 2
 #define USHI_STATUS_HDR 36u
 #define USHI_STATUS_BLOCK 64u     /* partitions per block */
 #define USHI_STATUS_LOC_MAX 4096u /* location bytes */
@@ -21,12 +24,16 @@
 
 /* A parsed status: pointers into the caller's bytes. */
 struct status {
+	uint8_t version; /* 1 or 2; status_build(): 2 iff holders */
 	uint8_t target; /* enum ush_target */
 	uint32_t shuffle, map, attempt, partitions;
 	const char *app, *loc; /* not NUL-terminated */
 	uint32_t app_len, loc_len;
 	const uint8_t *blocks, *body;
 	uint32_t body_len;
+	/* status_build(): per partition, the mask of workers holding it
+	 * (bit i: worker i of loc), or NULL for version 1 */
+	const uint64_t *holders;
 };
 
 /* A partition's batches and the checksum over their frame CRCs: fold
@@ -46,9 +53,10 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
  * USH_ECORRUPT or USH_EVERSION with *why naming the broken rule. */
 int status_parse(const uint8_t *p, size_t n, struct status *s,
 		 const char **why);
-/* Partition p's entry, its block's CRC checked: 0 or USH_ECORRUPT. */
+/* Partition p's entry, its block's CRC checked: 0 or USH_ECORRUPT.
+ * holders (may be NULL) gets the version 2 mask, 0 in version 1. */
 int status_part(const struct status *s, uint32_t p, uint64_t *batches,
-		uint32_t *sum, const char **why);
+		uint32_t *sum, uint64_t *holders, const char **why);
 /* Total batches of every partition (walks every block). */
 int status_batches(const struct status *s, uint64_t *batches,
 		   const char **why);

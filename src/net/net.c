@@ -51,7 +51,7 @@ static int check_entry(const char *e, size_t len, const char **why)
 	else if (!pl || pl >= sizeof(port) || *end || port[0] < '0' ||
 		 port[0] > '9' || p < 1 || p > 65535)
 		*why = "PORT is not 1..65535";
-	else if (len >= USHI_NET_PEER)
+	else if (len + 1 >= USHI_NET_PEER) /* and a NUL after the label */
 		*why = "too long";
 	return *why ? -EINVAL : (int)hp;
 }
@@ -90,12 +90,30 @@ int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
 			}
 		if (hp < 0 || n == max)
 			return ushi_fail_msg(-EINVAL, msg);
+		/* The label ("@LABEL") stays behind the peer's NUL, for
+		 * net_peer_label(). */
 		memcpy(peers[n], e, len);
-		peers[n][len] = 0;
+		peers[n][len] = peers[n][len + 1] = 0;
+		peers[n][hp] = 0;
 		n++;
 	}
 	return n ? (int)n : ushi_fail_msg(-EINVAL, "no workers; accepted: "
 					  "HOST:PORT,...");
+}
+
+void net_peer_label(const char *peer, char *label, size_t n)
+{
+	const char *l = peer + strlen(peer) + 1;
+	size_t len = strlen(l);
+	if (!len) { /* none given: the host, a v6 address unbracketed */
+		l = peer + (peer[0] == '[');
+		len = peer[0] == '[' ? strcspn(l, "]") :
+				       (size_t)(strrchr(peer, ':') - peer);
+	}
+	if (len >= n)
+		len = n - 1;
+	memcpy(label, l, len);
+	label[len] = 0;
 }
 
 static int split(const char *peer, char *host, size_t hn, char *port,

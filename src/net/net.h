@@ -12,10 +12,14 @@
 #define USHI_NET_TIMEOUT_MS 10000u
 #define USHI_NET_PEER 280
 
-/* Splits a "HOST:PORT,HOST:PORT" list: returns the number of workers
- * (at most max) with each "HOST:PORT" copied into peers[i], or -EINVAL. */
+/* Splits a "HOST:PORT[@LABEL],..." list: returns the number of workers
+ * (at most max) with each "HOST:PORT" copied into peers[i] (its label,
+ * if any, after the NUL: net_peer_label()), or -EINVAL. */
 int net_parse_workers(const char *list, char (*peers)[USHI_NET_PEER],
 		      unsigned max);
+/* The host label of a peer from net_parse_workers() into label (n
+ * bytes): the one given, else its host (replicas spread over labels). */
+void net_peer_label(const char *peer, char *label, size_t n);
 /* Counts the entries of a worker list (0 when empty). */
 unsigned net_count_workers(const char *list);
 /*

@@ -29,7 +29,12 @@
  * partition, then what was read. */
 struct rmap {
 	uint32_t map, attempt;
-	uint32_t src;              /* where it lives: index into srcs */
+	uint32_t src;              /* where it lives: index into srcs, or
+				      NO_SRC (an empty replicated one) */
+	/* net: the workers holding it (into peers), tried in order; at:
+	 * the one being read. */
+	uint32_t holder[USH_REPLICAS_MAX];
+	uint8_t nholders, at;
 	uint64_t expect;           /* batches, per the status */
 	uint32_t want_sum;         /* their checksum, per the status */
 	uint64_t got, next_seq;    /* batches read; lower seqs: duplicates */
@@ -47,10 +52,15 @@ struct rmap {
 struct rsrc {
 	char *loc;
 	struct reader_net *net;
+	bool failed;               /* net: its maps went on elsewhere */
 };
+
+#define NO_SRC UINT32_MAX
 
 struct ush_reader {
 	uint32_t shuffle, partition, partitions;
+	char **peers;              /* net: the workers of the statuses */
+	uint32_t npeers;
 	char app[USHI_STATUS_APP_MAX + 1]; /* the statuses' application */
 	uint8_t target;
 	struct rmap *maps;         /* ascending map ids */
@@ -58,6 +68,7 @@ struct ush_reader {
 	struct rsrc *srcs;
 	uint32_t nsrcs;
 	uint32_t next;             /* disk: next map; net: current source */
+	uint32_t timeout_ms;       /* net */
 	struct ushi_codec_ctx codec;
 	/* disk: the map being read */
 	struct rmap *cur;
@@ -430,8 +441,75 @@ static struct rmap *find_map(struct ush_reader *r, uint32_t map)
 	return lo < r->nmaps && r->maps[lo].map == map ? &r->maps[lo] : NULL;
 }
 
+/* The source reading worker peer in this failover (from first), added
+ * if new. */
+static int failover_src(struct ush_reader *r, uint32_t first, const char *peer,
+			uint32_t *idx)
+{
+	for (uint32_t i = first; i < r->nsrcs; i++)
+		if (!strcmp(r->srcs[i].loc, peer)) {
+			*idx = i;
+			return 0;
+		}
+	char *loc = ushi_strdup(peer);
+	if (!loc)
+		return ushi_fail(-ENOMEM, "reader: allocation");
+	r->srcs[r->nsrcs] = (struct rsrc){loc, NULL, false};
+	*idx = r->nsrcs++;
+	return 0;
+}
+
+/* Every replica of map m was tried: an error naming them. */
+static int all_gone(struct ush_reader *r, const struct rmap *m,
+		    const char *last)
+{
+	char tried[512];
+	int len = 0;
+	for (unsigned k = 0; k < m->nholders && len < (int)sizeof(tried); k++)
+		len += snprintf(tried + len, sizeof(tried) - (size_t)len,
+				"%s%s", k ? ", " : "", r->peers[m->holder[k]]);
+	return ushi_fail(-EHOSTUNREACH, "reader: partition %u map %u attempt "
+			"%u: no replica left, tried worker %s (last: %s)",
+			r->partition, m->map, m->attempt, tried, last);
+}
+
+/*
+ * Source s failed (the last error says why): each of its maps goes on
+ * at its next holder, one new source per worker, read after the others.
+ * Their batches already taken come again and are dropped as duplicates
+ * (same seq, same CRC), so the records resume after the last batch
+ * verified. Returns 0, or an error when a map has no holder left: err
+ * itself for a map without replicas.
+ */
+static int failover(struct ush_reader *r, uint32_t s, int err)
+{
+	char last[256];
+	snprintf(last, sizeof(last), "%s", ush_last_error());
+	reader_net_free(r->srcs[s].net);
+	r->srcs[s].net = NULL;
+	r->srcs[s].failed = true;
+	uint32_t first = r->nsrcs;
+	for (uint32_t i = 0; i < r->nmaps; i++) {
+		struct rmap *m = &r->maps[i];
+		if (m->src != s)
+			continue;
+		if (m->nholders == 1)
+			return err;
+		if (++m->at >= m->nholders)
+			return all_gone(r, m, last);
+		r->st.failovers += r->nsrcs == first;
+		int ret = failover_src(r, first, r->peers[m->holder[m->at]],
+				       &m->src);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int net_open_src(struct ush_reader *r, uint32_t s, uint32_t timeout_ms);
+
 /* The next batch from the workers: 1, 0 at the end of every stream, or
- * an error. */
+ * an error. A stream that fails goes on at another replica. */
 static int net_next(struct ush_reader *r)
 {
 	while (r->next < r->nsrcs) {
@@ -439,7 +517,21 @@ static int net_next(struct ush_reader *r)
 		struct ushi_frame f;
 		const uint8_t *frame;
 		uint64_t t0 = ushi_now_ns();
-		int ret = reader_net_frame(s, &f, &frame);
+		if (r->srcs[r->next].failed) {
+			r->next++;
+			continue;
+		}
+		int ret = s ? 0 : net_open_src(r, r->next, r->timeout_ms);
+		if (!ret) {
+			s = r->srcs[r->next].net;
+			ret = reader_net_frame(s, &f, &frame);
+		}
+		if (ret < 0) {
+			if ((ret = failover(r, r->next, ret)))
+				return ret;
+			r->next++;
+			continue;
+		}
 		if (ret == 0) { /* FETCH_END: every map of it complete? */
 			for (uint32_t i = 0; !ret && i < r->nmaps; i++)
 				if (r->maps[i].src == r->next) {
@@ -518,13 +610,30 @@ static int add_src(struct ush_reader *r, const char *loc, size_t n,
 		return -ENOMEM;
 	memcpy(s, loc, n);
 	s[n] = 0;
-	r->srcs[r->nsrcs] = (struct rsrc){s, NULL};
+	r->srcs[r->nsrcs] = (struct rsrc){s, NULL, false};
 	*idx = r->nsrcs++;
 	return 0;
 }
 
-/* The worker of a status's list that holds the partition. */
-static int owner(const struct status *s, uint32_t partition, char *peer)
+/* The index of worker peer in r->peers, added if new. */
+static int add_peer(struct ush_reader *r, const char *peer, uint32_t *idx)
+{
+	for (uint32_t i = 0; i < r->npeers; i++)
+		if (!strcmp(r->peers[i], peer)) {
+			*idx = i;
+			return 0;
+		}
+	if (!(r->peers[r->npeers] = ushi_strdup(peer)))
+		return -ENOMEM;
+	*idx = r->npeers++;
+	return 0;
+}
+
+/* The workers of a status's list that hold the partition into m: the
+ * first by placement (version 1), else those of its holder mask, from
+ * the first by placement on. -EINVAL for a bad list or mask. */
+static int holders(struct ush_reader *r, const struct status *s,
+		   uint32_t partition, uint64_t mask, struct rmap *m)
 {
 	char list[USHI_STATUS_LOC_MAX + 1];
 	memcpy(list, s->loc, s->loc_len);
@@ -532,9 +641,19 @@ static int owner(const struct status *s, uint32_t partition, char *peer)
 	unsigned n = net_count_workers(list);
 	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
 	int ret = peers ? net_parse_workers(list, peers, n) : -EINVAL;
-	if (ret >= 0)
-		memcpy(peer, peers[proto_worker_of(partition, n)],
-		       USHI_NET_PEER);
+	uint32_t first = ret > 0 ? proto_worker_of(partition, n) : 0;
+	if (ret > 0 && (s->version < 2 || mask >> first & 1))
+		ret = add_peer(r, peers[first], &m->holder[m->nholders++]);
+	for (unsigned k = 1; ret >= 0 && s->version >= 2 && k < n; k++) {
+		unsigned w = (first + k) % n;
+		if (!(mask >> w & 1))
+			continue;
+		ret = m->nholders < USH_REPLICAS_MAX ?
+			      add_peer(r, peers[w], &m->holder[m->nholders++]) :
+			      -EINVAL;
+	}
+	if (ret >= 0 && n < 64 && mask >> n)
+		ret = -EINVAL; /* a worker beyond the list */
 	ushi_free(peers);
 	return ret < 0 ? ret : 0;
 }
@@ -576,21 +695,24 @@ static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		return ushi_fail(-EINVAL, "reader: partition %u out of range: "
 				"shuffle %u has partitions 0..%u",
 				o->partition, s.shuffle, s.partitions - 1);
+	uint64_t mask;
 	if ((ret = status_part(&s, o->partition, &m->expect, &m->want_sum,
-			       &why)))
+			       &mask, &why)))
 		return ushi_fail(ret, "reader: map status %u (map %u): %s", i,
 				s.map, why);
 	m->map = s.map;
 	m->attempt = s.attempt;
 	m->sum = USHI_SUM_INIT;
-	char peer[USHI_NET_PEER];
+	m->src = NO_SRC; /* replicated and empty: nothing to read */
 	if (s.target == USH_TARGET_DISK)
 		ret = add_src(r, s.loc, s.loc_len, &m->src);
-	else if (owner(&s, o->partition, peer))
+	else if ((ret = holders(r, &s, o->partition, mask, m)) == -EINVAL)
 		return ushi_fail(USH_ECORRUPT, "reader: map status %u: bad "
-				"worker list '%.*s'", i, (int)s.loc_len, s.loc);
-	else
-		ret = add_src(r, peer, strlen(peer), &m->src);
+				"worker list '%.*s' or holder mask %llx", i,
+				(int)s.loc_len, s.loc, (unsigned long long)mask);
+	else if (!ret && m->nholders)
+		ret = add_src(r, r->peers[m->holder[0]],
+			      strlen(r->peers[m->holder[0]]), &m->src);
 	return ret ? ushi_fail(ret, "reader: allocation") : 0;
 }
 
@@ -618,25 +740,31 @@ static int disk_open(struct ush_reader *r)
 	return 0;
 }
 
-/* Net: one FETCH per worker, each naming its maps' attempts. */
-static int net_open(struct ush_reader *r, uint32_t timeout_ms)
+/* Source s: a FETCH naming its maps' attempts. */
+static int net_open_src(struct ush_reader *r, uint32_t s, uint32_t timeout_ms)
 {
 	struct proto_want *w = ushi_malloc(r->nmaps * sizeof(*w));
 	if (!w)
 		return ushi_fail(-ENOMEM, "reader: allocation");
-	int ret = 0;
-	for (uint32_t s = 0; !ret && s < r->nsrcs; s++) {
-		uint32_t n = 0;
-		for (uint32_t i = 0; i < r->nmaps; i++)
-			if (r->maps[i].src == s)
-				w[n++] = (struct proto_want){r->maps[i].map,
-							     r->maps[i].attempt};
-		ret = reader_net_open(&r->srcs[s].net, r->srcs[s].loc, r->app,
-				      r->shuffle, r->partition, w, n,
-				      timeout_ms ? timeout_ms :
-						   USHI_NET_TIMEOUT_MS);
-	}
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < r->nmaps; i++)
+		if (r->maps[i].src == s)
+			w[n++] = (struct proto_want){r->maps[i].map,
+						     r->maps[i].attempt};
+	int ret = reader_net_open(&r->srcs[s].net, r->srcs[s].loc, r->app,
+				  r->shuffle, r->partition, w, n, timeout_ms);
 	ushi_free(w);
+	return ret;
+}
+
+/* Net: one FETCH per worker, all open before any is read; a worker that
+ * fails it leaves its maps to their next replicas. */
+static int net_open(struct ush_reader *r)
+{
+	int ret = 0;
+	for (uint32_t s = 0; !ret && s < r->nsrcs; s++)
+		if ((ret = net_open_src(r, s, r->timeout_ms)) < 0)
+			ret = failover(r, s, ret);
 	return ret;
 }
 
@@ -657,9 +785,15 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	r->fd = r->dfd = -1;
 	r->partition = o.partition;
 	ush_lat_init(&r->load_lat);
+	r->timeout_ms = o.timeout_ms ? o.timeout_ms : USHI_NET_TIMEOUT_MS;
 	r->maps = ushi_calloc(o.nstatuses, sizeof(*r->maps));
-	r->srcs = ushi_calloc(o.nstatuses, sizeof(*r->srcs));
-	ret = r->maps && r->srcs ? codec_init(&r->codec) : -ENOMEM;
+	/* Each map has at most USH_REPLICAS_MAX workers, and moves to each
+	 * at most once (a new source, at worst one per map). */
+	r->srcs = ushi_calloc((size_t)o.nstatuses * USH_REPLICAS_MAX,
+			      sizeof(*r->srcs));
+	r->peers = ushi_calloc((size_t)o.nstatuses * USH_REPLICAS_MAX,
+			       sizeof(*r->peers));
+	ret = r->maps && r->srcs && r->peers ? codec_init(&r->codec) : -ENOMEM;
 	if (ret)
 		ushi_fail(ret, "reader: allocation for %u maps", o.nstatuses);
 	for (uint32_t i = 0; !ret && i < o.nstatuses; i++)
@@ -675,8 +809,7 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 				       r->maps[i - 1].attempt,
 				       r->maps[i].attempt);
 	if (!ret)
-		ret = r->target == USH_TARGET_NET ? net_open(r, o.timeout_ms) :
-						    disk_open(r);
+		ret = r->target == USH_TARGET_NET ? net_open(r) : disk_open(r);
 	if (ret) {
 		ush_reader_free(r);
 		return ret;
@@ -710,6 +843,9 @@ void ush_reader_free(ush_reader *r)
 	codec_destroy(&r->codec);
 	for (uint32_t i = 0; r->maps && i < r->nmaps; i++)
 		map_done(&r->maps[i]);
+	for (uint32_t i = 0; r->peers && i < r->npeers; i++)
+		ushi_free(r->peers[i]);
+	ushi_free(r->peers);
 	ushi_free(r->srcs);
 	ushi_free(r->maps);
 	ushi_free(r->ents);

@@ -17,6 +17,15 @@
  * growing memory anywhere. A worker that neither takes data nor returns
  * credit for timeout_ms, or that drops the connection, becomes a sticky
  * writer error naming it.
+ *
+ * Replicas: partition p goes to worker proto_worker_of(p) and its next
+ * replicas-1 workers of the list, other host labels first. Each replica's
+ * connection queues the same frame (pool buffer or heap frame), which
+ * goes back to the writer after the last replica's send is done with it:
+ * no copy per replica. With replicas >= 2 a failed worker is dropped,
+ * not a writer error: the others carry on, the commit needs the ACKs of
+ * the live ones and the map status names, per partition, the workers
+ * that acknowledged it.
  */
 #define _GNU_SOURCE
 #include "net/net.h"
@@ -70,15 +79,26 @@ struct conn {
 	struct iovec iov[SEND_IOV];
 	struct msghdr msg;
 	int err, status;
+	char why[96];           /* what failed it (err) */
 	uint64_t zc_notifs, zc_copied;
 	uint32_t rlen;
 	uint8_t rbuf[RBUF];
+};
+
+/* A heap frame queued on several replicas: how many still hold it. */
+struct heapref {
+	const uint8_t *mem;
+	unsigned refs;
+	struct heapref *next;
 };
 
 struct net {
 	struct ush_writer *w;
 	struct conn *c;
 	unsigned nc;
+	unsigned replicas;
+	unsigned *place;        /* nc x replicas: the workers of each first */
+	struct heapref *heap;   /* heap frames on several replicas */
 	unsigned ctrl_inflight; /* MAPPER_END sends */
 	uint32_t timeout_ms, threshold;
 	bool psync;             /* baseline: blocking send, no ring */
@@ -87,6 +107,55 @@ struct net {
 
 static void parse(struct conn *c);
 static void conn_dead(struct conn *c, int err, const char *what);
+
+/* The workers holding partition p, first replica first. */
+static const unsigned *replicas_of(const struct net *n, uint32_t p)
+{
+	return n->place + proto_worker_of(p, n->nc) * n->replicas;
+}
+
+/* A frame about to be queued on every replica: each one's send holds it. */
+static int frame_hold(struct net *n, struct ushi_buf *b, const uint8_t *mem)
+{
+	if (b) {
+		b->refs = (uint8_t)n->replicas;
+		return 0;
+	}
+	if (n->replicas == 1)
+		return 0;
+	struct heapref *h = ushi_malloc(sizeof(*h));
+	if (!h)
+		return ushi_fail(-ENOMEM, "net: replicas of a frame");
+	*h = (struct heapref){mem, n->replicas, n->heap};
+	n->heap = h;
+	return 0;
+}
+
+/* One replica is done with heap frame mem: the replicas left. */
+static unsigned heap_unref(struct net *n, const uint8_t *mem)
+{
+	for (struct heapref **p = &n->heap; *p; p = &(*p)->next) {
+		struct heapref *h = *p;
+		if (h->mem != mem)
+			continue;
+		if (--h->refs)
+			return h->refs;
+		*p = h->next;
+		ushi_free(h);
+		return 0;
+	}
+	return 0; /* one replica: never listed */
+}
+
+/* One replica's send of a frame is done with (sent, dropped or failed):
+ * the frame goes back to the writer with the last one. */
+static void frame_done(struct net *n, struct ushi_buf *b, const uint8_t *mem,
+		       uint64_t t0)
+{
+	if (b ? --b->refs : heap_unref(n, mem))
+		return;
+	writer_frame_done(n->w, b, mem, t0);
+}
 
 /* psync: reads replies, blocking (up to the socket's timeout) when
  * block, until done(c) or nothing more is waiting. */
@@ -132,7 +201,7 @@ static void out_pop(struct conn *c)
 		ushi_free((void *)o->addr);
 		return;
 	}
-	writer_frame_done(n->w, o->buf, o->buf ? NULL : o->addr, o->t0);
+	frame_done(n, o->buf, o->buf ? NULL : o->addr, o->t0);
 }
 
 /* The gather op back to the ring once no queued frame needs it. */
@@ -218,7 +287,7 @@ static void zc_sent(struct ushi_op *op, int res)
 	c->busy = false;
 	/* Sent, but the kernel may still read the pages: the buffer goes
 	 * idle only at the notification (data_done). */
-	if (op->io.buf && op->send.notifs)
+	if (op->io.buf && op->send.notifs && op->io.buf->refs == 1)
 		buf_move(op->io.buf, BUF_INFLIGHT, BUF_ZC_PENDING);
 	ring_send_end(r, op, op->io.done == op->io.len ? (int)op->io.len :
 			     res < 0 && !again ? res : -EIO);
@@ -237,8 +306,8 @@ static void kick(struct conn *c)
 		out_pop(c);
 		if (zc) {
 			/* Taken, never started: release it as data_done does. */
-			writer_frame_done(c->n->w, zc->io.buf, zc->io.buf ?
-					  NULL : zc->io.addr, 0);
+			frame_done(c->n, zc->io.buf, zc->io.buf ?
+				   NULL : zc->io.addr, 0);
 			ring_op_put(r, zc);
 		}
 	}
@@ -309,7 +378,13 @@ static void conn_dead(struct conn *c, int err, const char *what)
 	if (c->err)
 		return;
 	c->err = err;
-	writer_error(c->n->w, err, "net: worker %s: %s", c->peer, what);
+	snprintf(c->why, sizeof(c->why), "%s", what);
+	/* With replicas the others carry on: a partition fails only when
+	 * every replica of it is gone (gone()). */
+	if (c->n->replicas > 1)
+		c->n->st->net_failovers++;
+	else
+		writer_error(c->n->w, err, "net: worker %s: %s", c->peer, what);
 	/* Reset the connection now, keeping the fd (queued ops still name
 	 * it; close_all closes it). Bytes a stalled worker never takes stay
 	 * in the send queue, and with them the pages of zero-copy sends:
@@ -440,16 +515,66 @@ static void close_all(struct net *n)
 	for (unsigned i = 0; i < n->nc; i++)
 		if (n->c[i].fd >= 0)
 			close(n->c[i].fd);
+	ushi_free(n->place);
 	ushi_free(n->c);
 	ushi_free(n);
+}
+
+/* Whether a worker of pl[0..k) has label l. */
+static bool label_taken(char (*labels)[USHI_NET_PEER], const unsigned *pl,
+			unsigned k, const char *l)
+{
+	for (unsigned i = 0; i < k; i++)
+		if (!strcmp(labels[pl[i]], l))
+			return true;
+	return false;
+}
+
+/* The replicas of each first worker: the next workers of the list whose
+ * label none has yet, then the next of any. Deterministic, so a rerun
+ * (or a reader) given the same list finds the same places. */
+static int place(struct net *n, char (*peers)[USHI_NET_PEER])
+{
+	unsigned nc = n->nc, k, R = n->replicas;
+	char (*labels)[USHI_NET_PEER] = ushi_calloc(nc, USHI_NET_PEER);
+	n->place = ushi_calloc((size_t)nc * R, sizeof(*n->place));
+	if (!labels || !n->place) {
+		ushi_free(labels);
+		return ushi_fail(-ENOMEM, "net: placement of %u workers", nc);
+	}
+	for (unsigned i = 0; i < nc; i++)
+		net_peer_label(peers[i], labels[i], USHI_NET_PEER);
+	for (unsigned first = 0; first < nc; first++) {
+		unsigned *pl = n->place + first * R;
+		pl[0] = first;
+		k = 1;
+		for (unsigned pass = 0; pass < 2; pass++)
+			for (unsigned j = 1; j < nc && k < R; j++) {
+				unsigned c = (first + j) % nc;
+				bool taken = false;
+				for (unsigned i = 0; i < k; i++)
+					taken |= pl[i] == c;
+				if (!taken && (pass || !label_taken(labels, pl, k,
+								    labels[c])))
+					pl[k++] = c;
+			}
+	}
+	ushi_free(labels);
+	return 0;
 }
 
 static int net_open(struct ush_writer *w)
 {
 	const struct ush_writer_opts *o = &w->o;
 	unsigned nc = net_count_workers(o->workers);
+	unsigned R = o->replicas ? o->replicas : 1;
 	if (!nc)
 		return ushi_fail(-EINVAL, "net: no workers given");
+	if (R > USH_REPLICAS_MAX || R > nc || (R > 1 && nc > 64))
+		return ushi_fail(-EINVAL, "net: %u replicas of %u workers: "
+				"replicas go to distinct workers, 1..%u, and "
+				"with 2 or more to at most 64 workers", R, nc,
+				USH_REPLICAS_MAX);
 	/* Each connection keeps a receive op armed for good; with no op
 	 * left over, the first send would wait for one forever. */
 	struct ush_ring *r = w->ring;
@@ -488,7 +613,10 @@ static int net_open(struct ush_writer *w)
 		ret = 0;
 	}
 	n->nc = nc;
+	n->replicas = R;
 	w->sink_state = n;
+	if (!ret)
+		ret = place(n, peers);
 	n->st->net_workers = nc;
 	for (unsigned i = 0; !ret && i < nc; i++) {
 		struct proto_hello h, me = {.role = USHI_ROLE_WRITER,
@@ -498,6 +626,11 @@ static int net_open(struct ush_writer *w)
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
 		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
+		if (fd < 0 && R > 1) {
+			/* Down already: its partitions go to the others. */
+			conn_dead(&c[i], fd, ush_last_error());
+			continue;
+		}
 		if (fd < 0) {
 			ret = fd;
 			break;
@@ -537,8 +670,8 @@ static void data_done(struct ushi_op *op, int res)
 		conn_dead(c, res == -ECANCELED ? -ETIMEDOUT : res,
 			  res == -ECANCELED ? "send stalled past the timeout" :
 					      "send failed");
-	writer_frame_done(w, op->io.buf, op->io.buf ? NULL : op->io.addr,
-			  op->io.t0);
+	frame_done(c->n, op->io.buf, op->io.buf ? NULL : op->io.addr,
+		   op->io.t0);
 }
 
 /* Waits on the ring until done(c) or c fails; the deadline restarts
@@ -614,11 +747,12 @@ static bool has_credit(struct conn *c, uint32_t flen)
 	return !c->unacked || c->unacked + flen <= c->window;
 }
 
-static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
-		      uint32_t flen, uint32_t partition)
+/* Queues the frame on replica c, or releases c's hold on it and returns
+ * the error. */
+static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
+			  uint8_t *mem, uint32_t flen)
 {
-	struct net *n = w->sink_state;
-	struct conn *c = &n->c[proto_worker_of(partition, n->nc)];
+	struct ush_writer *w = n->w;
 	struct ushi_op *op = NULL;
 	int ret = c->err;
 	if (!ret && flen > c->max_frame)
@@ -635,7 +769,7 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		ret = c->err ? c->err : net_write(c->fd, b ? b->data : mem, flen);
 		if (ret)
 			conn_dead(c, ret, "send failed");
-		writer_frame_done(w, b, mem, t0);
+		frame_done(n, b, mem, t0);
 		if (ret)
 			return ret;
 		c->unacked += flen;
@@ -674,7 +808,7 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	if (ret) {
 		if (op)
 			ring_op_put(w->ring, op);
-		writer_frame_done(w, b, mem, 0);
+		frame_done(n, b, mem, 0);
 		return c->err ? c->err : ret;
 	}
 	c->unacked += flen;
@@ -684,6 +818,47 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	else
 		n->st->net_sends++;
 	return 0;
+}
+
+/* Every replica of partition is gone: an error naming them and why. */
+static int gone(struct net *n, uint32_t partition)
+{
+	char msg[512];
+	const unsigned *pl = replicas_of(n, partition);
+	int len = snprintf(msg, sizeof(msg), "net: partition %u: every "
+			   "replica is gone:", partition);
+	for (unsigned k = 0; k < n->replicas && len < (int)sizeof(msg); k++)
+		len += snprintf(msg + len, sizeof(msg) - (size_t)len, "%s "
+				"worker %s (%s)", k ? "," : "",
+				n->c[pl[k]].peer, n->c[pl[k]].why);
+	return ushi_fail_msg(n->c[pl[0]].err ? n->c[pl[0]].err : -EIO, msg);
+}
+
+/* The frame to every live replica of its partition. An error that is not
+ * a lost replica (a frame too large, the ring) fails the writer; so does
+ * losing the last replica of the partition. */
+static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
+		      uint32_t flen, uint32_t partition)
+{
+	struct net *n = w->sink_state;
+	const unsigned *pl = replicas_of(n, partition);
+	unsigned taken = 0;
+	int ret = frame_hold(n, b, mem);
+	if (ret) {
+		writer_frame_done(w, b, mem, 0);
+		return ret;
+	}
+	for (unsigned k = 0; k < n->replicas; k++) {
+		struct conn *c = &n->c[pl[k]];
+		int r = replica_submit(n, c, b, mem, flen);
+		if (!r) {
+			taken++;
+			n->st->net_replica_bytes[k] += flen;
+		} else if (!ret && (n->replicas == 1 || !c->err)) {
+			ret = r;
+		}
+	}
+	return ret ? ret : taken ? 0 : gone(n, partition);
 }
 
 /* MAPPER_END to connection c, behind its data: the attempt is complete. */
@@ -721,24 +896,61 @@ static bool acked(struct conn *c, uint32_t unused)
 	return c->acked;
 }
 
+/* With replicas: the map status names, per partition, the workers that
+ * acknowledged the commit; a partition with batches needs one. */
+static int commit_holders(struct net *n)
+{
+	struct ush_writer *w = n->w;
+	uint64_t *h = ushi_calloc(w->o.partitions, sizeof(*h));
+	if (!h)
+		return ushi_fail(-ENOMEM, "net: map status of %u partitions",
+				w->o.partitions);
+	int ret = 0;
+	for (uint32_t p = 0; !ret && p < w->o.partitions; p++) {
+		const unsigned *pl = replicas_of(n, p);
+		for (unsigned k = 0; k < n->replicas; k++)
+			if (n->c[pl[k]].acked)
+				h[p] |= 1ull << pl[k];
+		if (!h[p] && w->parts[p].st.batches)
+			ret = gone(n, p);
+	}
+	if (!ret && writer_build_status(w, h))
+		ret = ushi_fail(-ENOMEM, "writer: map status of %u partitions",
+			       w->o.partitions);
+	ushi_free(h);
+	return ret;
+}
+
 static int net_commit(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
+	bool rep = n->replicas > 1;
 	int ret = 0;
 	/* Every worker learns of the commit, even one without data of
-	 * this map: a reader asks each for the attempt it was given. */
-	for (unsigned i = 0; !ret && i < n->nc; i++)
-		ret = n->c[i].err ? n->c[i].err : send_mapper_end(n, &n->c[i]);
+	 * this map: a reader asks each for the attempt it was given. With
+	 * replicas, a worker lost before or during the commit is skipped:
+	 * the status will not name it. */
+	for (unsigned i = 0; !ret && i < n->nc; i++) {
+		struct conn *c = &n->c[i];
+		int r = c->err ? c->err : send_mapper_end(n, c);
+		if (!rep || !c->err)
+			ret = r;
+	}
 	if (!ret)
 		ret = ring_submit(w->ring);
 	for (unsigned i = 0; !ret && i < n->nc; i++) {
+		struct conn *c = &n->c[i];
 		if (n->psync)
-			psync_replies(&n->c[i], true, acked, 0);
-		ret = n->psync ? n->c[i].err :
-			wait_for(n, &n->c[i], acked, 0, "no commit ACK "
-				 "within the timeout (worker stalled?)");
+			psync_replies(c, true, acked, 0);
+		int r = n->psync ? c->err :
+			wait_for(n, c, acked, 0, "no commit ACK within the "
+				 "timeout (worker stalled?)");
+		if (!rep || !c->err)
+			ret = r;
 	}
 	for (unsigned i = 0; !ret && i < n->nc; i++) {
+		if (!n->c[i].acked && rep)
+			continue;
 		if (n->c[i].status == USH_ECOMMITTED)
 			ret = ushi_fail(USH_ECOMMITTED, "net: worker %s: map %u "
 				       "attempt %u is committed already",
@@ -748,6 +960,8 @@ static int net_commit(struct ush_writer *w)
 				       "map %u with unknown status %d",
 				       n->c[i].peer, w->o.map, n->c[i].status);
 	}
+	if (!ret && rep)
+		ret = commit_holders(n);
 	if (ret)
 		return w->err && ret != USH_ECOMMITTED ?
 			       ushi_fail_msg(w->err, w->errmsg) : ret;

@@ -608,7 +608,7 @@ static void part_entry(const void *arg, uint32_t p, uint64_t *batches,
 
 /* The map status of the committed output: where it lives and, per
  * partition, its batches and their checksum. */
-static int build_status(struct ush_writer *w)
+int writer_build_status(struct ush_writer *w, const uint64_t *holders)
 {
 	if (w->o.target == USH_TARGET_NULL)
 		return 0; /* nothing stored, nothing to read */
@@ -624,6 +624,7 @@ static int build_status(struct ush_writer *w)
 		.app_len = (uint32_t)strlen(w->o.app),
 		.loc = loc,
 		.loc_len = (uint32_t)strlen(loc),
+		.holders = holders,
 	};
 	ushi_free(w->status); /* a retried commit's */
 	w->status = NULL;
@@ -659,7 +660,7 @@ int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 	/* The status first: once the sink has published, nothing may fail
 	 * and leave a retry to a sink that is gone. */
 	if (!ret)
-		ret = build_status(w);
+		ret = writer_build_status(w, NULL);
 	if (!ret)
 		ret = w->sink->commit(w);
 	if (ret)

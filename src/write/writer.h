@@ -90,6 +90,9 @@ void writer_error_keep(struct ush_writer *w, int err);
 void writer_stored(struct ush_writer *w, uint64_t bytes);
 /* The writer's totals, for a sink's own counters (net_*). */
 struct ush_writer_stats *writer_counters(struct ush_writer *w);
+/* (Re)builds the map status; holders: per partition the mask of the
+ * workers holding it (a version 2 status), or NULL. 0 or -ENOMEM. */
+int writer_build_status(struct ush_writer *w, const uint64_t *holders);
 /* A submitted frame is done with (written, dropped or failed): returns
  * pool buffer b, or frees heap frame mem, and counts it out of flight.
  * t0, its ushi_now_ns() at submission, times its completion; 0 for a

@@ -1,0 +1,351 @@
+/*
+ * Replicas (docs/design.md, "Replicas"): three real ushuffled on loopback,
+ * replicas = 2. Each kill round SIGKILLs one worker at a random point of
+ * the push, of the commit or of the fetch; the seed is the round number,
+ * printed with the point it drew. Whatever the point, the checks are the
+ * same: every map commits at its first attempt (no map reruns), every
+ * record is read back exactly once and intact, and each status names for
+ * every partition one or two workers, never a worker dead before the map
+ * began. The killed worker restarts over its directory for the next round.
+ */
+#include "core/status.h"
+#include "net/net.h"
+#include "net_helpers.h"
+
+#include <pthread.h>
+
+#define NW 3
+#define ROUNDS 24
+#define MAPS 3
+#define RECORDS 3000
+/* Fetch rounds: two partitions of 6 MB, more than a stream has in
+ * socket buffers when the worker serving it is killed early in it, so
+ * the stream is cut and the reader resumes at another replica. */
+#define FETCH_RECORDS 12000
+
+static struct th_worker wk[NW];
+static char list[512];
+
+enum phase { PUSH, COMMIT, FETCH };
+static const char *const phase_name[] = {"push", "commit", "fetch"};
+
+/* The round's draw, and when its kill happened. */
+static struct {
+	enum phase phase;
+	unsigned victim;
+	uint64_t at;        /* push: record of all maps; fetch: record read */
+	unsigned delay_us;  /* commit: after the last record */
+	pthread_t killer;
+	bool killing;       /* the killer thread runs */
+	int dead_from_map;  /* maps from this one began with it dead */
+	/* Over all rounds: workers the writers dropped in push rounds,
+	 * readers' failovers and duplicates dropped in fetch rounds. */
+	uint64_t push_failovers;
+	struct ush_reader_stats fetch;
+} draw;
+
+static void spawn_all(void)
+{
+	int len = 0;
+	for (unsigned i = 0; i < NW; i++) {
+		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s",
+			 th_tmpdir("replicas"));
+		th_worker_spawn(&wk[i], "127.0.0.1", 0, 1);
+		len += snprintf(list + len, sizeof(list) - (size_t)len, "%s%s",
+				i ? "," : "", wk[i].addr);
+	}
+}
+
+static void stop_all(void)
+{
+	for (unsigned i = 0; i < NW; i++) {
+		th_worker_stop(&wk[i]);
+		th_rmrf(wk[i].dir);
+	}
+}
+
+static void *killer(void *arg)
+{
+	(void)arg;
+	usleep(draw.delay_us);
+	th_worker_kill(&wk[draw.victim]);
+	return NULL;
+}
+
+static void pushed(const struct th_job *j, uint32_t m, uint32_t i)
+{
+	uint64_t n = (uint64_t)m * j->records + i;
+	if (draw.phase == PUSH && n == draw.at) {
+		th_worker_kill(&wk[draw.victim]);
+		draw.dead_from_map = (int)m + 1;
+	}
+	if (draw.phase == COMMIT && m + 1 == j->maps && i + 1 == j->records &&
+	    !pthread_create(&draw.killer, NULL, killer, NULL))
+		draw.killing = true;
+}
+
+static void checked(const struct th_job *j, uint64_t n)
+{
+	(void)j;
+	if (draw.phase == FETCH && n == draw.at + 1)
+		th_worker_kill(&wk[draw.victim]);
+}
+
+/* Partition p's holder mask in status st. */
+static uint64_t holders(const struct ush_status *st, uint32_t p)
+{
+	struct status s;
+	const char *why = "";
+	uint64_t batches, mask;
+	uint32_t sum;
+	th_ok(status_parse(st->data, st->len, &s, &why));
+	assert_int_equal(s.version, 2);
+	th_ok(status_part(&s, p, &batches, &sum, &mask, &why));
+	return mask;
+}
+
+static void kill_round(unsigned round)
+{
+	uint64_t x = round + 1; /* xorshift: never 0 */
+	draw.phase = (enum phase)(round % 3);
+	draw.victim = (unsigned)(th_rand(&x) % NW);
+	draw.at = th_rand(&x) % ((uint64_t)MAPS * RECORDS);
+	uint32_t fp = (uint32_t)(th_rand(&x) % 2);
+	if (draw.phase == FETCH) {
+		/* The worker streaming partition fp, early in it. */
+		draw.victim = ush_net_worker_of(fp, NW);
+		draw.at = fp * (uint64_t)MAPS * FETCH_RECORDS / 2 +
+			  draw.at % 400;
+	}
+	draw.delay_us = (unsigned)(th_rand(&x) % 3000);
+	draw.dead_from_map = MAPS;
+	draw.killing = false;
+	printf("round %u (seed %u): SIGKILL worker %s during the %s, at %s "
+	       "%llu\n", round, round, wk[draw.victim].addr,
+	       phase_name[draw.phase], draw.phase == COMMIT ? "microsecond" :
+	       "record", draw.phase == COMMIT ?
+	       (unsigned long long)draw.delay_us : (unsigned long long)draw.at);
+	struct ush_status st[MAPS] = {{0}};
+	bool fetch = draw.phase == FETCH;
+	struct th_job j = {.workers = list, .shuffle = 100 + round,
+			   .partitions = fetch ? 2 : 8, .maps = MAPS,
+			   .records = fetch ? FETCH_RECORDS : RECORDS,
+			   .codec = round % 2 ? USH_CODEC_LZ4 : USH_CODEC_NONE,
+			   .timeout_ms = 10000, .replicas = 2, .statuses = st,
+			   .pushed = pushed, .checked = checked};
+	if (fetch)
+		j.rsum = &draw.fetch;
+	for (uint32_t m = 0; m < MAPS; m++) {
+		struct ush_writer_stats ws;
+		int ret = th_push_map(&j, m, 0, &ws);
+		if (ret)
+			fail_msg("round %u map %u: %s", round, m,
+				 ush_last_error());
+		if (draw.phase == PUSH)
+			draw.push_failovers += ws.net_failovers;
+	}
+	if (draw.killing)
+		assert_int_equal(pthread_join(draw.killer, NULL), 0);
+	for (uint32_t m = 0; m < MAPS; m++)
+		for (uint32_t p = 0; p < j.partitions; p++) {
+			uint64_t h = holders(&st[m], p);
+			int n = __builtin_popcountll(h);
+			assert_true(n == 1 || n == 2);
+			if ((int)m >= draw.dead_from_map)
+				assert_false(h >> draw.victim & 1);
+		}
+	th_verify(&j);
+	assert_false(th_worker_alive(&wk[draw.victim]));
+	th_job_free(&j);
+	th_worker_restart(&wk[draw.victim], 1);
+}
+
+static void kill_rounds(void **state)
+{
+	(void)state;
+	spawn_all();
+	for (unsigned r = 0; r < ROUNDS; r++)
+		kill_round(r);
+	printf("%u rounds: writers dropped %llu workers in push rounds; "
+	       "readers failed over %u times, dropping %llu duplicate "
+	       "batches, in fetch rounds\n", ROUNDS,
+	       (unsigned long long)draw.push_failovers, draw.fetch.failovers,
+	       (unsigned long long)draw.fetch.dup_batches);
+	/* Every push round lost a worker while writing. */
+	assert_true(draw.push_failovers >= ROUNDS / 3);
+	assert_true(draw.fetch.failovers > 0);
+	assert_true(draw.fetch.dup_batches > 0); /* resumed mid-stream */
+	stop_all();
+}
+
+/* Both holders of a partition gone: the reader names the partition and
+ * the workers it tried. */
+static void every_replica_gone(void **state)
+{
+	(void)state;
+	spawn_all();
+	struct ush_status st[1] = {{0}};
+	/* The blocking baseline engine replicates too. */
+	struct th_job j = {.workers = list, .shuffle = 7, .partitions = 12,
+			   .maps = 1, .records = 2000, .replicas = 2,
+			   .ioengine = USH_IOENGINE_PSYNC, .statuses = st};
+	th_ok(th_push_map(&j, 0, 0, NULL));
+	/* Partitions whose first worker is 0 have their replica on 1. */
+	uint32_t p = 0;
+	while (ush_net_worker_of(p, NW) != 0)
+		p++;
+	assert_int_equal(holders(&st[0], p), 3);
+	th_worker_kill(&wk[0]);
+	th_worker_kill(&wk[1]);
+	ush_reader *r;
+	int ret = th_reader_open(&r, st, 1, p, 5000);
+	assert_int_equal(ret, -EHOSTUNREACH);
+	const char *msg = ush_last_error();
+	char want[64];
+	snprintf(want, sizeof(want), "partition %u ", p);
+	printf("%s\n", msg);
+	assert_non_null(strstr(msg, want));
+	assert_non_null(strstr(msg, wk[0].addr));
+	assert_non_null(strstr(msg, wk[1].addr));
+	/* The writer too: a map whose partition lost both. */
+	struct th_job j2 = j;
+	struct ush_status st2[1] = {{0}};
+	j2.shuffle = 8;
+	j2.statuses = st2;
+	ret = th_push_map(&j2, 0, 0, NULL);
+	assert_true(ret < 0);
+	msg = ush_last_error();
+	printf("%s\n", msg);
+	assert_non_null(strstr(msg, "every replica is gone"));
+	assert_non_null(strstr(msg, wk[0].addr));
+	th_job_free(&j);
+	th_job_free(&j2);
+	th_worker_stop(&wk[2]);
+	for (unsigned i = 0; i < NW; i++)
+		th_rmrf(wk[i].dir);
+}
+
+/* Host labels: with two workers labelled a and one b, every partition
+ * keeps a replica on b; replicas = 1 keeps version 1 statuses. */
+static void labels_keep_replicas_apart(void **state)
+{
+	(void)state;
+	spawn_all();
+	char labelled[600];
+	snprintf(labelled, sizeof(labelled), "%s@a,%s@a,%s@b", wk[0].addr,
+		 wk[1].addr, wk[2].addr);
+	struct ush_status st[1] = {{0}}, one[1] = {{0}};
+	/* Zero copy forced: each buffer goes to the pool after both
+	 * replicas' notifications. */
+	struct th_job j = {.workers = labelled, .shuffle = 9, .partitions = 16,
+			   .maps = 1, .records = 4000, .replicas = 2,
+			   .send_zc = 1, .statuses = st};
+	struct ush_writer_stats ws;
+	th_ok(th_push_map(&j, 0, 0, &ws));
+	for (uint32_t p = 0; p < j.partitions; p++) {
+		uint64_t h = holders(&st[0], p);
+		assert_int_equal(__builtin_popcountll(h), 2);
+		assert_true(h >> 2 & 1);
+	}
+	/* The same buffer went to both: equal bytes, no failover. */
+	assert_int_equal(ws.net_replica_bytes[0], ws.net_replica_bytes[1]);
+	assert_int_equal(ws.net_replica_bytes[2], 0);
+	assert_int_equal(ws.net_failovers, 0);
+	assert_int_equal(ws.stored_bytes, 2 * ws.frame_bytes);
+	th_verify(&j);
+	struct th_job j1 = j;
+	j1.shuffle = 10;
+	j1.replicas = 1;
+	j1.send_zc = 0;
+	j1.statuses = one;
+	th_ok(th_push_map(&j1, 0, 0, NULL));
+	assert_int_equal(((const uint8_t *)one[0].data)[4], 1);
+	th_verify(&j1);
+	/* More replicas than workers, or than the format allows: refused. */
+	j1.replicas = 4;
+	assert_int_equal(th_push_map(&j1, 0, 1, NULL), -EINVAL);
+	th_job_free(&j);
+	th_job_free(&j1);
+	stop_all();
+}
+
+/* A record larger than the push size goes out alone in a heap frame:
+ * shared by both replicas too, freed after the second's send. */
+static void oversized_record(void **state)
+{
+	(void)state;
+	spawn_all();
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 11,
+		.partitions = 4, .target = USH_TARGET_NET, .workers = list,
+		.replicas = 3};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	size_t big = 300u << 10;
+	uint8_t *rec = malloc(big);
+	th_fill(rec, big, 42);
+	th_ok(ush_writer_write(w, 1, rec, big));
+	th_ok(ush_writer_write(w, 1, rec, 100));
+	th_ok(ush_writer_commit(w, NULL));
+	struct ush_writer_stats ws;
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.net_replica_bytes[0], ws.net_replica_bytes[2]);
+	struct ush_status st;
+	th_ok(ush_writer_status(w, &st));
+	assert_int_equal(holders(&st, 1), 7);
+	th_worker_kill(&wk[ush_net_worker_of(1, NW)]);
+	ush_reader *r;
+	th_ok(th_reader_open(&r, &st, 1, 1, 5000));
+	const void *got;
+	size_t len;
+	assert_int_equal(ush_reader_next(r, &got, &len), 1);
+	assert_int_equal(len, big);
+	assert_true(th_check(got, big, 42));
+	assert_int_equal(ush_reader_next(r, &got, &len), 1);
+	assert_int_equal(len, 100);
+	assert_int_equal(ush_reader_next(r, &got, &len), 0);
+	ush_reader_free(r);
+	free(rec);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	for (unsigned i = 0; i < NW; i++) {
+		th_worker_stop(&wk[i]);
+		th_rmrf(wk[i].dir);
+	}
+}
+
+/* HOST:PORT@LABEL: the peer without the label, the label (default: the
+ * host, a v6 address unbracketed) behind it. */
+static void worker_list_labels(void **state)
+{
+	(void)state;
+	char peers[4][USHI_NET_PEER], l[64];
+	assert_int_equal(net_parse_workers("a:1@rack1,b:2,[::1]:3,c:4@",
+					   peers, 4), 4);
+	const char *want[4][2] = {{"a:1", "rack1"}, {"b:2", "b"},
+				  {"[::1]:3", "::1"}, {"c:4", "c"}};
+	for (int i = 0; i < 4; i++) {
+		assert_string_equal(peers[i], want[i][0]);
+		net_peer_label(peers[i], l, sizeof(l));
+		assert_string_equal(l, want[i][1]);
+	}
+	assert_int_equal(net_parse_workers("nohost@x", peers, 4), -EINVAL);
+	assert_int_equal(net_parse_workers("h@x:1", peers, 4), -EINVAL);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(worker_list_labels),
+		cmocka_unit_test(labels_keep_replicas_apart),
+		cmocka_unit_test(every_replica_gone),
+		cmocka_unit_test(oversized_record),
+		cmocka_unit_test(kill_rounds),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
