@@ -292,6 +292,9 @@ struct ush_writer_stats {
 				    again) */
 	uint64_t net_short_sends; /* ... that the kernel completed short and
 				     were resumed from the next byte */
+	uint64_t staged_flushes; /* many partitions: times the records staged
+				    in order were sorted by partition and
+				    framed (docs/design.md, staged writes) */
 };
 
 /*

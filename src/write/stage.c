@@ -185,6 +185,7 @@ int stage_flush(struct ush_writer *w)
 		a = b;
 	}
 	drop(w, s);
+	w->st.staged_flushes++;
 	if (!ret && w->sink->flush)
 		ret = w->sink->flush(w);
 	if (!ret)
