@@ -8,8 +8,8 @@
  * records above the push size (written alone) and swapped batches are
  * interleaved in the same partitions, and a run of empty records fills
  * the stage's notes before its bytes. Every record of every partition is
- * read back in order, through the ring and through the psync engine; the
- * null target frames the same writes. Few partitions never stage.
+ * read back in order, through the ring, the psync engine and with lz4;
+ * the null target frames the same writes. Few partitions never stage.
  */
 #include "helpers.h"
 
@@ -22,6 +22,7 @@
 #define REC_MAX_STAGED (PUSH - 48 - 4) /* the largest record a batch holds */
 
 static uint32_t nparts = 3000;
+static enum ush_codec codec = USH_CODEC_NONE;
 
 /* What partition p holds, in order: seeds and lengths. */
 struct part {
@@ -91,6 +92,7 @@ static struct ush_writer_stats write_map(const char *dir,
 	ush_ring_opts_init(&ro);
 	ro.push_size = PUSH;
 	ro.pool_bytes = 4u << 20;
+	ro.codec = codec;
 	ush_ring *ring;
 	th_ok(ush_ring_create(&ring, &ro));
 	struct ush_writer_opts wo;
@@ -198,6 +200,10 @@ static void run(enum ush_target target, enum ush_ioengine eng)
 	 * records its 24,576 notes twice more. */
 	assert_true(ws.staged_flushes >= 10);
 	assert_int_equal(ws.grows, 0);
+	if (codec != USH_CODEC_NONE) {
+		assert_true(ws.stored_raw > 0);
+		assert_true(ws.frame_bytes < ws.raw_bytes + 48 * ws.batches);
+	}
 	check_stats(parts, ps);
 	if (target != USH_TARGET_NULL)
 		read_back(&st, parts);
@@ -220,6 +226,16 @@ static void staged_psync(void **state)
 {
 	(void)state;
 	run(USH_TARGET_DISK, USH_IOENGINE_PSYNC);
+}
+
+/* Gathered, compressed and copied into the packs: the empty records'
+ * batches shrink, th_fill's random bytes are stored raw. */
+static void staged_lz4(void **state)
+{
+	(void)state;
+	codec = USH_CODEC_LZ4;
+	run(USH_TARGET_DISK, USH_IOENGINE_URING);
+	codec = USH_CODEC_NONE;
 }
 
 static void staged_null(void **state)
@@ -261,6 +277,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(staged_io_uring, th_teardown),
 		cmocka_unit_test_teardown(staged_psync, th_teardown),
+		cmocka_unit_test_teardown(staged_lz4, th_teardown),
 		cmocka_unit_test_teardown(staged_null, th_teardown),
 		cmocka_unit_test(few_parts_unstaged),
 	};

@@ -25,16 +25,27 @@ static int null_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	return 0;
 }
 
-static int null_pack_room(struct ush_writer *w, uint8_t **p, uint32_t *room)
+/* The pack, made at its first use. */
+static struct null_pack *pack(struct ush_writer *w)
 {
 	struct null_pack *n = w->sink_state;
 	if (!n) {
 		size_t cap = w->ropts->push_size;
-		if (!(n = ushi_malloc(sizeof(*n) + cap)))
-			return ushi_fail(-ENOMEM, "null: pack");
+		if (!(n = ushi_malloc(sizeof(*n) + cap))) {
+			ushi_fail(-ENOMEM, "null: pack");
+			return NULL;
+		}
 		*n = (struct null_pack){.cap = (uint32_t)cap};
 		w->sink_state = n;
 	}
+	return n;
+}
+
+static int null_pack_room(struct ush_writer *w, uint8_t **p, uint32_t *room)
+{
+	struct null_pack *n = pack(w);
+	if (!n)
+		return -ENOMEM;
 	*p = n->buf + n->len;
 	*room = n->cap - n->len;
 	return 0;
@@ -44,7 +55,9 @@ static int null_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 			 uint32_t partition)
 {
 	(void)partition;
-	struct null_pack *n = w->sink_state;
+	struct null_pack *n = pack(w);
+	if (!n)
+		return -ENOMEM;
 	writer_stored(w, flen);
 	/* A frame from elsewhere would be copied in across packs. */
 	if (p != n->buf + n->len)

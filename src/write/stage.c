@@ -12,12 +12,12 @@
  * built straight in the sink's open pack: sequential writes, no pack
  * copy. A frame that does not fit the pack's room, not even its first
  * record, is built in the scratch frame and copied in across two packs:
- * at most one per pack.
+ * at most one per pack. With a codec the records are gathered in the
+ * scratch frame, compressed into a second one and copied in.
  *
- * Chosen at open where it pays: a sink with packs, codec none (a codec
- * compresses a whole batch: it would need the batch gathered first) and a
- * pool whose share per partition is below the packed-frame size (the
- * frames would be small and copied into packs anyway).
+ * Chosen at open where it pays: a sink with packs and a pool whose share
+ * per partition is below the packed-frame size (the frames would be
+ * small and copied into packs anyway).
  */
 #include "core/spill.h"
 #include "write/writer.h"
@@ -45,6 +45,7 @@ struct ushi_stage {
 	uint32_t n, maxnotes;
 	uint32_t *count;          /* per partition: records staged */
 	uint8_t *scratch;         /* a frame of up to push size */
+	uint8_t *zbuf;            /* with a codec: its compressed form */
 };
 
 static void drop(struct ush_writer *w, struct ushi_stage *s)
@@ -66,6 +67,7 @@ void stage_free(struct ush_writer *w)
 	ushi_free(s->sorted);
 	ushi_free(s->count);
 	ushi_free(s->scratch);
+	ushi_free(s->zbuf);
 	ushi_free(s);
 	w->stage = NULL;
 }
@@ -75,7 +77,7 @@ int stage_open(struct ush_writer *w)
 	const struct ush_ring_opts *ro = w->ropts;
 	size_t chunk = (size_t)USHI_BUF_MIN << w->push_order;
 	uint64_t bufs = w->pool->bytes / chunk;
-	if (!w->sink->pack_room || ro->codec != USH_CODEC_NONE ||
+	if (!w->sink->pack_room ||
 	    w->pool->bytes / w->o.partitions >= USHI_PACK_MIN ||
 	    bufs < 2 * USHI_STAGE_SPARE)
 		return 0;
@@ -94,8 +96,10 @@ int stage_open(struct ush_writer *w)
 	s->sorted = ushi_malloc((size_t)s->maxnotes * sizeof(*s->sorted));
 	s->count = ushi_calloc(w->o.partitions, sizeof(*s->count));
 	s->scratch = ushi_aligned_alloc(ro->push_size);
+	if (ro->codec != USH_CODEC_NONE)
+		s->zbuf = ushi_aligned_alloc(ro->push_size);
 	if (!s->chunks || !s->notes || !s->sorted || !s->count ||
-	    !s->scratch) {
+	    !s->scratch || (ro->codec != USH_CODEC_NONE && !s->zbuf)) {
 		stage_free(w);
 		return ushi_fail(-ENOMEM, "writer: stage of %u MiB for %u "
 				"partitions", (unsigned)(bufs * chunk >> 20),
@@ -126,13 +130,14 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 	struct ush_part_stats *st = &w->parts[partition].st;
 	st->records += b - a;
 	while (a < b) {
-		uint8_t *dst;
-		uint32_t room;
-		int ret = w->sink->pack_room(w, &dst, &room);
+		uint8_t *dst = s->scratch;
+		uint32_t room, lim = push;
+		const uint8_t *r = rec_at(s, s->sorted[a]);
+		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &dst, &room);
 		if (ret)
 			return ret;
-		uint32_t lim = room < push ? room : push;
-		const uint8_t *r = rec_at(s, s->sorted[a]);
+		if (!s->zbuf && room < push)
+			lim = room;
 		if (USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE + get_le32(r) >
 		    lim) {
 			dst = s->scratch;
@@ -153,7 +158,8 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 			nrec++;
 		}
 		st->bytes += raw - nrec * USH_RECORD_HDR_SIZE;
-		if ((ret = writer_pack_frame(w, partition, dst, raw, nrec)))
+		if ((ret = writer_pack_frame(w, partition, dst, raw, nrec,
+					     s->zbuf)))
 			return ret;
 	}
 	return 0;

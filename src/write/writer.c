@@ -157,11 +157,15 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 }
 
 int writer_pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
-		      uint32_t raw, uint32_t nrec)
+		      uint32_t raw, uint32_t nrec, uint8_t *zbuf)
 {
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_frame f = frame_of(w, partition, p->seq++, raw, nrec);
 	p->st.batches++;
+	if (zbuf && raw &&
+	    compress(w, &f, hdr, zbuf,
+		     w->ropts->push_size - USH_FRAME_HDR_SIZE))
+		hdr = zbuf;
 	uint32_t flen = encode(w, &f, hdr);
 	int ret = w->sink->pack_add(w, hdr, flen, partition);
 	return ret ? sink_failed(w, ret) : 0;

@@ -111,9 +111,11 @@ void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
 		       const uint8_t *mem, uint64_t t0);
 
 /* Frames payload raw bytes of nrec records at hdr + 48 as partition's
- * next batch, counts it and gives it to the sink's pack_add. */
+ * next batch, counts it and gives it to the sink's pack_add; with zbuf
+ * (push size bytes), compressed there with the ring's codec if it
+ * shrinks. */
 int writer_pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
-		      uint32_t raw, uint32_t nrec);
+		      uint32_t raw, uint32_t nrec, uint8_t *zbuf);
 /* An idle pool buffer of order, waiting, flushing or evicting as needed
  * (writer.c); and the hand-off queue framed and submitted. */
 int writer_get_buf(struct ush_writer *w, unsigned order, struct ushi_buf **b);
