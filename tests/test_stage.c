@@ -244,6 +244,50 @@ static void staged_null(void **state)
 	run(USH_TARGET_NULL, USH_IOENGINE_URING);
 }
 
+/* A swap flushes the stage only when its partition has records staged
+ * (they come first); other partitions' stay staged. */
+static void swap_flushes_own_partition(void **state)
+{
+	(void)state;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.push_size = PUSH;
+	ro.pool_bytes = 4u << 20;
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.partitions = nparts;
+	wo.target = USH_TARGET_NULL;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	static uint8_t rec[100];
+	for (uint32_t p = 1; p <= 100; p++)
+		th_ok(ush_writer_write(w, p, rec, sizeof(rec)));
+	void *buf;
+	size_t cap;
+	struct ush_writer_stats ws;
+	th_ok(ush_writer_acquire(w, &buf, &cap));
+	memset(buf, 0, 4); /* one empty record */
+	th_ok(ush_writer_swap(w, 0, &buf, 4, 1));
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.staged_flushes, 0);
+	memset(buf, 0, 4);
+	th_ok(ush_writer_swap(w, 5, &buf, 4, 1));
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.staged_flushes, 1);
+	th_ok(ush_writer_release(w, buf));
+	struct ush_part_stats *ps = calloc(nparts, sizeof(*ps));
+	assert_non_null(ps);
+	th_ok(ush_writer_commit(w, ps));
+	assert_int_equal(ps[0].records, 1);
+	assert_int_equal(ps[5].records, 2);
+	assert_int_equal(ps[6].records, 1);
+	free(ps);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+}
+
 /* 64 partitions in the same pool: 64 KiB each, so no stage. */
 static void few_parts_unstaged(void **state)
 {
@@ -279,6 +323,7 @@ int main(void)
 		cmocka_unit_test_teardown(staged_psync, th_teardown),
 		cmocka_unit_test_teardown(staged_lz4, th_teardown),
 		cmocka_unit_test_teardown(staged_null, th_teardown),
+		cmocka_unit_test(swap_flushes_own_partition),
 		cmocka_unit_test(few_parts_unstaged),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -113,6 +113,11 @@ bool stage_pending(const struct ush_writer *w)
 	return w->stage && w->stage->nchunks;
 }
 
+bool stage_holds(const struct ush_writer *w, uint32_t partition)
+{
+	return w->stage && w->stage->count[partition];
+}
+
 static const uint8_t *rec_at(const struct ushi_stage *s, uint32_t pos)
 {
 	return s->chunks[pos >> s->shift]->data +

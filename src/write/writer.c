@@ -433,7 +433,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	 * partition carry lower sequence numbers and must reach the sink
 	 * first: readers drop out-of-order sequences. So do staged ones. */
 	int ret = close_part(w, partition);
-	if (!ret)
+	if (!ret && stage_holds(w, partition))
 		ret = stage_flush(w);
 	if (!ret)
 		ret = flush_queue(w);
@@ -548,7 +548,7 @@ static int handoff_batch(struct ush_writer *w, struct ushi_buf *b,
 			 size_t len, uint32_t nrecords)
 {
 	/* Staged records of partition were written before this batch. */
-	int ret = stage_flush(w);
+	int ret = stage_holds(w, partition) ? stage_flush(w) : 0;
 	if (ret) {
 		pool_put(w->pool, b);
 		return ret;

@@ -130,7 +130,9 @@ int stage_open(struct ush_writer *w);
 int stage_write(struct ush_writer *w, uint32_t partition, const void *rec,
 		size_t len);
 int stage_flush(struct ush_writer *w);
+/* Whether anything is staged; whether a record of partition is. */
 bool stage_pending(const struct ush_writer *w);
+bool stage_holds(const struct ush_writer *w, uint32_t partition);
 void stage_free(struct ush_writer *w);
 
 #endif
