@@ -79,6 +79,31 @@ static void swap_batch(ush_writer *w, void **buf, uint32_t p,
 	th_ok(ush_writer_swap(w, p, buf, off, k));
 }
 
+/* A writer of map 0 on a new ring with a 4 MiB pool (the stage: 24
+ * push buffers) and the test's codec; dir may be NULL. */
+static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
+			       enum ush_target target, const char *dir,
+			       enum ush_ioengine eng)
+{
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.push_size = PUSH;
+	ro.pool_bytes = 4u << 20;
+	ro.codec = codec;
+	th_ok(ush_ring_create(ring, &ro));
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.partitions = partitions;
+	wo.target = target;
+	wo.dir = dir;
+	wo.ioengine = eng;
+	wo.direct = 1;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, *ring, &wo));
+	return w;
+}
+
 /* Writes map 0 to target; fills parts[] with what each partition holds
  * and returns the writer's stats. */
 static struct ush_writer_stats write_map(const char *dir,
@@ -88,23 +113,8 @@ static struct ush_writer_stats write_map(const char *dir,
 					 struct ush_status *st,
 					 struct ush_part_stats *ps)
 {
-	struct ush_ring_opts ro;
-	ush_ring_opts_init(&ro);
-	ro.push_size = PUSH;
-	ro.pool_bytes = 4u << 20;
-	ro.codec = codec;
 	ush_ring *ring;
-	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = SHUFFLE;
-	wo.partitions = nparts;
-	wo.target = target;
-	wo.dir = dir;
-	wo.ioengine = eng;
-	wo.direct = 1;
-	ush_writer *w;
-	th_ok(ush_writer_open(&w, ring, &wo));
+	ush_writer *w = open_writer(&ring, nparts, target, dir, eng);
 	uint8_t *rec = malloc(PUSH + 5000);
 	assert_non_null(rec);
 	void *sbuf;
@@ -249,18 +259,9 @@ static void staged_null(void **state)
 static void swap_flushes_own_partition(void **state)
 {
 	(void)state;
-	struct ush_ring_opts ro;
-	ush_ring_opts_init(&ro);
-	ro.push_size = PUSH;
-	ro.pool_bytes = 4u << 20;
 	ush_ring *ring;
-	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.partitions = nparts;
-	wo.target = USH_TARGET_NULL;
-	ush_writer *w;
-	th_ok(ush_writer_open(&w, ring, &wo));
+	ush_writer *w = open_writer(&ring, nparts, USH_TARGET_NULL, NULL,
+				    USH_IOENGINE_URING);
 	static uint8_t rec[100];
 	for (uint32_t p = 1; p <= 100; p++)
 		th_ok(ush_writer_write(w, p, rec, sizeof(rec)));
@@ -292,18 +293,9 @@ static void swap_flushes_own_partition(void **state)
 static void few_parts_unstaged(void **state)
 {
 	(void)state;
-	struct ush_ring_opts ro;
-	ush_ring_opts_init(&ro);
-	ro.push_size = PUSH;
-	ro.pool_bytes = 4u << 20;
 	ush_ring *ring;
-	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.partitions = 64;
-	wo.target = USH_TARGET_NULL;
-	ush_writer *w;
-	th_ok(ush_writer_open(&w, ring, &wo));
+	ush_writer *w = open_writer(&ring, 64, USH_TARGET_NULL, NULL,
+				    USH_IOENGINE_URING);
 	static uint8_t rec[1000];
 	for (uint32_t i = 0; i < 20000; i++)
 		th_ok(ush_writer_write(w, i % 64, rec, sizeof(rec)));
