@@ -10,10 +10,11 @@
  * sort by partition orders the notes (stable: a partition's records keep
  * their order) and each partition's records are copied once into frames
  * built straight in the sink's open pack: sequential writes, no pack
- * copy. A frame that does not fit the pack's room, not even its first
- * record, is built in the scratch frame and copied in across two packs:
- * at most one per pack. With a codec the records are gathered in the
- * scratch frame, compressed into a second one and copied in.
+ * copy. A frame that does not fit the pack's room is built in the scratch
+ * frame and copied in across two packs: at most one per pack, and a
+ * partition's records make as few frames as the push size allows. With
+ * a codec the records are gathered in the scratch frame, compressed into
+ * a second one and copied in.
  *
  * Chosen at open where it pays: a sink with packs and a pool whose share
  * per partition is below the packed-frame size (the frames would be
@@ -124,44 +125,54 @@ static const uint8_t *rec_at(const struct ushi_stage *s, uint32_t pos)
 	       (pos & ((1u << s->shift) - 1));
 }
 
+/* How many of the records from a on, up to b, fit a batch of cap bytes
+ * (at least one: ush_writer_write() stages only records of at most push
+ * size - 52 bytes); *raw becomes their bytes. */
+static uint32_t batch_of(const struct ushi_stage *s, uint32_t a, uint32_t b,
+			 uint32_t cap, uint32_t *raw)
+{
+	uint32_t n = 0, len = 0;
+	for (; a + n < b; n++) {
+		uint32_t need = USH_RECORD_HDR_SIZE +
+				get_le32(rec_at(s, s->sorted[a + n]));
+		if (len + need > cap)
+			break;
+		len += need;
+	}
+	*raw = len;
+	return n;
+}
+
 /*
- * Frames partition's staged records [a, b) (positions in s->sorted):
- * each frame takes as many as fit the pack's room and the push size.
+ * Frames partition's staged records [a, b) (positions in s->sorted),
+ * as few frames as the push size allows: each is built in the sink's
+ * open pack where it fits the room, else in the scratch frame and
+ * copied in across two packs (with a codec: always gathered there and
+ * compressed).
  */
 static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 		      uint32_t partition, uint32_t a, uint32_t b)
 {
-	const uint32_t push = (uint32_t)w->ropts->push_size;
+	const uint32_t cap = (uint32_t)w->ropts->push_size - USH_FRAME_HDR_SIZE;
 	struct ush_part_stats *st = &w->parts[partition].st;
 	st->records += b - a;
 	while (a < b) {
-		uint8_t *dst = s->scratch;
-		uint32_t room, lim = push;
-		const uint8_t *r = rec_at(s, s->sorted[a]);
-		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &dst, &room);
+		uint32_t raw, room = 0;
+		uint32_t nrec = batch_of(s, a, b, cap, &raw);
+		uint8_t *dst = s->scratch, *pack;
+		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &pack, &room);
 		if (ret)
 			return ret;
-		if (!s->zbuf && room < push)
-			lim = room;
-		if (USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE + get_le32(r) >
-		    lim) {
-			dst = s->scratch;
-			lim = push;
-		}
+		if (USH_FRAME_HDR_SIZE + raw <= room)
+			dst = pack;
 		uint8_t *o = dst + USH_FRAME_HDR_SIZE;
-		uint32_t raw = 0, nrec = 0;
-		lim -= USH_FRAME_HDR_SIZE;
-		/* The first record fits: ush_writer_write() stages only
-		 * records of at most push size - 52 bytes. */
-		for (; a < b; a++) {
-			r = rec_at(s, s->sorted[a]);
+		for (uint32_t i = 0; i < nrec; i++) {
+			const uint8_t *r = rec_at(s, s->sorted[a + i]);
 			uint32_t need = USH_RECORD_HDR_SIZE + get_le32(r);
-			if (raw + need > lim)
-				break;
-			memcpy(o + raw, r, need);
-			raw += need;
-			nrec++;
+			memcpy(o, r, need);
+			o += need;
 		}
+		a += nrec;
 		st->bytes += raw - nrec * USH_RECORD_HDR_SIZE;
 		if ((ret = writer_pack_frame(w, partition, dst, raw, nrec,
 					     s->zbuf)))
