@@ -430,6 +430,10 @@ def wire_rows(res):
     row("local disk read, 64 partitions, vs fio read", mib(mb["fio_read"]),
         mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.8×",
         mb["disk_read"] / mb["fio_read"] >= 0.8, "disk read")
+    if "fio_randread" in mb:
+        row("local disk read, 64 partitions, vs fio randread 64 KiB qd16 "
+            "(its access pattern)", mib(mb["fio_randread"]),
+            mib(mb["disk_read"]), mb["disk_read"] / mb["fio_randread"])
     o = res["opens"]
     for k, what in [("disk", "disk target"), ("net", "from a worker")]:
         a, b = o.get(f"{k}64"), o.get(f"{k}_big")

@@ -312,6 +312,9 @@ struct ush_writer_stats {
 	 * carried on. */
 	uint64_t net_replica_bytes[USH_REPLICAS_MAX];
 	uint32_t net_failovers;
+	uint64_t staged_flushes; /* many partitions: times the records staged
+				    in order were sorted by partition and
+				    framed (docs/design.md, staged writes) */
 };
 
 /*

@@ -295,6 +295,11 @@ unsigned ring_inflight(const struct ush_ring *r)
 	return r->inflight;
 }
 
+bool ring_op_ready(const struct ush_ring *r)
+{
+	return r->free_ops != NULL;
+}
+
 unsigned ring_armed(const struct ush_ring *r)
 {
 	return r->armed;

@@ -196,6 +196,8 @@ int ring_check_thread(const struct ush_ring *r, const char *who);
 /* Ops started and not yet completed; ops armed and not yet ended. */
 unsigned ring_inflight(const struct ush_ring *r);
 unsigned ring_armed(const struct ush_ring *r);
+/* Whether ring_op_get() would return an op without reaping. */
+bool ring_op_ready(const struct ush_ring *r);
 /* The options the ring runs with (pool_bytes rounded up to push_size). */
 const struct ush_ring_opts *ring_opts(const struct ush_ring *r);
 struct ushi_pool *ring_pool(struct ush_ring *r);

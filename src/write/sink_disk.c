@@ -63,6 +63,10 @@ struct disk {
 	uint32_t pcap, plen;
 	uint8_t *copy;     /* psync: the pack and the private frame copy */
 	size_t copy_cap;
+	/* Staged writes: packs waiting for a ring op (len, offset in seq),
+	 * started as ops come free, so a stage flush does not wait for
+	 * the disk and the disk keeps writing while records are staged. */
+	struct ushi_buf *bhead, *btail;
 	bool prealloc;      /* O_DIRECT and the file system can fallocate */
 	uint64_t alloc_end; /* bytes preallocated */
 };
@@ -178,6 +182,11 @@ static void disk_close(struct ush_writer *w, struct disk *d)
 		close(d->ifd);
 	if (d->pb) /* an open pack, never in flight */
 		pool_put(w->pool, d->pb);
+	while (d->bhead) { /* backlogged, never started (abort) */
+		struct ushi_buf *b = d->bhead;
+		d->bhead = b->next;
+		pool_put(w->pool, b);
+	}
 	while (d->nfree)
 		pool_put(w->pool, d->pfree[--d->nfree]);
 	ushi_free(d->copy);
@@ -273,29 +282,27 @@ static void prealloc(struct disk *d, uint32_t len)
 	}
 }
 
-/*
- * Writes n bytes at p (in pool buffer b, or heap frame mem = p, or the
- * psync copy buffer) at the data offset, padded under O_DIRECT; b/mem
- * go back on completion, counted out of w->inflight, where the caller
- * counted them. The psync engine writes and releases at once.
- */
-static int data_write(struct ush_writer *w, struct disk *d,
-		      struct ushi_buf *b, uint8_t *p, uint32_t n, ushi_op_cb cb)
+/* Pads n bytes at p under O_DIRECT (pool buffers, packs and heap frames
+ * are allocated in USHI_ALIGN units, so the padding fits; zeroed rather
+ * than leaking old bytes) and gives them the next place in the file:
+ * returns its offset and sets *len to the bytes to write. */
+static uint64_t place(struct ush_writer *w, struct disk *d, uint8_t *p,
+		      uint32_t n, uint32_t *len)
 {
-	uint32_t len = d->direct ? ALIGN_UP(n, USHI_ALIGN) : n;
-	/* Pool buffers, packs and heap frames are allocated in USHI_ALIGN
-	 * units, so the padding fits; zero it rather than leak old bytes. */
-	memset(p + n, 0, len - n);
-	prealloc(d, len);
+	*len = d->direct ? ALIGN_UP(n, USHI_ALIGN) : n;
+	memset(p + n, 0, *len - n);
+	prealloc(d, *len);
 	uint64_t off = d->off;
-	d->off += len;
-	writer_stored(w, len);
-	if (d->copy) {
-		int ret = pwrite_all(d->fd, p, len, off, d->data);
-		if (p != d->copy)
-			writer_frame_done(w, b, p, ushi_now_ns());
-		return ret;
-	}
+	d->off += *len;
+	writer_stored(w, *len);
+	return off;
+}
+
+/* Starts the ring write of len bytes at p (in b, or heap frame mem = p)
+ * to off; on error b/p go back at once. */
+static int write_op(struct ush_writer *w, struct disk *d, struct ushi_buf *b,
+		    uint8_t *p, uint64_t off, uint32_t len, ushi_op_cb cb)
+{
 	struct ushi_op *op;
 	int ret = ring_op_get(w->ring, &op);
 	if (ret) {
@@ -308,6 +315,45 @@ static int data_write(struct ush_writer *w, struct disk *d,
 	op->owner = w;
 	ring_write_at(w->ring, op, b, p, off, len, d->fd, d->slot);
 	return 0;
+}
+
+/*
+ * Writes n bytes at p (in pool buffer b, or heap frame mem = p, or the
+ * psync copy buffer) at the data offset, padded under O_DIRECT; b/mem
+ * go back on completion, counted out of w->inflight, where the caller
+ * counted them. The psync engine writes and releases at once.
+ */
+static int data_write(struct ush_writer *w, struct disk *d,
+		      struct ushi_buf *b, uint8_t *p, uint32_t n, ushi_op_cb cb)
+{
+	uint32_t len;
+	uint64_t off = place(w, d, p, n, &len);
+	if (d->copy) {
+		int ret = pwrite_all(d->fd, p, len, off, d->data);
+		if (p != d->copy)
+			writer_frame_done(w, b, p, ushi_now_ns());
+		return ret;
+	}
+	return write_op(w, d, b, p, off, len, cb);
+}
+
+/* Starts backlogged packs while ring ops are free, or all (wait). */
+static int backlog_start(struct ush_writer *w, struct disk *d, bool wait)
+{
+	int ret = 0;
+	while (d->bhead && (wait || ring_op_ready(w->ring))) {
+		struct ushi_buf *b = d->bhead;
+		d->bhead = b->next;
+		b->next = NULL;
+		if (!ret)
+			ret = write_op(w, d, b, b->data, b->seq, b->len,
+				       pack_done);
+		else { /* after a failure the rest goes back unwritten */
+			unhold(d, b);
+			writer_frame_done(w, b, NULL, 0);
+		}
+	}
+	return ret;
 }
 
 /* Writes the open pack, if any (padded: it ends the packed run). */
@@ -332,12 +378,23 @@ static int pack_flush(struct ush_writer *w, struct disk *d)
 		buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 		w->inflight++; /* a frame of its own for the writer */
 	}
+	if (b && w->stage && !ring_op_ready(w->ring)) {
+		b->seq = place(w, d, p, n, &b->len);
+		if (d->bhead)
+			d->btail->next = b;
+		else
+			d->bhead = b;
+		d->btail = b;
+		b->next = NULL;
+		return 0;
+	}
 	return data_write(w, d, b, p, n, pack_done);
 }
 
 /* A pack without waiting: an idle held one, a new held one while the
- * sink holds fewer than maxheld, or, while it holds none, a one-off of
- * any size the pool has. */
+ * sink holds fewer than maxheld, or, while it holds none or stages (no
+ * partition buffers fragment the pool then), a one-off of any size the
+ * pool has. */
 static struct ushi_buf *pack_get(struct ush_writer *w, struct disk *d)
 {
 	if (d->nfree)
@@ -346,7 +403,8 @@ static struct ushi_buf *pack_get(struct ush_writer *w, struct disk *d)
 	if (d->nheld < d->maxheld &&
 	    (b = pool_get(w->pool, w->push_order)))
 		d->held[d->nheld++] = b;
-	for (unsigned o = w->push_order + 1; !b && !d->nheld && o-- > 0;)
+	for (unsigned o = w->push_order + 1; !b && (!d->nheld || w->stage) &&
+					    o-- > 0;)
 		b = pool_get(w->pool, o);
 	return b;
 }
@@ -364,7 +422,8 @@ static bool pack_open(struct ush_writer *w, struct disk *d)
 		return true;
 	}
 	struct ushi_buf *b;
-	while (!(b = pack_get(w, d)) && !w->err && ring_inflight(w->ring) &&
+	while (!(b = pack_get(w, d)) && !w->err &&
+	       !backlog_start(w, d, false) && ring_inflight(w->ring) &&
 	       !ring_reap(w->ring, 1))
 		;
 	if (!b)
@@ -449,6 +508,47 @@ static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	return data_write(w, d, b, p, flen, disk_done);
 }
 
+/* The writer submits: backlogged packs take the ring ops that are free. */
+static int disk_flush(struct ush_writer *w)
+{
+	return backlog_start(w, w->sink_state, false);
+}
+
+/* Waits for the writer's frames, backlogged packs too. */
+static int disk_drain(struct ush_writer *w)
+{
+	int ret = backlog_start(w, w->sink_state, true);
+	return ret ? ret : ring_reap(w->ring, 1);
+}
+
+/* Staged frames (stage.c) are built in the open pack. */
+static int disk_pack_room(struct ush_writer *w, uint8_t **p, uint32_t *room)
+{
+	struct disk *d = w->sink_state;
+	bool open = d->pack || pack_open(w, d);
+	*p = open ? d->pack + d->plen : NULL;
+	*room = open ? d->pcap - d->plen : 0;
+	return w->err;
+}
+
+static int disk_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
+			 uint32_t partition)
+{
+	struct disk *d = w->sink_state;
+	int ret = ents_room(d);
+	if (ret)
+		return ret;
+	if (!d->pack && !pack_open(w, d))
+		return w->err ? w->err : ushi_fail(-ENOMEM, "disk: no pack "
+						  "buffer");
+	d->ents[d->entries++] = (struct spill_entry){d->off + d->plen, flen,
+						      partition};
+	if (p != d->pack + d->plen)
+		return pack_frame(w, d, p, flen);
+	d->plen += flen;
+	return d->plen == d->pcap ? pack_flush(w, d) : 0;
+}
+
 static int sync_dir(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -463,6 +563,8 @@ static int sync_dir(const char *path)
 static int data_finish(struct ush_writer *w, struct disk *d)
 {
 	int ret = pack_flush(w, d);
+	if (!ret)
+		ret = backlog_start(w, d, true);
 	unsigned fails = 0;
 	while (w->inflight) {
 		int r = ring_reap(w->ring, 1);
@@ -553,4 +655,8 @@ const struct ushi_sink_ops ushi_sink_disk = {
 	.submit = disk_submit,
 	.commit = disk_commit,
 	.abort = disk_abort,
+	.drain = disk_drain,
+	.flush = disk_flush,
+	.pack_room = disk_pack_room,
+	.pack_add = disk_pack_add,
 };

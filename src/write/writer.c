@@ -121,27 +121,54 @@ static bool compress(struct ush_writer *w, struct ushi_frame *f,
 	return true;
 }
 
-/* Writes f's header in front of its payload (pool buffer b or heap frame
- * mem), counts the frame and gives it to the sink. */
-static int submit(struct ush_writer *w, struct ushi_frame *f,
-		  struct ushi_buf *b, uint8_t *mem)
+/* Writes f's header at hdr, in front of its payload, and counts the
+ * frame; returns its bytes. */
+static uint32_t encode(struct ush_writer *w, struct ushi_frame *f,
+		       uint8_t *hdr)
 {
-	frame_encode(b ? b->data : mem, f);
+	frame_encode(hdr, f);
 	struct ushi_part *p = &w->parts[f->partition];
 	p->sum = status_sum_add(p->sum, f->crc);
 	uint32_t flen = (uint32_t)ush_frame_size(f->payload_len);
 	w->st.frame_bytes += flen;
 	w->st.raw_bytes += f->raw_len;
 	w->st.batches++;
-	w->inflight++;
-	int ret = w->sink->submit(w, b, mem, flen, f->partition);
-	if (!ret)
-		return 0;
-	/* The sink either failed through ushi_fail() or recorded why as
-	 * the writer's error (a worker's ERROR) without making it this
-	 * thread's last error: the sticky error is both. */
+	return flen;
+}
+
+/* A sink's error: it either failed through ushi_fail() or recorded why
+ * as the writer's error (a worker's ERROR) without making it this
+ * thread's last error: the sticky error is both. */
+static int sink_failed(struct ush_writer *w, int ret)
+{
 	writer_error_keep(w, ret);
 	return sticky(w);
+}
+
+/* Encodes f in front of its payload (pool buffer b or heap frame mem)
+ * and gives the frame to the sink. */
+static int submit(struct ush_writer *w, struct ushi_frame *f,
+		  struct ushi_buf *b, uint8_t *mem)
+{
+	uint32_t flen = encode(w, f, b ? b->data : mem);
+	w->inflight++;
+	int ret = w->sink->submit(w, b, mem, flen, f->partition);
+	return ret ? sink_failed(w, ret) : 0;
+}
+
+int writer_pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
+		      uint32_t raw, uint32_t nrec, uint8_t *zbuf)
+{
+	struct ushi_part *p = &w->parts[partition];
+	struct ushi_frame f = frame_of(w, partition, p->seq++, raw, nrec);
+	p->st.batches++;
+	if (zbuf && raw &&
+	    compress(w, &f, hdr, zbuf,
+		     w->ropts->push_size - USH_FRAME_HDR_SIZE))
+		hdr = zbuf;
+	uint32_t flen = encode(w, &f, hdr);
+	int ret = w->sink->pack_add(w, hdr, flen, partition);
+	return ret ? sink_failed(w, ret) : 0;
 }
 
 /*
@@ -209,11 +236,7 @@ static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 static int sink_submit(struct ush_writer *w)
 {
 	int ret = w->sink->flush ? w->sink->flush(w) : 0;
-	if (ret) {
-		writer_error_keep(w, ret);
-		return sticky(w);
-	}
-	return ring_submit(w->ring);
+	return ret ? sink_failed(w, ret) : ring_submit(w->ring);
 }
 
 static int flush_queue(struct ush_writer *w)
@@ -236,6 +259,11 @@ static int flush_queue(struct ush_writer *w)
 	if (ret)
 		writer_error(w, ret, "writer: submit");
 	return w->err ? sticky(w) : 0;
+}
+
+int writer_flush_queue(struct ush_writer *w)
+{
+	return flush_queue(w);
 }
 
 /* Queues b (state from) as the next batch of partition. O(1). */
@@ -321,6 +349,8 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 			ret = flush_queue(w);
 		else if (ring_inflight(r))
 			ret = ring_reap(r, 1);
+		else if (stage_pending(w))
+			ret = stage_flush(w);
 		else if (!evict(w))
 			return ushi_fail(USH_EPOOL, "writer: the %zu KiB pool "
 					"has no idle %u KiB buffer, nothing in "
@@ -335,6 +365,11 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 		if (w->err)
 			return sticky(w);
 	}
+}
+
+int writer_get_buf(struct ush_writer *w, unsigned order, struct ushi_buf **b)
+{
+	return get_buf(w, order, order, b);
 }
 
 /* Hands partition's open batch off if it holds records, else frees it. */
@@ -396,8 +431,10 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	/* Records written before this one come back before it: the open
 	 * batch takes the lower sequence number. Queued batches of this
 	 * partition carry lower sequence numbers and must reach the sink
-	 * first: readers drop out-of-order sequences. */
+	 * first: readers drop out-of-order sequences. So do staged ones. */
 	int ret = close_part(w, partition);
+	if (!ret && stage_holds(w, partition))
+		ret = stage_flush(w);
 	if (!ret)
 		ret = flush_queue(w);
 	if (ret)
@@ -448,6 +485,12 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 	struct ushi_part *p = &w->parts[partition];
 	if (need > w->ropts->push_size - USH_FRAME_HDR_SIZE) {
 		ret = write_alone(w, partition, rec, len);
+	} else if (w->stage) {
+		/* Counted per partition when framed: p stays untouched. */
+		ret = stage_write(w, partition, rec, len);
+		if (!ret)
+			w->st.records++;
+		return ret;
 	} else {
 		if (p->len + need > p->cap)
 			ret = make_room(w, partition, need);
@@ -504,6 +547,12 @@ static int handoff_batch(struct ush_writer *w, struct ushi_buf *b,
 			 enum ushi_buf_state from, uint32_t partition,
 			 size_t len, uint32_t nrecords)
 {
+	/* Staged records of partition were written before this batch. */
+	int ret = stage_holds(w, partition) ? stage_flush(w) : 0;
+	if (ret) {
+		pool_put(w->pool, b);
+		return ret;
+	}
 	struct ush_part_stats *st = &w->parts[partition].st;
 	st->records += nrecords;
 	st->bytes += len - (size_t)nrecords * USH_RECORD_HDR_SIZE;
@@ -650,6 +699,8 @@ int ush_writer_status(const ush_writer *w, struct ush_status *st)
 int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 {
 	int ret = check_open(w);
+	if (!ret)
+		ret = stage_flush(w);
 	for (uint32_t i = 0; !ret && i < w->o.partitions; i++)
 		ret = close_part(w, i);
 	int dret = drain(w);
@@ -694,6 +745,7 @@ int ush_writer_abort(ush_writer *w)
 			pool_put(w->pool, p->buf);
 		part_set(p, NULL);
 	}
+	stage_free(w);
 	drain(w);
 	w->sink->abort(w);
 	w->state = W_ABORTED;
@@ -809,6 +861,8 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	w->ropts = ring_opts(ring);
 	w->push_order = w->pool->max_order;
 	ret = sink->open(w);
+	if (!ret && (ret = stage_open(w)))
+		sink->abort(w);
 	if (ret) {
 		w->sink = NULL;
 		ush_writer_free(w);
@@ -835,6 +889,7 @@ void ush_writer_free(ush_writer *w)
 		unlend(b);
 		pool_put(w->pool, b);
 	}
+	stage_free(w);
 	ushi_free((void *)w->o.dir);
 	ushi_free((void *)w->o.workers);
 	ushi_free((void *)w->o.app);

@@ -30,6 +30,18 @@ struct ushi_sink_ops {
 	 * sink that holds frames back to send them together starts them.
 	 * Returns 0 or a ring error. */
 	int (*flush)(struct ush_writer *w);
+	/*
+	 * Optional, both or neither: staged writes (stage.c) build frames
+	 * straight into the sink's open pack. pack_room sets *p to the
+	 * pack's free bytes and *room to their count, opening a pack if
+	 * none is (*room 0: none could be had). pack_add takes the next
+	 * frame of partition, flen bytes at p: built in place at *p (flen
+	 * <= room) or, from anywhere else, copied in across packs. p stays
+	 * the caller's; a full pack goes out. Returns 0 or an error.
+	 */
+	int (*pack_room)(struct ush_writer *w, uint8_t **p, uint32_t *room);
+	int (*pack_add)(struct ush_writer *w, const uint8_t *p, uint32_t flen,
+			uint32_t partition);
 };
 
 /* The disk sink's fdatasync: a seam for tests, which make it fail the
@@ -64,6 +76,7 @@ struct ush_writer {
 	const struct ushi_sink_ops *sink;
 	void *sink_state;
 	struct ushi_part *parts;
+	struct ushi_stage *stage; /* staged writes (stage.c), or NULL */
 	struct ushi_buf *qhead, *qtail; /* handed off, not yet framed */
 	/* Sentinel of the circular list (next/prev) of the buffers lent to
 	 * the caller, which ush_writer_free() takes back. Circular, so a
@@ -99,5 +112,30 @@ int writer_build_status(struct ush_writer *w, const uint64_t *holders);
  * frame that never reached the target. */
 void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
 		       const uint8_t *mem, uint64_t t0);
+
+/* Frames payload raw bytes of nrec records at hdr + 48 as partition's
+ * next batch, counts it and gives it to the sink's pack_add; with zbuf
+ * (push size bytes), compressed there with the ring's codec if it
+ * shrinks. */
+int writer_pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
+		      uint32_t raw, uint32_t nrec, uint8_t *zbuf);
+/* An idle pool buffer of order, waiting, flushing or evicting as needed
+ * (writer.c); and the hand-off queue framed and submitted. */
+int writer_get_buf(struct ush_writer *w, unsigned order, struct ushi_buf **b);
+int writer_flush_queue(struct ush_writer *w);
+
+/* Staged writes, for many partitions (stage.c). stage_open() decides at
+ * writer open whether w stages: 0 or -ENOMEM. stage_write() appends one
+ * record of at most push size - 52 bytes. stage_flush() frames and hands
+ * over every staged record; a no-op when none is staged. stage_free()
+ * drops what is staged (abort) and frees the stage. */
+int stage_open(struct ush_writer *w);
+int stage_write(struct ush_writer *w, uint32_t partition, const void *rec,
+		size_t len);
+int stage_flush(struct ush_writer *w);
+/* Whether anything is staged; whether a record of partition is. */
+bool stage_pending(const struct ush_writer *w);
+bool stage_holds(const struct ush_writer *w, uint32_t partition);
+void stage_free(struct ush_writer *w);
 
 #endif

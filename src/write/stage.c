@@ -1,0 +1,282 @@
+/*
+ * Staged writes, for many partitions (docs/design.md, "Staged writes").
+ *
+ * With thousands of partitions each partition buffer gets a few KiB of
+ * the pool: every record is copied into a scattered buffer (a cache miss
+ * per record), buffers grow by copying, and the small frames are copied
+ * once more into the disk sink's packs. Staged, ush_writer_write()
+ * appends each record in order to the stage (push-size pool buffers) and
+ * notes its partition and position. When the stage is full, a counting
+ * sort by partition orders the notes (stable: a partition's records keep
+ * their order) and each partition's records are copied once into frames
+ * built straight in the sink's open pack: sequential writes, no pack
+ * copy. A frame that does not fit the pack's room is built in the scratch
+ * frame and copied in across two packs: at most one per pack, and a
+ * partition's records make as few frames as the push size allows. With
+ * a codec the records are gathered in the scratch frame, compressed into
+ * a second one and copied in.
+ *
+ * Chosen at open where it pays: a sink with packs and a pool whose share
+ * per partition is below the packed-frame size (the frames would be
+ * small and copied into packs anyway).
+ */
+#include "core/spill.h"
+#include "write/writer.h"
+
+#include <errno.h>
+
+/* Push-size buffers kept out of the stage besides the packs' half:
+ * swaps, a one-off frame. */
+#define USHI_STAGE_SPARE 16u
+/* One note per this many staged bytes at least; more records (smaller
+ * than this on average) flush the stage early. */
+#define USHI_STAGE_NOTE_BYTES 64u
+
+struct note {
+	uint32_t part, pos; /* pos: chunk << shift | offset */
+};
+
+struct ushi_stage {
+	struct ushi_buf **chunks; /* the stage's pool buffers, in order */
+	uint32_t nchunks, maxchunks;
+	unsigned shift;           /* log2 of a chunk's bytes */
+	uint32_t used;            /* bytes used in the last chunk */
+	struct note *notes;       /* one per staged record, in order */
+	uint32_t *sorted;         /* their positions by partition (flush) */
+	uint32_t n, maxnotes;
+	uint32_t *count;          /* per partition: records staged */
+	uint8_t *scratch;         /* a frame of up to push size */
+	uint8_t *zbuf;            /* with a codec: its compressed form */
+};
+
+static void drop(struct ush_writer *w, struct ushi_stage *s)
+{
+	while (s->nchunks)
+		pool_put(w->pool, s->chunks[--s->nchunks]);
+	s->used = 0;
+	s->n = 0;
+}
+
+void stage_free(struct ush_writer *w)
+{
+	struct ushi_stage *s = w->stage;
+	if (!s)
+		return;
+	drop(w, s);
+	ushi_free(s->chunks);
+	ushi_free(s->notes);
+	ushi_free(s->sorted);
+	ushi_free(s->count);
+	ushi_free(s->scratch);
+	ushi_free(s->zbuf);
+	ushi_free(s);
+	w->stage = NULL;
+}
+
+int stage_open(struct ush_writer *w)
+{
+	const struct ush_ring_opts *ro = w->ropts;
+	size_t chunk = (size_t)USHI_BUF_MIN << w->push_order;
+	uint64_t bufs = w->pool->bytes / chunk;
+	if (!w->sink->pack_room ||
+	    w->pool->bytes / w->o.partitions >= USHI_PACK_MIN ||
+	    bufs < 2 * USHI_STAGE_SPARE)
+		return 0;
+	struct ushi_stage *s = ushi_calloc(1, sizeof(*s));
+	if (!s)
+		return ushi_fail(-ENOMEM, "writer: stage");
+	w->stage = s;
+	s->shift = (unsigned)__builtin_ctz(USHI_BUF_MIN) + w->push_order;
+	/* Half the pool: the other half holds the last flush's packs while
+	 * the disk writes them and the stage fills again. */
+	s->maxchunks = (uint32_t)((bufs - USHI_STAGE_SPARE) / 2);
+	s->maxnotes = (uint32_t)((uint64_t)s->maxchunks * chunk /
+				 USHI_STAGE_NOTE_BYTES);
+	s->chunks = ushi_calloc(s->maxchunks, sizeof(*s->chunks));
+	s->notes = ushi_malloc((size_t)s->maxnotes * sizeof(*s->notes));
+	s->sorted = ushi_malloc((size_t)s->maxnotes * sizeof(*s->sorted));
+	s->count = ushi_calloc(w->o.partitions, sizeof(*s->count));
+	s->scratch = ushi_aligned_alloc(ro->push_size);
+	if (ro->codec != USH_CODEC_NONE)
+		s->zbuf = ushi_aligned_alloc(ro->push_size);
+	if (!s->chunks || !s->notes || !s->sorted || !s->count ||
+	    !s->scratch || (ro->codec != USH_CODEC_NONE && !s->zbuf)) {
+		stage_free(w);
+		return ushi_fail(-ENOMEM, "writer: stage of %u MiB for %u "
+				"partitions", (unsigned)(bufs * chunk >> 20),
+				w->o.partitions);
+	}
+	return 0;
+}
+
+bool stage_pending(const struct ush_writer *w)
+{
+	return w->stage && w->stage->nchunks;
+}
+
+bool stage_holds(const struct ush_writer *w, uint32_t partition)
+{
+	return w->stage && w->stage->count[partition];
+}
+
+static const uint8_t *rec_at(const struct ushi_stage *s, uint32_t pos)
+{
+	return s->chunks[pos >> s->shift]->data +
+	       (pos & ((1u << s->shift) - 1));
+}
+
+/* How many of the records from a on, up to b, fit a batch of cap bytes
+ * (at least one: ush_writer_write() stages only records of at most push
+ * size - 52 bytes); *raw becomes their bytes. */
+static uint32_t batch_of(const struct ushi_stage *s, uint32_t a, uint32_t b,
+			 uint32_t cap, uint32_t *raw)
+{
+	uint32_t n = 0, len = 0;
+	for (; a + n < b; n++) {
+		uint32_t need = USH_RECORD_HDR_SIZE +
+				get_le32(rec_at(s, s->sorted[a + n]));
+		if (len + need > cap)
+			break;
+		len += need;
+	}
+	*raw = len;
+	return n;
+}
+
+/*
+ * Frames partition's staged records [a, b) (positions in s->sorted),
+ * as few frames as the push size allows: each is built in the sink's
+ * open pack where it fits the room, else in the scratch frame and
+ * copied in across two packs (with a codec: always gathered there and
+ * compressed).
+ */
+static int frame_part(struct ush_writer *w, struct ushi_stage *s,
+		      uint32_t partition, uint32_t a, uint32_t b)
+{
+	const uint32_t cap = (uint32_t)w->ropts->push_size - USH_FRAME_HDR_SIZE;
+	struct ush_part_stats *st = &w->parts[partition].st;
+	st->records += b - a;
+	while (a < b) {
+		uint32_t raw, room = 0;
+		uint32_t nrec = batch_of(s, a, b, cap, &raw);
+		uint8_t *dst = s->scratch, *pack;
+		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &pack, &room);
+		if (ret)
+			return ret;
+		if (USH_FRAME_HDR_SIZE + raw <= room)
+			dst = pack;
+		uint8_t *o = dst + USH_FRAME_HDR_SIZE;
+		for (uint32_t i = 0; i < nrec; i++) {
+			const uint8_t *r = rec_at(s, s->sorted[a + i]);
+			uint32_t need = USH_RECORD_HDR_SIZE + get_le32(r);
+			memcpy(o, r, need);
+			o += need;
+		}
+		a += nrec;
+		st->bytes += raw - nrec * USH_RECORD_HDR_SIZE;
+		if ((ret = writer_pack_frame(w, partition, dst, raw, nrec,
+					     s->zbuf)))
+			return ret;
+	}
+	return 0;
+}
+
+int stage_flush(struct ush_writer *w)
+{
+	struct ushi_stage *s = w->stage;
+	if (!s || !s->nchunks)
+		return 0;
+	/* Batches handed off before these records carry lower sequence
+	 * numbers: they reach the sink first. */
+	int ret = w->qhead ? writer_flush_queue(w) : 0;
+	/* Counting sort: count[p] becomes the end of p's positions. */
+	uint32_t at = 0, p;
+	for (p = 0; p < w->o.partitions; p++) {
+		uint32_t c = s->count[p];
+		s->count[p] = at;
+		at += c;
+	}
+	for (uint32_t i = 0; i < s->n; i++)
+		s->sorted[s->count[s->notes[i].part]++] = s->notes[i].pos;
+	uint32_t a = 0;
+	for (p = 0; p < w->o.partitions; p++) {
+		uint32_t b = s->count[p];
+		s->count[p] = 0;
+		if (!ret && b > a)
+			ret = frame_part(w, s, p, a, b);
+		a = b;
+	}
+	drop(w, s);
+	w->st.staged_flushes++;
+	if (!ret && w->sink->flush)
+		ret = w->sink->flush(w);
+	if (!ret)
+		ret = ring_submit(w->ring);
+	if (ret)
+		writer_error_keep(w, ret);
+	return ret;
+}
+
+/*
+ * While records are staged, the last flush's packs go on being written:
+ * completions free ring ops and buffers, the sink's waiting packs take
+ * the ops (sink flush). Once per chunk.
+ */
+static int stage_poll(struct ush_writer *w)
+{
+	if (!ring_inflight(w->ring))
+		return 0;
+	int ret = ring_poll(w->ring);
+	if (!ret && w->sink->flush)
+		ret = w->sink->flush(w);
+	return ret ? ret : ring_submit(w->ring);
+}
+
+/* Room for need more bytes and one more note: a new chunk, after
+ * flushing the stage when it is full. */
+static int stage_room(struct ush_writer *w, struct ushi_stage *s,
+		      uint32_t need)
+{
+	bool fits = s->nchunks && s->used + need <= (1u << s->shift);
+	int ret = 0;
+	if (s->n == s->maxnotes || (!fits && s->nchunks == s->maxchunks))
+		ret = stage_flush(w);
+	else if (fits)
+		return 0;
+	struct ushi_buf *b;
+	if (!ret)
+		ret = stage_poll(w);
+	/* The pool short (packs in flight, swaps): it waits for them, or
+	 * flushes the stage. */
+	if (!ret)
+		ret = writer_get_buf(w, w->push_order, &b);
+	if (ret) {
+		writer_error_keep(w, ret);
+		return ret;
+	}
+	s->chunks[s->nchunks++] = b;
+	s->used = 0;
+	return 0;
+}
+
+int stage_write(struct ush_writer *w, uint32_t partition, const void *rec,
+		size_t len)
+{
+	struct ushi_stage *s = w->stage;
+	uint32_t need = USH_RECORD_HDR_SIZE + (uint32_t)len;
+	if (unlikely(s->n == s->maxnotes || !s->nchunks ||
+		     s->used + need > (1u << s->shift))) {
+		int ret = stage_room(w, s, need);
+		if (ret)
+			return ret;
+	}
+	uint32_t pos = (s->nchunks - 1) << s->shift | s->used;
+	uint8_t *d = s->chunks[s->nchunks - 1]->data + s->used;
+	put_le32(d, (uint32_t)len);
+	if (len) /* rec may be NULL then */
+		memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+	s->used += need;
+	s->notes[s->n++] = (struct note){partition, pos};
+	s->count[partition]++;
+	return 0;
+}

@@ -1,0 +1,322 @@
+/*
+ * Staged writes (src/write/stage.c): with a pool share per partition
+ * below the packed-frame size, ush_writer_write() stages records in order
+ * and frames them by partition when the stage fills. A 4 MiB pool (a
+ * stage of 24 push buffers) and 3,000 partitions make it flush many
+ * times. Records of every size a stage takes (empty, small, up to the
+ * largest that fits a batch, which never fits a pack's leftover room),
+ * records above the push size (written alone) and swapped batches are
+ * interleaved in the same partitions, and a run of empty records fills
+ * the stage's notes before its bytes. Every record of every partition is
+ * read back in order, through the ring, the psync engine and with lz4;
+ * the null target frames the same writes. Few partitions never stage.
+ */
+#include "helpers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHUFFLE 12
+#define PUSH (64u << 10)
+#define REC_MAX_STAGED (PUSH - 48 - 4) /* the largest record a batch holds */
+
+static uint32_t nparts = 3000;
+static enum ush_codec codec = USH_CODEC_NONE;
+
+/* What partition p holds, in order: seeds and lengths. */
+struct part {
+	uint64_t *seed;
+	uint32_t *len;
+	uint32_t n, cap;
+};
+
+static void note(struct part *pt, uint64_t seed, uint32_t len)
+{
+	if (pt->n == pt->cap) {
+		pt->cap = pt->cap ? 2 * pt->cap : 8;
+		pt->seed = realloc(pt->seed, pt->cap * sizeof(*pt->seed));
+		pt->len = realloc(pt->len, pt->cap * sizeof(*pt->len));
+		assert_non_null(pt->seed);
+		assert_non_null(pt->len);
+	}
+	pt->seed[pt->n] = seed;
+	pt->len[pt->n++] = len;
+}
+
+/* Mostly small records, some of 8 KiB, a few of the largest staged size
+ * and very few above the push size. */
+static uint32_t pick_len(uint64_t *rng)
+{
+	uint64_t x = th_rand(rng);
+	if (x % 4096 == 1) /* each flushes the stage: rare */
+		return PUSH + (uint32_t)(x >> 12) % 5000;
+	switch (x % 64) {
+	case 0:
+		return REC_MAX_STAGED - (uint32_t)(x >> 8) % 3;
+	case 1: case 2: case 3: case 4:
+		return 8000 + (uint32_t)(x >> 8) % 300;
+	default:
+		return (uint32_t)(x >> 8) % 300;
+	}
+}
+
+/* One swapped batch of k records of 100 bytes for partition p. */
+static void swap_batch(ush_writer *w, void **buf, uint32_t p,
+		       struct part *pt, uint64_t *seq)
+{
+	uint8_t *b = *buf;
+	size_t off = 0;
+	uint32_t k = 1 + (uint32_t)(*seq % 7);
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t seed = (uint64_t)p << 32 | (*seq)++;
+		b[off] = 100;
+		b[off + 1] = b[off + 2] = b[off + 3] = 0;
+		th_fill(b + off + 4, 100, seed);
+		off += 104;
+		note(pt, seed, 100);
+	}
+	th_ok(ush_writer_swap(w, p, buf, off, k));
+}
+
+/* A writer of map 0 on a new ring with a 4 MiB pool (the stage: 24
+ * push buffers) and the test's codec; dir may be NULL. */
+static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
+			       enum ush_target target, const char *dir,
+			       enum ush_ioengine eng)
+{
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.push_size = PUSH;
+	ro.pool_bytes = 4u << 20;
+	ro.codec = codec;
+	th_ok(ush_ring_create(ring, &ro));
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.partitions = partitions;
+	wo.target = target;
+	wo.dir = dir;
+	wo.ioengine = eng;
+	wo.direct = 1;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, *ring, &wo));
+	return w;
+}
+
+/* Writes map 0 to target; fills parts[] with what each partition holds
+ * and returns the writer's stats. */
+static struct ush_writer_stats write_map(const char *dir,
+					 enum ush_target target,
+					 enum ush_ioengine eng,
+					 struct part *parts,
+					 struct ush_status *st,
+					 struct ush_part_stats *ps)
+{
+	ush_ring *ring;
+	ush_writer *w = open_writer(&ring, nparts, target, dir, eng);
+	uint8_t *rec = malloc(PUSH + 5000);
+	assert_non_null(rec);
+	void *sbuf;
+	size_t scap;
+	th_ok(ush_writer_acquire(w, &sbuf, &scap));
+	uint64_t rng = 42, seq = 0;
+	for (uint32_t i = 0; i < 40000; i++) {
+		uint32_t p = (uint32_t)(th_rand(&rng) % nparts);
+		if (i % 9973 == 0) { /* flushes the stage too */
+			swap_batch(w, &sbuf, p, &parts[p], &seq);
+			continue;
+		}
+		uint32_t len = pick_len(&rng);
+		uint64_t seed = (uint64_t)p << 32 | seq++;
+		th_fill(rec, len, seed);
+		th_ok(ush_writer_write(w, p, rec, len));
+		note(&parts[p], seed, len);
+	}
+	/* Empty records: the stage's notes fill before its bytes. */
+	for (uint32_t i = 0; i < 60000; i++) {
+		uint32_t p = i % nparts;
+		th_ok(ush_writer_write(w, p, NULL, 0));
+		note(&parts[p], 0, 0);
+	}
+	th_ok(ush_writer_release(w, sbuf));
+	th_ok(th_commit(w, ps, target == USH_TARGET_NULL ? NULL : st));
+	struct ush_writer_stats ws;
+	ush_writer_stats(w, &ws);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	free(rec);
+	return ws;
+}
+
+static void check_stats(const struct part *parts,
+			const struct ush_part_stats *ps)
+{
+	for (uint32_t p = 0; p < nparts; p++) {
+		uint64_t bytes = 0;
+		for (uint32_t i = 0; i < parts[p].n; i++)
+			bytes += parts[p].len[i];
+		if (ps[p].records != parts[p].n || ps[p].bytes != bytes)
+			fail_msg("partition %u: stats say %llu records, %llu "
+				 "bytes; written %u, %llu", p,
+				 (unsigned long long)ps[p].records,
+				 (unsigned long long)ps[p].bytes, parts[p].n,
+				 (unsigned long long)bytes);
+	}
+}
+
+static void read_back(const struct ush_status *st, const struct part *parts)
+{
+	for (uint32_t p = 0; p < nparts; p++) {
+		ush_reader *r;
+		th_ok(th_reader_open(&r, st, 1, p, 0));
+		const void *rec;
+		size_t len;
+		for (uint32_t i = 0; i < parts[p].n; i++) {
+			int ret = ush_reader_next(r, &rec, &len);
+			if (ret != 1)
+				fail_msg("partition %u record %u of %u: %d "
+					 "(%s)", p, i, parts[p].n, ret,
+					 ush_last_error());
+			if (len != parts[p].len[i] ||
+			    !th_check(rec, len, parts[p].seed[i]))
+				fail_msg("partition %u record %u: %zu bytes, "
+					 "wanted %u of seed %llx", p, i, len,
+					 parts[p].len[i],
+					 (unsigned long long)parts[p].seed[i]);
+		}
+		int ret = ush_reader_next(r, &rec, &len);
+		if (ret != 0)
+			fail_msg("partition %u: %d after its %u records", p,
+				 ret, parts[p].n);
+		ush_reader_free(r);
+	}
+}
+
+static void run(enum ush_target target, enum ush_ioengine eng)
+{
+	const char *dir = th_scratch("stage");
+	struct part *parts = calloc(nparts, sizeof(*parts));
+	struct ush_part_stats *ps = calloc(nparts, sizeof(*ps));
+	assert_non_null(parts);
+	assert_non_null(ps);
+	struct ush_status st = {0};
+	struct ush_writer_stats ws = write_map(dir, target, eng, parts, &st,
+					       ps);
+	printf("%u partitions: %llu stage flushes, %llu batches\n", nparts,
+	       (unsigned long long)ws.staged_flushes,
+	       (unsigned long long)ws.batches);
+	/* The bytes alone fill a 1.5 MiB stage many times, the empty
+	 * records its 24,576 notes twice more. */
+	assert_true(ws.staged_flushes >= 10);
+	assert_int_equal(ws.grows, 0);
+	if (codec != USH_CODEC_NONE) {
+		assert_true(ws.stored_raw > 0);
+		assert_true(ws.frame_bytes < ws.raw_bytes + 48 * ws.batches);
+	}
+	check_stats(parts, ps);
+	if (target != USH_TARGET_NULL)
+		read_back(&st, parts);
+	th_status_free(&st);
+	for (uint32_t p = 0; p < nparts; p++) {
+		free(parts[p].seed);
+		free(parts[p].len);
+	}
+	free(parts);
+	free(ps);
+}
+
+static void staged_io_uring(void **state)
+{
+	(void)state;
+	run(USH_TARGET_DISK, USH_IOENGINE_URING);
+}
+
+static void staged_psync(void **state)
+{
+	(void)state;
+	run(USH_TARGET_DISK, USH_IOENGINE_PSYNC);
+}
+
+/* Gathered, compressed and copied into the packs: the empty records'
+ * batches shrink, th_fill's random bytes are stored raw. */
+static void staged_lz4(void **state)
+{
+	(void)state;
+	codec = USH_CODEC_LZ4;
+	run(USH_TARGET_DISK, USH_IOENGINE_URING);
+	codec = USH_CODEC_NONE;
+}
+
+static void staged_null(void **state)
+{
+	(void)state;
+	run(USH_TARGET_NULL, USH_IOENGINE_URING);
+}
+
+/* A swap flushes the stage only when its partition has records staged
+ * (they come first); other partitions' stay staged. */
+static void swap_flushes_own_partition(void **state)
+{
+	(void)state;
+	ush_ring *ring;
+	ush_writer *w = open_writer(&ring, nparts, USH_TARGET_NULL, NULL,
+				    USH_IOENGINE_URING);
+	static uint8_t rec[100];
+	for (uint32_t p = 1; p <= 100; p++)
+		th_ok(ush_writer_write(w, p, rec, sizeof(rec)));
+	void *buf;
+	size_t cap;
+	struct ush_writer_stats ws;
+	th_ok(ush_writer_acquire(w, &buf, &cap));
+	memset(buf, 0, 4); /* one empty record */
+	th_ok(ush_writer_swap(w, 0, &buf, 4, 1));
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.staged_flushes, 0);
+	memset(buf, 0, 4);
+	th_ok(ush_writer_swap(w, 5, &buf, 4, 1));
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.staged_flushes, 1);
+	th_ok(ush_writer_release(w, buf));
+	struct ush_part_stats *ps = calloc(nparts, sizeof(*ps));
+	assert_non_null(ps);
+	th_ok(ush_writer_commit(w, ps));
+	assert_int_equal(ps[0].records, 1);
+	assert_int_equal(ps[5].records, 2);
+	assert_int_equal(ps[6].records, 1);
+	free(ps);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+}
+
+/* 64 partitions in the same pool: 64 KiB each, so no stage. */
+static void few_parts_unstaged(void **state)
+{
+	(void)state;
+	ush_ring *ring;
+	ush_writer *w = open_writer(&ring, 64, USH_TARGET_NULL, NULL,
+				    USH_IOENGINE_URING);
+	static uint8_t rec[1000];
+	for (uint32_t i = 0; i < 20000; i++)
+		th_ok(ush_writer_write(w, i % 64, rec, sizeof(rec)));
+	th_ok(ush_writer_commit(w, NULL));
+	struct ush_writer_stats ws;
+	ush_writer_stats(w, &ws);
+	assert_int_equal(ws.staged_flushes, 0);
+	assert_true(ws.batches > 0);
+	ush_writer_free(w);
+	ush_ring_free(ring);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(staged_io_uring, th_teardown),
+		cmocka_unit_test_teardown(staged_psync, th_teardown),
+		cmocka_unit_test_teardown(staged_lz4, th_teardown),
+		cmocka_unit_test_teardown(staged_null, th_teardown),
+		cmocka_unit_test(swap_flushes_own_partition),
+		cmocka_unit_test(few_parts_unstaged),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
