@@ -31,12 +31,20 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static double cpu(void)
+/* This process's CPU seconds: user + system, or user alone (what the
+ * library itself spends, without the kernel's copies). */
+static double cpu_of(bool user_only)
 {
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+	double u = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+	return user_only ? u : u + (double)ru.ru_stime.tv_sec +
+				       (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static double cpu(void)
+{
+	return cpu_of(false);
 }
 
 int main(int argc, char **argv)
@@ -101,7 +109,7 @@ int main(int argc, char **argv)
 	while (len + 4 + sizeof(rec) <= cap)
 		len += ush_record_put((char *)buf + len, rec, sizeof(rec)),
 			nrec++;
-	double t0 = now(), c0 = cpu();
+	double t0 = now(), c0 = cpu(), u0 = cpu_of(true);
 	/* After the kill: when the writer noticed (a worker dropped), and
 	 * its longest swap, the stall a death costs the map. */
 	double killed = 0, noticed = 0, stall = 0;
@@ -131,7 +139,7 @@ int main(int argc, char **argv)
 		ush_writer_release(w, buf);
 		ret = ush_writer_commit(w, NULL);
 	}
-	double t = now() - t0, c = cpu() - c0;
+	double t = now() - t0, c = cpu() - c0, u = cpu_of(true) - u0;
 	if (ret)
 		return fprintf(stderr, "%s\n", ush_last_error()), 1;
 	/* The map status the reader is opened with, copied: the writer's
@@ -145,11 +153,11 @@ int main(int argc, char **argv)
 	ush_writer_stats(w, &st);
 	double gib = (double)st.frame_bytes / (1u << 30);
 	printf("engine=%s zc=%s push=%zuKiB: %.2f GiB in %.2f s = %.2f GiB/s,"
-	       " writer CPU %.3f s/GiB; sends %llu zc %llu notifs %llu "
+	       " writer CPU %.3f s/GiB (user %.3f); sends %llu zc %llu notifs %llu "
 	       "copied %llu zc_off %u credit_waits %llu\n",
 	       psync ? "psync" : "uring",
 	       zc == 1 ? "on" : zc == 2 ? "off" : "auto", push_kib, gib, t,
-	       gib / t, c / gib, (unsigned long long)st.net_sends,
+	       gib / t, c / gib, u / gib, (unsigned long long)st.net_sends,
 	       (unsigned long long)st.net_zc_sends,
 	       (unsigned long long)st.net_zc_notifs,
 	       (unsigned long long)st.net_zc_copied, st.net_zc_off,
