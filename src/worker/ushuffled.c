@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,12 +64,15 @@ static void log_line(void *arg, const char *msg)
 	fprintf(stderr, "ushuffled: %s\n", msg);
 }
 
-static volatile sig_atomic_t stopping;
+/* Set by the handler on whichever thread the signal lands (a worker
+ * thread, often), read by the main thread: an atomic, lock-free and so
+ * signal-safe, where a sig_atomic_t orders nothing across threads. */
+static atomic_int stopping;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	stopping = 1;
+	atomic_store(&stopping, 1);
 	if (worker)
 		ush_worker_stop(worker); /* an atomic store: signal-safe */
 }
@@ -91,7 +95,7 @@ static void supervise(void)
 	uint64_t step = wd_usec ? wd_usec / 2 : 200000;
 	step = step > 200000 ? 200000 : step;
 	uint64_t since = 0;
-	while (!stopping) {
+	while (!atomic_load(&stopping)) {
 		struct timespec ts = {(time_t)(step / 1000000),
 				      (long)(step % 1000000) * 1000};
 		nanosleep(&ts, NULL);
