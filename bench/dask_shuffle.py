@@ -70,7 +70,7 @@ def workers_start(ushuffled, scratch):
         d = os.path.join(scratch, f"ushuffled{i}")
         os.makedirs(d, exist_ok=True)
         p = subprocess.Popen([ushuffled, "--listen=127.0.0.1:0",
-                              f"--dir={d}", "--threads=1",
+                              f"--dir={d}",
                               "--log-level=error"], stdout=subprocess.PIPE,
                              text=True)
         addrs.append(f"127.0.0.1:{int(p.stdout.readline().split()[-1])}")

@@ -8,8 +8,9 @@ exactly the attempts whose statuses Dask delivered). A map task that Dask
 re-runs (its worker died) writes a new, random attempt number; the
 attempts Dask did not deliver are never read.
 
-Row batches are pandas frames pickled with protocol 5: the numeric columns
-travel as out-of-band buffers written straight from the frame's memory.
+Row batches carry the numeric columns (and index) as raw bytes, sliced
+from one sorted copy per map and copied once into the reducer's columns;
+the other columns travel pickled.
 """
 import collections
 import os
@@ -33,14 +34,20 @@ import ushuffle
 
 __all__ = ["shuffle", "drop"]
 
-# A row batch is one record: a header "<4s I Q" + nbuf x "Q" (magic,
-# buffer count, pickle length, buffer lengths), the pickle, then each
-# out-of-band buffer, every part starting 8-byte aligned. Every record is
-# a whole batch within one frame (Writer.write_gather), so the frames of
-# maps interleaved on a worker never split one.
-_MAGIC = b"USD2"
-_HDR = struct.Struct("<4sIQ")
+# A row batch is one record: a header "<4s I I Q" (magic, rows, layout
+# length, rest length), the layout (a pickle: the frame's columns, which of
+# them and whether the index travel raw, their dtypes), the rest (a pickle
+# of the columns without a numpy dtype: object, string, nullable,
+# categorical), then each raw column's bytes (the index first); every part
+# starts 8-byte aligned. Raw columns cost no Python per row: the map sorts
+# each once and writes slices of it, the reducer copies each record's
+# slice straight into its output column. Every record is a whole batch
+# within one frame (Writer.write_gather), so the frames of maps interleaved
+# on a worker never split one.
+_MAGIC = b"USD3"
+_HDR = struct.Struct("<4sIIQ")
 _PAD = bytes(8)
+_RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "push_size": 1 << 20, "pool_bytes": 32 << 20,
              "timeout_ms": 0, "secret_file": None,
@@ -48,9 +55,11 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
 _local = threading.local()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
-# sort by it), take (each batch's rows), pickle, decode (copy the record,
-# unpickle), concat. Transport: write (copy into push buffers, hand-offs,
-# waits for credit), commit (flush, worker sync), fetch (reader).
+# sort by it), take (the rows in partition order, once per map), pickle
+# (the batches' rest columns and headers), decode (copy each record's
+# columns into the output's, unpickle the rest), concat (make the frame).
+# Transport: write (copy into push buffers, hand-offs, waits for credit),
+# commit (flush, worker sync), fetch (reader).
 stats = collections.Counter()
 
 
@@ -74,40 +83,56 @@ def _pad(n):
     return _PAD[:-n % 8]
 
 
-def _encode(frame):
-    """The pieces of frame's record (not copied) and its length."""
-    bufs = []
-    data = pickle.dumps(frame, protocol=5, buffer_callback=bufs.append)
-    raws = [b.raw() for b in bufs]
-    pieces = [_HDR.pack(_MAGIC, len(raws), len(data)),
-              struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))]
-    for r in [memoryview(data)] + raws:
-        pieces += [r, _pad(r.nbytes)]
-    return pieces, sum(memoryview(x).nbytes for x in pieces)
+def _is_raw(dtype):
+    return isinstance(dtype, np.dtype) and dtype.kind in _RAW_KINDS
 
 
-def _write_rows(w, part, frame, rows, limit):
-    """Writes frame's rows (positions) to part as batches of at most limit
-    bytes: halves a batch that came out too large."""
+def _sorted_parts(frame, order):
+    """frame's rows in the order `order`, split into the layout (pickled),
+    the raw columns as byte arrays (index first, if raw) and the rest
+    frame (None when every column is raw)."""
+    raw_index = _is_raw(frame.index.dtype) and frame.index.nlevels == 1
+    pos = [i for i, t in enumerate(frame.dtypes) if _is_raw(t)]
+    arrays = [frame.index.to_numpy()] if raw_index else []
+    arrays += [frame.iloc[:, i].to_numpy() for i in pos]
+    # Bytes, not the dtype: numpy gives datetimes no buffer protocol.
+    raws = [np.take(a, order).view(np.uint8) for a in arrays]
+    others = [i for i in range(frame.shape[1]) if i not in set(pos)]
+    rest = None
+    if others or not raw_index:
+        rest = frame.iloc[:, others].take(order)
+        if raw_index:
+            rest = rest.reset_index(drop=True)
+    layout = pickle.dumps((frame.columns, frame.index.name, raw_index, pos,
+                           [a.dtype.str for a in arrays]), protocol=5)
+    return layout, raws, [a.dtype.itemsize for a in arrays], rest
+
+
+def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
+    """Writes rows [a, b) of the sorted columns to part as one batch, or
+    halves it if its record came out larger than limit bytes."""
     t = time.perf_counter()
-    # take() makes the batch's blocks contiguous, so pickle hands them out
-    # of band instead of copying them.
-    sub = frame.take(rows)
+    rp = b"" if rest is None else pickle.dumps(rest.iloc[a:b], protocol=5)
+    pieces = [_HDR.pack(_MAGIC, b - a, len(layout), len(rp)),
+              layout, _pad(len(layout)), rp, _pad(len(rp))]
+    for r, sz in zip(raws, sizes):
+        pieces += [r[a * sz:b * sz], _pad((b - a) * sz)]
+    n = sum(memoryview(x).nbytes for x in pieces)
     t2 = time.perf_counter()
-    pieces, n = _encode(sub)
-    t3 = time.perf_counter()
-    stats["take"] += t2 - t
-    stats["pickle"] += t3 - t2
-    if n > limit and len(rows) > 1:
-        half = len(rows) // 2
-        _write_rows(w, part, frame, rows[:half], limit)
-        _write_rows(w, part, frame, rows[half:], limit)
+    stats["pickle"] += t2 - t
+    if n > limit and b - a > 1:
+        half = (a + b) // 2
+        _write_rows(w, part, a, half, layout, raws, sizes, rest, limit)
+        _write_rows(w, part, half, b, layout, raws, sizes, rest, limit)
         return
     w.write_gather(part, pieces)
-    stats["write"] += time.perf_counter() - t3
+    stats["write"] += time.perf_counter() - t2
 
 
 def _map(frame, on, nparts, sid, index, cfg):
+    """Writes frame's rows to their partitions and commits: returns the
+    map status and the rows per partition (the reducers size their
+    columns by them)."""
     _auth(cfg)
     t = time.perf_counter()
     idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.intp)
@@ -115,12 +140,17 @@ def _map(frame, on, nparts, sid, index, cfg):
     order, counts = groupsort_indexer(idx, nparts)
     counts = counts[1:]  # [0] counts the label -1, which hashes never give
     ends = np.cumsum(counts)
-    # Rows per batch from the frame's bytes per row (its deep size, which
-    # exceeds the pickle's), so few batches need halving.
-    limit = cfg["push_size"] - 256
-    per_row = frame.memory_usage(deep=True).sum() / max(len(frame), 1)
-    step = max(1, int(limit * 0.8 / max(per_row, 1)))
-    stats["hash"] += time.perf_counter() - t
+    t2 = time.perf_counter()
+    stats["hash"] += t2 - t
+    layout, raws, sizes, rest = _sorted_parts(frame, order)
+    stats["take"] += time.perf_counter() - t2
+    # Rows per batch from the bytes per row (the rest's deep size, which
+    # exceeds its pickle's), so few batches need halving.
+    limit = cfg["push_size"] - 256 - len(layout)
+    per_row = sum(sizes) + (0 if rest is None else
+                            rest.memory_usage(deep=True).sum() /
+                            max(len(rest), 1))
+    step = max(1, int(limit * 0.9 / max(per_row, 1)))
     target = "net" if cfg["workers"] else "disk"
     while True:
         attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
@@ -136,37 +166,73 @@ def _map(frame, on, nparts, sid, index, cfg):
     with w:
         for p in np.flatnonzero(counts):
             for a in range(ends[p] - counts[p], ends[p], step):
-                _write_rows(w, int(p), frame,
-                            order[a:min(a + step, ends[p])], limit)
+                _write_rows(w, int(p), a, min(a + step, ends[p]), layout,
+                            raws, sizes, rest, limit)
         t2 = time.perf_counter()
         status = w.commit()
         stats["commit"] += time.perf_counter() - t2
     stats["map"] += time.perf_counter() - t
     if cfg["on_commit"]:
         cfg["on_commit"](index)
-    return status
+    return status, counts
 
 
-def _decode(rec):
-    """The frame of one record: one copy (the record's), which the
-    frame's numeric columns then use in place."""
-    b = memoryview(bytearray(rec))
-    magic, nbuf, plen = _HDR.unpack_from(b)
-    if magic != _MAGIC:
-        raise ValueError("ushuffle.dask: a record that is not a row batch")
-    lens = struct.unpack_from(f"<{nbuf}Q", b, _HDR.size)
-    off, parts = _HDR.size + 8 * nbuf, []
-    for n in (plen,) + lens:
-        parts.append(b[off:off + n])
-        off += n + len(_pad(n))
-    return pickle.loads(parts[0], buffers=parts[1:])
+def _bad(what):
+    return ValueError(f"ushuffle.dask: a record that is not a row batch "
+                      f"({what})")
 
 
-def _reduce(statuses, part, meta, cfg):
+class _Gather:
+    """The rows of records sharing one layout: each raw column copied
+    once, into an array sized for the partition's rows still to come."""
+
+    def __init__(self, layout, capacity):
+        self.layout = layout
+        (self.columns, self.index_name, self.raw_index, self.pos,
+         dtypes) = pickle.loads(layout)
+        self.dtypes = [np.dtype(d) for d in dtypes]
+        self.raws = [np.empty(capacity, d) for d in self.dtypes]
+        self.bytes = [r.view(np.uint8) for r in self.raws]
+        self.rests, self.rows = [], 0
+
+    def add(self, rec, off, rows, rest):
+        for r, d in zip(self.bytes, self.dtypes):
+            n = rows * d.itemsize
+            if off + n > rec.nbytes or self.rows + rows > len(r) // d.itemsize:
+                raise _bad("columns beyond its end")
+            r[self.rows * d.itemsize:][:n] = np.frombuffer(rec, np.uint8,
+                                                           n, off)
+            off += n + len(_pad(n))
+        self.rows += rows
+        if rest is not None:
+            self.rests.append(rest)
+
+    def frame(self):
+        raws = [r[:self.rows] for r in self.raws]
+        index = None
+        if self.raw_index:
+            index = pd.Index(raws.pop(0), name=self.index_name, copy=False)
+        rest = None
+        if self.rests:
+            rest = pd.concat(self.rests, ignore_index=self.raw_index) \
+                if len(self.rests) > 1 else self.rests[0]
+            if index is None:
+                index = rest.index
+        cols, others = dict(zip(self.pos, raws)), iter(range(
+            len(self.columns) - len(self.pos)))
+        data = {i: cols[i] if i in cols else rest.iloc[:, next(others)]._values
+                for i in range(len(self.columns))}
+        out = pd.DataFrame(data, index=index, copy=False)
+        out.columns = self.columns
+        return out
+
+
+def _reduce(maps, part, meta, cfg):
     _auth(cfg)
     t = time.perf_counter()
-    frames = []
-    with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
+    left = sum(int(c[part]) for _, c in maps)
+    frames, g = [], None
+    with ushuffle.Reader(part, [s for s, _ in maps], cfg["timeout_ms"]) as r:
         while True:
             t2 = time.perf_counter()
             rec = r.next()
@@ -174,9 +240,24 @@ def _reduce(statuses, part, meta, cfg):
             stats["fetch"] += t3 - t2
             if rec is None:
                 break
-            frames.append(_decode(rec))
+            if rec.nbytes < _HDR.size:
+                raise _bad("short")
+            magic, rows, llen, rlen = _HDR.unpack_from(rec)
+            off = _HDR.size + llen + len(_pad(llen))
+            if magic != _MAGIC or off + rlen > rec.nbytes:
+                raise _bad("header")
+            layout = rec[_HDR.size:_HDR.size + llen]
+            if g is None or layout != g.layout:
+                if g is not None:
+                    frames.append(g.frame())
+                g = _Gather(bytes(layout), left)
+            rest = pickle.loads(rec[off:off + rlen]) if rlen else None
+            g.add(rec, off + rlen + len(_pad(rlen)), rows, rest)
+            left -= rows
             stats["decode"] += time.perf_counter() - t3
     t2 = time.perf_counter()
+    if g is not None:
+        frames.append(g.frame())
     out = meta.copy() if not frames else \
         pd.concat(frames) if len(frames) > 1 else frames[0]
     stats["concat"] += time.perf_counter() - t2
