@@ -2,11 +2,11 @@
 
 shuffle(df, on) builds three layers: one map task per input partition
 (hash rows as dask's partitioning_index does, write each partition's rows
-through a ushuffle Writer, commit, return the map status bytes), one task
-that gathers the statuses, and one reduce task per output partition (read
-exactly the attempts whose statuses Dask delivered). A map task that Dask
-re-runs (its worker died) writes a new, random attempt number; the
-attempts Dask did not deliver are never read.
+through a ushuffle Writer, commit, return the map status bytes and the
+rows per partition), one task that gathers them, and one reduce task per
+output partition (read exactly the attempts whose statuses Dask
+delivered). A map task that Dask re-runs (its worker died) writes a new,
+random attempt number; the attempts Dask did not deliver are never read.
 
 Row batches carry the numeric columns (and index) as raw bytes, sliced
 from one sorted copy per map and copied once into the reducer's columns;
