@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,10 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
+# Writer threads per process: one writes a map's rows while another waits
+# for its commit.
+_IO_THREADS = 2
+_io_pool, _io_lock = [], threading.Lock()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
 # sort by it), take (the rows in partition order, once per map), pickle
@@ -129,52 +134,105 @@ def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
     stats["write"] += time.perf_counter() - t2
 
 
+def _io():
+    """This process's writer threads and the slots that bound the maps
+    whose sorted rows they hold, made once."""
+    with _io_lock:
+        if not _io_pool:
+            _io_pool.append(ThreadPoolExecutor(_IO_THREADS, "ushuffle-io"))
+            _io_pool.append(threading.BoundedSemaphore(_IO_THREADS))
+    return _io_pool
+
+
+def _secede():
+    """Leaves the Dask worker's thread pool, if in one, so that the
+    worker starts its next task while this one waits."""
+    try:
+        from distributed import get_worker, secede
+        get_worker()
+    except (ImportError, ValueError):
+        return
+    secede()
+
+
 def _map(frame, on, nparts, sid, index, cfg):
     """Writes frame's rows to their partitions and commits: returns the
     map status and the rows per partition (the reducers size their
-    columns by them)."""
+    columns by them). The task thread hashes and sorts; a writer thread
+    writes and commits while the task waits outside the worker's pool, so
+    that the commit's wait (the workers' sync) overlaps the next map."""
     _auth(cfg)
     t = time.perf_counter()
     idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.intp)
     # A counting sort by partition, as dask's own group_split_pandas does.
     order, counts = groupsort_indexer(idx, nparts)
     counts = counts[1:]  # [0] counts the label -1, which hashes never give
-    ends = np.cumsum(counts)
     t2 = time.perf_counter()
     stats["hash"] += t2 - t
-    layout, raws, sizes, rest = _sorted_parts(frame, order)
+    parts = list(_sorted_parts(frame, order))
+    del idx, order
     stats["take"] += time.perf_counter() - t2
-    # Rows per batch from the bytes per row (the rest's deep size, which
-    # exceeds its pickle's), so few batches need halving.
-    limit = cfg["push_size"] - 256 - len(layout)
-    per_row = sum(sizes) + (0 if rest is None else
-                            rest.memory_usage(deep=True).sum() /
-                            max(len(rest), 1))
-    step = max(1, int(limit * 0.9 / max(per_row, 1)))
-    target = "net" if cfg["workers"] else "disk"
-    while True:
-        attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-        try:
-            w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
-                                target=target, dir=cfg["dir"],
-                                workers=cfg["workers"], app=cfg["app"],
-                                timeout_ms=cfg["timeout_ms"])
-            break
-        except ushuffle.Error as e:  # the random attempt is taken
-            if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
-                raise
-    with w:
-        for p in np.flatnonzero(counts):
-            for a in range(ends[p] - counts[p], ends[p], step):
-                _write_rows(w, int(p), a, min(a + step, ends[p]), layout,
-                            raws, sizes, rest, limit)
-        t2 = time.perf_counter()
-        status = w.commit()
-        stats["commit"] += time.perf_counter() - t2
+    pool, slots = _io()
+    slots.acquire()  # at most _IO_THREADS sorted copies wait to be sent
+    try:
+        job = pool.submit(_write, cfg, sid, index, nparts, counts, parts)
+    except BaseException:
+        slots.release()
+        raise
+    del parts
+    _secede()
+    status = job.result()
     stats["map"] += time.perf_counter() - t
     if cfg["on_commit"]:
         cfg["on_commit"](index)
     return status, counts
+
+
+def _write(cfg, sid, index, nparts, counts, parts):
+    """Writes the sorted rows (on a writer thread, its own ring) and
+    commits: the map status. Empties parts, the only other reference to
+    the sorted rows, so that they go before the commit's wait."""
+    slots = _io()[1]
+    layout, raws, sizes, rest = parts
+    parts.clear()
+    try:
+        _auth(cfg)
+        ends = np.cumsum(counts)
+        # Rows per batch from the bytes per row (the rest's deep size,
+        # which exceeds its pickle's), so few batches need halving.
+        limit = cfg["push_size"] - 256 - len(layout)
+        per_row = sum(sizes) + (0 if rest is None else
+                                rest.memory_usage(deep=True).sum() /
+                                max(len(rest), 1))
+        step = max(1, int(limit * 0.9 / max(per_row, 1)))
+        target = "net" if cfg["workers"] else "disk"
+        while True:
+            attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+            try:
+                w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
+                                    target=target, dir=cfg["dir"],
+                                    workers=cfg["workers"], app=cfg["app"],
+                                    timeout_ms=cfg["timeout_ms"])
+                break
+            except ushuffle.Error as e:  # the random attempt is taken
+                if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
+                    raise
+        with w:
+            for p in np.flatnonzero(counts):
+                for a in range(ends[p] - counts[p], ends[p], step):
+                    _write_rows(w, int(p), a, min(a + step, ends[p]),
+                                layout, raws, sizes, rest, limit)
+            t = time.perf_counter()
+            # The rows are in the push buffers: let the next map sort.
+            del raws, rest
+            slots.release()
+            slots = None
+            status = w.commit()
+            stats["commit"] += time.perf_counter() - t
+        return status
+    finally:
+        if slots:
+            slots.release()
 
 
 def _bad(what):
