@@ -50,7 +50,7 @@ _HDR = struct.Struct("<4sIIQ")
 _PAD = bytes(8)
 _RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
-             "push_size": 1 << 20, "pool_bytes": 32 << 20,
+             "push_size": 1 << 20, "pool_bytes": 16 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
@@ -64,8 +64,23 @@ _io_pool, _io_lock = [], threading.Lock()
 # (the batches' rest columns and headers), decode (copy each record's
 # columns into the output's, unpickle the rest), concat (make the frame).
 # Transport: write (copy into push buffers, hand-offs, waits for credit),
-# commit (flush, worker sync), fetch (reader).
+# commit (flush, worker sync), fetch (reader). map and reduce: whole tasks.
+# stats holds wall seconds, cpu the calling thread's CPU seconds.
 stats = collections.Counter()
+cpu = collections.Counter()
+
+
+def _clock():
+    return time.perf_counter(), time.thread_time()
+
+
+def _tally(phase, t):
+    """Adds the wall and this thread's CPU seconds since t (a _clock())
+    to phase; returns the clock now."""
+    now = _clock()
+    stats[phase] += now[0] - t[0]
+    cpu[phase] += now[1] - t[1]
+    return now
 
 
 def _ring(cfg):
@@ -116,22 +131,21 @@ def _sorted_parts(frame, order):
 def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
     """Writes rows [a, b) of the sorted columns to part as one batch, or
     halves it if its record came out larger than limit bytes."""
-    t = time.perf_counter()
+    t = _clock()
     rp = b"" if rest is None else pickle.dumps(rest.iloc[a:b], protocol=5)
     pieces = [_HDR.pack(_MAGIC, b - a, len(layout), len(rp)),
               layout, _pad(len(layout)), rp, _pad(len(rp))]
     for r, sz in zip(raws, sizes):
         pieces += [r[a * sz:b * sz], _pad((b - a) * sz)]
     n = sum(memoryview(x).nbytes for x in pieces)
-    t2 = time.perf_counter()
-    stats["pickle"] += t2 - t
+    t = _tally("pickle", t)
     if n > limit and b - a > 1:
         half = (a + b) // 2
         _write_rows(w, part, a, half, layout, raws, sizes, rest, limit)
         _write_rows(w, part, half, b, layout, raws, sizes, rest, limit)
         return
     w.write_gather(part, pieces)
-    stats["write"] += time.perf_counter() - t2
+    _tally("write", t)
 
 
 def _io():
@@ -162,16 +176,15 @@ def _map(frame, on, nparts, sid, index, cfg):
     writes and commits while the task waits outside the worker's pool, so
     that the commit's wait (the workers' sync) overlaps the next map."""
     _auth(cfg)
-    t = time.perf_counter()
+    t0 = t = _clock()
     idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.intp)
     # A counting sort by partition, as dask's own group_split_pandas does.
     order, counts = groupsort_indexer(idx, nparts)
     counts = counts[1:]  # [0] counts the label -1, which hashes never give
-    t2 = time.perf_counter()
-    stats["hash"] += t2 - t
+    t = _tally("hash", t)
     parts = list(_sorted_parts(frame, order))
     del idx, order
-    stats["take"] += time.perf_counter() - t2
+    _tally("take", t)
     pool, slots = _io()
     slots.acquire()  # at most _IO_THREADS sorted copies wait to be sent
     try:
@@ -182,7 +195,7 @@ def _map(frame, on, nparts, sid, index, cfg):
     del parts
     _secede()
     status = job.result()
-    stats["map"] += time.perf_counter() - t
+    _tally("map", t0)
     if cfg["on_commit"]:
         cfg["on_commit"](index)
     return status, counts
@@ -222,13 +235,13 @@ def _write(cfg, sid, index, nparts, counts, parts):
                 for a in range(ends[p] - counts[p], ends[p], step):
                     _write_rows(w, int(p), a, min(a + step, ends[p]),
                                 layout, raws, sizes, rest, limit)
-            t = time.perf_counter()
+            t = _clock()
             # The rows are in the push buffers: let the next map sort.
             del raws, rest
             slots.release()
             slots = None
             status = w.commit()
-            stats["commit"] += time.perf_counter() - t
+            _tally("commit", t)
         return status
     finally:
         if slots:
@@ -287,15 +300,14 @@ class _Gather:
 
 def _reduce(maps, part, meta, cfg):
     _auth(cfg)
-    t = time.perf_counter()
+    t0 = _clock()
     left = sum(int(c[part]) for _, c in maps)
     frames, g = [], None
     with ushuffle.Reader(part, [s for s, _ in maps], cfg["timeout_ms"]) as r:
         while True:
-            t2 = time.perf_counter()
+            t = _clock()
             rec = r.next()
-            t3 = time.perf_counter()
-            stats["fetch"] += t3 - t2
+            t = _tally("fetch", t)
             if rec is None:
                 break
             if rec.nbytes < _HDR.size:
@@ -312,14 +324,14 @@ def _reduce(maps, part, meta, cfg):
             rest = pickle.loads(rec[off:off + rlen]) if rlen else None
             g.add(rec, off + rlen + len(_pad(rlen)), rows, rest)
             left -= rows
-            stats["decode"] += time.perf_counter() - t3
-    t2 = time.perf_counter()
+            _tally("decode", t)
+    t = _clock()
     if g is not None:
         frames.append(g.frame())
     out = meta.copy() if not frames else \
         pd.concat(frames) if len(frames) > 1 else frames[0]
-    stats["concat"] += time.perf_counter() - t2
-    stats["reduce"] += time.perf_counter() - t
+    _tally("concat", t)
+    _tally("reduce", t0)
     return out
 
 
