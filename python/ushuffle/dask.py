@@ -54,9 +54,9 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
-# Writer threads per process: one writes a map's rows while another waits
-# for its commit.
-_IO_THREADS = 2
+# Writer threads per process: some write maps' rows while others wait for
+# their commits; at most _SLOTS maps' sorted rows wait or are written.
+_IO_THREADS, _SLOTS = 2, 2
 _io_pool, _io_lock = [], threading.Lock()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
@@ -154,7 +154,7 @@ def _io():
     with _io_lock:
         if not _io_pool:
             _io_pool.append(ThreadPoolExecutor(_IO_THREADS, "ushuffle-io"))
-            _io_pool.append(threading.BoundedSemaphore(_IO_THREADS))
+            _io_pool.append(threading.BoundedSemaphore(_SLOTS))
     return _io_pool
 
 
@@ -186,7 +186,7 @@ def _map(frame, on, nparts, sid, index, cfg):
     del idx, order
     _tally("take", t)
     pool, slots = _io()
-    slots.acquire()  # at most _IO_THREADS sorted copies wait to be sent
+    slots.acquire()  # at most _SLOTS sorted copies wait to be sent
     try:
         job = pool.submit(_write, cfg, sid, index, nparts, counts, parts)
     except BaseException:
