@@ -3,10 +3,11 @@
 shuffle(df, on) builds three layers: one map task per input partition
 (hash rows as dask's partitioning_index does, write each partition's rows
 through a ushuffle Writer, commit, return the map status bytes and the
-rows per partition), one task that gathers them, and one reduce task per
-output partition (read exactly the attempts whose statuses Dask
-delivered). A map task that Dask re-runs (its worker died) writes a new,
-random attempt number; the attempts Dask did not deliver are never read.
+rows per partition), one task that lists the statuses and sums the rows,
+and one reduce task per output partition (read exactly the attempts whose
+statuses Dask delivered). A map task that Dask re-runs (its worker died)
+writes a new, random attempt number; the attempts Dask did not deliver
+are never read.
 
 Row batches carry the numeric columns (and index) as raw bytes, sliced
 from one sorted copy per map and copied once into the reducer's columns;
@@ -117,7 +118,7 @@ def _sorted_parts(frame, order):
     arrays += [frame.iloc[:, i].to_numpy() for i in pos]
     # Bytes, not the dtype: numpy gives datetimes no buffer protocol.
     raws = [np.take(a, order).view(np.uint8) for a in arrays]
-    others = [i for i in range(frame.shape[1]) if i not in set(pos)]
+    others = sorted(set(range(frame.shape[1])) - set(pos))
     rest = None
     if others or not raw_index:
         rest = frame.iloc[:, others].take(order)
@@ -298,12 +299,22 @@ class _Gather:
         return out
 
 
+def _statuses(results, nparts):
+    """The maps' statuses and the rows of each partition over all maps:
+    what every reducer needs, in O(maps + partitions)."""
+    rows = np.zeros(nparts, np.int64)
+    for _, counts in results:
+        rows += counts
+    return [s for s, _ in results], rows
+
+
 def _reduce(maps, part, meta, cfg):
     _auth(cfg)
     t0 = _clock()
-    left = sum(int(c[part]) for _, c in maps)
+    statuses, rows = maps
+    left = int(rows[part])
     frames, g = [], None
-    with ushuffle.Reader(part, [s for s, _ in maps], cfg["timeout_ms"]) as r:
+    with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
         while True:
             t = _clock()
             rec = r.next()
@@ -390,7 +401,8 @@ def shuffle(df, on, npartitions=None, workers=None, **opts):
                            for k in ("map", "statuses", "reduce"))
     graph = {(mname, i): (_map, (df._name, i), on, nparts, sid, i, cfg)
              for i in range(df.npartitions)}
-    graph[sname] = (list, [(mname, i) for i in range(df.npartitions)])
+    graph[sname] = (_statuses, [(mname, i) for i in range(df.npartitions)],
+                    nparts)
     meta = df._meta
     graph.update({(rname, j): (_reduce, sname, j, meta, cfg)
                   for j in range(nparts)})
