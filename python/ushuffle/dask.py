@@ -112,21 +112,25 @@ def _sorted_parts(frame, order):
     """frame's rows in the order `order`, split into the layout (pickled),
     the raw columns as byte arrays (index first, if raw) and the rest
     frame (None when every column is raw)."""
-    raw_index = _is_raw(frame.index.dtype) and frame.index.nlevels == 1
+    ix = frame.index
+    raw_index = _is_raw(ix.dtype) and ix.nlevels == 1
     pos = [i for i, t in enumerate(frame.dtypes) if _is_raw(t)]
-    arrays = [frame.index.to_numpy()] if raw_index else []
-    arrays += [frame.iloc[:, i].to_numpy() for i in pos]
+    sort = [np.take(frame.iloc[:, i].to_numpy(), order) for i in pos]
+    if isinstance(ix, pd.RangeIndex):  # computed, not gathered
+        sort.insert(0, (ix.start + ix.step * order).astype(ix.dtype))
+    elif raw_index:
+        sort.insert(0, np.take(ix.to_numpy(), order))
     # Bytes, not the dtype: numpy gives datetimes no buffer protocol.
-    raws = [np.take(a, order).view(np.uint8) for a in arrays]
+    raws = [a.view(np.uint8) for a in sort]
     others = sorted(set(range(frame.shape[1])) - set(pos))
     rest = None
     if others or not raw_index:
         rest = frame.iloc[:, others].take(order)
         if raw_index:
             rest = rest.reset_index(drop=True)
-    layout = pickle.dumps((frame.columns, frame.index.name, raw_index, pos,
-                           [a.dtype.str for a in arrays]), protocol=5)
-    return layout, raws, [a.dtype.itemsize for a in arrays], rest
+    layout = pickle.dumps((frame.columns, ix.name, raw_index, pos,
+                           [a.dtype.str for a in sort]), protocol=5)
+    return layout, raws, [a.dtype.itemsize for a in sort], rest
 
 
 def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
