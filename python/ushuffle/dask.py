@@ -55,9 +55,10 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
-# Writer threads per process: some write maps' rows while others wait for
-# their commits; at most _SLOTS maps' sorted rows wait or are written.
-_IO_THREADS, _SLOTS = 2, 2
+# Writer threads per process: one map's rows are written while another's
+# commit waits. At most that many maps are handed over at once: each such
+# map's task (and input frame) waits outside the worker's thread pool.
+_IO_THREADS = 2
 _io_pool, _io_lock = [], threading.Lock()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
@@ -154,12 +155,12 @@ def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
 
 
 def _io():
-    """This process's writer threads and the slots that bound the maps
-    whose sorted rows they hold, made once."""
+    """This process's writer threads and a slot per thread (a map holds
+    one from its hand-over to its commit), made once."""
     with _io_lock:
         if not _io_pool:
             _io_pool.append(ThreadPoolExecutor(_IO_THREADS, "ushuffle-io"))
-            _io_pool.append(threading.BoundedSemaphore(_SLOTS))
+            _io_pool.append(threading.BoundedSemaphore(_IO_THREADS))
     return _io_pool
 
 
@@ -191,7 +192,7 @@ def _map(frame, on, nparts, sid, index, cfg):
     del idx, order
     _tally("take", t)
     pool, slots = _io()
-    slots.acquire()  # at most _SLOTS sorted copies wait to be sent
+    slots.acquire()  # a writer thread is free
     try:
         job = pool.submit(_write, cfg, sid, index, nparts, counts, parts)
     except BaseException:
@@ -209,7 +210,8 @@ def _map(frame, on, nparts, sid, index, cfg):
 def _write(cfg, sid, index, nparts, counts, parts):
     """Writes the sorted rows (on a writer thread, its own ring) and
     commits: the map status. Empties parts, the only other reference to
-    the sorted rows, so that they go before the commit's wait."""
+    the sorted rows, so that they go before the commit's wait; frees the
+    map's slot at the end."""
     slots = _io()[1]
     layout, raws, sizes, rest = parts
     parts.clear()
@@ -241,16 +243,12 @@ def _write(cfg, sid, index, nparts, counts, parts):
                     _write_rows(w, int(p), a, min(a + step, ends[p]),
                                 layout, raws, sizes, rest, limit)
             t = _clock()
-            # The rows are in the push buffers: let the next map sort.
-            del raws, rest
-            slots.release()
-            slots = None
+            del raws, rest  # in the push buffers now
             status = w.commit()
             _tally("commit", t)
         return status
     finally:
-        if slots:
-            slots.release()
+        slots.release()
 
 
 def _bad(what):
