@@ -51,7 +51,7 @@ _HDR = struct.Struct("<4sIIQ")
 _PAD = bytes(8)
 _RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
-             "push_size": 1 << 20, "pool_bytes": 16 << 20,
+             "push_size": 1 << 20, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
