@@ -5,7 +5,8 @@ disk (partd). Rows are made on the workers (the client holds none) and the
 result is consumed there (each output partition's length comes back).
 Prints one JSON object: wall time of the shuffle, peak RSS (sampled every
 50 ms) and CPU seconds of each Dask worker process and each ushuffled, and
-ushuffle's phase times summed over the workers' tasks.
+ushuffle's phase times (wall, and the CPU of the thread in the phase)
+summed over the workers.
 
 Debian's interpreter (/usr/bin/python3): dask, distributed, pandas, psutil;
 PYTHONPATH must reach the ushuffle package (<build>/python).
@@ -70,7 +71,7 @@ def workers_start(ushuffled, scratch):
         d = os.path.join(scratch, f"ushuffled{i}")
         os.makedirs(d, exist_ok=True)
         p = subprocess.Popen([ushuffled, "--listen=127.0.0.1:0",
-                              f"--dir={d}", "--threads=1",
+                              f"--dir={d}",
                               "--log-level=error"], stdout=subprocess.PIPE,
                              text=True)
         addrs.append(f"127.0.0.1:{int(p.stdout.readline().split()[-1])}")
@@ -125,11 +126,14 @@ def shuffle(a, rows, procs, addr):
         peak.halt.set()
         peak.join()
         cpu = peak.cpu_s()
-        phases = {}
+        phases, phases_cpu = {}, {}
         if a.method == "ushuffle":
-            for st in client.run(lambda: dict(ud.stats)).values():
+            got = client.run(lambda: (dict(ud.stats), dict(ud.cpu)))
+            for st, ct in got.values():
                 for k, v in st.items():
                     phases[k] = phases.get(k, 0) + v
+                for k, v in ct.items():
+                    phases_cpu[k] = phases_cpu.get(k, 0) + v
         del out
     total = int(lens.sum())
     if total != rows * a.partitions:
@@ -140,7 +144,7 @@ def shuffle(a, rows, procs, addr):
         "partitions": a.partitions, "threads": a.threads, "wall_s": wall,
         "worker_peak_rss": peak.peak[:2], "ushuffled_peak_rss":
         peak.peak[2:], "worker_cpu_s": cpu[:2], "ushuffled_cpu_s": cpu[2:],
-        "phases_s": phases}
+        "phases_s": phases, "phases_cpu_s": phases_cpu}
 
 
 if __name__ == "__main__":

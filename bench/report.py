@@ -514,16 +514,15 @@ def t_dask(res, m):
                  f"{us['wall_s']:.1f} s, "
                  f"{' / '.join(f'{v / 2**20:,.0f}' for v in us['worker_peak_rss'])}"
                  f" MiB, {cpu(us):.1f} s", "", "—", ""])
-    ph = us.get("phases_s", {})
-    if ph:
-        py = ("hash", "take", "pickle", "decode", "concat")
-        tr = ("write", "commit", "fetch")
-        rows.append(["ushuffle task time, Python: " + ", ".join(
-            f"{k} {ph.get(k, 0):.1f}" for k in py) + " s", "",
-            f"{sum(ph.get(k, 0) for k in py):.1f} s", "", "—", ""])
-        rows.append(["ushuffle task time, transport: " + ", ".join(
-            f"{k} {ph.get(k, 0):.1f}" for k in tr) + " s", "",
-            f"{sum(ph.get(k, 0) for k in tr):.1f} s", "", "—", ""])
+    ph, pc = us.get("phases_s", {}), us.get("phases_cpu_s", {})
+    py = ("hash", "take", "pickle", "decode", "concat")
+    tr = ("write", "commit", "fetch")
+    for what, d, ks in (("CPU, Python", pc, py), ("CPU, transport", pc, tr),
+                        ("wall, transport", ph, tr)):
+        if d:
+            rows.append([f"ushuffle {what}: " + ", ".join(
+                f"{k} {d.get(k, 0):.1f}" for k in ks) + " s", "",
+                f"{sum(d.get(k, 0) for k in ks):.1f} s", "", "—", ""])
     note = (f"The same {res['bytes'] / 2**30:.2f} GiB of rows (an int64 "
             f"key, three float64; {us['partitions']} partitions in and out) "
             f"shuffled once per method on a LocalCluster of 2 worker "
@@ -533,10 +532,13 @@ def t_dask(res, m):
             f"(and, for ushuffle, of its two ushuffled). ushuffled's own "
             f"peak RSS: "
             f"{' / '.join(f'{v / 2**20:,.0f}' for v in us['ushuffled_peak_rss'])}"
-            f" MiB. Task time: wall seconds inside ushuffle's map and reduce"
-            f" tasks by phase, summed over both workers (python/ushuffle/"
-            f"dask.py, `stats`). One run each: on a shared machine, wall "
-            f"times are noisy.")
+            f" MiB. Phases (python/ushuffle/dask.py, `cpu` and `stats`): "
+            f"CPU seconds of the thread in each phase of ushuffle's map and"
+            f" reduce (the maps' writes and commits run on writer threads),"
+            f" and wall seconds of the transport's phases, which include "
+            f"waits for credit and for the workers' sync, summed over both "
+            f"workers. One run each: on a shared machine, wall times are "
+            f"noisy.")
     return table(["measure", "Dask", "ushuffle", "ratio", "target", ""],
                  rows), note
 

@@ -65,6 +65,37 @@ def test_types_and_nulls(client, workers):
     check(client, workers, ddf, ["s", "i"], 3)
 
 
+def test_more_dtypes(client, workers):
+    """Raw bool, datetime, timedelta and uint columns beside pickled
+    categorical and tz-aware ones, under a string index."""
+    n = 6000
+    rng = np.random.default_rng(8)
+    t = pd.Timestamp("2026-01-01") + pd.to_timedelta(
+        rng.integers(0, 10**6, n), unit="s")
+    pdf = pd.DataFrame({
+        "k": rng.integers(0, 100, n), "b": rng.random(n) < 0.5, "t": t,
+        "d": t - t.min(), "u": rng.integers(0, 9, n).astype(np.uint16),
+        "c": pd.Categorical(rng.choice(["x", "y", "z"], n)),
+        "z": t.tz_localize("UTC")}, index=[f"r{i}" for i in range(n)])
+    check(client, workers, dd.from_pandas(pdf, npartitions=3), "k", 4)
+
+
+def mixed(i):
+    """Input partitions whose column v is int64 or float64 (odd ones)."""
+    rng = np.random.default_rng(i)
+    v = rng.integers(0, 1000, 500)
+    return pd.DataFrame({"k": rng.integers(0, 50, 500),
+                         "v": v + 0.5 if i % 2 else v})
+
+
+def test_mixed_layouts(client, workers):
+    """Records of different dtypes meet in one reducer: it builds a frame
+    per layout and concatenates them, as Dask's shuffle does."""
+    ddf = dd.from_map(mixed, range(4), meta=mixed(1).iloc[:0])
+    got = check(client, workers, ddf, "k", 3)
+    assert all(p.v.dtype == np.float64 for p in got if len(p))
+
+
 def test_empty_partitions(client, workers):
     pdf = frame(3000, 2)
     pdf = pdf[pdf.k < 2]  # two keys, twelve output partitions

@@ -2,14 +2,16 @@
 
 shuffle(df, on) builds three layers: one map task per input partition
 (hash rows as dask's partitioning_index does, write each partition's rows
-through a ushuffle Writer, commit, return the map status bytes), one task
-that gathers the statuses, and one reduce task per output partition (read
-exactly the attempts whose statuses Dask delivered). A map task that Dask
-re-runs (its worker died) writes a new, random attempt number; the
-attempts Dask did not deliver are never read.
+through a ushuffle Writer, commit, return the map status bytes and the
+rows per partition), one task that lists the statuses and sums the rows,
+and one reduce task per output partition (read exactly the attempts whose
+statuses Dask delivered). A map task that Dask re-runs (its worker died)
+writes a new, random attempt number; the attempts Dask did not deliver
+are never read.
 
-Row batches are pandas frames pickled with protocol 5: the numeric columns
-travel as out-of-band buffers written straight from the frame's memory.
+Row batches carry the numeric columns (and index) as raw bytes, sliced
+from one sorted copy per map and copied once into the reducer's columns;
+the other columns travel pickled.
 """
 import collections
 import os
@@ -20,6 +22,7 @@ import threading
 import time
 import uuid
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -33,25 +36,53 @@ import ushuffle
 
 __all__ = ["shuffle", "drop"]
 
-# A row batch is one record: a header "<4s I Q" + nbuf x "Q" (magic,
-# buffer count, pickle length, buffer lengths), the pickle, then each
-# out-of-band buffer, every part starting 8-byte aligned. Every record is
-# a whole batch within one frame (Writer.write_gather), so the frames of
-# maps interleaved on a worker never split one.
-_MAGIC = b"USD2"
-_HDR = struct.Struct("<4sIQ")
+# A row batch is one record: a header "<4s I I Q" (magic, rows, layout
+# length, rest length), the layout (a pickle: the frame's columns, which of
+# them and whether the index travel raw, their dtypes), the rest (a pickle
+# of the columns without a numpy dtype: object, string, nullable,
+# categorical), then each raw column's bytes (the index first); every part
+# starts 8-byte aligned. Raw columns cost no Python per row: the map sorts
+# each once and writes slices of it, the reducer copies each record's
+# slice straight into its output column. Every record is a whole batch
+# within one frame (Writer.write_gather), so the frames of maps interleaved
+# on a worker never split one.
+_MAGIC = b"USD3"
+_HDR = struct.Struct("<4sIIQ")
 _PAD = bytes(8)
+_RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
-             "push_size": 1 << 20, "pool_bytes": 32 << 20,
+             "push_size": 1 << 20, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 _local = threading.local()
+# Writer threads per process: one map's rows are written while another's
+# commit waits. At most that many maps are handed over at once: each such
+# map's task (and input frame) waits outside the worker's thread pool.
+_IO_THREADS = 2
+_io_pool, _io_lock = [], threading.Lock()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
-# sort by it), take (each batch's rows), pickle, decode (copy the record,
-# unpickle), concat. Transport: write (copy into push buffers, hand-offs,
-# waits for credit), commit (flush, worker sync), fetch (reader).
+# sort by it), take (the rows in partition order, once per map), pickle
+# (the batches' rest columns and headers), decode (copy each record's
+# columns into the output's, unpickle the rest), concat (make the frame).
+# Transport: write (copy into push buffers, hand-offs, waits for credit),
+# commit (flush, worker sync), fetch (reader). map and reduce: whole tasks.
+# stats holds wall seconds, cpu the calling thread's CPU seconds.
 stats = collections.Counter()
+cpu = collections.Counter()
+
+
+def _clock():
+    return time.perf_counter(), time.thread_time()
+
+
+def _tally(phase, t):
+    """Adds the wall and this thread's CPU seconds since t (a _clock())
+    to phase; returns the clock now."""
+    now = _clock()
+    stats[phase] += now[0] - t[0]
+    cpu[phase] += now[1] - t[1]
+    return now
 
 
 def _ring(cfg):
@@ -74,113 +105,246 @@ def _pad(n):
     return _PAD[:-n % 8]
 
 
-def _encode(frame):
-    """The pieces of frame's record (not copied) and its length."""
-    bufs = []
-    data = pickle.dumps(frame, protocol=5, buffer_callback=bufs.append)
-    raws = [b.raw() for b in bufs]
-    pieces = [_HDR.pack(_MAGIC, len(raws), len(data)),
-              struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))]
-    for r in [memoryview(data)] + raws:
-        pieces += [r, _pad(r.nbytes)]
-    return pieces, sum(memoryview(x).nbytes for x in pieces)
+def _is_raw(dtype):
+    return isinstance(dtype, np.dtype) and dtype.kind in _RAW_KINDS
 
 
-def _write_rows(w, part, frame, rows, limit):
-    """Writes frame's rows (positions) to part as batches of at most limit
-    bytes: halves a batch that came out too large."""
-    t = time.perf_counter()
-    # take() makes the batch's blocks contiguous, so pickle hands them out
-    # of band instead of copying them.
-    sub = frame.take(rows)
-    t2 = time.perf_counter()
-    pieces, n = _encode(sub)
-    t3 = time.perf_counter()
-    stats["take"] += t2 - t
-    stats["pickle"] += t3 - t2
-    if n > limit and len(rows) > 1:
-        half = len(rows) // 2
-        _write_rows(w, part, frame, rows[:half], limit)
-        _write_rows(w, part, frame, rows[half:], limit)
+def _sorted_parts(frame, order):
+    """frame's rows in the order `order`, split into the layout (pickled),
+    the raw columns as byte arrays (index first, if raw) and the rest
+    frame (None when every column is raw)."""
+    ix = frame.index
+    raw_index = _is_raw(ix.dtype) and ix.nlevels == 1
+    pos = [i for i, t in enumerate(frame.dtypes) if _is_raw(t)]
+    sort = [np.take(frame.iloc[:, i].to_numpy(), order) for i in pos]
+    if isinstance(ix, pd.RangeIndex):  # computed, not gathered
+        sort.insert(0, (ix.start + ix.step * order).astype(ix.dtype))
+    elif raw_index:
+        sort.insert(0, np.take(ix.to_numpy(), order))
+    # Bytes, not the dtype: numpy gives datetimes no buffer protocol.
+    raws = [a.view(np.uint8) for a in sort]
+    others = sorted(set(range(frame.shape[1])) - set(pos))
+    rest = None
+    if others or not raw_index:
+        rest = frame.iloc[:, others].take(order)
+        if raw_index:
+            rest = rest.reset_index(drop=True)
+    layout = pickle.dumps((frame.columns, ix.name, raw_index, pos,
+                           [a.dtype.str for a in sort]), protocol=5)
+    return layout, raws, [a.dtype.itemsize for a in sort], rest
+
+
+def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
+    """Writes rows [a, b) of the sorted columns to part as one batch, or
+    halves it if its record came out larger than limit bytes."""
+    t = _clock()
+    rp = b"" if rest is None else pickle.dumps(rest.iloc[a:b], protocol=5)
+    pieces = [_HDR.pack(_MAGIC, b - a, len(layout), len(rp)),
+              layout, _pad(len(layout)), rp, _pad(len(rp))]
+    for r, sz in zip(raws, sizes):
+        pieces += [r[a * sz:b * sz], _pad((b - a) * sz)]
+    n = sum(memoryview(x).nbytes for x in pieces)
+    t = _tally("pickle", t)
+    if n > limit and b - a > 1:
+        half = (a + b) // 2
+        _write_rows(w, part, a, half, layout, raws, sizes, rest, limit)
+        _write_rows(w, part, half, b, layout, raws, sizes, rest, limit)
         return
     w.write_gather(part, pieces)
-    stats["write"] += time.perf_counter() - t3
+    _tally("write", t)
+
+
+def _io():
+    """This process's writer threads and a slot per thread (a map holds
+    one from its hand-over to its commit), made once."""
+    with _io_lock:
+        if not _io_pool:
+            _io_pool.append(ThreadPoolExecutor(_IO_THREADS, "ushuffle-io"))
+            _io_pool.append(threading.BoundedSemaphore(_IO_THREADS))
+    return _io_pool
+
+
+def _secede():
+    """Leaves the Dask worker's thread pool, if in one, so that the
+    worker starts its next task while this one waits."""
+    try:
+        from distributed import get_worker, secede
+        get_worker()
+    except (ImportError, ValueError):
+        return
+    secede()
 
 
 def _map(frame, on, nparts, sid, index, cfg):
+    """Writes frame's rows to their partitions and commits: returns the
+    map status and the rows per partition (the reducers size their
+    columns by them). The task thread hashes and sorts; a writer thread
+    writes and commits while the task waits outside the worker's pool, so
+    that the commit's wait (the workers' sync) overlaps the next map."""
     _auth(cfg)
-    t = time.perf_counter()
+    t0 = t = _clock()
     idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.intp)
     # A counting sort by partition, as dask's own group_split_pandas does.
     order, counts = groupsort_indexer(idx, nparts)
     counts = counts[1:]  # [0] counts the label -1, which hashes never give
-    ends = np.cumsum(counts)
-    # Rows per batch from the frame's bytes per row (its deep size, which
-    # exceeds the pickle's), so few batches need halving.
-    limit = cfg["push_size"] - 256
-    per_row = frame.memory_usage(deep=True).sum() / max(len(frame), 1)
-    step = max(1, int(limit * 0.8 / max(per_row, 1)))
-    stats["hash"] += time.perf_counter() - t
-    target = "net" if cfg["workers"] else "disk"
-    while True:
-        attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-        try:
-            w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
-                                target=target, dir=cfg["dir"],
-                                workers=cfg["workers"], app=cfg["app"],
-                                timeout_ms=cfg["timeout_ms"])
-            break
-        except ushuffle.Error as e:  # the random attempt is taken
-            if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
-                raise
-    with w:
-        for p in np.flatnonzero(counts):
-            for a in range(ends[p] - counts[p], ends[p], step):
-                _write_rows(w, int(p), frame,
-                            order[a:min(a + step, ends[p])], limit)
-        t2 = time.perf_counter()
-        status = w.commit()
-        stats["commit"] += time.perf_counter() - t2
-    stats["map"] += time.perf_counter() - t
+    t = _tally("hash", t)
+    parts = list(_sorted_parts(frame, order))
+    del idx, order
+    _tally("take", t)
+    pool, slots = _io()
+    slots.acquire()  # a writer thread is free
+    try:
+        job = pool.submit(_write, cfg, sid, index, nparts, counts, parts)
+    except BaseException:
+        slots.release()
+        raise
+    del parts
+    _secede()
+    status = job.result()
+    _tally("map", t0)
     if cfg["on_commit"]:
         cfg["on_commit"](index)
-    return status
+    return status, counts
 
 
-def _decode(rec):
-    """The frame of one record: one copy (the record's), which the
-    frame's numeric columns then use in place."""
-    b = memoryview(bytearray(rec))
-    magic, nbuf, plen = _HDR.unpack_from(b)
-    if magic != _MAGIC:
-        raise ValueError("ushuffle.dask: a record that is not a row batch")
-    lens = struct.unpack_from(f"<{nbuf}Q", b, _HDR.size)
-    off, parts = _HDR.size + 8 * nbuf, []
-    for n in (plen,) + lens:
-        parts.append(b[off:off + n])
-        off += n + len(_pad(n))
-    return pickle.loads(parts[0], buffers=parts[1:])
+def _write(cfg, sid, index, nparts, counts, parts):
+    """Writes the sorted rows (on a writer thread, its own ring) and
+    commits: the map status. Empties parts, the only other reference to
+    the sorted rows, so that they go before the commit's wait; frees the
+    map's slot at the end."""
+    slots = _io()[1]
+    layout, raws, sizes, rest = parts
+    parts.clear()
+    try:
+        _auth(cfg)
+        ends = np.cumsum(counts)
+        # Rows per batch from the bytes per row (the rest's deep size,
+        # which exceeds its pickle's), so few batches need halving.
+        limit = cfg["push_size"] - 256 - len(layout)
+        per_row = sum(sizes) + (0 if rest is None else
+                                rest.memory_usage(deep=True).sum() /
+                                max(len(rest), 1))
+        step = max(1, int(limit * 0.9 / max(per_row, 1)))
+        target = "net" if cfg["workers"] else "disk"
+        while True:
+            attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+            try:
+                w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
+                                    target=target, dir=cfg["dir"],
+                                    workers=cfg["workers"], app=cfg["app"],
+                                    timeout_ms=cfg["timeout_ms"])
+                break
+            except ushuffle.Error as e:  # the random attempt is taken
+                if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
+                    raise
+        with w:
+            for p in np.flatnonzero(counts):
+                for a in range(ends[p] - counts[p], ends[p], step):
+                    _write_rows(w, int(p), a, min(a + step, ends[p]),
+                                layout, raws, sizes, rest, limit)
+            t = _clock()
+            del raws, rest  # in the push buffers now
+            status = w.commit()
+            _tally("commit", t)
+        return status
+    finally:
+        slots.release()
 
 
-def _reduce(statuses, part, meta, cfg):
+def _bad(what):
+    return ValueError(f"ushuffle.dask: a record that is not a row batch "
+                      f"({what})")
+
+
+class _Gather:
+    """The rows of records sharing one layout: each raw column copied
+    once, into an array sized for the partition's rows still to come."""
+
+    def __init__(self, layout, capacity):
+        self.layout = layout
+        (self.columns, self.index_name, self.raw_index, self.pos,
+         dtypes) = pickle.loads(layout)
+        self.dtypes = [np.dtype(d) for d in dtypes]
+        self.raws = [np.empty(capacity, d) for d in self.dtypes]
+        self.bytes = [r.view(np.uint8) for r in self.raws]
+        self.rests, self.rows = [], 0
+
+    def add(self, rec, off, rows, rest):
+        for r, d in zip(self.bytes, self.dtypes):
+            n = rows * d.itemsize
+            if off + n > rec.nbytes or self.rows + rows > len(r) // d.itemsize:
+                raise _bad("columns beyond its end")
+            r[self.rows * d.itemsize:][:n] = np.frombuffer(rec, np.uint8,
+                                                           n, off)
+            off += n + len(_pad(n))
+        self.rows += rows
+        if rest is not None:
+            self.rests.append(rest)
+
+    def frame(self):
+        raws = [r[:self.rows] for r in self.raws]
+        index = None
+        if self.raw_index:
+            index = pd.Index(raws.pop(0), name=self.index_name, copy=False)
+        rest = None
+        if self.rests:
+            rest = pd.concat(self.rests, ignore_index=self.raw_index) \
+                if len(self.rests) > 1 else self.rests[0]
+            if index is None:
+                index = rest.index
+        cols, others = dict(zip(self.pos, raws)), iter(range(
+            len(self.columns) - len(self.pos)))
+        data = {i: cols[i] if i in cols else rest.iloc[:, next(others)]._values
+                for i in range(len(self.columns))}
+        out = pd.DataFrame(data, index=index, copy=False)
+        out.columns = self.columns
+        return out
+
+
+def _statuses(results, nparts):
+    """The maps' statuses and the rows of each partition over all maps:
+    what every reducer needs, in O(maps + partitions)."""
+    rows = np.zeros(nparts, np.int64)
+    for _, counts in results:
+        rows += counts
+    return [s for s, _ in results], rows
+
+
+def _reduce(maps, part, meta, cfg):
     _auth(cfg)
-    t = time.perf_counter()
-    frames = []
+    t0 = _clock()
+    statuses, rows = maps
+    left = int(rows[part])
+    frames, g = [], None
     with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
         while True:
-            t2 = time.perf_counter()
+            t = _clock()
             rec = r.next()
-            t3 = time.perf_counter()
-            stats["fetch"] += t3 - t2
+            t = _tally("fetch", t)
             if rec is None:
                 break
-            frames.append(_decode(rec))
-            stats["decode"] += time.perf_counter() - t3
-    t2 = time.perf_counter()
+            if rec.nbytes < _HDR.size:
+                raise _bad("short")
+            magic, rows, llen, rlen = _HDR.unpack_from(rec)
+            off = _HDR.size + llen + len(_pad(llen))
+            if magic != _MAGIC or off + rlen > rec.nbytes:
+                raise _bad("header")
+            layout = rec[_HDR.size:_HDR.size + llen]
+            if g is None or layout != g.layout:
+                if g is not None:
+                    frames.append(g.frame())
+                g = _Gather(bytes(layout), left)
+            rest = pickle.loads(rec[off:off + rlen]) if rlen else None
+            g.add(rec, off + rlen + len(_pad(rlen)), rows, rest)
+            left -= rows
+            _tally("decode", t)
+    t = _clock()
+    if g is not None:
+        frames.append(g.frame())
     out = meta.copy() if not frames else \
         pd.concat(frames) if len(frames) > 1 else frames[0]
-    stats["concat"] += time.perf_counter() - t2
-    stats["reduce"] += time.perf_counter() - t
+    _tally("concat", t)
+    _tally("reduce", t0)
     return out
 
 
@@ -239,7 +403,8 @@ def shuffle(df, on, npartitions=None, workers=None, **opts):
                            for k in ("map", "statuses", "reduce"))
     graph = {(mname, i): (_map, (df._name, i), on, nparts, sid, i, cfg)
              for i in range(df.npartitions)}
-    graph[sname] = (list, [(mname, i) for i in range(df.npartitions)])
+    graph[sname] = (_statuses, [(mname, i) for i in range(df.npartitions)],
+                    nparts)
     meta = df._meta
     graph.update({(rname, j): (_reduce, sname, j, meta, cfg)
                   for j in range(nparts)})
