@@ -378,7 +378,9 @@ static void conn_dead(struct conn *c, int err, const char *what)
 	if (c->err)
 		return;
 	c->err = err;
-	snprintf(c->why, sizeof(c->why), "%s", what);
+	/* A long cause is cut: the message names the worker anyway. */
+	snprintf(c->why, sizeof(c->why), "%.*s", (int)sizeof(c->why) - 1,
+		 what);
 	/* With replicas the others carry on: a partition fails only when
 	 * every replica of it is gone (gone()). */
 	if (c->n->replicas > 1)
