@@ -437,6 +437,7 @@ static inline void th_verify(const struct th_job *j)
 			ush_reader_stats(r, &rs);
 			j->rsum->failovers += rs.failovers;
 			j->rsum->dup_batches += rs.dup_batches;
+			j->rsum->resumed_batches += rs.resumed_batches;
 		}
 		ush_reader_free(r);
 	}

@@ -281,7 +281,7 @@ static void other_application_refused(void **state)
 	fd = th_raw_connect(w.port);
 	handshake(fd, USHI_ROLE_READER, "A", 0, SECRET_A, &rec);
 	expect_welcome(fd);
-	struct proto_want want = {0, 0};
+	struct proto_want want = {0, 0, 0};
 	th_send_all(fd, b, proto_put_fetch(b, s, 0, 0, &want, 1));
 	expect_refusal(fd, -EACCES, "belongs to another application");
 	assert_int_equal(ush_shuffle_drop(w.addr, "A", s, 5000), -EACCES);

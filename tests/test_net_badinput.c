@@ -182,13 +182,21 @@ static void unknown_type(void **state)
 static void wrong_version(void **state)
 {
 	(void)state;
-	char msg[600];
-	int fd = th_raw_connect(wk.port);
-	hello(fd, 99);
-	assert_int_equal(outcome(fd, msg, sizeof(msg)), 1);
-	/* The refusal names both versions. */
-	assert_non_null(strstr(msg, "version 99"));
-	assert_non_null(strstr(msg, "speaks version 4"));
+	/* Nonsense, and the version before this one (0.4.0's, whose
+	 * HELLO has this one's length). The refusal names both versions. */
+	const uint32_t versions[] = {99, USHI_PROTO_VERSION - 1};
+	for (unsigned i = 0; i < 2; i++) {
+		char msg[600], want[64];
+		int fd = th_raw_connect(wk.port);
+		hello(fd, versions[i]);
+		assert_int_equal(outcome(fd, msg, sizeof(msg)), 1);
+		snprintf(want, sizeof(want), "version %u is not supported",
+			 versions[i]);
+		assert_non_null(strstr(msg, want));
+		snprintf(want, sizeof(want), "speaks version %u",
+			 USHI_PROTO_VERSION);
+		assert_non_null(strstr(msg, want));
+	}
 	assert_true(th_worker_alive(&wk));
 }
 

@@ -202,12 +202,12 @@ static void *fake_worker(void *p)
 		return NULL;
 	uint8_t in[USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN];
 	uint8_t out[4096 + 1024];
-	struct proto_want m[600];
-	for (uint32_t i = 0; i < 600; i++)
-		m[i] = (struct proto_want){i, 0};
+	struct proto_want m[300];
+	for (uint32_t i = 0; i < 300; i++)
+		m[i] = (struct proto_want){i, 0, 0};
 	_Static_assert(sizeof(out) >= USH_FRAME_HDR_SIZE +
 					      USHI_PROTO_FETCH_LEN +
-					      600 * USHI_PROTO_WANT_LEN,
+					      300 * USHI_PROTO_WANT_LEN,
 		       "fake reply buffer");
 	if (net_read(fd, in, sizeof(in)) == 0 && fake_auth(fd, in) == 0) {
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
@@ -215,7 +215,7 @@ static void *fake_worker(void *p)
 		net_write(fd, out, proto_put_hello(out, &h));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
-			net_write(fd, out, proto_put_fetch(out, 1, 0, 0, m, 600));
+			net_write(fd, out, proto_put_fetch(out, 1, 0, 0, m, 300));
 	}
 	usleep(100000);
 	close(fd);

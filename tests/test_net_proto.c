@@ -95,10 +95,12 @@ static void control_round_trips(void **state)
 	assert_int_equal(f.shuffle, 7);
 	assert_int_equal(f.partition, 5);
 
-	/* FETCH: an offset, then the attempt of each map wanted. */
-	struct proto_want w[3] = {{1, 0}, {4, 2}, {9, 70}}, w2;
+	/* FETCH: an offset, then the attempt of each map wanted and the
+	 * batches of it to leave out. */
+	struct proto_want w[3] = {{1, 0, 0}, {4, 2, 17}, {9, 70, 1ull << 40}},
+			  w2;
 	uint8_t m[256];
-	assert_int_equal(proto_fetch_size(3), USH_FRAME_HDR_SIZE + 8 + 24);
+	assert_int_equal(proto_fetch_size(3), USH_FRAME_HDR_SIZE + 8 + 48);
 	assert_int_equal(proto_put_fetch(m, 7, 5, 123456789012ull, w, 3),
 			 proto_fetch_size(3));
 	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
@@ -112,8 +114,9 @@ static void control_round_trips(void **state)
 		proto_get_want(m + USH_FRAME_HDR_SIZE, i, &w2);
 		assert_int_equal(w2.map, w[i].map);
 		assert_int_equal(w2.attempt, w[i].attempt);
+		assert_int_equal(w2.skip, w[i].skip);
 	}
-	assert_int_equal(proto_fetch_size(1), USH_FRAME_HDR_SIZE + 16);
+	assert_int_equal(proto_fetch_size(1), USH_FRAME_HDR_SIZE + 24);
 	proto_put_fetch(m, 7, 5, 0, w, 1);
 	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(proto_wants(&f), 1);
@@ -131,7 +134,8 @@ static void bounds(void **state)
 		{USHI_FRAME_ACK, 17, 0},
 		{USHI_FRAME_FETCH, 0, 0},
 		{USHI_FRAME_FETCH, 8, 0},  /* an offset, no attempt */
-		{USHI_FRAME_FETCH, 12, 0}, /* half an attempt */
+		{USHI_FRAME_FETCH, 16, 0}, /* half an attempt */
+		{USHI_FRAME_FETCH, 8 + 8 + 16, 0}, /* one and a half */
 		{USHI_FRAME_FETCH, USHI_PROTO_CTRL_MAX + 8, 0},
 		{USHI_FRAME_FETCH_END, 9, 0},
 		{USHI_FRAME_DROP, 1, 0},

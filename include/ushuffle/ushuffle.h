@@ -50,8 +50,8 @@ extern "C" {
 
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 0
-#define USH_VERSION_STRING "0.4.0"
+#define USH_VERSION_PATCH 1
+#define USH_VERSION_STRING "0.4.1"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, as zstd's ZSTD_VERSION_NUMBER. */
 #define USH_VERSION_NUMBER                                                   \
 	(USH_VERSION_MAJOR * 10000 + USH_VERSION_MINOR * 100 + USH_VERSION_PATCH)
@@ -485,9 +485,9 @@ USH_SIZED_INIT(ush_reader_opts)
  * missing, extra or different batch is USH_ECORRUPT naming map,
  * partition and file or worker. A status of a writer with replicas names
  * each partition's workers: a worker that fails (at open or mid-stream)
- * is replaced by the next, whose repeated batches are dropped, so the
- * records go on with no duplicate and no gap; when none is left,
- * -EHOSTUNREACH names the partition and the workers tried.
+ * is replaced by the next, asked for each map's batches after those
+ * verified, so the records go on with no duplicate and no gap; when none
+ * is left, -EHOSTUNREACH names the partition and the workers tried.
  */
 USH_API int ush_reader_open(ush_reader **out,
 			    const struct ush_reader_opts *opts);
@@ -511,6 +511,8 @@ struct ush_reader_stats {
 	uint64_t raw_bytes;     /* batch bytes of the frames yielded */
 	uint64_t stored_bytes;  /* frame bytes read, duplicates included */
 	uint32_t failovers;     /* streams resumed from another replica */
+	uint64_t resumed_batches; /* batches verified before a failover,
+				     which the next replica did not send */
 };
 USH_API void ush_reader_stats_size(const ush_reader *r,
 				   struct ush_reader_stats *st, size_t size);

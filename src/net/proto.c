@@ -32,7 +32,7 @@ static int check_ctrl(const struct ushi_frame *f, const char **why)
 				       (n - USHI_PROTO_FETCH_LEN) %
 						       USHI_PROTO_WANT_LEN ==
 					       0 ? 0 :
-			bad(why, "FETCH length (an offset, then 8 bytes per "
+			bad(why, "FETCH length (an offset, then 16 bytes per "
 			    "attempt)");
 	case USHI_FRAME_FETCH_END:
 		return n == USHI_PROTO_FETCH_END_LEN ? 0 :
@@ -154,6 +154,7 @@ size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
 	for (uint32_t i = 0; i < n; i++, p += USHI_PROTO_WANT_LEN) {
 		put_le32(p, w[i].map);
 		put_le32(p + 4, w[i].attempt);
+		put_le64(p + 8, w[i].skip);
 	}
 	return put_ctrl(buf, USHI_FRAME_FETCH, shuffle, 0, 0, partition, 0,
 			(uint32_t)(proto_fetch_size(n) - USH_FRAME_HDR_SIZE));
@@ -274,6 +275,7 @@ void proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w)
 	p += USHI_PROTO_FETCH_LEN + (size_t)i * USHI_PROTO_WANT_LEN;
 	w->map = get_le32(p);
 	w->attempt = get_le32(p + 4);
+	w->skip = get_le64(p + 8);
 }
 
 uint32_t proto_worker_of(uint32_t partition, uint32_t nworkers)

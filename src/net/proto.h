@@ -8,7 +8,7 @@
 
 #include "core/frame.h"
 
-#define USHI_PROTO_VERSION 4
+#define USHI_PROTO_VERSION 5
 /* Control payloads are small except FETCH, which names one attempt per
  * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
@@ -27,7 +27,7 @@
 #define USHI_PROTO_AUTH_LEN (8u + USHI_PROTO_NONCE + USHI_PROTO_MAC)
 #define USHI_PROTO_ACK_LEN 16u
 #define USHI_PROTO_FETCH_LEN 8u     /* the offset; then the attempts */
-#define USHI_PROTO_WANT_LEN 8u      /* FETCH entry: map, attempt */
+#define USHI_PROTO_WANT_LEN 16u     /* FETCH entry: map, attempt, skip */
 #define USHI_PROTO_WANTS_MAX                                                  \
 	((USHI_PROTO_CTRL_MAX - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN)
 #define USHI_PROTO_FETCH_END_LEN 8u
@@ -101,9 +101,12 @@ struct proto_ack {
 	uint64_t value;
 };
 
-/* A FETCH names the attempt of each map to stream, ascending maps. */
+/* A FETCH names the attempt of each map to stream, ascending maps, and
+ * how many of its first batches to leave out: those a reader failing over
+ * from another replica has verified already. */
 struct proto_want {
 	uint32_t map, attempt;
+	uint64_t skip;
 };
 
 /*

@@ -476,10 +476,11 @@ static int all_gone(struct ush_reader *r, const struct rmap *m,
 /*
  * Source s failed (the last error says why): each of its maps goes on
  * at its next holder, one new source per worker, read after the others.
- * Their batches already taken come again and are dropped as duplicates
- * (same seq, same CRC), so the records resume after the last batch
- * verified. Returns 0, or an error when a map has no holder left: err
- * itself for a map without replicas.
+ * Their FETCH asks each map from its first batch not yet verified, so the
+ * records resume after the last one taken (a batch that comes again all
+ * the same is dropped as a duplicate: same seq, same CRC). Returns 0, or
+ * an error when a map has no holder left: err itself for a map without
+ * replicas.
  */
 static int failover(struct ush_reader *r, uint32_t s, int err)
 {
@@ -740,7 +741,8 @@ static int disk_open(struct ush_reader *r)
 	return 0;
 }
 
-/* Source s: a FETCH naming its maps' attempts. */
+/* Source s: a FETCH naming its maps' attempts, each from its first
+ * batch not yet verified (after a failover, the rest of the map). */
 static int net_open_src(struct ush_reader *r, uint32_t s, uint32_t timeout_ms)
 {
 	struct proto_want *w = ushi_malloc(r->nmaps * sizeof(*w));
@@ -748,9 +750,12 @@ static int net_open_src(struct ush_reader *r, uint32_t s, uint32_t timeout_ms)
 		return ushi_fail(-ENOMEM, "reader: allocation");
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < r->nmaps; i++)
-		if (r->maps[i].src == s)
+		if (r->maps[i].src == s) {
 			w[n++] = (struct proto_want){r->maps[i].map,
-						     r->maps[i].attempt};
+						     r->maps[i].attempt,
+						     r->maps[i].got};
+			r->st.resumed_batches += r->maps[i].got;
+		}
 	int ret = reader_net_open(&r->srcs[s].net, r->srcs[s].loc, r->app,
 				  r->shuffle, r->partition, w, n, timeout_ms);
 	ushi_free(w);

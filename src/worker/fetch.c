@@ -91,18 +91,20 @@ static int wants(struct ush_worker *wk, struct wk_fetch *fe,
 	return ret;
 }
 
-static bool wanted(const struct wk_fetch *fe, const struct ushi_frame *f)
+/* The FETCH's entry of (map, attempt), or NULL when not asked for. */
+static struct proto_want *wanted(struct wk_fetch *fe, uint32_t map,
+				 uint32_t attempt)
 {
 	uint32_t lo = 0, hi = fe->nm;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		if (fe->m[mid].map < f->map)
+		if (fe->m[mid].map < map)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo < fe->nm && fe->m[lo].map == f->map &&
-	       fe->m[lo].attempt == f->attempt;
+	return lo < fe->nm && fe->m[lo].map == map &&
+	       fe->m[lo].attempt == attempt ? &fe->m[lo] : NULL;
 }
 
 /* ------------------------------------------------ partition directories */
@@ -352,9 +354,16 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	pdir_range(d, fe->partition, &lo, &hi);
 	for (uint32_t i = lo; i < hi; i++) {
 		const struct wk_pent *e = &d->ent[i];
-		struct ushi_frame f = {.map = e->map, .attempt = e->attempt};
-		if (!wanted(fe, &f))
+		struct proto_want *w = wanted(fe, e->map, e->attempt);
+		/* An attempt's frames of a partition are in one log, in
+		 * batch order: its first skip entries are the batches the
+		 * reader has (a stored resend only makes it skip fewer). */
+		if (!w)
 			continue;
+		if (w->skip) {
+			w->skip--;
+			continue;
+		}
 		if (fe->nent == *cap) {
 			size_t c = *cap ? 2 * *cap : 64;
 			struct wk_fent *ne = ushi_malloc(c * sizeof(*ne));
