@@ -322,6 +322,58 @@ static void oversized_record(void **state)
 	}
 }
 
+/* The worker SIGSTOPped at a record of the push: it accepted the
+ * connection and stops taking anything. */
+static struct {
+	struct th_worker *w;
+	uint32_t at;
+} stall;
+
+static void stop_at(const struct th_job *j, uint32_t m, uint32_t i)
+{
+	(void)j;
+	(void)m;
+	if (i == stall.at)
+		kill(stall.w->pid, SIGSTOP);
+}
+
+/* A replica that stalls (SIGSTOP) at the last record or at the first
+ * (then zero-copy sends to it wait for notifications that never come
+ * when the writer drains): the writer gives up on it after the timeout
+ * and commits on the other replicas, which stay holders, instead of
+ * dropping every worker. */
+static void stalled_replica(void **state)
+{
+	(void)state;
+	spawn_all();
+	for (unsigned round = 0; round < 2; round++) {
+		struct ush_status st[1] = {{0}};
+		struct th_job j = {.workers = list, .shuffle = 20 + round,
+				   .partitions = 8, .maps = 1, .records = 6000,
+				   .replicas = 2, .send_zc = 1,
+				   .timeout_ms = 1500, .statuses = st,
+				   .pushed = stop_at};
+		stall.w = &wk[1];
+		stall.at = round ? 0 : j.records - 1;
+		struct ush_writer_stats ws;
+		int ret = th_push_map(&j, 0, 0, &ws);
+		kill(wk[1].pid, SIGCONT);
+		if (ret)
+			fail_msg("round %u: %s", round, ush_last_error());
+		assert_int_equal(ws.net_failovers, 1);
+		for (uint32_t p = 0; p < j.partitions; p++) {
+			uint64_t h = holders(&st[0], p);
+			assert_false(h >> 1 & 1);
+			uint32_t f = ush_net_worker_of(p, NW);
+			assert_int_equal(h, (1u << f | 1u << (f + 1) % NW) &
+					    ~2u);
+		}
+		th_verify(&j);
+		th_job_free(&j);
+	}
+	stop_all();
+}
+
 /* HOST:PORT@LABEL: the peer without the label, the label (default: the
  * host, a v6 address unbracketed) behind it. */
 static void worker_list_labels(void **state)
@@ -345,11 +397,15 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* One test by name: USH_TEST_FILTER=stalled_replica. */
+	if (getenv("USH_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("USH_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(worker_list_labels),
 		cmocka_unit_test(labels_keep_replicas_apart),
 		cmocka_unit_test(every_replica_gone),
 		cmocka_unit_test(oversized_record),
+		cmocka_unit_test(stalled_replica),
 		cmocka_unit_test(kill_rounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
