@@ -374,6 +374,60 @@ static void stalled_replica(void **state)
 	stop_all();
 }
 
+/* A stream cut after one of its maps was read whole: that map is done,
+ * not moved to its next holder (dead here), and the map still being
+ * read resumes at its third replica. */
+static void failover_after_a_map_complete(void **state)
+{
+	(void)state;
+	spawn_all();
+	struct ush_status st[2] = {{0}};
+	/* One partition: map 0 (2 replicas, small) streams before map 1
+	 * (3 replicas, more than the sockets buffer). */
+	struct th_job a = {.workers = list, .shuffle = 30, .partitions = 1,
+			   .maps = 2, .records = 2000, .replicas = 2,
+			   .statuses = st};
+	struct th_job b = a;
+	b.records = 40000;
+	b.replicas = 3;
+	th_ok(th_push_map(&a, 0, 0, NULL));
+	th_ok(th_push_map(&b, 1, 0, NULL));
+	uint32_t x = ush_net_worker_of(0, NW), y = (x + 1) % NW;
+	assert_int_equal(holders(&st[0], 0), 1u << x | 1u << y);
+	th_worker_kill(&wk[y]);
+	ush_reader *r;
+	th_ok(th_reader_open(&r, st, 2, 0, 5000));
+	uint64_t got[2] = {0};
+	uint8_t exp[1024];
+	const void *rec;
+	size_t len;
+	int ret;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+		uint64_t id;
+		memcpy(&id, rec, 8);
+		uint32_t m = (uint32_t)(id >> 32), i = (uint32_t)id;
+		assert_true(m < 2);
+		assert_int_equal(i, got[m]);
+		assert_int_equal(th_rec(exp, m, i), len);
+		assert_memory_equal(exp, rec, len);
+		if (++got[m] == a.records && !m)
+			th_worker_kill(&wk[x]);
+	}
+	if (ret)
+		fail_msg("%d %s: %s", ret, ush_err_name(ret), ush_last_error());
+	assert_int_equal(got[0], a.records);
+	assert_int_equal(got[1], b.records);
+	struct ush_reader_stats rs;
+	ush_reader_stats(r, &rs);
+	/* Map 1 from x to y (refused), then to the third. */
+	assert_int_equal(rs.failovers, 2);
+	ush_reader_free(r);
+	th_job_free(&a);
+	th_worker_stop(&wk[(x + 2) % NW]);
+	for (unsigned i = 0; i < NW; i++)
+		th_rmrf(wk[i].dir);
+}
+
 /* HOST:PORT@LABEL: the peer without the label, the label (default: the
  * host, a v6 address unbracketed) behind it. */
 static void worker_list_labels(void **state)
@@ -406,6 +460,7 @@ int main(void)
 		cmocka_unit_test(every_replica_gone),
 		cmocka_unit_test(oversized_record),
 		cmocka_unit_test(stalled_replica),
+		cmocka_unit_test(failover_after_a_map_complete),
 		cmocka_unit_test(kill_rounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

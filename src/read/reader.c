@@ -478,7 +478,8 @@ static int all_gone(struct ush_reader *r, const struct rmap *m,
  * at its next holder, one new source per worker, read after the others.
  * Their FETCH asks each map from its first batch not yet verified, so the
  * records resume after the last one taken (a batch that comes again all
- * the same is dropped as a duplicate: same seq, same CRC). Returns 0, or
+ * the same is dropped as a duplicate: same seq, same CRC); a map read
+ * whole is done. Returns 0, or
  * an error when a map has no holder left: err itself for a map without
  * replicas.
  */
@@ -494,6 +495,15 @@ static int failover(struct ush_reader *r, uint32_t s, int err)
 		struct rmap *m = &r->maps[i];
 		if (m->src != s)
 			continue;
+		if (m->got == m->expect) {
+			/* Every batch verified: nothing left to read. */
+			int ret = check_map(r, m, r->srcs[s].loc);
+			map_done(m);
+			m->src = NO_SRC;
+			if (ret)
+				return ret;
+			continue;
+		}
 		if (m->nholders == 1)
 			return err;
 		if (++m->at >= m->nholders)
