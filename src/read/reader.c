@@ -652,6 +652,8 @@ static int holders(struct ush_reader *r, const struct status *s,
 	unsigned n = net_count_workers(list);
 	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
 	int ret = peers ? net_parse_workers(list, peers, n) : -EINVAL;
+	if (s->version >= 2 && n > 64)
+		ret = -EINVAL; /* a mask names at most 64 workers */
 	uint32_t first = ret > 0 ? proto_worker_of(partition, n) : 0;
 	if (ret > 0 && (s->version < 2 || mask >> first & 1))
 		ret = add_peer(r, peers[first], &m->holder[m->nholders++]);
@@ -719,8 +721,8 @@ static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		ret = add_src(r, s.loc, s.loc_len, &m->src);
 	else if ((ret = holders(r, &s, o->partition, mask, m)) == -EINVAL)
 		return ushi_fail(USH_ECORRUPT, "reader: map status %u: bad "
-				"worker list '%.*s' or holder mask %llx", i,
-				(int)s.loc_len, s.loc, (unsigned long long)mask);
+				"holder mask %llx or worker list '%.*s'", i,
+				(unsigned long long)mask, (int)s.loc_len, s.loc);
 	else if (!ret && m->nholders)
 		ret = add_src(r, r->peers[m->holder[0]],
 			      strlen(r->peers[m->holder[0]]), &m->src);
