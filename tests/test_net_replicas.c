@@ -428,6 +428,55 @@ static void failover_after_a_map_complete(void **state)
 		th_rmrf(wk[i].dir);
 }
 
+/* Workers killed with zero-copy sends in flight to them, the writer then
+ * committed or aborted, round after round on one ring: every pool
+ * buffer comes back each time (none kept by a dropped replica). */
+static void pool_back_after_losses(void **state)
+{
+	(void)state;
+	spawn_all();
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 4u << 20;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_ring_info ri;
+	ush_ring_info(ring, &ri);
+	size_t idle = ri.pool_idle_bytes;
+	uint8_t buf[1024];
+	for (unsigned round = 0; round < 6; round++) {
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = 40 + round, .partitions = 8,
+			.target = USH_TARGET_NET, .workers = list,
+			.replicas = 2, .send_zc = 1, .timeout_ms = 5000};
+		ush_writer *w;
+		th_ok(ush_writer_open(&w, ring, &wo));
+		unsigned victim = round % NW;
+		int ret = 0;
+		for (uint32_t i = 0; !ret && i < 20000; i++) {
+			ret = ush_writer_write(w, i % 8, buf,
+					       th_rec(buf, 0, i));
+			if (i == 10000)
+				th_worker_kill(&wk[victim]);
+		}
+		if (ret)
+			fail_msg("round %u: %s", round, ush_last_error());
+		if (round % 2)
+			th_ok(ush_writer_abort(w));
+		else
+			th_ok(ush_writer_commit(w, NULL));
+		struct ush_writer_stats ws;
+		ush_writer_stats(w, &ws);
+		assert_int_equal(ws.net_failovers, 1);
+		ush_writer_free(w);
+		ush_ring_info(ring, &ri);
+		assert_int_equal(ri.pool_idle_bytes, idle);
+		th_worker_restart(&wk[victim], 1);
+	}
+	ush_ring_free(ring);
+	stop_all();
+}
+
 /* HOST:PORT@LABEL: the peer without the label, the label (default: the
  * host, a v6 address unbracketed) behind it. */
 static void worker_list_labels(void **state)
@@ -461,6 +510,7 @@ int main(void)
 		cmocka_unit_test(oversized_record),
 		cmocka_unit_test(stalled_replica),
 		cmocka_unit_test(failover_after_a_map_complete),
+		cmocka_unit_test(pool_back_after_losses),
 		cmocka_unit_test(kill_rounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
