@@ -477,6 +477,42 @@ static void pool_back_after_losses(void **state)
 	stop_all();
 }
 
+/* A worker down before the writer opens: replicas 2 and 3 commit on the
+ * others (every worker on one label: the label cannot keep replicas
+ * apart, the list order still does); the status never names it. */
+static void dead_at_open(void **state)
+{
+	(void)state;
+	spawn_all();
+	char same[600];
+	snprintf(same, sizeof(same), "%s@h,%s@h,%s@h", wk[0].addr, wk[1].addr,
+		 wk[2].addr);
+	th_worker_kill(&wk[1]);
+	for (uint32_t rep = 2; rep <= 3; rep++) {
+		struct ush_status st[2] = {{0}};
+		struct th_job j = {.workers = same, .shuffle = 50 + rep,
+				   .partitions = 6, .maps = 2, .records = 3000,
+				   .replicas = rep, .statuses = st};
+		for (uint32_t m = 0; m < j.maps; m++) {
+			struct ush_writer_stats ws;
+			th_ok(th_push_map(&j, m, 0, &ws));
+			assert_int_equal(ws.net_failovers, 1);
+		}
+		for (uint32_t p = 0; p < j.partitions; p++) {
+			uint64_t h = holders(&st[0], p);
+			uint32_t f = ush_net_worker_of(p, NW);
+			uint64_t want = rep == 3 ? 7 : 1u << f | 1u << (f + 1) % NW;
+			assert_int_equal(h, want & ~2u);
+		}
+		th_verify(&j);
+		th_job_free(&j);
+	}
+	th_worker_stop(&wk[0]);
+	th_worker_stop(&wk[2]);
+	for (unsigned i = 0; i < NW; i++)
+		th_rmrf(wk[i].dir);
+}
+
 /* HOST:PORT@LABEL: the peer without the label, the label (default: the
  * host, a v6 address unbracketed) behind it. */
 static void worker_list_labels(void **state)
@@ -511,6 +547,7 @@ int main(void)
 		cmocka_unit_test(stalled_replica),
 		cmocka_unit_test(failover_after_a_map_complete),
 		cmocka_unit_test(pool_back_after_losses),
+		cmocka_unit_test(dead_at_open),
 		cmocka_unit_test(kill_rounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
