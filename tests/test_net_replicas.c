@@ -346,11 +346,14 @@ static void stalled_replica(void **state)
 {
 	(void)state;
 	spawn_all();
-	for (unsigned round = 0; round < 2; round++) {
+	for (unsigned round = 0; round < 3; round++) {
 		struct ush_status st[1] = {{0}};
+		/* Round 2: the blocking baseline engine. */
 		struct th_job j = {.workers = list, .shuffle = 20 + round,
 				   .partitions = 8, .maps = 1, .records = 6000,
 				   .replicas = 2, .send_zc = 1,
+				   .ioengine = round == 2 ? USH_IOENGINE_PSYNC :
+				   USH_IOENGINE_URING,
 				   .timeout_ms = 1500, .statuses = st,
 				   .pushed = stop_at};
 		stall.w = &wk[1];
