@@ -426,9 +426,7 @@ static void failover_after_a_map_complete(void **state)
 	assert_int_equal(rs.failovers, 2);
 	ush_reader_free(r);
 	th_job_free(&a);
-	th_worker_stop(&wk[(x + 2) % NW]);
-	for (unsigned i = 0; i < NW; i++)
-		th_rmrf(wk[i].dir);
+	stop_all(); /* the killed ones are left alone */
 }
 
 /* Workers killed with zero-copy sends in flight to them, the writer then
@@ -510,10 +508,7 @@ static void dead_at_open(void **state)
 		th_verify(&j);
 		th_job_free(&j);
 	}
-	th_worker_stop(&wk[0]);
-	th_worker_stop(&wk[2]);
-	for (unsigned i = 0; i < NW; i++)
-		th_rmrf(wk[i].dir);
+	stop_all();
 }
 
 /* HOST:PORT@LABEL: the peer without the label, the label (default: the
