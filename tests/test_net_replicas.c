@@ -322,6 +322,195 @@ static void oversized_record(void **state)
 	}
 }
 
+/* The worker SIGSTOPped at a record of the push: it accepted the
+ * connection and stops taking anything. */
+static struct {
+	struct th_worker *w;
+	uint32_t at;
+} stall;
+
+static void stop_at(const struct th_job *j, uint32_t m, uint32_t i)
+{
+	(void)j;
+	(void)m;
+	if (i == stall.at)
+		kill(stall.w->pid, SIGSTOP);
+}
+
+/* A replica that stalls (SIGSTOP) at the last record or at the first
+ * (then zero-copy sends to it wait for notifications that never come
+ * when the writer drains): the writer gives up on it after the timeout
+ * and commits on the other replicas, which stay holders, instead of
+ * dropping every worker. */
+static void stalled_replica(void **state)
+{
+	(void)state;
+	spawn_all();
+	for (unsigned round = 0; round < 3; round++) {
+		struct ush_status st[1] = {{0}};
+		/* Round 2: the blocking baseline engine. */
+		struct th_job j = {.workers = list, .shuffle = 20 + round,
+				   .partitions = 8, .maps = 1, .records = 6000,
+				   .replicas = 2, .send_zc = 1,
+				   .ioengine = round == 2 ? USH_IOENGINE_PSYNC :
+				   USH_IOENGINE_URING,
+				   .timeout_ms = 1500, .statuses = st,
+				   .pushed = stop_at};
+		stall.w = &wk[1];
+		stall.at = round ? 0 : j.records - 1;
+		struct ush_writer_stats ws;
+		int ret = th_push_map(&j, 0, 0, &ws);
+		kill(wk[1].pid, SIGCONT);
+		if (ret)
+			fail_msg("round %u: %s", round, ush_last_error());
+		assert_int_equal(ws.net_failovers, 1);
+		for (uint32_t p = 0; p < j.partitions; p++) {
+			uint64_t h = holders(&st[0], p);
+			assert_false(h >> 1 & 1);
+			uint32_t f = ush_net_worker_of(p, NW);
+			assert_int_equal(h, (1u << f | 1u << (f + 1) % NW) &
+					    ~2u);
+		}
+		th_verify(&j);
+		th_job_free(&j);
+	}
+	stop_all();
+}
+
+/* A stream cut after one of its maps was read whole: that map is done,
+ * not moved to its next holder (dead here), and the map still being
+ * read resumes at its third replica. */
+static void failover_after_a_map_complete(void **state)
+{
+	(void)state;
+	spawn_all();
+	struct ush_status st[2] = {{0}};
+	/* One partition: map 0 (2 replicas, small) streams before map 1
+	 * (3 replicas, more than the sockets buffer). */
+	struct th_job a = {.workers = list, .shuffle = 30, .partitions = 1,
+			   .maps = 2, .records = 2000, .replicas = 2,
+			   .statuses = st};
+	struct th_job b = a;
+	b.records = 40000;
+	b.replicas = 3;
+	th_ok(th_push_map(&a, 0, 0, NULL));
+	th_ok(th_push_map(&b, 1, 0, NULL));
+	uint32_t x = ush_net_worker_of(0, NW), y = (x + 1) % NW;
+	assert_int_equal(holders(&st[0], 0), 1u << x | 1u << y);
+	th_worker_kill(&wk[y]);
+	ush_reader *r;
+	th_ok(th_reader_open(&r, st, 2, 0, 5000));
+	uint64_t got[2] = {0};
+	uint8_t exp[1024];
+	const void *rec;
+	size_t len;
+	int ret;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+		uint64_t id;
+		memcpy(&id, rec, 8);
+		uint32_t m = (uint32_t)(id >> 32), i = (uint32_t)id;
+		assert_true(m < 2);
+		assert_int_equal(i, got[m]);
+		assert_int_equal(th_rec(exp, m, i), len);
+		assert_memory_equal(exp, rec, len);
+		if (++got[m] == a.records && !m)
+			th_worker_kill(&wk[x]);
+	}
+	if (ret)
+		fail_msg("%d %s: %s", ret, ush_err_name(ret), ush_last_error());
+	assert_int_equal(got[0], a.records);
+	assert_int_equal(got[1], b.records);
+	struct ush_reader_stats rs;
+	ush_reader_stats(r, &rs);
+	/* Map 1 from x to y (refused), then to the third. */
+	assert_int_equal(rs.failovers, 2);
+	ush_reader_free(r);
+	th_job_free(&a);
+	stop_all(); /* the killed ones are left alone */
+}
+
+/* Workers killed with zero-copy sends in flight to them, the writer then
+ * committed or aborted, round after round on one ring: every pool
+ * buffer comes back each time (none kept by a dropped replica). */
+static void pool_back_after_losses(void **state)
+{
+	(void)state;
+	spawn_all();
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 4u << 20;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_ring_info ri;
+	ush_ring_info(ring, &ri);
+	size_t idle = ri.pool_idle_bytes;
+	uint8_t buf[1024];
+	for (unsigned round = 0; round < 6; round++) {
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = 40 + round, .partitions = 8,
+			.target = USH_TARGET_NET, .workers = list,
+			.replicas = 2, .send_zc = 1, .timeout_ms = 5000};
+		ush_writer *w;
+		th_ok(ush_writer_open(&w, ring, &wo));
+		unsigned victim = round % NW;
+		int ret = 0;
+		for (uint32_t i = 0; !ret && i < 20000; i++) {
+			ret = ush_writer_write(w, i % 8, buf,
+					       th_rec(buf, 0, i));
+			if (i == 10000)
+				th_worker_kill(&wk[victim]);
+		}
+		if (ret)
+			fail_msg("round %u: %s", round, ush_last_error());
+		if (round % 2)
+			th_ok(ush_writer_abort(w));
+		else
+			th_ok(ush_writer_commit(w, NULL));
+		struct ush_writer_stats ws;
+		ush_writer_stats(w, &ws);
+		assert_int_equal(ws.net_failovers, 1);
+		ush_writer_free(w);
+		ush_ring_info(ring, &ri);
+		assert_int_equal(ri.pool_idle_bytes, idle);
+		th_worker_restart(&wk[victim], 1);
+	}
+	ush_ring_free(ring);
+	stop_all();
+}
+
+/* A worker down before the writer opens: replicas 2 and 3 commit on the
+ * others (every worker on one label: the label cannot keep replicas
+ * apart, the list order still does); the status never names it. */
+static void dead_at_open(void **state)
+{
+	(void)state;
+	spawn_all();
+	char same[600];
+	snprintf(same, sizeof(same), "%s@h,%s@h,%s@h", wk[0].addr, wk[1].addr,
+		 wk[2].addr);
+	th_worker_kill(&wk[1]);
+	for (uint32_t rep = 2; rep <= 3; rep++) {
+		struct ush_status st[2] = {{0}};
+		struct th_job j = {.workers = same, .shuffle = 50 + rep,
+				   .partitions = 6, .maps = 2, .records = 3000,
+				   .replicas = rep, .statuses = st};
+		for (uint32_t m = 0; m < j.maps; m++) {
+			struct ush_writer_stats ws;
+			th_ok(th_push_map(&j, m, 0, &ws));
+			assert_int_equal(ws.net_failovers, 1);
+		}
+		for (uint32_t p = 0; p < j.partitions; p++) {
+			uint64_t h = holders(&st[0], p);
+			uint32_t f = ush_net_worker_of(p, NW);
+			uint64_t want = rep == 3 ? 7 : 1u << f | 1u << (f + 1) % NW;
+			assert_int_equal(h, want & ~2u);
+		}
+		th_verify(&j);
+		th_job_free(&j);
+	}
+	stop_all();
+}
+
 /* HOST:PORT@LABEL: the peer without the label, the label (default: the
  * host, a v6 address unbracketed) behind it. */
 static void worker_list_labels(void **state)
@@ -345,11 +534,18 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* One test by name: USH_TEST_FILTER=stalled_replica. */
+	if (getenv("USH_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("USH_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(worker_list_labels),
 		cmocka_unit_test(labels_keep_replicas_apart),
 		cmocka_unit_test(every_replica_gone),
 		cmocka_unit_test(oversized_record),
+		cmocka_unit_test(stalled_replica),
+		cmocka_unit_test(failover_after_a_map_complete),
+		cmocka_unit_test(pool_back_after_losses),
+		cmocka_unit_test(dead_at_open),
 		cmocka_unit_test(kill_rounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -266,6 +266,65 @@ static void status_version_2(void **state)
 	ush_ring_free(ring);
 }
 
+/* Holder masks a reader refuses at open (docs/format.md §5.2), before it
+ * dials anyone: a worker beyond the list, more than 3 holders, and any
+ * mask over more than 64 workers (a mask names at most 64, and a writer
+ * with replicas takes at most 64) -- whichever worker is the partition's
+ * first, instead of shifting the mask past 63 bits. */
+static void status_v2_bad_holders(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("statusv2w");
+	ush_ring *ring = ring_new();
+	struct ush_status v1 = put_map(ring, dir, 0, 0, 70, 1000);
+	static const struct {
+		unsigned workers;
+		uint64_t mask;
+		const char *want;
+	} cases[] = {
+		{70, 1, "holder mask 1 or worker list"},
+		{3, 1 | 1u << 5, "holder mask 21 or worker list"},
+		{5, 0xf, "holder mask f or worker list"},
+	};
+	for (unsigned c = 0; c < 3; c++) {
+		struct status s;
+		const char *why = "";
+		th_ok(status_parse(v1.data, v1.len, &s, &why));
+		char list[2048];
+		int len = 0;
+		for (unsigned i = 0; i < cases[c].workers; i++)
+			len += snprintf(list + len, sizeof(list) - (size_t)len,
+					"%s127.0.0.1:%u", i ? "," : "", i + 1);
+		uint64_t h[70];
+		for (uint32_t p = 0; p < 70; p++)
+			h[p] = cases[c].mask;
+		s.target = USH_TARGET_NET;
+		s.loc = list;
+		s.loc_len = (uint32_t)len;
+		s.holders = h;
+		uint8_t *b;
+		size_t blen;
+		th_ok(status_build(&b, &blen, &s, entry_of, &s));
+		struct ush_status v2 = {b, blen};
+		/* A partition with batches; over 70 workers, one whose
+		 * first worker is past the 64th. */
+		uint32_t p = 0, sum;
+		uint64_t n = 0;
+		while (p < 70 && ((cases[c].workers > 64 &&
+				   ush_net_worker_of(p, 70) < 64) ||
+				  status_part(&s, p, &n, &sum, NULL, &why) || !n))
+			p++;
+		assert_true(p < 70);
+		ush_reader *r = NULL;
+		assert_int_equal(open_reader(&r, &v2, 1, p), USH_ECORRUPT);
+		assert_null(r);
+		assert_non_null(strstr(ush_last_error(), cases[c].want));
+		free(b);
+	}
+	free_status(&v1);
+	ush_ring_free(ring);
+}
+
 /* ------------------------------------------------- the driver decides */
 
 /* Two attempts of one map both commit; a reader reads the one whose
@@ -584,6 +643,8 @@ int main(void)
 		cmocka_unit_test_teardown(reader_fails_at_open, th_teardown),
 		cmocka_unit_test(null_target_has_no_status),
 		cmocka_unit_test_teardown(status_version_2, th_teardown),
+		cmocka_unit_test_teardown(status_v2_bad_holders,
+					  th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

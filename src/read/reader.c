@@ -478,7 +478,8 @@ static int all_gone(struct ush_reader *r, const struct rmap *m,
  * at its next holder, one new source per worker, read after the others.
  * Their FETCH asks each map from its first batch not yet verified, so the
  * records resume after the last one taken (a batch that comes again all
- * the same is dropped as a duplicate: same seq, same CRC). Returns 0, or
+ * the same is dropped as a duplicate: same seq, same CRC); a map read
+ * whole is done. Returns 0, or
  * an error when a map has no holder left: err itself for a map without
  * replicas.
  */
@@ -494,6 +495,15 @@ static int failover(struct ush_reader *r, uint32_t s, int err)
 		struct rmap *m = &r->maps[i];
 		if (m->src != s)
 			continue;
+		if (m->got == m->expect) {
+			/* Every batch verified: nothing left to read. */
+			int ret = check_map(r, m, r->srcs[s].loc);
+			map_done(m);
+			m->src = NO_SRC;
+			if (ret)
+				return ret;
+			continue;
+		}
 		if (m->nholders == 1)
 			return err;
 		if (++m->at >= m->nholders)
@@ -642,6 +652,8 @@ static int holders(struct ush_reader *r, const struct status *s,
 	unsigned n = net_count_workers(list);
 	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
 	int ret = peers ? net_parse_workers(list, peers, n) : -EINVAL;
+	if (s->version >= 2 && n > 64)
+		ret = -EINVAL; /* a mask names at most 64 workers */
 	uint32_t first = ret > 0 ? proto_worker_of(partition, n) : 0;
 	if (ret > 0 && (s->version < 2 || mask >> first & 1))
 		ret = add_peer(r, peers[first], &m->holder[m->nholders++]);
@@ -709,8 +721,8 @@ static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		ret = add_src(r, s.loc, s.loc_len, &m->src);
 	else if ((ret = holders(r, &s, o->partition, mask, m)) == -EINVAL)
 		return ushi_fail(USH_ECORRUPT, "reader: map status %u: bad "
-				"worker list '%.*s' or holder mask %llx", i,
-				(int)s.loc_len, s.loc, (unsigned long long)mask);
+				"holder mask %llx or worker list '%.*s'", i,
+				(unsigned long long)mask, (int)s.loc_len, s.loc);
 	else if (!ret && m->nholders)
 		ret = add_src(r, r->peers[m->holder[0]],
 			      strlen(r->peers[m->holder[0]]), &m->src);

@@ -72,6 +72,7 @@ struct conn {
 	} q[SEND_QUEUE];
 	unsigned qhead, qn, qsend;
 	unsigned ncopy;         /* queued frames without a zc op */
+	unsigned zc_out;        /* zc ops taken, data_done not yet called */
 	uint64_t qbytes;        /* queued since the last kick */
 	uint32_t head_off;
 	struct ushi_op *gather; /* this connection's SENDMSG op, kept */
@@ -306,6 +307,7 @@ static void kick(struct conn *c)
 		out_pop(c);
 		if (zc) {
 			/* Taken, never started: release it as data_done does. */
+			c->zc_out--;
 			frame_done(c->n, zc->io.buf, zc->io.buf ?
 				   NULL : zc->io.addr, 0);
 			ring_op_put(r, zc);
@@ -657,6 +659,7 @@ static void data_done(struct ushi_op *op, int res)
 {
 	struct conn *c = op->owner;
 	struct ush_writer *w = c->n->w;
+	c->zc_out--;
 	c->zc_notifs += op->send.zc_notifs;
 	c->zc_copied += op->send.zc_copied;
 	c->n->st->net_zc_notifs += op->send.zc_notifs;
@@ -704,6 +707,13 @@ static int wait_for(struct net *n, struct conn *c,
 	return c->err;
 }
 
+/* Whether c still holds frames of the writer: queued, or sent zero-copy
+ * and waiting for the notification. */
+static bool holds_frames(const struct conn *c)
+{
+	return c->qn || c->zc_out;
+}
+
 /*
  * Waits until none of the writer's frames is in flight. A zero-copy send
  * is complete only at its notification, which comes once the worker has
@@ -725,9 +735,16 @@ static int net_drain(struct ush_writer *w)
 			start = now;
 		}
 		if (now - start >= limit) {
+			/* Only the workers holding frames: with replicas,
+			 * the others are live copies. */
+			bool any = false;
 			for (unsigned i = 0; i < n->nc; i++)
-				conn_dead(&n->c[i], -ETIMEDOUT, "sends not taken "
-					  "within the timeout (worker stalled?)");
+				any |= holds_frames(&n->c[i]);
+			for (unsigned i = 0; i < n->nc; i++)
+				if (!any || holds_frames(&n->c[i]))
+					conn_dead(&n->c[i], -ETIMEDOUT, "sends not "
+						  "taken within the timeout "
+						  "(worker stalled?)");
 			start = now;
 			continue;
 		}
@@ -805,8 +822,11 @@ static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 		op->io.fd = c->fd;
 		op->send.timeout_ms = n->timeout_ms;
 	}
-	if (!ret)
+	if (!ret) {
+		/* Before queueing: a failed c drops it at once. */
+		c->zc_out += op != NULL;
 		ret = conn_queue(c, &o);
+	}
 	if (ret) {
 		if (op)
 			ring_op_put(w->ring, op);
