@@ -479,9 +479,8 @@ static int all_gone(struct ush_reader *r, const struct rmap *m,
  * Their FETCH asks each map from its first batch not yet verified, so the
  * records resume after the last one taken (a batch that comes again all
  * the same is dropped as a duplicate: same seq, same CRC); a map read
- * whole is done. Returns 0, or
- * an error when a map has no holder left: err itself for a map without
- * replicas.
+ * whole is done. Returns 0, or an error when a map has no holder left:
+ * err itself for a map without replicas.
  */
 static int failover(struct ush_reader *r, uint32_t s, int err)
 {
