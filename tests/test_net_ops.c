@@ -77,6 +77,8 @@ static void version_and_option_errors(void **state)
 		{"--log-level=loud", "accepted: error, info or debug"},
 		{"--max-conns=x", "--max-conns=x: bad value; accepted: 1..1572864"},
 		{"--direct=2", "--direct=2: bad value; accepted: 0 or 1"},
+		/* 2^34 + 1 gibibytes wrap to 1 GiB in 64 bits */
+		{"--window=17179869185g", "--window=17179869185g: bad value"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int st = run_ushuffled((const char *[]){"--dir=/nonexistent",
@@ -154,23 +156,44 @@ static void config_file_sets_options(void **state)
 		fail_msg("the config file's settings are not in force:\n%s",
 			 text);
 	free(text);
-	f = fopen(conf, "w");
-	fputs("[ushuffled]\nmax-conns = many\n", f);
-	fclose(f);
+	/* Each mistake exits 2 naming the file and line; a key set twice,
+	 * a line longer than inih reads (it would cut the value and read
+	 * the rest as a line of its own) and a directory (fopen() opens
+	 * it, reads find nothing) are mistakes too. */
+	char longline[300];
+	snprintf(longline, sizeof(longline), "[ushuffled]\ndir = /var/tmp/%0250d"
+		 "\n", 0);
+	const char *const cases[][2] = {
+		{"[ushuffled]\nmax-conns = many\n",
+		 ":2: [ushuffled] --max-conns=many: bad value; accepted: "
+		 "1..1572864"},
+		{"[ushuffled]\nthreads = 2\n\nmax-cons = 3\n",
+		 ":4: [ushuffled] max-cons=3: unknown key"},
+		{"[ushuffled]\nthreads = 2\nthreads = 3\n",
+		 ":3: [ushuffled] threads=3: set before, on line 2; accepted: "
+		 "each key once"},
+		{longline, ": line 2: too long; accepted: lines of at most"},
+	};
 	char *out, *err;
-	assert_int_equal(run_ushuffled((const char *[]){arg, NULL}, &out,
-				       &err), 2);
-	if (!strstr(err, conf) || !strstr(err, "--max-conns=many: bad value; "
-					       "accepted: 1..1572864"))
-		fail_msg("config error message:\n%s", err);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = fopen(conf, "w");
+		fputs(cases[i][0], f);
+		fclose(f);
+		assert_int_equal(run_ushuffled((const char *[]){arg,
+					"--dir=/nonexistent", NULL}, &out, &err),
+				 2);
+		if (!strstr(err, conf) || !strstr(err, cases[i][1]))
+			fail_msg("config error: \"%s\" missing in:\n%s",
+				 cases[i][1], err);
+		free(out), free(err);
+	}
+	snprintf(arg, sizeof(arg), "--config=%s", dir);
+	assert_int_equal(run_ushuffled((const char *[]){arg,
+				"--dir=/nonexistent", NULL}, &out, &err), 2);
+	if (!strstr(err, "cannot read it: Is a directory"))
+		fail_msg("config error for a directory:\n%s", err);
 	free(out), free(err);
-	f = fopen(conf, "w");
-	fputs("[ushuffled]\nmax-cons = 3\n", f);
-	fclose(f);
-	assert_int_equal(run_ushuffled((const char *[]){arg, NULL}, &out,
-				       &err), 2);
-	assert_non_null(strstr(err, "max-cons=3: unknown key"));
-	free(out), free(err);
+	assert_int_equal(access("/nonexistent", F_OK), -1);
 	unlink(conf);
 	unlink(log);
 	th_rmrf(w.dir);
