@@ -233,6 +233,21 @@ static uint64_t sample(const char *text, const char *name)
 	return strtoull(p + strlen(key), NULL, 10);
 }
 
+/* A worker with --metrics on a port of its own: that port. */
+static int spawn_metrics(struct th_worker *w, char *log, size_t n,
+			 const char *tag)
+{
+	w->more[0] = "--metrics=127.0.0.1:0";
+	spawn_logged(w, log, n, tag);
+	char *text = slurp(log);
+	const char *m = strstr(text, "GET /metrics");
+	int port = 0;
+	const char *pp = strstr(text, "(port ");
+	assert_true(m && pp && sscanf(pp, "(port %d)", &port) == 1);
+	free(text);
+	return port;
+}
+
 /* Scrapes while a writer pushes (its connection is open) and after its
  * commit: the traffic, connection, commit and sync counters move. */
 static void metrics_scraped_with_curl(void **state)
@@ -243,14 +258,7 @@ static void metrics_scraped_with_curl(void **state)
 			 "it; this test needs a real HTTP client");
 	struct th_worker w = {0};
 	char log[600];
-	w.more[0] = "--metrics=127.0.0.1:0";
-	spawn_logged(&w, log, sizeof(log), "opsmetrics");
-	char *text = slurp(log);
-	const char *m = strstr(text, "GET /metrics");
-	int port = 0;
-	const char *pp = strstr(text, "(port ");
-	assert_true(m && pp && sscanf(pp, "(port %d)", &port) == 1);
-	free(text);
+	int port = spawn_metrics(&w, log, sizeof(log), "opsmetrics");
 	char *before = curl(port, "/metrics");
 	assert_non_null(before);
 	assert_non_null(strstr(before, "# TYPE ushuffled_commit_sync_seconds "
@@ -319,6 +327,50 @@ static void metrics_scraped_with_curl(void **state)
 	char *none = curl(port, "/nothing");
 	assert_null(none);
 	free(before), free(during), free(after);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	unlink(log);
+}
+
+/* A client that connects and sends nothing, and one that sends its
+ * request a byte every 100 ms (each read used to wait 2 s afresh, so it
+ * held the endpoint's only thread as long as it kept trickling): a curl
+ * scrape is answered meanwhile, and the trickler is cut off long before
+ * its 100 bytes are out. */
+static void metrics_outlive_idle_and_trickling_clients(void **state)
+{
+	(void)state;
+	if (system("curl --version >/dev/null 2>&1"))
+		fail_msg("curl is not installed: tests/bootstrap.sh installs it");
+	struct th_worker w = {0};
+	char log[600];
+	int port = spawn_metrics(&w, log, sizeof(log), "opsslow");
+	int idle = th_raw_connect(port);
+	pid_t trickler = fork();
+	assert_true(trickler >= 0);
+	if (trickler == 0) {
+		int fd = th_raw_connect(port);
+		static const char req[] = "GET /metrics HTTP/1.0\r\nX-Pad: ";
+		for (int i = 0; i < 100; i++) {
+			char c = i < (int)sizeof(req) - 1 ? req[i] : 'a', b;
+			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1 ||
+			    recv(fd, &b, 1, MSG_DONTWAIT) == 0)
+				_exit(0); /* cut off */
+			usleep(100000);
+		}
+		_exit(1); /* still served after 100 bytes and 10 s */
+	}
+	char *text = curl(port, "/metrics");
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\nushuffled_connections "));
+	free(text);
+	int st;
+	assert_int_equal(waitpid(trickler, &st, 0), trickler);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("a client sending a byte every 100 ms was served on");
+	char b;
+	assert_int_equal(recv(idle, &b, 1, 0), 0); /* closed, not kept */
+	close(idle);
 	th_worker_stop(&w);
 	th_rmrf(w.dir);
 	unlink(log);
@@ -397,6 +449,7 @@ int main(void)
 		cmocka_unit_test(one_prefix_startup_line_and_hello_at_info),
 		cmocka_unit_test(config_file_sets_options),
 		cmocka_unit_test(metrics_scraped_with_curl),
+		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
