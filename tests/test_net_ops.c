@@ -90,6 +90,19 @@ static void version_and_option_errors(void **state)
 				 bad[i][1], err);
 		free(out), free(err);
 	}
+	/* getaddrinfo() takes port 99999 and binds 34463: both addresses
+	 * are checked with the options, before anything is bound. */
+	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+		"--metrics=127.0.0.1:99999", "--listen=127.0.0.1:99999", NULL},
+				       &out, &err), 2);
+	assert_non_null(strstr(err, "--metrics=127.0.0.1:99999: bad value; "
+				    "accepted: HOST:PORT, "));
+	free(out), free(err);
+	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+		"--listen=127.0.0.1:99999", NULL}, &out, &err), 2);
+	assert_non_null(strstr(err, "--listen=127.0.0.1:99999: bad value; "
+				    "accepted: HOST:PORT or [V6]:PORT, "));
+	free(out), free(err);
 	assert_int_equal(run_ushuffled((const char *[]){"--listen=x:1", NULL},
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--dir is required"));

@@ -119,6 +119,17 @@ static int number(const char *s, unsigned long long *v)
 	return *end ? -1 : 0;
 }
 
+/* HOST:PORT's port part: 0..65535 in digits (getaddrinfo() would take
+ * 99999 and bind 34463), after a HOST unless any_host. */
+static int hostport(const char *v, int any_host)
+{
+	const char *colon = strrchr(v, ':');
+	if (!colon || (colon == v && !any_host))
+		return -1;
+	size_t d = strspn(colon + 1, "0123456789");
+	return !d || d > 5 || colon[1 + d] || atoi(colon + 1) > 65535 ? -1 : 0;
+}
+
 /* Every option: getopt's table is made from it, the config file's keys
  * are its names, and a bad value's message says what it accepts. */
 struct dopt {
@@ -128,7 +139,7 @@ struct dopt {
 };
 
 static const struct dopt dopts[] = {
-	{"listen", 1, 'l', "HOST:PORT"},
+	{"listen", 1, 'l', "HOST:PORT or [V6]:PORT, PORT 0..65535"},
 	{"dir", 1, 'd', "a directory path"},
 	{"threads", 1, 't', "1..1024"},
 	{"direct", 1, 'D', "0 or 1"},
@@ -150,7 +161,8 @@ static const struct dopt dopts[] = {
 	{"max-app-conns", 1, 'a', "1..1073741824"},
 	{"max-app-shuffles", 1, 's', "1..1073741824"},
 	{"max-app-bytes", 1, 'b', "1 or more BYTES (k, m, g suffixes)"},
-	{"metrics", 1, 'M', "HOST:PORT"},
+	{"metrics", 1, 'M', "HOST:PORT, [V6]:PORT or :PORT (every address), "
+			    "PORT 0..65535"},
 	{"config", 1, 'c', "an INI file"},
 	{"version", 0, 'V', "no value"},
 	{"help", 0, 'h', "no value"},
@@ -171,7 +183,7 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 {
 	unsigned long long n = 0;
 	switch (code) {
-	case 'l': o->listen = v; return !*v;
+	case 'l': o->listen = v; return hostport(v, 0);
 	case 'd': o->dir = v; return !*v;
 	case 't':
 		if (number(v, &n) || n < 1 || n > 1024)
@@ -241,7 +253,7 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 			return -1;
 		o->max_app_bytes = n;
 		return 0;
-	case 'M': daemon_metrics = v; return !*v;
+	case 'M': daemon_metrics = v; return hostport(v, 1);
 	}
 	return -1;
 }
