@@ -77,6 +77,8 @@ static void version_and_option_errors(void **state)
 		{"--log-level=loud", "accepted: error, info or debug"},
 		{"--max-conns=x", "--max-conns=x: bad value; accepted: 1..1572864"},
 		{"--direct=2", "--direct=2: bad value; accepted: 0 or 1"},
+		/* 2^34 + 1 gibibytes wrap to 1 GiB in 64 bits */
+		{"--window=17179869185g", "--window=17179869185g: bad value"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int st = run_ushuffled((const char *[]){"--dir=/nonexistent",
@@ -88,6 +90,19 @@ static void version_and_option_errors(void **state)
 				 bad[i][1], err);
 		free(out), free(err);
 	}
+	/* getaddrinfo() takes port 99999 and binds 34463: both addresses
+	 * are checked with the options, before anything is bound. */
+	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+		"--metrics=127.0.0.1:99999", "--listen=127.0.0.1:99999", NULL},
+				       &out, &err), 2);
+	assert_non_null(strstr(err, "--metrics=127.0.0.1:99999: bad value; "
+				    "accepted: HOST:PORT, "));
+	free(out), free(err);
+	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+		"--listen=127.0.0.1:99999", NULL}, &out, &err), 2);
+	assert_non_null(strstr(err, "--listen=127.0.0.1:99999: bad value; "
+				    "accepted: HOST:PORT or [V6]:PORT, "));
+	free(out), free(err);
 	assert_int_equal(run_ushuffled((const char *[]){"--listen=x:1", NULL},
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--dir is required"));
@@ -154,23 +169,44 @@ static void config_file_sets_options(void **state)
 		fail_msg("the config file's settings are not in force:\n%s",
 			 text);
 	free(text);
-	f = fopen(conf, "w");
-	fputs("[ushuffled]\nmax-conns = many\n", f);
-	fclose(f);
+	/* Each mistake exits 2 naming the file and line; a key set twice,
+	 * a line longer than inih reads (it would cut the value and read
+	 * the rest as a line of its own) and a directory (fopen() opens
+	 * it, reads find nothing) are mistakes too. */
+	char longline[300];
+	snprintf(longline, sizeof(longline), "[ushuffled]\ndir = /var/tmp/%0250d"
+		 "\n", 0);
+	const char *const cases[][2] = {
+		{"[ushuffled]\nmax-conns = many\n",
+		 ":2: [ushuffled] --max-conns=many: bad value; accepted: "
+		 "1..1572864"},
+		{"[ushuffled]\nthreads = 2\n\nmax-cons = 3\n",
+		 ":4: [ushuffled] max-cons=3: unknown key"},
+		{"[ushuffled]\nthreads = 2\nthreads = 3\n",
+		 ":3: [ushuffled] threads=3: set before, on line 2; accepted: "
+		 "each key once"},
+		{longline, ": line 2: too long; accepted: lines of at most"},
+	};
 	char *out, *err;
-	assert_int_equal(run_ushuffled((const char *[]){arg, NULL}, &out,
-				       &err), 2);
-	if (!strstr(err, conf) || !strstr(err, "--max-conns=many: bad value; "
-					       "accepted: 1..1572864"))
-		fail_msg("config error message:\n%s", err);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = fopen(conf, "w");
+		fputs(cases[i][0], f);
+		fclose(f);
+		assert_int_equal(run_ushuffled((const char *[]){arg,
+					"--dir=/nonexistent", NULL}, &out, &err),
+				 2);
+		if (!strstr(err, conf) || !strstr(err, cases[i][1]))
+			fail_msg("config error: \"%s\" missing in:\n%s",
+				 cases[i][1], err);
+		free(out), free(err);
+	}
+	snprintf(arg, sizeof(arg), "--config=%s", dir);
+	assert_int_equal(run_ushuffled((const char *[]){arg,
+				"--dir=/nonexistent", NULL}, &out, &err), 2);
+	if (!strstr(err, "cannot read it: Is a directory"))
+		fail_msg("config error for a directory:\n%s", err);
 	free(out), free(err);
-	f = fopen(conf, "w");
-	fputs("[ushuffled]\nmax-cons = 3\n", f);
-	fclose(f);
-	assert_int_equal(run_ushuffled((const char *[]){arg, NULL}, &out,
-				       &err), 2);
-	assert_non_null(strstr(err, "max-cons=3: unknown key"));
-	free(out), free(err);
+	assert_int_equal(access("/nonexistent", F_OK), -1);
 	unlink(conf);
 	unlink(log);
 	th_rmrf(w.dir);
@@ -210,6 +246,21 @@ static uint64_t sample(const char *text, const char *name)
 	return strtoull(p + strlen(key), NULL, 10);
 }
 
+/* A worker with --metrics on a port of its own: that port. */
+static int spawn_metrics(struct th_worker *w, char *log, size_t n,
+			 const char *tag)
+{
+	w->more[0] = "--metrics=127.0.0.1:0";
+	spawn_logged(w, log, n, tag);
+	char *text = slurp(log);
+	const char *m = strstr(text, "GET /metrics");
+	int port = 0;
+	const char *pp = strstr(text, "(port ");
+	assert_true(m && pp && sscanf(pp, "(port %d)", &port) == 1);
+	free(text);
+	return port;
+}
+
 /* Scrapes while a writer pushes (its connection is open) and after its
  * commit: the traffic, connection, commit and sync counters move. */
 static void metrics_scraped_with_curl(void **state)
@@ -220,14 +271,7 @@ static void metrics_scraped_with_curl(void **state)
 			 "it; this test needs a real HTTP client");
 	struct th_worker w = {0};
 	char log[600];
-	w.more[0] = "--metrics=127.0.0.1:0";
-	spawn_logged(&w, log, sizeof(log), "opsmetrics");
-	char *text = slurp(log);
-	const char *m = strstr(text, "GET /metrics");
-	int port = 0;
-	const char *pp = strstr(text, "(port ");
-	assert_true(m && pp && sscanf(pp, "(port %d)", &port) == 1);
-	free(text);
+	int port = spawn_metrics(&w, log, sizeof(log), "opsmetrics");
 	char *before = curl(port, "/metrics");
 	assert_non_null(before);
 	assert_non_null(strstr(before, "# TYPE ushuffled_commit_sync_seconds "
@@ -296,6 +340,50 @@ static void metrics_scraped_with_curl(void **state)
 	char *none = curl(port, "/nothing");
 	assert_null(none);
 	free(before), free(during), free(after);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	unlink(log);
+}
+
+/* A client that connects and sends nothing, and one that sends its
+ * request a byte every 100 ms (each read used to wait 2 s afresh, so it
+ * held the endpoint's only thread as long as it kept trickling): a curl
+ * scrape is answered meanwhile, and the trickler is cut off long before
+ * its 100 bytes are out. */
+static void metrics_outlive_idle_and_trickling_clients(void **state)
+{
+	(void)state;
+	if (system("curl --version >/dev/null 2>&1"))
+		fail_msg("curl is not installed: tests/bootstrap.sh installs it");
+	struct th_worker w = {0};
+	char log[600];
+	int port = spawn_metrics(&w, log, sizeof(log), "opsslow");
+	int idle = th_raw_connect(port);
+	pid_t trickler = fork();
+	assert_true(trickler >= 0);
+	if (trickler == 0) {
+		int fd = th_raw_connect(port);
+		static const char req[] = "GET /metrics HTTP/1.0\r\nX-Pad: ";
+		for (int i = 0; i < 100; i++) {
+			char c = i < (int)sizeof(req) - 1 ? req[i] : 'a', b;
+			if (send(fd, &c, 1, MSG_NOSIGNAL) != 1 ||
+			    recv(fd, &b, 1, MSG_DONTWAIT) == 0)
+				_exit(0); /* cut off */
+			usleep(100000);
+		}
+		_exit(1); /* still served after 100 bytes and 10 s */
+	}
+	char *text = curl(port, "/metrics");
+	assert_non_null(text);
+	assert_non_null(strstr(text, "\nushuffled_connections "));
+	free(text);
+	int st;
+	assert_int_equal(waitpid(trickler, &st, 0), trickler);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("a client sending a byte every 100 ms was served on");
+	char b;
+	assert_int_equal(recv(idle, &b, 1, 0), 0); /* closed, not kept */
+	close(idle);
 	th_worker_stop(&w);
 	th_rmrf(w.dir);
 	unlink(log);
@@ -374,6 +462,7 @@ int main(void)
 		cmocka_unit_test(one_prefix_startup_line_and_hello_at_info),
 		cmocka_unit_test(config_file_sets_options),
 		cmocka_unit_test(metrics_scraped_with_curl),
+		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

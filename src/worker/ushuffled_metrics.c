@@ -3,11 +3,13 @@
  * in the Prometheus text format, served by one small thread of the daemon
  * with a minimal HTTP/1.0 responder: GET /metrics (or /), one request per
  * connection, answered and closed. Why not an HTTP library: a scrape is
- * one GET every few seconds from one or two collectors, which a blocking
- * accept-read-write loop serves in microseconds; libmicrohttpd would add
- * a dependency, its own threads and a large parser to the daemon for no
- * gain, and the worker's rings stay for the shuffle traffic. A client
- * that stalls holds the thread for at most METRICS_IO_MS.
+ * one GET every few seconds from one or two collectors, which a poll()
+ * loop over a few non-blocking connections serves in microseconds;
+ * libmicrohttpd would add a dependency, its own threads and a large
+ * parser to the daemon for no gain, and the worker's rings stay for the
+ * shuffle traffic. A client that stalls is closed METRICS_IO_MS after it
+ * connected, and meanwhile holds one of METRICS_CLIENTS slots, not the
+ * thread.
  */
 #define _GNU_SOURCE
 #include "worker/ushuffled.h"
@@ -23,10 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define METRICS_IO_MS 2000
 #define METRICS_MAX (16u << 10)
+#define METRICS_CLIENTS 8
 
 static const char *const error_kinds[] = {
 #define USH_X(name, text) text,
@@ -116,86 +120,156 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	return t.len;
 }
 
+/* A connection: its request head as read, then its answer as sent.
+ * Closed at its deadline whatever it has done, so a client that sends
+ * nothing, or a byte at a time, or does not read, holds a slot for
+ * METRICS_IO_MS at most and never the others. */
+struct client {
+	int fd; /* -1: a free slot */
+	uint64_t deadline;
+	size_t got, sent, len;
+	char *out; /* the answer (malloc), once the request is read */
+	char req[2048];
+};
+
 struct server {
 	int fd;
 	ush_worker *w;
 	pthread_t tid;
 	atomic_bool stop;
+	char *buf; /* the text, METRICS_MAX bytes */
+	struct client c[METRICS_CLIENTS];
 };
 
 static struct server srv = {.fd = -1};
 
-static void send_all(int fd, const char *p, size_t n)
+static uint64_t now_ns(void)
 {
-	while (n) {
-		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-		if (k <= 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return;
-		p += k;
-		n -= (size_t)k;
-	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void answer(int fd, const char *status, const char *type,
+static void drop(struct client *c)
+{
+	close(c->fd);
+	free(c->out);
+	c->fd = -1;
+	c->out = NULL;
+}
+
+static void answer(struct client *c, const char *status, const char *type,
 		   const char *body, size_t n)
 {
 	char head[256];
 	int k = snprintf(head, sizeof(head), "HTTP/1.0 %s\r\nContent-Type: "
 			 "%s\r\nContent-Length: %zu\r\nConnection: close\r\n"
 			 "\r\n", status, type, n);
-	send_all(fd, head, (size_t)k);
-	send_all(fd, body, n);
+	c->out = malloc((size_t)k + n);
+	if (!c->out)
+		return;
+	memcpy(c->out, head, (size_t)k);
+	memcpy(c->out + k, body, n);
+	c->len = (size_t)k + n;
+	c->sent = 0;
 }
 
-/* Reads the request head; serves GET /metrics and GET /. */
-static void serve(int fd, char *buf)
+/* The answer to a whole request head (or as much as fits in req):
+ * GET /metrics and GET / are served. */
+static void respond(struct client *c)
 {
-	char req[2048];
-	size_t got = 0;
-	struct timeval tv = {METRICS_IO_MS / 1000, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	while (got < sizeof(req) - 1) {
-		ssize_t k = recv(fd, req + got, sizeof(req) - 1 - got, 0);
-		if (k <= 0)
-			return;
-		got += (size_t)k;
-		req[got] = '\0';
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-			break;
-	}
+	const char *req = c->req;
 	static const char text[] = "text/plain; charset=utf-8";
 	if (strncmp(req, "GET ", 4)) {
-		answer(fd, "405 Method Not Allowed", text, "GET only\n", 9);
+		answer(c, "405 Method Not Allowed", text, "GET only\n", 9);
 		return;
 	}
 	size_t pl = strcspn(req + 4, " \r\n?");
 	if ((pl != 8 || strncmp(req + 4, "/metrics", 8)) &&
 	    (pl != 1 || req[4] != '/')) {
-		answer(fd, "404 Not Found", text, "see /metrics\n", 13);
+		answer(c, "404 Not Found", text, "see /metrics\n", 13);
 		return;
 	}
-	size_t n = metrics_text(srv.w, buf, METRICS_MAX);
-	answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", buf,
-	       n < METRICS_MAX ? n : METRICS_MAX - 1);
+	size_t n = metrics_text(srv.w, srv.buf, METRICS_MAX);
+	answer(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8",
+	       srv.buf, n < METRICS_MAX ? n : METRICS_MAX - 1);
+}
+
+/* What poll() said c's socket is ready for: reads the request, then
+ * sends the answer; drops c when done or failed. Never blocks. */
+static void step(struct client *c)
+{
+	ssize_t k;
+	if (!c->out) {
+		k = recv(c->fd, c->req + c->got, sizeof(c->req) - 1 - c->got,
+			 MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (k <= 0) {
+			drop(c);
+			return;
+		}
+		c->got += (size_t)k;
+		c->req[c->got] = '\0';
+		if (c->got < sizeof(c->req) - 1 &&
+		    !strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n"))
+			return;
+		respond(c);
+		if (!c->out) {
+			drop(c); /* no memory for the answer */
+			return;
+		}
+	}
+	k = send(c->fd, c->out + c->sent, c->len - c->sent,
+		 MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (k < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (k > 0)
+		c->sent += (size_t)k;
+	if (k <= 0 || c->sent == c->len)
+		drop(c);
 }
 
 static void *metrics_main(void *arg)
 {
-	char *buf = arg;
+	(void)arg;
+	struct pollfd p[METRICS_CLIENTS + 1];
+	struct client *of[METRICS_CLIENTS];
 	while (!atomic_load(&srv.stop)) {
-		struct pollfd p = {srv.fd, POLLIN, 0};
-		if (poll(&p, 1, 200) <= 0)
+		uint64_t now = now_ns();
+		struct client *idle = NULL;
+		nfds_t n = 0;
+		for (unsigned i = 0; i < METRICS_CLIENTS; i++) {
+			struct client *c = &srv.c[i];
+			if (c->fd >= 0 && now >= c->deadline)
+				drop(c);
+			if (c->fd < 0) {
+				idle = c;
+				continue;
+			}
+			p[n] = (struct pollfd){c->fd, c->out ? POLLOUT : POLLIN, 0};
+			of[n++] = c;
+		}
+		/* With every slot taken, new connections wait in the
+		 * backlog until one is freed (at a deadline at the latest). */
+		if (idle)
+			p[n] = (struct pollfd){srv.fd, POLLIN, 0};
+		if (poll(p, n + (idle != NULL), 200) <= 0)
 			continue;
-		int fd = accept4(srv.fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
+		for (nfds_t i = 0; i < n; i++)
+			if (p[i].revents)
+				step(of[i]);
+		if (!idle || !p[n].revents)
 			continue;
-		serve(fd, buf);
-		close(fd);
+		int fd = accept4(srv.fd, NULL, NULL,
+				 SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0)
+			*idle = (struct client){.fd = fd,
+				.deadline = now_ns() + METRICS_IO_MS * 1000000ull};
 	}
-	free(buf);
+	for (unsigned i = 0; i < METRICS_CLIENTS; i++)
+		if (srv.c[i].fd >= 0)
+			drop(&srv.c[i]);
 	return NULL;
 }
 
@@ -222,7 +296,8 @@ int metrics_listen(const char *arg, char *err, size_t n)
 		snprintf(err, n, "--metrics=%s: %s", arg, gai_strerror(r));
 		return -1;
 	}
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			0), one = 1;
 	if (fd >= 0)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) ||
@@ -253,15 +328,17 @@ int metrics_port(void)
 
 int metrics_start(ush_worker *w)
 {
-	char *buf = malloc(METRICS_MAX);
-	if (srv.fd < 0 || !buf) {
-		free(buf);
-		return srv.fd < 0 ? 0 : -ENOMEM;
-	}
+	if (srv.fd < 0)
+		return 0;
+	srv.buf = malloc(METRICS_MAX);
+	if (!srv.buf)
+		return -ENOMEM;
+	for (unsigned i = 0; i < METRICS_CLIENTS; i++)
+		srv.c[i].fd = -1;
 	srv.w = w;
-	int r = pthread_create(&srv.tid, NULL, metrics_main, buf);
+	int r = pthread_create(&srv.tid, NULL, metrics_main, NULL);
 	if (r) {
-		free(buf);
+		srv.w = NULL;
 		return -r;
 	}
 	return 0;
@@ -277,4 +354,6 @@ void metrics_stop(void)
 	}
 	close(srv.fd);
 	srv.fd = -1;
+	free(srv.buf);
+	srv.buf = NULL;
 }

@@ -7,10 +7,12 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *daemon_log_path;
 const char *daemon_metrics;
@@ -98,19 +100,34 @@ static int level(const char *s)
 	return -1;
 }
 
+/* A count with an optional k, m or g suffix; -1 when it is not one or
+ * does not fit 64 bits (which would wrap into a small, valid value). */
 static int number(const char *s, unsigned long long *v)
 {
 	char *end;
 	if (*s < '0' || *s > '9')
 		return -1;
+	errno = 0;
 	*v = strtoull(s, &end, 10);
-	if (*end == 'k' || *end == 'K')
-		*v <<= 10, end++;
-	else if (*end == 'm' || *end == 'M')
-		*v <<= 20, end++;
-	else if (*end == 'g' || *end == 'G')
-		*v <<= 30, end++;
+	static const char sfx[] = "kmgKMG";
+	const char *p = *end ? strchr(sfx, *end) : NULL;
+	unsigned shift = p ? 10 * (1 + (unsigned)(p - sfx) % 3) : 0;
+	if (errno || (shift && *v > ULLONG_MAX >> shift))
+		return -1;
+	*v <<= shift;
+	end += shift != 0;
 	return *end ? -1 : 0;
+}
+
+/* HOST:PORT's port part: 0..65535 in digits (getaddrinfo() would take
+ * 99999 and bind 34463), after a HOST unless any_host. */
+static int hostport(const char *v, int any_host)
+{
+	const char *colon = strrchr(v, ':');
+	if (!colon || (colon == v && !any_host))
+		return -1;
+	size_t d = strspn(colon + 1, "0123456789");
+	return !d || d > 5 || colon[1 + d] || atoi(colon + 1) > 65535 ? -1 : 0;
 }
 
 /* Every option: getopt's table is made from it, the config file's keys
@@ -122,7 +139,7 @@ struct dopt {
 };
 
 static const struct dopt dopts[] = {
-	{"listen", 1, 'l', "HOST:PORT"},
+	{"listen", 1, 'l', "HOST:PORT or [V6]:PORT, PORT 0..65535"},
 	{"dir", 1, 'd', "a directory path"},
 	{"threads", 1, 't', "1..1024"},
 	{"direct", 1, 'D', "0 or 1"},
@@ -144,7 +161,8 @@ static const struct dopt dopts[] = {
 	{"max-app-conns", 1, 'a', "1..1073741824"},
 	{"max-app-shuffles", 1, 's', "1..1073741824"},
 	{"max-app-bytes", 1, 'b', "1 or more BYTES (k, m, g suffixes)"},
-	{"metrics", 1, 'M', "HOST:PORT"},
+	{"metrics", 1, 'M', "HOST:PORT, [V6]:PORT or :PORT (every address), "
+			    "PORT 0..65535"},
 	{"config", 1, 'c', "an INI file"},
 	{"version", 0, 'V', "no value"},
 	{"help", 0, 'h', "no value"},
@@ -165,7 +183,7 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 {
 	unsigned long long n = 0;
 	switch (code) {
-	case 'l': o->listen = v; return !*v;
+	case 'l': o->listen = v; return hostport(v, 0);
 	case 'd': o->dir = v; return !*v;
 	case 't':
 		if (number(v, &n) || n < 1 || n > 1024)
@@ -235,7 +253,7 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 			return -1;
 		o->max_app_bytes = n;
 		return 0;
-	case 'M': daemon_metrics = v; return !*v;
+	case 'M': daemon_metrics = v; return hostport(v, 1);
 	}
 	return -1;
 }
@@ -276,11 +294,40 @@ static const char *keep(const char *v)
 struct config {
 	const char *file;
 	struct ush_worker_opts *o;
+	FILE *f;
 	int failed;
+	int line;             /* the line last read */
+	int long_line;        /* the first line too long to read, or 0 */
+	int read_err;         /* errno of a failed read, or 0 */
+	int set[NDOPTS];      /* the line that set each option, or 0 */
 };
 
+/* inih's line reader, counting lines so that each message names its
+ * line, and stopping at a read error (fopen() opens a directory; its
+ * reads fail with EISDIR) or at a line longer than inih's buffer, which
+ * it would otherwise cut and read on as a line of its own. */
+static char *config_line(char *str, int num, void *arg)
+{
+	struct config *c = arg;
+	if (c->long_line || c->read_err)
+		return NULL;
+	errno = 0;
+	if (!fgets(str, num, c->f)) {
+		if (ferror(c->f))
+			c->read_err = errno ? errno : EIO;
+		return NULL;
+	}
+	c->line++;
+	size_t len = strlen(str);
+	if (len == (size_t)num - 1 && str[len - 1] != '\n' && !feof(c->f)) {
+		c->long_line = c->line;
+		return NULL;
+	}
+	return str;
+}
+
 /* A config file key: an option's name ('_' for '-' too), under
- * [ushuffled]. Values are kept for the process's life. */
+ * [ushuffled], once. Values are kept for the process's life. */
 static int on_config(void *user, const char *section, const char *key,
 		     const char *value)
 {
@@ -289,7 +336,8 @@ static int on_config(void *user, const char *section, const char *key,
 	snprintf(name, sizeof(name), "%s", key);
 	for (char *p = name; *p; p++)
 		*p = *p == '_' ? '-' : *p;
-	snprintf(where, sizeof(where), "%s: [%s] ", c->file, section);
+	snprintf(where, sizeof(where), "%s:%d: [%s] ", c->file, c->line,
+		 section);
 	const struct dopt *d = NULL;
 	for (size_t i = 0; i < NDOPTS && !d; i++)
 		if (!strcmp(dopts[i].name, name) && !strchr("cVh", dopts[i].code))
@@ -306,25 +354,46 @@ static int on_config(void *user, const char *section, const char *key,
 			"the long options of ushuffled --help, without the "
 			"dashes (config, version and help aside)\n", where, key,
 			value);
+	else if (c->set[d - dopts])
+		fprintf(stderr, "ushuffled: %s%s=%s: set before, on line %d; "
+			"accepted: each key once\n", where, key, value,
+			c->set[d - dopts]);
 	else if (apply(c->o, d->code, keep(value)))
 		bad_value(where, d->name, value, d->code);
 	else
-		c->failed = 0;
+		c->failed = 0, c->set[d - dopts] = c->line;
 	return !c->failed;
 }
 
 static int load_config(const char *file, struct ush_worker_opts *o)
 {
-	struct config c = {file, o, 0};
-	int r = ini_parse(file, on_config, &c);
-	if (r < 0)
-		fprintf(stderr, "ushuffled: --config=%s: cannot read it: %s\n",
-			file, strerror(errno));
-	else if (r > 0 && !c.failed)
+	struct config c = {.file = file, .o = o, .f = fopen(file, "r")};
+	struct stat st = {0};
+	if (c.f && !fstat(fileno(c.f), &st) && S_ISDIR(st.st_mode))
+		errno = EISDIR;
+	if (!c.f || S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "ushuffled: --config=%s: cannot read it: %s; "
+			"accepted: an INI file\n", file, strerror(errno));
+		if (c.f)
+			fclose(c.f);
+		return -1;
+	}
+	int r = ini_parse_stream(config_line, &c, on_config, &c);
+	fclose(c.f);
+	if (c.failed)
+		return -1; /* on_config said why */
+	if (c.read_err)
+		fprintf(stderr, "ushuffled: --config=%s: line %d: cannot read "
+			"it: %s\n", file, c.line + 1, strerror(c.read_err));
+	else if (c.long_line)
+		fprintf(stderr, "ushuffled: --config=%s: line %d: too long; "
+			"accepted: lines of at most %d characters\n", file,
+			c.long_line, INI_MAX_LINE - 2);
+	else if (r)
 		fprintf(stderr, "ushuffled: --config=%s: line %d: syntax error; "
 			"accepted: [ushuffled], KEY=VALUE or a comment\n", file,
 			r);
-	return r ? -1 : 0;
+	return r || c.read_err || c.long_line ? -1 : 0;
 }
 
 int daemon_parse(int argc, char **argv, struct ush_worker_opts *o)
