@@ -13,9 +13,12 @@
  */
 #include "helpers.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 
 #define SHUFFLE 12
 #define PUSH (64u << 10)
@@ -308,6 +311,109 @@ static void few_parts_unstaged(void **state)
 	ush_ring_free(ring);
 }
 
+
+/* Files left in dir's shuffle directory (an aborted attempt leaves none). */
+static unsigned files_left(const char *dir)
+{
+	char sdir[512];
+	snprintf(sdir, sizeof(sdir), "%s/s%u", dir, SHUFFLE);
+	DIR *d = opendir(sdir);
+	if (!d)
+		return 0;
+	unsigned n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			print_message("left: %s/%s\n", sdir, e->d_name);
+			n++;
+		}
+	closedir(d);
+	return n;
+}
+
+/* Records staged, none flushed yet, and a flush half done: abort and
+ * free leave no file and no buffer behind. */
+static void abort_partly_staged(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("stageabort");
+	static uint8_t rec[300];
+	for (int round = 0; round < 3; round++) {
+		ush_ring *ring;
+		ush_writer *w = open_writer(&ring, nparts, USH_TARGET_DISK, dir,
+					    USH_IOENGINE_URING);
+		uint32_t n = round == 0 ? 100 : 20000;
+		for (uint32_t i = 0; i < n; i++)
+			th_ok(ush_writer_write(w, i % nparts, rec, sizeof(rec)));
+		struct ush_writer_stats ws;
+		ush_writer_stats(w, &ws);
+		assert_true(round == 0 ? ws.staged_flushes == 0 :
+					 ws.staged_flushes > 0);
+		if (round < 2)
+			th_ok(ush_writer_abort(w));
+		ush_writer_free(w); /* round 2: aborts */
+		assert_int_equal(files_left(dir), 0);
+		ush_ring_free(ring);
+	}
+}
+
+static char mounted[512];
+
+static int unmount(void **state)
+{
+	if (mounted[0])
+		umount2(mounted, MNT_DETACH);
+	mounted[0] = 0;
+	return th_teardown(state);
+}
+
+/* The file system fills in the middle of the stage's flushes: a write
+ * or the commit fails saying why, nothing hangs, abort leaves nothing. */
+static void staged_enospc_engine(const char *dir, enum ush_ioengine eng)
+{
+	ush_ring *ring;
+	ush_writer *w = open_writer(&ring, nparts, USH_TARGET_DISK, dir, eng);
+	static uint8_t rec[500];
+	int ret = 0;
+	for (uint32_t i = 0; !ret && i < 40000; i++)
+		ret = ush_writer_write(w, i % nparts, rec, sizeof(rec));
+	if (!ret)
+		ret = ush_writer_commit(w, NULL);
+	print_message("%s: %s: %s\n", eng == USH_IOENGINE_PSYNC ? "psync" :
+		      "io_uring", ush_err_name(ret), ush_last_error());
+	assert_int_equal(ret, -ENOSPC);
+	if (!strstr(ush_last_error(), "No space left on device"))
+		fail_msg("the error does not say why: %s", ush_last_error());
+	ush_writer_free(w);
+	assert_int_equal(files_left(dir), 0);
+	ush_ring_free(ring);
+}
+
+static void staged_enospc(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("stagefull");
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=2m,mode=0755")) {
+		print_message("skipped: cannot mount a 2 MiB tmpfs at %s (%s): "
+			      "needs CAP_SYS_ADMIN\n", dir, strerror(errno));
+		skip();
+	}
+	snprintf(mounted, sizeof(mounted), "%s", dir);
+	staged_enospc_engine(dir, USH_IOENGINE_URING);
+	staged_enospc_engine(dir, USH_IOENGINE_PSYNC);
+	codec = USH_CODEC_ZSTD;
+	staged_enospc_engine(dir, USH_IOENGINE_URING);
+	codec = USH_CODEC_NONE;
+}
+
+static void staged_zstd(void **state)
+{
+	(void)state;
+	codec = USH_CODEC_ZSTD;
+	run(USH_TARGET_DISK, USH_IOENGINE_URING);
+	codec = USH_CODEC_NONE;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -317,6 +423,9 @@ int main(void)
 		cmocka_unit_test_teardown(staged_null, th_teardown),
 		cmocka_unit_test(swap_flushes_own_partition),
 		cmocka_unit_test(few_parts_unstaged),
+		cmocka_unit_test_teardown(abort_partly_staged, th_teardown),
+		cmocka_unit_test_teardown(staged_enospc, unmount),
+		cmocka_unit_test_teardown(staged_zstd, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,15 @@ int stage_open(struct ush_writer *w)
 	return 0;
 }
 
+/* Makes ret sticky and returns the sticky error with its message as
+ * this thread's last error: a sink may return the error a completion
+ * recorded (w->err) without setting it. */
+static int failed(struct ush_writer *w, int ret)
+{
+	writer_error_keep(w, ret);
+	return ushi_fail_msg(w->err, w->errmsg);
+}
+
 bool stage_pending(const struct ush_writer *w)
 {
 	return w->stage && w->stage->nchunks;
@@ -212,9 +221,7 @@ int stage_flush(struct ush_writer *w)
 		ret = w->sink->flush(w);
 	if (!ret)
 		ret = ring_submit(w->ring);
-	if (ret)
-		writer_error_keep(w, ret);
-	return ret;
+	return ret ? failed(w, ret) : 0;
 }
 
 /*
@@ -250,10 +257,8 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	 * flushes the stage. */
 	if (!ret)
 		ret = writer_get_buf(w, w->push_order, &b);
-	if (ret) {
-		writer_error_keep(w, ret);
-		return ret;
-	}
+	if (ret)
+		return failed(w, ret);
 	s->chunks[s->nchunks++] = b;
 	s->used = 0;
 	return 0;
