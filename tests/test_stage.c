@@ -414,6 +414,38 @@ static void staged_zstd(void **state)
 	codec = USH_CODEC_NONE;
 }
 
+/* The threshold: a pool share of exactly 16 KiB per partition does not
+ * stage, one partition more does; both read back in the order written,
+ * swapped batches too (unstaged, a swap used to overtake its partition's
+ * open batch). */
+static void threshold(void **state)
+{
+	(void)state;
+	uint32_t saved = nparts;
+	for (nparts = 256; nparts <= 257; nparts++) {
+		const char *dir = th_scratch("stagethr");
+		struct part *parts = calloc(nparts, sizeof(*parts));
+		struct ush_part_stats *ps = calloc(nparts, sizeof(*ps));
+		struct ush_status st = {0};
+		struct ush_writer_stats ws = write_map(dir, USH_TARGET_DISK,
+						       USH_IOENGINE_URING, parts,
+						       &st, ps);
+		assert_true(nparts == 256 ? ws.staged_flushes == 0 :
+					    ws.staged_flushes > 0);
+		check_stats(parts, ps);
+		read_back(&st, parts);
+		th_status_free(&st);
+		for (uint32_t p = 0; p < nparts; p++) {
+			free(parts[p].seed);
+			free(parts[p].len);
+		}
+		free(parts);
+		free(ps);
+		th_teardown(NULL);
+	}
+	nparts = saved;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +458,7 @@ int main(void)
 		cmocka_unit_test_teardown(abort_partly_staged, th_teardown),
 		cmocka_unit_test_teardown(staged_enospc, unmount),
 		cmocka_unit_test_teardown(staged_zstd, th_teardown),
+		cmocka_unit_test_teardown(threshold, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
