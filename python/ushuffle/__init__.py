@@ -12,6 +12,7 @@ call raises Error (or a subclass) carrying ush_last_error()'s text.
 """
 import os
 import threading
+import weakref
 
 from cffi import FFI
 
@@ -183,9 +184,12 @@ class Ring(_Handle):
         _check(lib.ush_ring_create(out, o), "ush_ring_create")
         self._p = out[0]
         self._thread = threading.get_ident()
+        self._writers = weakref.WeakSet()  # those not closed yet
 
     def _free(self, p):
         """Frees the ring (its writers first); from its creator thread."""
+        for w in list(self._writers):
+            w.close()  # the library frees no writer with the ring
         lib.ush_ring_free(p)
 
     def __del__(self):
@@ -223,13 +227,17 @@ class Writer(_Handle):
                f"attempt {attempt})")
         self._p = out[0]
         self._ring = ring  # the writer borrows it
+        ring._writers.add(self)
         self.partitions = partitions
-        self._buf = None  # the push buffer lent by write_gather()
+        # The push buffer write_gather() was lent, and its records.
+        self._buf, self._nrec = None, 0
 
     def write(self, partition, record):
         """Appends one record (any buffer-protocol object, not copied
         here) to partition."""
         buf = ffi.from_buffer(record)
+        if self._nrec and partition == self._part:
+            self._swap()  # write_gather()'s records of partition first
         _check(lib.ush_writer_write(self._p, partition, buf, len(buf)),
                f"ush_writer_write (partition {partition})")
 
@@ -294,8 +302,16 @@ class Writer(_Handle):
 
     def _free(self, p):
         """Frees the writer, aborting it if it was not committed."""
+        self._ring._writers.discard(self)
         lib.ush_writer_free(p)  # takes back a lent buffer
         self._buf = None
+
+    def __del__(self):
+        # Not closed: aborted, its files and buffers freed. As for the
+        # ring, only from the ring's thread; elsewhere it is leaked.
+        if self._p is not None and \
+                threading.get_ident() == self._ring._thread:
+            self.close()
 
 
 def status_info(status):
@@ -314,7 +330,12 @@ class Reader(_Handle):
 
     Iterating yields each record as a memoryview of the library's buffer,
     valid only until the next record is asked for (or close()): copy what
-    must outlive it (bytes(view))."""
+    must outlive it (bytes(view)). The view is released then, so a kept
+    one raises ValueError rather than read freed memory (unless it is
+    still exported, e.g. to numpy.frombuffer; slices of it are not
+    released)."""
+
+    _view = None
 
     def __init__(self, partition, statuses, timeout_ms=0):
         statuses = list(statuses)
@@ -339,10 +360,20 @@ class Reader(_Handle):
     def next(self):
         """The next record as a memoryview (valid until the next call),
         or None at the end."""
+        self._release()
         if not _check(lib.ush_reader_next(self._p, self._rec, self._len),
                       "ush_reader_next"):
             return None
-        return memoryview(ffi.buffer(self._rec[0], self._len[0]))
+        self._view = memoryview(ffi.buffer(self._rec[0], self._len[0]))
+        return self._view
+
+    def _release(self):
+        v, self._view = self._view, None
+        if v is not None:
+            try:
+                v.release()
+            except BufferError:
+                pass  # exported: valid no longer, but not ours to end
 
     def __iter__(self):
         while True:
@@ -352,6 +383,7 @@ class Reader(_Handle):
             yield rec
 
     def _free(self, p):
+        self._release()
         lib.ush_reader_free(p)
 
     def __del__(self):
