@@ -446,6 +446,69 @@ static void threshold(void **state)
 	nparts = saved;
 }
 
+/* Writers of one ring share its pool: four staged writers, interleaved,
+ * each stage sized from the whole pool. They left no buffer for a
+ * flush's packs ("disk: no pack buffer"); every record reads back, each
+ * map's in order. */
+static void writers_share_pool(void **state)
+{
+	(void)state;
+	enum { NW = 4, NREC = 120000 };
+	const char *dir = th_scratch("stageshare");
+	ush_ring *ring;
+	ush_writer *w[NW];
+	w[0] = open_writer(&ring, nparts, USH_TARGET_DISK, dir,
+			   USH_IOENGINE_URING);
+	for (uint32_t m = 1; m < NW; m++) {
+		struct ush_writer_opts wo;
+		ush_writer_opts_init(&wo);
+		wo.shuffle = SHUFFLE;
+		wo.map = m;
+		wo.partitions = nparts;
+		wo.target = USH_TARGET_DISK;
+		wo.dir = dir;
+		th_ok(ush_writer_open(&w[m], ring, &wo));
+	}
+	uint32_t rec[50] = {0}; /* map, partition, index in the partition */
+	for (uint32_t i = 0; i < NREC; i++) {
+		rec[0] = i % NW;
+		rec[1] = (i / NW) % nparts;
+		rec[2] = i / NW / nparts;
+		th_ok(ush_writer_write(w[rec[0]], rec[1], rec, sizeof(rec)));
+	}
+	struct ush_status st[NW];
+	for (uint32_t m = 0; m < NW; m++) {
+		struct ush_writer_stats ws;
+		ush_writer_stats(w[m], &ws);
+		assert_true(ws.staged_flushes > 0);
+		th_ok(th_commit(w[m], NULL, &st[m]));
+		ush_writer_free(w[m]);
+	}
+	ush_ring_free(ring);
+	for (uint32_t p = 0; p < nparts; p++) {
+		ush_reader *r;
+		th_ok(th_reader_open(&r, st, NW, p, 0));
+		uint32_t next[NW] = {0}, n = 0;
+		const void *got;
+		size_t len;
+		int ret;
+		while ((ret = ush_reader_next(r, &got, &len)) == 1) {
+			const uint32_t *g = got;
+			if (len != sizeof(rec) || g[0] >= NW || g[1] != p ||
+			    g[2] != next[g[0]])
+				fail_msg("partition %u record %u: %zu bytes, map "
+					 "%u partition %u index %u", p, n, len,
+					 g[0], g[1], g[2]);
+			next[g[0]]++;
+			n++;
+		}
+		assert_int_equal(ret, 0);
+		assert_int_equal(n, NREC / nparts);
+		ush_reader_free(r);
+	}
+	th_statuses_free(st, NW);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -459,6 +522,7 @@ int main(void)
 		cmocka_unit_test_teardown(staged_enospc, unmount),
 		cmocka_unit_test_teardown(staged_zstd, th_teardown),
 		cmocka_unit_test_teardown(threshold, th_teardown),
+		cmocka_unit_test_teardown(writers_share_pool, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -253,6 +253,14 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	struct ushi_buf *b;
 	if (!ret)
 		ret = stage_poll(w);
+	/* The pool is the ring's: its other writers' stages may hold it.
+	 * This stage's flush needs packs: below a reserve of idle buffers
+	 * it waits for writes in flight, else flushes, rather than take
+	 * them (three staged writers on one ring failed, no pack buffer). */
+	const size_t reserve = (size_t)USHI_STAGE_SPARE << s->shift;
+	while (!ret && s->nchunks && w->pool->idle_bytes < reserve)
+		ret = ring_inflight(w->ring) ? ring_reap(w->ring, 1) :
+					       stage_flush(w);
 	/* The pool short (packs in flight, swaps): it waits for them, or
 	 * flushes the stage. */
 	if (!ret)
