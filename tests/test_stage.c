@@ -82,6 +82,25 @@ static void swap_batch(ush_writer *w, void **buf, uint32_t p,
 	th_ok(ush_writer_swap(w, p, buf, off, k));
 }
 
+/* A writer of map on ring; dir may be NULL. */
+static ush_writer *open_map(ush_ring *ring, uint32_t map, uint32_t partitions,
+			    enum ush_target target, const char *dir,
+			    enum ush_ioengine eng)
+{
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.map = map;
+	wo.partitions = partitions;
+	wo.target = target;
+	wo.dir = dir;
+	wo.ioengine = eng;
+	wo.direct = 1;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	return w;
+}
+
 /* A writer of map 0 on a new ring with a 4 MiB pool (the stage: 24
  * push buffers) and the test's codec; dir may be NULL. */
 static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
@@ -94,17 +113,7 @@ static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
 	ro.pool_bytes = 4u << 20;
 	ro.codec = codec;
 	th_ok(ush_ring_create(ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = SHUFFLE;
-	wo.partitions = partitions;
-	wo.target = target;
-	wo.dir = dir;
-	wo.ioengine = eng;
-	wo.direct = 1;
-	ush_writer *w;
-	th_ok(ush_writer_open(&w, *ring, &wo));
-	return w;
+	return open_map(*ring, 0, partitions, target, dir, eng);
 }
 
 /* Writes map 0 to target; fills parts[] with what each partition holds
@@ -196,7 +205,9 @@ static void read_back(const struct ush_status *st, const struct part *parts)
 	}
 }
 
-static void run(enum ush_target target, enum ush_ioengine eng)
+/* Writes map 0 and checks its statistics and every record: its stats. */
+static struct ush_writer_stats write_check(enum ush_target target,
+					   enum ush_ioengine eng)
 {
 	const char *dir = th_scratch("stage");
 	struct part *parts = calloc(nparts, sizeof(*parts));
@@ -209,14 +220,6 @@ static void run(enum ush_target target, enum ush_ioengine eng)
 	printf("%u partitions: %llu stage flushes, %llu batches\n", nparts,
 	       (unsigned long long)ws.staged_flushes,
 	       (unsigned long long)ws.batches);
-	/* The bytes alone fill a 1.5 MiB stage many times, the empty
-	 * records its 24,576 notes twice more. */
-	assert_true(ws.staged_flushes >= 10);
-	assert_int_equal(ws.grows, 0);
-	if (codec != USH_CODEC_NONE) {
-		assert_true(ws.stored_raw > 0);
-		assert_true(ws.frame_bytes < ws.raw_bytes + 48 * ws.batches);
-	}
 	check_stats(parts, ps);
 	if (target != USH_TARGET_NULL)
 		read_back(&st, parts);
@@ -227,6 +230,21 @@ static void run(enum ush_target target, enum ush_ioengine eng)
 	}
 	free(parts);
 	free(ps);
+	th_teardown(NULL);
+	return ws;
+}
+
+static void run(enum ush_target target, enum ush_ioengine eng)
+{
+	struct ush_writer_stats ws = write_check(target, eng);
+	/* The bytes alone fill a 1.5 MiB stage many times, the empty
+	 * records its 24,576 notes twice more. */
+	assert_true(ws.staged_flushes >= 10);
+	assert_int_equal(ws.grows, 0);
+	if (codec != USH_CODEC_NONE) {
+		assert_true(ws.stored_raw > 0);
+		assert_true(ws.frame_bytes < ws.raw_bytes + 48 * ws.batches);
+	}
 }
 
 static void staged_io_uring(void **state)
@@ -423,25 +441,10 @@ static void threshold(void **state)
 	(void)state;
 	uint32_t saved = nparts;
 	for (nparts = 256; nparts <= 257; nparts++) {
-		const char *dir = th_scratch("stagethr");
-		struct part *parts = calloc(nparts, sizeof(*parts));
-		struct ush_part_stats *ps = calloc(nparts, sizeof(*ps));
-		struct ush_status st = {0};
-		struct ush_writer_stats ws = write_map(dir, USH_TARGET_DISK,
-						       USH_IOENGINE_URING, parts,
-						       &st, ps);
+		struct ush_writer_stats ws = write_check(USH_TARGET_DISK,
+							 USH_IOENGINE_URING);
 		assert_true(nparts == 256 ? ws.staged_flushes == 0 :
 					    ws.staged_flushes > 0);
-		check_stats(parts, ps);
-		read_back(&st, parts);
-		th_status_free(&st);
-		for (uint32_t p = 0; p < nparts; p++) {
-			free(parts[p].seed);
-			free(parts[p].len);
-		}
-		free(parts);
-		free(ps);
-		th_teardown(NULL);
 	}
 	nparts = saved;
 }
@@ -459,16 +462,9 @@ static void writers_share_pool(void **state)
 	ush_writer *w[NW];
 	w[0] = open_writer(&ring, nparts, USH_TARGET_DISK, dir,
 			   USH_IOENGINE_URING);
-	for (uint32_t m = 1; m < NW; m++) {
-		struct ush_writer_opts wo;
-		ush_writer_opts_init(&wo);
-		wo.shuffle = SHUFFLE;
-		wo.map = m;
-		wo.partitions = nparts;
-		wo.target = USH_TARGET_DISK;
-		wo.dir = dir;
-		th_ok(ush_writer_open(&w[m], ring, &wo));
-	}
+	for (uint32_t m = 1; m < NW; m++)
+		w[m] = open_map(ring, m, nparts, USH_TARGET_DISK, dir,
+				USH_IOENGINE_URING);
 	uint32_t rec[50] = {0}; /* map, partition, index in the partition */
 	for (uint32_t i = 0; i < NREC; i++) {
 		rec[0] = i % NW;
