@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -54,6 +55,37 @@ def test_ring_close_frees_its_writers(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "closed\n"
+    assert _files(tmp_path) == []
+
+
+def test_writers_collected_in_a_cycle_or_elsewhere(tmp_path):
+    """A ring and its writer collected together (a cycle: finalized in
+    any order) or a writer dropped on another thread: each writer is
+    freed once, before its ring, and nothing is left."""
+    code = textwrap.dedent(f"""
+        import gc, os, threading, ushuffle
+        d = {str(tmp_path)!r}
+        fds = len(os.listdir("/proc/self/fd"))
+        for m in range(5):
+            ring = ushuffle.Ring()
+            w = ushuffle.Writer(ring, 1, m, 0, 4, target="disk", dir=d)
+            for i in range(2000):
+                w.write(i % 4, b"x" * 1000)
+            ring.cycle = w
+            del ring, w
+            gc.collect()
+        ring = ushuffle.Ring()
+        box = [ushuffle.Writer(ring, 1, 9, 0, 4, target="disk", dir=d)]
+        t = threading.Thread(target=box.clear)  # its finalizer runs there
+        t.start()
+        t.join()
+        ring.close()
+        print(len(os.listdir("/proc/self/fd")) - fds)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "0\n"
     assert _files(tmp_path) == []
 
 

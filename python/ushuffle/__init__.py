@@ -10,9 +10,9 @@ library copies the record into its push buffer); Reader yields memoryviews
 of the library's buffer, valid only until the next record. Every failing
 call raises Error (or a subclass) carrying ush_last_error()'s text.
 """
+import itertools
 import os
 import threading
-import weakref
 
 from cffi import FFI
 
@@ -184,12 +184,16 @@ class Ring(_Handle):
         _check(lib.ush_ring_create(out, o), "ush_ring_create")
         self._p = out[0]
         self._thread = threading.get_ident()
-        self._writers = weakref.WeakSet()  # those not closed yet
+        # Its writers not freed yet, by key: their C handles, not the
+        # Writers, which the collector may finalize after the ring (weak
+        # references are cleared first) or on another thread.
+        self._writers = {}
 
     def _free(self, p):
         """Frees the ring (its writers first); from its creator thread."""
-        for w in list(self._writers):
-            w.close()  # the library frees no writer with the ring
+        writers, self._writers = self._writers, {}
+        for w in writers.values():
+            lib.ush_writer_free(w)  # the library frees none with the ring
         lib.ush_ring_free(p)
 
     def __del__(self):
@@ -197,6 +201,9 @@ class Ring(_Handle):
         # otherwise): one collected elsewhere is leaked, not freed.
         if self._p is not None and threading.get_ident() == self._thread:
             self.close()
+
+
+_keys = itertools.count()
 
 
 class Writer(_Handle):
@@ -227,7 +234,8 @@ class Writer(_Handle):
                f"attempt {attempt})")
         self._p = out[0]
         self._ring = ring  # the writer borrows it
-        ring._writers.add(self)
+        self._key = next(_keys)
+        ring._writers[self._key] = self._p
         self.partitions = partitions
         # The push buffer write_gather() was lent, and its records.
         self._buf, self._nrec = None, 0
@@ -302,13 +310,14 @@ class Writer(_Handle):
 
     def _free(self, p):
         """Frees the writer, aborting it if it was not committed."""
-        self._ring._writers.discard(self)
-        lib.ush_writer_free(p)  # takes back a lent buffer
-        self._buf = None
+        if self._ring._writers.pop(self._key, None) is not None:
+            lib.ush_writer_free(p)  # takes back a lent buffer
+        self._buf = None  # else the ring freed it
 
     def __del__(self):
         # Not closed: aborted, its files and buffers freed. As for the
-        # ring, only from the ring's thread; elsewhere it is leaked.
+        # ring, only from the ring's thread; elsewhere the ring's close()
+        # frees it.
         if self._p is not None and \
                 threading.get_ident() == self._ring._thread:
             self.close()
