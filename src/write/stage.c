@@ -258,9 +258,13 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	 * it waits for writes in flight, else flushes, rather than take
 	 * them (three staged writers on one ring failed, no pack buffer). */
 	const size_t reserve = (size_t)USHI_STAGE_SPARE << s->shift;
-	while (!ret && s->nchunks && w->pool->idle_bytes < reserve)
-		ret = ring_inflight(w->ring) ? ring_reap(w->ring, 1) :
-					       stage_flush(w);
+	while (!ret && s->nchunks && w->pool->idle_bytes < reserve) {
+		if (!ring_inflight(w->ring))
+			ret = stage_flush(w);
+		else if (!(ret = ring_reap(w->ring, 1)) && w->sink->flush &&
+			 !(ret = w->sink->flush(w))) /* backlogged packs */
+			ret = ring_submit(w->ring);
+	}
 	/* The pool short (packs in flight, swaps): it waits for them, or
 	 * flushes the stage. */
 	if (!ret)
