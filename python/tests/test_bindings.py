@@ -20,6 +20,16 @@ def _files(d):
     return [os.path.join(b, f) for b, _, fs in os.walk(d) for f in fs]
 
 
+def _child(code, want, d):
+    """Runs code in a child interpreter (a crash must not take pytest):
+    it prints want and leaves no file in d."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == want
+    assert _files(d) == []
+
+
 def test_unclosed_writers_are_aborted(tmp_path):
     """A Writer dropped without close() is aborted and freed: it kept two
     fds and its files (and its pool buffers) until the process ended."""
@@ -51,11 +61,7 @@ def test_ring_close_frees_its_writers(tmp_path):
         w.close()
         print("closed")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout == "closed\n"
-    assert _files(tmp_path) == []
+    _child(code, "closed\n", tmp_path)
 
 
 def test_writers_collected_in_a_cycle_or_elsewhere(tmp_path):
@@ -82,11 +88,7 @@ def test_writers_collected_in_a_cycle_or_elsewhere(tmp_path):
         ring.close()
         print(len(os.listdir("/proc/self/fd")) - fds)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout == "0\n"
-    assert _files(tmp_path) == []
+    _child(code, "0\n", tmp_path)
 
 
 def test_write_after_write_gather_keeps_order(tmp_path):
