@@ -13,9 +13,12 @@
  */
 #include "helpers.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 
 #define SHUFFLE 12
 #define PUSH (64u << 10)
@@ -79,6 +82,25 @@ static void swap_batch(ush_writer *w, void **buf, uint32_t p,
 	th_ok(ush_writer_swap(w, p, buf, off, k));
 }
 
+/* A writer of map on ring; dir may be NULL. */
+static ush_writer *open_map(ush_ring *ring, uint32_t map, uint32_t partitions,
+			    enum ush_target target, const char *dir,
+			    enum ush_ioengine eng)
+{
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.map = map;
+	wo.partitions = partitions;
+	wo.target = target;
+	wo.dir = dir;
+	wo.ioengine = eng;
+	wo.direct = 1;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	return w;
+}
+
 /* A writer of map 0 on a new ring with a 4 MiB pool (the stage: 24
  * push buffers) and the test's codec; dir may be NULL. */
 static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
@@ -91,17 +113,7 @@ static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
 	ro.pool_bytes = 4u << 20;
 	ro.codec = codec;
 	th_ok(ush_ring_create(ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = SHUFFLE;
-	wo.partitions = partitions;
-	wo.target = target;
-	wo.dir = dir;
-	wo.ioengine = eng;
-	wo.direct = 1;
-	ush_writer *w;
-	th_ok(ush_writer_open(&w, *ring, &wo));
-	return w;
+	return open_map(*ring, 0, partitions, target, dir, eng);
 }
 
 /* Writes map 0 to target; fills parts[] with what each partition holds
@@ -193,7 +205,9 @@ static void read_back(const struct ush_status *st, const struct part *parts)
 	}
 }
 
-static void run(enum ush_target target, enum ush_ioengine eng)
+/* Writes map 0 and checks its statistics and every record: its stats. */
+static struct ush_writer_stats write_check(enum ush_target target,
+					   enum ush_ioengine eng)
 {
 	const char *dir = th_scratch("stage");
 	struct part *parts = calloc(nparts, sizeof(*parts));
@@ -206,14 +220,6 @@ static void run(enum ush_target target, enum ush_ioengine eng)
 	printf("%u partitions: %llu stage flushes, %llu batches\n", nparts,
 	       (unsigned long long)ws.staged_flushes,
 	       (unsigned long long)ws.batches);
-	/* The bytes alone fill a 1.5 MiB stage many times, the empty
-	 * records its 24,576 notes twice more. */
-	assert_true(ws.staged_flushes >= 10);
-	assert_int_equal(ws.grows, 0);
-	if (codec != USH_CODEC_NONE) {
-		assert_true(ws.stored_raw > 0);
-		assert_true(ws.frame_bytes < ws.raw_bytes + 48 * ws.batches);
-	}
 	check_stats(parts, ps);
 	if (target != USH_TARGET_NULL)
 		read_back(&st, parts);
@@ -224,6 +230,21 @@ static void run(enum ush_target target, enum ush_ioengine eng)
 	}
 	free(parts);
 	free(ps);
+	th_teardown(NULL);
+	return ws;
+}
+
+static void run(enum ush_target target, enum ush_ioengine eng)
+{
+	struct ush_writer_stats ws = write_check(target, eng);
+	/* The bytes alone fill a 1.5 MiB stage many times, the empty
+	 * records its 24,576 notes twice more. */
+	assert_true(ws.staged_flushes >= 10);
+	assert_int_equal(ws.grows, 0);
+	if (codec != USH_CODEC_NONE) {
+		assert_true(ws.stored_raw > 0);
+		assert_true(ws.frame_bytes < ws.raw_bytes + 48 * ws.batches);
+	}
 }
 
 static void staged_io_uring(void **state)
@@ -308,6 +329,182 @@ static void few_parts_unstaged(void **state)
 	ush_ring_free(ring);
 }
 
+
+/* Files left in dir's shuffle directory (an aborted attempt leaves none). */
+static unsigned files_left(const char *dir)
+{
+	char sdir[512];
+	snprintf(sdir, sizeof(sdir), "%s/s%u", dir, SHUFFLE);
+	DIR *d = opendir(sdir);
+	if (!d)
+		return 0;
+	unsigned n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			print_message("left: %s/%s\n", sdir, e->d_name);
+			n++;
+		}
+	closedir(d);
+	return n;
+}
+
+/* Records staged, none flushed yet, and a flush half done: abort and
+ * free leave no file and no buffer behind. */
+static void abort_partly_staged(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("stageabort");
+	static uint8_t rec[300];
+	for (int round = 0; round < 3; round++) {
+		ush_ring *ring;
+		ush_writer *w = open_writer(&ring, nparts, USH_TARGET_DISK, dir,
+					    USH_IOENGINE_URING);
+		uint32_t n = round == 0 ? 100 : 20000;
+		for (uint32_t i = 0; i < n; i++)
+			th_ok(ush_writer_write(w, i % nparts, rec, sizeof(rec)));
+		struct ush_writer_stats ws;
+		ush_writer_stats(w, &ws);
+		assert_true(round == 0 ? ws.staged_flushes == 0 :
+					 ws.staged_flushes > 0);
+		if (round < 2)
+			th_ok(ush_writer_abort(w));
+		ush_writer_free(w); /* round 2: aborts */
+		assert_int_equal(files_left(dir), 0);
+		ush_ring_free(ring);
+	}
+}
+
+static char mounted[512];
+
+static int unmount(void **state)
+{
+	if (mounted[0])
+		umount2(mounted, MNT_DETACH);
+	mounted[0] = 0;
+	return th_teardown(state);
+}
+
+/* The file system fills in the middle of the stage's flushes: a write
+ * or the commit fails saying why, nothing hangs, abort leaves nothing. */
+static void staged_enospc_engine(const char *dir, enum ush_ioengine eng)
+{
+	ush_ring *ring;
+	ush_writer *w = open_writer(&ring, nparts, USH_TARGET_DISK, dir, eng);
+	static uint8_t rec[500];
+	int ret = 0;
+	for (uint32_t i = 0; !ret && i < 40000; i++)
+		ret = ush_writer_write(w, i % nparts, rec, sizeof(rec));
+	if (!ret)
+		ret = ush_writer_commit(w, NULL);
+	print_message("%s: %s: %s\n", eng == USH_IOENGINE_PSYNC ? "psync" :
+		      "io_uring", ush_err_name(ret), ush_last_error());
+	assert_int_equal(ret, -ENOSPC);
+	if (!strstr(ush_last_error(), "No space left on device"))
+		fail_msg("the error does not say why: %s", ush_last_error());
+	ush_writer_free(w);
+	assert_int_equal(files_left(dir), 0);
+	ush_ring_free(ring);
+}
+
+static void staged_enospc(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("stagefull");
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=2m,mode=0755")) {
+		print_message("skipped: cannot mount a 2 MiB tmpfs at %s (%s): "
+			      "needs CAP_SYS_ADMIN\n", dir, strerror(errno));
+		skip();
+	}
+	snprintf(mounted, sizeof(mounted), "%s", dir);
+	staged_enospc_engine(dir, USH_IOENGINE_URING);
+	staged_enospc_engine(dir, USH_IOENGINE_PSYNC);
+	codec = USH_CODEC_ZSTD;
+	staged_enospc_engine(dir, USH_IOENGINE_URING);
+	codec = USH_CODEC_NONE;
+}
+
+static void staged_zstd(void **state)
+{
+	(void)state;
+	codec = USH_CODEC_ZSTD;
+	run(USH_TARGET_DISK, USH_IOENGINE_URING);
+	codec = USH_CODEC_NONE;
+}
+
+/* The threshold: a pool share of exactly 16 KiB per partition does not
+ * stage, one partition more does; both read back in the order written,
+ * swapped batches too (unstaged, a swap used to overtake its partition's
+ * open batch). */
+static void threshold(void **state)
+{
+	(void)state;
+	uint32_t saved = nparts;
+	for (nparts = 256; nparts <= 257; nparts++) {
+		struct ush_writer_stats ws = write_check(USH_TARGET_DISK,
+							 USH_IOENGINE_URING);
+		assert_true(nparts == 256 ? ws.staged_flushes == 0 :
+					    ws.staged_flushes > 0);
+	}
+	nparts = saved;
+}
+
+/* Writers of one ring share its pool: four staged writers, interleaved,
+ * each stage sized from the whole pool. They left no buffer for a
+ * flush's packs ("disk: no pack buffer"); every record reads back, each
+ * map's in order. */
+static void writers_share_pool(void **state)
+{
+	(void)state;
+	enum { NW = 4, NREC = 120000 };
+	const char *dir = th_scratch("stageshare");
+	ush_ring *ring;
+	ush_writer *w[NW];
+	w[0] = open_writer(&ring, nparts, USH_TARGET_DISK, dir,
+			   USH_IOENGINE_URING);
+	for (uint32_t m = 1; m < NW; m++)
+		w[m] = open_map(ring, m, nparts, USH_TARGET_DISK, dir,
+				USH_IOENGINE_URING);
+	uint32_t rec[50] = {0}; /* map, partition, index in the partition */
+	for (uint32_t i = 0; i < NREC; i++) {
+		rec[0] = i % NW;
+		rec[1] = (i / NW) % nparts;
+		rec[2] = i / NW / nparts;
+		th_ok(ush_writer_write(w[rec[0]], rec[1], rec, sizeof(rec)));
+	}
+	struct ush_status st[NW];
+	for (uint32_t m = 0; m < NW; m++) {
+		struct ush_writer_stats ws;
+		ush_writer_stats(w[m], &ws);
+		assert_true(ws.staged_flushes > 0);
+		th_ok(th_commit(w[m], NULL, &st[m]));
+		ush_writer_free(w[m]);
+	}
+	ush_ring_free(ring);
+	for (uint32_t p = 0; p < nparts; p++) {
+		ush_reader *r;
+		th_ok(th_reader_open(&r, st, NW, p, 0));
+		uint32_t next[NW] = {0}, n = 0;
+		const void *got;
+		size_t len;
+		int ret;
+		while ((ret = ush_reader_next(r, &got, &len)) == 1) {
+			const uint32_t *g = got;
+			if (len != sizeof(rec) || g[0] >= NW || g[1] != p ||
+			    g[2] != next[g[0]])
+				fail_msg("partition %u record %u: %zu bytes, map "
+					 "%u partition %u index %u", p, n, len,
+					 g[0], g[1], g[2]);
+			next[g[0]]++;
+			n++;
+		}
+		assert_int_equal(ret, 0);
+		assert_int_equal(n, NREC / nparts);
+		ush_reader_free(r);
+	}
+	th_statuses_free(st, NW);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -317,6 +514,11 @@ int main(void)
 		cmocka_unit_test_teardown(staged_null, th_teardown),
 		cmocka_unit_test(swap_flushes_own_partition),
 		cmocka_unit_test(few_parts_unstaged),
+		cmocka_unit_test_teardown(abort_partly_staged, th_teardown),
+		cmocka_unit_test_teardown(staged_enospc, unmount),
+		cmocka_unit_test_teardown(staged_zstd, th_teardown),
+		cmocka_unit_test_teardown(threshold, th_teardown),
+		cmocka_unit_test_teardown(writers_share_pool, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

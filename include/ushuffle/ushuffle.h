@@ -351,7 +351,8 @@ USH_API int ush_writer_write(ush_writer *w, uint32_t partition,
  * Fill it with records, each a 4-byte little-endian length then the bytes
  * (ush_record_put() does it). ush_writer_swap() hands *buf (len bytes,
  * nrecords records) over and lends in *buf a different idle buffer of the
- * same capacity: the old pointer must not be touched again. In
+ * same capacity: the old pointer must not be touched again. The batch
+ * comes back after the records written to its partition before it. In
  * ush_writer_release() the caller gives back a buffer it no longer needs.
  * A buffer stays lent until then, or until ush_writer_free(), which takes
  * back every buffer still lent: the caller's pointers die there.

@@ -10,6 +10,7 @@ library copies the record into its push buffer); Reader yields memoryviews
 of the library's buffer, valid only until the next record. Every failing
 call raises Error (or a subclass) carrying ush_last_error()'s text.
 """
+import itertools
 import os
 import threading
 
@@ -183,9 +184,16 @@ class Ring(_Handle):
         _check(lib.ush_ring_create(out, o), "ush_ring_create")
         self._p = out[0]
         self._thread = threading.get_ident()
+        # Its writers not freed yet, by key: their C handles, not the
+        # Writers, which the collector may finalize after the ring (weak
+        # references are cleared first) or on another thread.
+        self._writers = {}
 
     def _free(self, p):
         """Frees the ring (its writers first); from its creator thread."""
+        writers, self._writers = self._writers, {}
+        for w in writers.values():
+            lib.ush_writer_free(w)  # the library frees none with the ring
         lib.ush_ring_free(p)
 
     def __del__(self):
@@ -193,6 +201,9 @@ class Ring(_Handle):
         # otherwise): one collected elsewhere is leaked, not freed.
         if self._p is not None and threading.get_ident() == self._thread:
             self.close()
+
+
+_keys = itertools.count()
 
 
 class Writer(_Handle):
@@ -223,13 +234,18 @@ class Writer(_Handle):
                f"attempt {attempt})")
         self._p = out[0]
         self._ring = ring  # the writer borrows it
+        self._key = next(_keys)
+        ring._writers[self._key] = self._p
         self.partitions = partitions
-        self._buf = None  # the push buffer lent by write_gather()
+        # The push buffer write_gather() was lent, and its records.
+        self._buf, self._nrec = None, 0
 
     def write(self, partition, record):
         """Appends one record (any buffer-protocol object, not copied
         here) to partition."""
         buf = ffi.from_buffer(record)
+        if self._nrec and partition == self._part:
+            self._swap()  # write_gather()'s records of partition first
         _check(lib.ush_writer_write(self._p, partition, buf, len(buf)),
                f"ush_writer_write (partition {partition})")
 
@@ -294,8 +310,17 @@ class Writer(_Handle):
 
     def _free(self, p):
         """Frees the writer, aborting it if it was not committed."""
-        lib.ush_writer_free(p)  # takes back a lent buffer
-        self._buf = None
+        if self._ring._writers.pop(self._key, None) is not None:
+            lib.ush_writer_free(p)  # takes back a lent buffer
+        self._buf = None  # else the ring freed it
+
+    def __del__(self):
+        # Not closed: aborted, its files and buffers freed. As for the
+        # ring, only from the ring's thread; elsewhere the ring's close()
+        # frees it.
+        if self._p is not None and \
+                threading.get_ident() == self._ring._thread:
+            self.close()
 
 
 def status_info(status):
@@ -314,7 +339,12 @@ class Reader(_Handle):
 
     Iterating yields each record as a memoryview of the library's buffer,
     valid only until the next record is asked for (or close()): copy what
-    must outlive it (bytes(view))."""
+    must outlive it (bytes(view)). The view is released then, so a kept
+    one raises ValueError rather than read freed memory (unless it is
+    still exported, e.g. to numpy.frombuffer; slices of it are not
+    released)."""
+
+    _view = None
 
     def __init__(self, partition, statuses, timeout_ms=0):
         statuses = list(statuses)
@@ -339,10 +369,20 @@ class Reader(_Handle):
     def next(self):
         """The next record as a memoryview (valid until the next call),
         or None at the end."""
+        self._release()
         if not _check(lib.ush_reader_next(self._p, self._rec, self._len),
                       "ush_reader_next"):
             return None
-        return memoryview(ffi.buffer(self._rec[0], self._len[0]))
+        self._view = memoryview(ffi.buffer(self._rec[0], self._len[0]))
+        return self._view
+
+    def _release(self):
+        v, self._view = self._view, None
+        if v is not None:
+            try:
+                v.release()
+            except BufferError:
+                pass  # exported: valid no longer, but not ours to end
 
     def __iter__(self):
         while True:
@@ -352,6 +392,7 @@ class Reader(_Handle):
             yield rec
 
     def _free(self, p):
+        self._release()
         lib.ush_reader_free(p)
 
     def __del__(self):

@@ -109,6 +109,15 @@ int stage_open(struct ush_writer *w)
 	return 0;
 }
 
+/* Makes ret sticky and returns the sticky error with its message as
+ * this thread's last error: a sink may return the error a completion
+ * recorded (w->err) without setting it. */
+static int failed(struct ush_writer *w, int ret)
+{
+	writer_error_keep(w, ret);
+	return ushi_fail_msg(w->err, w->errmsg);
+}
+
 bool stage_pending(const struct ush_writer *w)
 {
 	return w->stage && w->stage->nchunks;
@@ -212,9 +221,7 @@ int stage_flush(struct ush_writer *w)
 		ret = w->sink->flush(w);
 	if (!ret)
 		ret = ring_submit(w->ring);
-	if (ret)
-		writer_error_keep(w, ret);
-	return ret;
+	return ret ? failed(w, ret) : 0;
 }
 
 /*
@@ -246,14 +253,24 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	struct ushi_buf *b;
 	if (!ret)
 		ret = stage_poll(w);
+	/* The pool is the ring's: its other writers' stages may hold it.
+	 * This stage's flush needs packs: below a reserve of idle buffers
+	 * it waits for writes in flight, else flushes, rather than take
+	 * them (three staged writers on one ring failed, no pack buffer). */
+	const size_t reserve = (size_t)USHI_STAGE_SPARE << s->shift;
+	while (!ret && s->nchunks && w->pool->idle_bytes < reserve) {
+		if (!ring_inflight(w->ring))
+			ret = stage_flush(w);
+		else if (!(ret = ring_reap(w->ring, 1)) && w->sink->flush &&
+			 !(ret = w->sink->flush(w))) /* backlogged packs */
+			ret = ring_submit(w->ring);
+	}
 	/* The pool short (packs in flight, swaps): it waits for them, or
 	 * flushes the stage. */
 	if (!ret)
 		ret = writer_get_buf(w, w->push_order, &b);
-	if (ret) {
-		writer_error_keep(w, ret);
-		return ret;
-	}
+	if (ret)
+		return failed(w, ret);
 	s->chunks[s->nchunks++] = b;
 	s->used = 0;
 	return 0;

@@ -547,8 +547,11 @@ static int handoff_batch(struct ush_writer *w, struct ushi_buf *b,
 			 enum ushi_buf_state from, uint32_t partition,
 			 size_t len, uint32_t nrecords)
 {
-	/* Staged records of partition were written before this batch. */
-	int ret = stage_holds(w, partition) ? stage_flush(w) : 0;
+	/* Records of partition written before this batch, in its open
+	 * batch or staged, take the lower sequence numbers. */
+	int ret = close_part(w, partition);
+	if (!ret && stage_holds(w, partition))
+		ret = stage_flush(w);
 	if (ret) {
 		pool_put(w->pool, b);
 		return ret;

@@ -1,0 +1,139 @@
+"""The bindings alone (no cluster): object lifetimes, record order, the
+memoryviews a reader yields."""
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import ushuffle
+
+
+def _fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _files(d):
+    return [os.path.join(b, f) for b, _, fs in os.walk(d) for f in fs]
+
+
+def _child(code, want, d):
+    """Runs code in a child interpreter (a crash must not take pytest):
+    it prints want and leaves no file in d."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == want
+    assert _files(d) == []
+
+
+def test_unclosed_writers_are_aborted(tmp_path):
+    """A Writer dropped without close() is aborted and freed: it kept two
+    fds and its files (and its pool buffers) until the process ended."""
+    with ushuffle.Ring() as ring:
+        fds = _fds()
+        for m in range(20):
+            w = ushuffle.Writer(ring, 1, m, 0, 4, target="disk",
+                                dir=str(tmp_path))
+            w.write(m % 4, b"x" * 100)
+            w.write_gather(0, [b"y"])
+            del w
+        gc.collect()
+        assert _fds() == fds
+        assert _files(tmp_path) == []
+
+
+def test_ring_close_frees_its_writers(tmp_path):
+    """Ring.close() with a writer still open frees (aborts) the writer
+    first, as the library requires: it freed the ring under the writer,
+    and the writer's close() then crashed the interpreter."""
+    code = textwrap.dedent(f"""
+        import os, ushuffle
+        ring = ushuffle.Ring()
+        w = ushuffle.Writer(ring, 1, 0, 0, 4, target="disk",
+                            dir={str(tmp_path)!r})
+        for i in range(2000):
+            w.write(i % 4, b"x" * 1000)
+        ring.close()
+        w.close()
+        print("closed")
+    """)
+    _child(code, "closed\n", tmp_path)
+
+
+def test_writers_collected_in_a_cycle_or_elsewhere(tmp_path):
+    """A ring and its writer collected together (a cycle: finalized in
+    any order) or a writer dropped on another thread: each writer is
+    freed once, before its ring, and nothing is left."""
+    code = textwrap.dedent(f"""
+        import gc, os, threading, ushuffle
+        d = {str(tmp_path)!r}
+        fds = len(os.listdir("/proc/self/fd"))
+        for m in range(5):
+            ring = ushuffle.Ring()
+            w = ushuffle.Writer(ring, 1, m, 0, 4, target="disk", dir=d)
+            for i in range(2000):
+                w.write(i % 4, b"x" * 1000)
+            ring.cycle = w
+            del ring, w
+            gc.collect()
+        ring = ushuffle.Ring()
+        box = [ushuffle.Writer(ring, 1, 9, 0, 4, target="disk", dir=d)]
+        t = threading.Thread(target=box.clear)  # its finalizer runs there
+        t.start()
+        t.join()
+        ring.close()
+        print(len(os.listdir("/proc/self/fd")) - fds)
+    """)
+    _child(code, "0\n", tmp_path)
+
+
+def test_write_after_write_gather_keeps_order(tmp_path):
+    """write() and write_gather() to one partition come back in the order
+    written: write() overtook the batch write_gather() was filling."""
+    with ushuffle.Ring() as ring, \
+            ushuffle.Writer(ring, 2, 0, 0, 2, target="disk",
+                            dir=str(tmp_path)) as w:
+        w.write_gather(0, [b"a"])
+        w.write(1, b"other")  # another partition: the batch may wait
+        w.write(0, b"b")
+        w.write_gather(0, [b"c", b"c"])
+        w.write_gather(0, [b"d"])
+        w.write(0, b"e")
+        st = w.commit()
+    with ushuffle.Reader(0, [st]) as r:
+        assert [bytes(v) for v in r] == [b"a", b"b", b"cc", b"d", b"e"]
+
+
+def test_kept_views_raise(tmp_path):
+    """A view kept past the next record or close() raises ValueError: it
+    read the reader's recycled buffers (list(reader) gave wrong bytes for
+    almost every record of a few MiB)."""
+    def rec(i):
+        return b"%07d" % i * 40
+
+    n = 40000
+    with ushuffle.Ring() as ring, \
+            ushuffle.Writer(ring, 3, 0, 0, 1, target="disk",
+                            dir=str(tmp_path)) as w:
+        for i in range(n):
+            w.write(0, rec(i))
+        st = w.commit()
+    with ushuffle.Reader(0, [st]) as r:
+        views = list(r)
+        assert len(views) == n
+        for v in views:
+            with pytest.raises(ValueError):
+                bytes(v)
+    with ushuffle.Reader(0, [st]) as r:
+        for i, v in enumerate(r):
+            assert v == rec(i)  # valid until the next one
+        first = ushuffle.Reader(0, [st])
+        v = first.next()
+        assert v == rec(0)
+        first.close()
+        with pytest.raises(ValueError):
+            bytes(v)
