@@ -494,8 +494,9 @@ static int failover(struct ush_reader *r, uint32_t s, int err)
 		struct rmap *m = &r->maps[i];
 		if (m->src != s)
 			continue;
-		if (m->got == m->expect) {
-			/* Every batch verified: nothing left to read. */
+		if (m->got && m->got == m->expect) {
+			/* Every batch verified: nothing left to read (a map
+			 * of none still needs a holder to say it committed). */
 			int ret = check_map(r, m, r->srcs[s].loc);
 			map_done(m);
 			m->src = NO_SRC;
