@@ -6,8 +6,10 @@
  */
 #include "no_uring.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -20,6 +22,15 @@ int main(int argc, char **argv)
 	if (ret) {
 		fprintf(stderr, "no_uring: installing the seccomp filter: %s\n",
 			strerror(-ret));
+		return 1;
+	}
+	/* The pass means nothing unless io_uring is refused as Docker
+	 * refuses it: EPERM before the arguments are looked at (without the
+	 * filter, NULL params give EFAULT). */
+	if (syscall(__NR_io_uring_setup, 1, NULL) != -1 || errno != EPERM) {
+		fprintf(stderr, "no_uring: io_uring_setup was not refused with "
+			"EPERM (%s): the filter does not work here\n",
+			strerror(errno));
 		return 1;
 	}
 	execvp(argv[1], argv + 1);
