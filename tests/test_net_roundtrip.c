@@ -126,6 +126,11 @@ static void embedded_worker(void **state)
 	/* A committed attempt cannot be written again. */
 	assert_int_equal(th_push_map(&j, 0, 0, NULL), USH_ECOMMITTED);
 	assert_int_equal(th_push_map(&j1, 0, 1, NULL), USH_ECOMMITTED);
+	/* One writer at a time, a pool to spare: the worker wrote every
+	 * DATA frame from the buffer it received it in, none copied. */
+	struct ush_worker_stats ws;
+	ush_worker_stats(wk, &ws);
+	assert_int_equal(ws.bytes_in_place, ws.bytes_stored);
 	th_job_free(&j);
 	th_job_free(&j1);
 	ush_worker_stop(wk);

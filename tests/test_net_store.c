@@ -17,6 +17,10 @@
  *    kill -9 mid-write) is cut when appends start again;
  *  - eight shuffles pushed at once through one thread with four log
  *    buffers and one log's files open (buffers and files passed around);
+ *  - six maps of one shuffle at once through a thread whose pool spares
+ *    in-place receive buffers for some only: regions written as
+ *    received and frames copied share one log, before and after a
+ *    restart;
  *  - a shuffle of 100,000 partitions reads back, every record checked,
  *    and takes at most 1.2 times its frame bytes on disk;
  *  - symbolic links planted under --dir are not followed by writes,
@@ -525,6 +529,105 @@ static void many_logs_few_buffers(void **state)
 	th_rmrf(w.dir);
 }
 
+/* --------------------------------------------- in-place receive */
+
+/* An embedded worker of one thread and pool bytes, on dir, listening on
+ * addr (its port 0: any, written back). */
+static ush_worker *embedded(const char *dir, size_t pool, char *addr,
+			    size_t n)
+{
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = addr;
+	o.dir = dir;
+	o.threads = 1;
+	o.pool_bytes = pool;
+	o.log_level = 0;
+	th_worker_secret(&o);
+	ush_worker *wk;
+	th_ok(ush_worker_create(&wk, &o));
+	th_ok(ush_worker_start(wk));
+	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(wk));
+	return wk;
+}
+
+static void embedded_free(ush_worker *wk)
+{
+	ush_worker_stop(wk);
+	th_ok(ush_worker_wait(wk));
+	ush_worker_free(wk);
+}
+
+/* Six maps of one shuffle written at once (their records interleaved,
+ * all committed at the end) into a thread whose 1 MiB pool spares
+ * in-place receive buffers for some connections only: the others copy
+ * into the log's buffer between the regions written in place (the log
+ * seals its packed tail before each region), and frames larger than a
+ * buffer leave the in-place path for the copy. Every record reads back,
+ * after a restart too (the index's holes skipped), and maps appended
+ * after the restart read back with them. */
+static void in_place_and_copied(void **state)
+{
+	(void)state;
+	char dir[512], addr[64] = "127.0.0.1:0";
+	snprintf(dir, sizeof(dir), "%s", th_tmpdir("storeinplace"));
+	ush_worker *wk = embedded(dir, 1u << 20, addr, sizeof(addr));
+	enum { MAPS = 6 };
+	struct job j = {.workers = addr, .shuffle = 41, .partitions = 7,
+			.maps = MAPS, .records = 400, .big = 300000,
+			.st = statuses(MAPS)};
+	ush_ring *ring;
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.pool_bytes = 16u << 20;
+	th_ok(ush_ring_create(&ring, &ro));
+	ush_writer *w[MAPS];
+	for (uint32_t m = 0; m < MAPS; m++) {
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = j.shuffle, .map = m,
+			.partitions = j.partitions, .target = USH_TARGET_NET,
+			.workers = addr, .timeout_ms = 120000};
+		th_ok(ush_writer_open(&w[m], ring, &wo));
+	}
+	uint8_t *buf = malloc(j.big + j.records + 128);
+	assert_non_null(buf);
+	for (uint32_t i = 0; i < j.records; i++)
+		for (uint32_t m = 0; m < MAPS; m++) {
+			size_t len = rec_len(&j, m, i);
+			uint64_t id = (uint64_t)m << 32 | i;
+			memcpy(buf, &id, 8);
+			th_fill(buf + 8, len - 8, rec_seed(&j, id));
+			th_ok(ush_writer_write(w[m], i % j.partitions, buf,
+					       len));
+		}
+	for (uint32_t m = 0; m < MAPS; m++) {
+		th_ok(ush_writer_commit(w[m], NULL));
+		th_status_copy(w[m], &j.st[m]);
+		ush_writer_free(w[m]);
+	}
+	free(buf);
+	ush_ring_free(ring);
+	verify(&j, 1);
+	struct ush_worker_stats ws;
+	ush_worker_stats(wk, &ws);
+	/* Both paths ran: frames above a buffer are always copied. */
+	assert_true(ws.bytes_in_place > 0);
+	assert_true(ws.bytes_in_place < ws.bytes_stored);
+	embedded_free(wk);
+	wk = embedded(dir, 1u << 20, addr, sizeof(addr));
+	verify(&j, 1);
+	struct job k = {.workers = addr, .shuffle = 41, .partitions = 7,
+			.map0 = MAPS, .maps = 2, .records = 3000,
+			.st = statuses(2)};
+	push_all(&k);
+	struct job jk[] = {j, k};
+	verify(jk, 2);
+	embedded_free(wk);
+	job_free(&j);
+	job_free(&k);
+	th_rmrf(dir);
+}
+
 /* ------------------------------------------------ many partitions */
 
 /* Bytes s<shuffle>'s files take on disk (allocated blocks), and in
@@ -956,6 +1059,7 @@ int main(void)
 		cmocka_unit_test(restart_other_options),
 		cmocka_unit_test(torn_tail_cut),
 		cmocka_unit_test(many_logs_few_buffers),
+		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test(open_files_bounded),

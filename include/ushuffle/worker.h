@@ -199,6 +199,9 @@ struct ush_worker_stats {
 	uint64_t stalled_ms;     /* the longest any thread has now gone
 				    without a pass of its loop (they pass at
 				    least every 100 ms while healthy) */
+	uint64_t bytes_in_place; /* DATA frame bytes written to the logs
+				    from the buffers they were received in
+				    (the rest were copied once) */
 };
 USH_API void ush_worker_stats_size(const ush_worker *w,
 				   struct ush_worker_stats *st, size_t size);

@@ -22,6 +22,9 @@
  * covers O_DIRECT on 512-byte and 4 KiB logical-block devices. */
 #define USHI_ALIGN 4096u
 
+/* Partitions of a shuffle: 1 .. this (ush_writer_opts.partitions). */
+#define USHI_PARTS_MAX (1u << 24)
+
 /* error.c: records the detailed message for ush_last_error(); returns err
  * so callers can `return ushi_fail(err, ...)`. */
 int ushi_fail(int err, const char *fmt, ...)

@@ -611,7 +611,10 @@ void ring_arm(struct ush_ring *r, struct ushi_op *op)
 		io_uring_prep_recv(sqe, a->fd, a->addr, a->len, 0);
 		break;
 	case OP_RECV_MS:
-		io_uring_prep_recv_multishot(sqe, a->fd, NULL, 0, 0);
+		if (a->once)
+			io_uring_prep_recv(sqe, a->fd, NULL, 0, 0);
+		else
+			io_uring_prep_recv_multishot(sqe, a->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
 		sqe->buf_group = a->bgid;
 		break;

@@ -35,7 +35,7 @@ enum ushi_op_kind {
 	OP_SEND_ZC,    /* io + send, zero-copy */
 	OP_SENDMSG,    /* io + send: send.msg, io.len bytes in all */
 	OP_RECV,       /* arm: single shot into addr/len */
-	OP_RECV_MS,    /* arm: multishot from provided buffer group bgid */
+	OP_RECV_MS,    /* arm: multishot (or once) from provided group bgid */
 	OP_ACCEPT_MS,  /* arm: multishot accept */
 	OP_READ,       /* arm: single shot into addr/len at off */
 };
@@ -97,6 +97,9 @@ struct ushi_armed {
 	/* OP_READ: the pool buffer addr lies in, or NULL; with one, the
 	 * read is a READ_FIXED from the registered pool. */
 	struct ushi_buf *buf;
+	/* OP_RECV_MS: one receive only, so that the owner may choose its
+	 * next buffer itself (the worker's in-place receive). */
+	bool once;
 	/* OP_RECV/OP_READ: set by the callback to be armed again (with the
 	 * fields it updated) instead of recycled. */
 	bool rearm;

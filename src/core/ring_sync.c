@@ -126,7 +126,8 @@ static ssize_t recv_provided(struct ushi_sync *s, struct ushi_op *op,
 			 MSG_DONTWAIT);
 	if (n > 0) {
 		b->head++;
-		*flags = IORING_CQE_F_MORE | IORING_CQE_F_BUFFER |
+		*flags = (op->arm.once ? 0 : IORING_CQE_F_MORE) |
+			 IORING_CQE_F_BUFFER |
 			 ((unsigned)buf->bid << IORING_CQE_BUFFER_SHIFT);
 	}
 	return n;

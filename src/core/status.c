@@ -20,7 +20,6 @@ enum {
 };
 _Static_assert(OFF_CRC + 4 == USHI_STATUS_HDR, "status header layout");
 
-#define PARTS_MAX (1u << 24)
 #define VARINT_MAX 10u
 
 static uint32_t crc(uint32_t c, const void *p, size_t n)
@@ -159,7 +158,7 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 	if (!s->app_len || s->app_len > USHI_STATUS_APP_MAX ||
 	    p[OFF_APP_LEN + 1] | p[OFF_APP_LEN + 2] | p[OFF_APP_LEN + 3])
 		return bad(why, "application id length out of range 1..64");
-	if (!s->partitions || s->partitions > PARTS_MAX)
+	if (!s->partitions || s->partitions > USHI_PARTS_MAX)
 		return bad(why, "partition count out of range 1..16M");
 	uint32_t nb = nblocks(s->partitions);
 	size_t strings = s->app_len + s->loc_len;

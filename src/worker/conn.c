@@ -1,6 +1,7 @@
 /*
- * One connection: reassembles frames from the multishot recv chunks,
- * checks them (bounds before anything is allocated, then the CRC), and
+ * One connection: reassembles frames from the recv chunks (or parses
+ * them where they landed: a writer's in-place receive, below), checks
+ * them (bounds before anything is allocated, then the CRC), and
  * dispatches them by type. Malformed input gets an ERROR frame, one log
  * line and a closed connection; nothing else is touched.
  */
@@ -110,7 +111,7 @@ bool wk_conn_busy(const struct wk_conn *c)
 	 * push and commit, then closes (an ERROR between its commit ACK and
 	 * its close could fail a commit that waits on other workers). */
 	return c->out || c->sending || c->fetch || c->hlen || c->sneed ||
-	       c->qn || (c->role == USHI_ROLE_WRITER && c->att.state);
+	       c->qn || c->rlen || (c->role == USHI_ROLE_WRITER && c->att.state);
 }
 
 static void send_done(struct ushi_op *op, int res)
@@ -605,6 +606,9 @@ static bool role_ok(const struct wk_conn *c, unsigned type)
 	return false;
 }
 
+static int rb_note(struct wk_conn *c, const struct ushi_frame *f,
+		   const uint8_t *frame);
+
 static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 		     const uint8_t *frame)
 {
@@ -647,9 +651,16 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 	int ret;
 	switch (f->type) {
 	case USHI_FRAME_DATA:
+		if (f->partition >= USHI_PARTS_MAX) {
+			wk_conn_fail(c, -EPROTO, "DATA frame of partition %u: "
+				     "partitions are below %u", f->partition,
+				     USHI_PARTS_MAX);
+			break;
+		}
 		if (!own_attempt(c, f) || !take_bytes(c, proto_size(f)))
 			break;
-		ret = wk_store_append(c->t, f, frame);
+		ret = c->rb ? rb_note(c, f, frame) :
+			      wk_store_append(c->t, f, frame);
 		if (ret)
 			wk_conn_fail(c, ret, "storing shuffle %u partition %u: "
 				     "%s", f->shuffle, f->partition,
@@ -801,9 +812,171 @@ static void give_back(struct wk_thread *t, uint16_t bid)
 	io_uring_buf_ring_advance(t->br, 1);
 }
 
+/* ------------------------------------------------- in-place receive */
+
+/* A flush-size buffer, if the pool keeps a quarter for the logs' own
+ * buffers and FETCH reads after it; wait: for one of the writes in
+ * flight to give one back. */
+static struct ushi_buf *rb_take(struct wk_thread *t, bool wait)
+{
+	struct ushi_pool *p = ring_pool(t->ring);
+	size_t cap = (size_t)USHI_BUF_MIN << t->flush_order;
+	for (;;) {
+		struct ushi_buf *b = p->idle_bytes >= p->bytes / 4 + cap ?
+			pool_get(p, t->flush_order) : NULL;
+		if (b || !wait || !t->writes || ring_reap(t->ring, 1))
+			return b;
+	}
+}
+
+/* DATA frame f lies at frame in rb: noted, written with rb. */
+static int rb_note(struct wk_conn *c, const struct ushi_frame *f,
+		   const uint8_t *frame)
+{
+	if (c->rn == c->rcap) {
+		size_t n = c->rcap ? 2 * c->rcap : 64;
+		struct wk_rent *e = ushi_malloc(n * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		if (c->rn)
+			memcpy(e, c->rent, c->rn * sizeof(*e));
+		ushi_free(c->rent);
+		c->rent = e;
+		c->rcap = n;
+	}
+	c->rent[c->rn++] = (struct wk_rent){
+		.rel = (uint32_t)(frame - c->rb->data),
+		.len = (uint32_t)proto_size(f),
+		.partition = f->partition,
+		.map = f->map,
+		.attempt = f->attempt,
+	};
+	return 0;
+}
+
+/* Hands b (which held the c->rlen bytes of rb) to the log with the DATA
+ * frames noted in it, or back to the pool when it holds none, or when
+ * the attempt was dropped since (its frames go with it). */
+static void rb_write(struct wk_conn *c, struct ushi_buf *b)
+{
+	int ret = 0;
+	if (c->rn && still_mine(c))
+		ret = wk_store_region(c->t, c->att.shuffle, b, c->rlen,
+				      c->rent, c->rn);
+	else
+		pool_put(ring_pool(c->t->ring), b);
+	c->rn = 0;
+	if (ret)
+		wk_conn_fail(c, ret, "storing shuffle %u: %s", c->att.shuffle,
+			     ush_strerror(ret));
+}
+
+/* Back to copying (a frame larger than rb, or no buffer to go on in):
+ * rb's frames are written, the bytes after them fed from a copy. */
+static void rb_leave(struct wk_conn *c)
+{
+	uint32_t tail = c->rlen - c->rpos;
+	uint8_t *m = tail ? ushi_malloc(tail) : NULL;
+	if (tail && !m) {
+		wk_conn_fail(c, -ENOMEM, "no memory for %u bytes received",
+			     tail);
+		return;
+	}
+	if (tail)
+		memcpy(m, c->rb->data + c->rpos, tail);
+	struct ushi_buf *b = c->rb;
+	c->rb = NULL;
+	rb_write(c, b);
+	c->rlen = c->rpos = 0;
+	feed(c, m, tail);
+	ushi_free(m);
+}
+
+/* Writes rb's frames where they lie and goes on in another buffer with
+ * the bytes not yet parsed (a copy of less than a frame), or moves those
+ * to rb's start when it holds no frame to write. */
+static void rb_flush(struct wk_conn *c)
+{
+	struct ushi_buf *b = c->rb, *nb;
+	uint32_t tail = c->rlen - c->rpos;
+	if (!c->rn) {
+		memmove(b->data, b->data + c->rpos, tail);
+	} else if ((nb = rb_take(c->t, true))) {
+		memcpy(nb->data, b->data + c->rpos, tail);
+		c->rb = nb;
+		rb_write(c, b);
+	} else {
+		rb_leave(c);
+		return;
+	}
+	c->rpos = 0;
+	c->rlen = tail;
+}
+
+/* Parses the frames that arrived whole in rb, where they lie. */
+static void rb_parse(struct wk_conn *c)
+{
+	while (c->rb && !c->failed) {
+		uint8_t *p = c->rb->data + c->rpos;
+		uint32_t avail = c->rlen - c->rpos, cap = c->rb->cap;
+		if (avail < USH_FRAME_HDR_SIZE) {
+			if (c->rlen == cap)
+				rb_flush(c);
+			return;
+		}
+		if (!header_ok(c, p))
+			return;
+		size_t need = proto_size(&c->f);
+		if (need > cap) {
+			rb_leave(c);
+			return;
+		}
+		if (avail < need) {
+			if (c->rpos + need > cap)
+				rb_flush(c);
+			return;
+		}
+		/* The attempt's frames are written before it commits. */
+		if (c->f.type == USHI_FRAME_MAPPER_END && c->rn) {
+			rb_flush(c);
+			continue;
+		}
+		dispatch(c, &c->f, p);
+		c->rpos += (uint32_t)need;
+		if (c->rpos == c->rlen && !c->rn)
+			c->rpos = c->rlen = 0;
+	}
+}
+
+void wk_conn_rb_free(struct wk_conn *c)
+{
+	if (c->rb)
+		pool_put(ring_pool(c->t->ring), c->rb);
+	c->rb = NULL;
+	c->rlen = c->rpos = 0;
+	c->rn = 0;
+}
+
+void wk_conn_rb_arm(struct wk_conn *c)
+{
+	bool writing = c->role == USHI_ROLE_WRITER &&
+		       c->att.state == WK_OPEN && !c->failed && !c->eof;
+	if (c->rb && !writing)
+		wk_conn_rb_free(c);
+	else if (!c->rb && writing && !c->hlen && !c->sneed && !c->qn)
+		c->rb = rb_take(c->t, false);
+}
+
 void wk_conn_process(struct wk_conn *c)
 {
 	struct wk_thread *t = c->t;
+	if (c->rgot) {
+		c->rgot = false;
+		if (!c->failed && !c->closed)
+			rb_parse(c);
+		else
+			c->rlen = c->rpos = 0; /* read on and dropped */
+	}
 	while (c->qn) {
 		struct wk_chunk ch = c->q[c->qhead];
 		c->qhead = (c->qhead + 1) % WK_BUFS;
@@ -814,7 +987,8 @@ void wk_conn_process(struct wk_conn *c)
 	}
 	if (c->eof && c->rerr && c->rerr != -ECONNRESET && !c->failed)
 		wk_log(t->wk, 1, "peer %s: %s", c->peer, ush_strerror(c->rerr));
-	else if (c->eof && (c->hlen || c->sneed) && !c->failed)
+	else if (c->eof && (c->hlen || c->sneed || c->rlen > c->rpos) &&
+		 !c->failed)
 		wk_log(t->wk, 1, "peer %s: closed in the middle of a frame",
 		       c->peer);
 	if (c->eof)

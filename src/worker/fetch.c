@@ -207,6 +207,8 @@ static int pdir_build(struct wk_pdir *d, int ifd, uint64_t size)
 			       &e->partition, &e->map, &e->attempt))
 			break;
 		end = e->off + e->len;
+		if (e->partition == WK_IDX_HOLE)
+			continue;
 		maxp = e->partition > maxp ? e->partition : maxp;
 		n++;
 	}

@@ -156,12 +156,13 @@ int wk_idx_get(const uint8_t *e, uint64_t off, uint32_t *len,
 	return 0;
 }
 
-void wk_idx_put(uint8_t *e, uint64_t off, const struct ushi_frame *f)
+void wk_idx_set(uint8_t *e, uint64_t off, uint32_t len, uint32_t partition,
+		uint32_t map, uint32_t attempt)
 {
-	put_le32(e, (uint32_t)proto_size(f));
-	put_le32(e + 4, f->partition);
-	put_le32(e + 8, f->map);
-	put_le32(e + 12, f->attempt);
+	put_le32(e, len);
+	put_le32(e + 4, partition);
+	put_le32(e + 8, map);
+	put_le32(e + 12, attempt);
 	put_le32(e + 16, entry_crc(e, off));
 }
 
@@ -283,30 +284,31 @@ static int valid_entries(struct wk_shuf *s, uint64_t isize, uint64_t lsize,
 	if (!b)
 		return -ENOMEM;
 	int ret = read_all(s->ifd, b, cnt * WK_IDX_ENTRY, 0);
-	uint64_t last = 0;
 	for (; !ret && i < cnt; i++) {
-		uint32_t len;
-		if (wk_idx_get(b + i * WK_IDX_ENTRY, e, &len, NULL, NULL,
-			       NULL) || len < USH_FRAME_HDR_SIZE ||
+		uint32_t len, part;
+		if (wk_idx_get(b + i * WK_IDX_ENTRY, e, &len, &part, NULL,
+			       NULL) ||
+		    (part != WK_IDX_HOLE && len < USH_FRAME_HDR_SIZE) ||
 		    e + len > lsize)
 			break;
-		last = e;
 		e += len;
 	}
-	/* A header where the last entry says: its log bytes were written
-	 * before it (else the tail is cut before it). */
-	while (!ret && i) {
+	/* The last frame's header where its entry says: its log bytes were
+	 * written before it (else the tail is cut before it). A hole after
+	 * it holds no frame to look at. The lengths are known valid. */
+	for (uint64_t k = i, fe = e; !ret && k; k--) {
+		const uint8_t *ent = b + (k - 1) * WK_IDX_ENTRY;
+		uint64_t at = fe - get_le32(ent);
 		uint8_t h[USH_FRAME_HDR_SIZE];
 		struct ushi_frame f;
-		if (!read_all(s->fd, h, sizeof(h), last) &&
-		    !frame_decode(h, &f) && last + proto_size(&f) == e)
-			break;
-		e = last;
-		if (--i) {
-			/* The one before: the lengths are known valid. */
-			uint32_t len = get_le32(b + (i - 1) * WK_IDX_ENTRY);
-			last = e - len;
+		if (get_le32(ent + 4) != WK_IDX_HOLE) {
+			if (!read_all(s->fd, h, sizeof(h), at) &&
+			    !frame_decode(h, &f) && at + proto_size(&f) == fe)
+				break;
+			i = k - 1;
+			e = at;
 		}
+		fe = at;
 	}
 	ushi_free(b);
 	*n = i;

@@ -1,6 +1,7 @@
 /*
  * A worker thread: its ring, its provided-buffer ring, multishot accept
- * on its own SO_REUSEPORT listener, multishot recv per connection. The
+ * on its own SO_REUSEPORT listener, a recv per connection (into a
+ * provided buffer, or a writer's own: conn.c). The
  * loop reaps, then lets each connection parse what arrived and send what
  * it owes, and enforces the limits of docs/protocol.md §7: connections
  * held (refused beyond with an ERROR), HELLO and idle timeouts, accept
@@ -89,7 +90,11 @@ static void on_recv(struct ushi_op *op, int res)
 	struct wk_conn *c = op->owner;
 	if (!(op->cqe_flags & IORING_CQE_F_MORE))
 		c->recv_armed = false;
-	if (res > 0 && (op->cqe_flags & IORING_CQE_F_BUFFER)) {
+	if (res > 0 && op->kind == OP_RECV) {
+		c->rlen += (uint32_t)res;
+		c->rgot = true;
+		WK_COUNT(c->t->wk, bytes_in, (unsigned)res);
+	} else if (res > 0 && (op->cqe_flags & IORING_CQE_F_BUFFER)) {
 		/* Input counts as activity when it is processed (the loop). */
 		unsigned i = (c->qhead + c->qn) % WK_BUFS;
 		c->q[i].bid = (uint16_t)(op->cqe_flags >> IORING_CQE_BUFFER_SHIFT);
@@ -126,11 +131,22 @@ static int arm_recv(struct wk_conn *c)
 	int ret = ring_op_get(c->t->ring, &op);
 	if (ret)
 		return ret;
-	op->kind = OP_RECV_MS;
+	wk_conn_rb_arm(c);
 	op->cb = on_recv;
 	op->owner = c;
 	op->arm.fd = c->fd;
-	op->arm.bgid = WK_BGID;
+	if (c->rb) {
+		op->kind = OP_RECV;
+		op->arm.addr = c->rb->data + c->rlen;
+		op->arm.len = c->rb->cap - c->rlen;
+	} else {
+		/* A reader's stays armed; one that may become a writer's
+		 * (or gets a buffer later) receives once at a time. */
+		op->kind = OP_RECV_MS;
+		op->arm.bgid = WK_BGID;
+		op->arm.once = c->role != USHI_ROLE_READER &&
+			       c->role != USHI_ROLE_ADMIN;
+	}
 	ring_arm(c->t->ring, op);
 	c->recv_armed = true;
 	return 0;
@@ -209,6 +225,8 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 			wk_out_free(t, o);
 		}
 		wk_fetch_free(c->fetch);
+		wk_conn_rb_free(c);
+		ushi_free(c->rent);
 		ushi_free(c->stage);
 		ushi_free(c);
 		t->nconns--;
@@ -373,7 +391,7 @@ void *wk_thread_main(void *arg)
 		}
 		now = ushi_now_ns();
 		for (struct wk_conn *c = t->conns; c; c = c->next) {
-			if (c->qn)
+			if (c->qn || c->rgot)
 				c->t_active = now;
 			wk_conn_process(c);
 			conn_timeouts(t, c, now);

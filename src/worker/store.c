@@ -391,6 +391,94 @@ static int ipend_grow(struct wk_shuf *s)
 	return 0;
 }
 
+/* Appends the index entry of len log bytes at off (which is s->end). */
+static int idx_add(struct wk_shuf *s, uint64_t off, uint32_t len,
+		   uint32_t partition, uint32_t map, uint32_t attempt)
+{
+	int ret;
+	if (s->ilen + WK_IDX_ENTRY > s->icap && (ret = ipend_grow(s)))
+		return ret;
+	if (!s->ilen)
+		s->ioff = off;
+	wk_idx_set(s->ipend + s->ilen, off, len, partition, map, attempt);
+	s->ilen += WK_IDX_ENTRY;
+	return 0;
+}
+
+static int idx_hole(struct wk_shuf *s, uint64_t off, uint32_t len)
+{
+	return len ? idx_add(s, off, len, WK_IDX_HOLE, WK_IDX_HOLE,
+			     WK_IDX_HOLE) : 0;
+}
+
+/* Ends the packed tail before a region: the log buffer goes out padded
+ * (the region follows, so it is not kept to be rewritten), and the log's
+ * end moves to the next block, the gap a hole. */
+static int seal(struct wk_thread *t, struct wk_shuf *s)
+{
+	struct ushi_buf *b = s->buf;
+	int ret = 0;
+	if (b) {
+		wk_list_del(&t->bufq, &s->bufq);
+		s->buf = NULL;
+		uint32_t n = (uint32_t)ALIGN_UP((uint64_t)s->len, align_of(s));
+		memset(b->data + s->len, 0, n - s->len);
+		if (n)
+			ret = log_submit(s, b, b->data, n, s->base,
+					 s->base + s->len);
+		else
+			pool_put(ring_pool(t->ring), b);
+	}
+	uint64_t end = ALIGN_UP(s->end, (uint64_t)align_of(s));
+	if (!ret)
+		ret = idx_hole(s, s->end, (uint32_t)(end - s->end));
+	s->end = s->base = end;
+	s->len = 0;
+	return ret;
+}
+
+int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
+		    uint32_t have, const struct wk_rent *ents, size_t n)
+{
+	int ret = 0;
+	struct wk_shuf *s = shuf_get(t, shuffle, &ret);
+	if (s && !(ret = s->err) && !(ret = wk_shuf_open(t, s)) &&
+	    (s->buf || s->end % align_of(s)))
+		ret = seal(t, s);
+	if (ret) {
+		pool_put(ring_pool(t->ring), b);
+		return ret;
+	}
+	uint64_t off = s->end;
+	uint32_t pos = 0;
+	uint64_t data = 0;
+	for (size_t i = 0; !ret && i < n; i++) {
+		const struct wk_rent *e = &ents[i];
+		data += e->len;
+		ret = idx_hole(s, off + pos, e->rel - pos);
+		if (!ret)
+			ret = idx_add(s, off + e->rel, e->len, e->partition,
+				      e->map, e->attempt);
+		pos = e->rel + e->len;
+	}
+	uint32_t len = (uint32_t)ALIGN_UP((uint64_t)pos, align_of(s));
+	if (have < len)
+		memset(b->data + have, 0, len - have);
+	if (!ret)
+		ret = idx_hole(s, off + pos, len - pos);
+	s->end = s->base = off + len;
+	if (ret) {
+		wk_shuf_fail(s, ret, "index entries", off);
+		pool_put(ring_pool(t->ring), b);
+		return ret;
+	}
+	ret = log_submit(s, b, b->data, len, off, off + len);
+	WK_COUNT(t->wk, bytes_in_place, data);
+	if (!ret && s->ilen >= WK_IDX_BATCH)
+		ret = idx_flush(s);
+	return ret ? ret : s->err;
+}
+
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame)
 {
@@ -406,12 +494,8 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 	uint32_t cap = s->buf->cap;
 	if (s->len + n > cap && (ret = flush_full(t, s)))
 		return ret;
-	if (s->ilen + WK_IDX_ENTRY > s->icap && (ret = ipend_grow(s)))
+	if ((ret = idx_add(s, s->end, n, f->partition, f->map, f->attempt)))
 		return ret;
-	if (!s->ilen)
-		s->ioff = s->end;
-	wk_idx_put(s->ipend + s->ilen, s->end, f);
-	s->ilen += WK_IDX_ENTRY;
 	s->end += n;
 	if (s->len + n > cap) {
 		ret = append_big(s, frame, n);

@@ -78,6 +78,9 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	       s.bytes_out);
 	metric(&t, "received_frames_total", "counter",
 	       "Frames received from clients.", s.frames_in);
+	metric(&t, "received_in_place_bytes_total", "counter",
+	       "DATA bytes written to the logs from the buffers they were "
+	       "received in (not copied).", s.bytes_in_place);
 	metric(&t, "sent_frames_total", "counter",
 	       "DATA frames streamed to readers.", s.frames_out);
 	metric(&t, "connections_accepted_total", "counter",

@@ -106,6 +106,7 @@ struct wk_log_kind {
  * bumped where the event happens; the gauges are computed when read. */
 struct wk_metrics {
 	atomic_uint_fast64_t bytes_in, bytes_out, frames_in, frames_out;
+	atomic_uint_fast64_t bytes_in_place;
 	atomic_uint_fast64_t accepted, refused, commits, drops, expiries;
 	atomic_uint_fast64_t sync_count, sync_ns;
 	atomic_uint_fast64_t sync_bucket[USH_WORKER_SYNC_BUCKETS];
@@ -346,6 +347,14 @@ struct wk_conn {
 				  peer's close (0: not lingering yet) */
 	struct wk_chunk q[WK_BUFS];
 	unsigned qhead, qn;
+	/* In-place receive (a writer's, once the pool can spare a buffer):
+	 * bytes land in rb, frames are parsed where they lie, and rb goes
+	 * to the log as it is (wk_store_region): no copy. */
+	struct ushi_buf *rb;
+	uint32_t rlen, rpos;   /* bytes received into rb; parsed */
+	bool rgot;             /* rb got bytes the loop has not looked at */
+	struct wk_rent *rent;  /* rb's DATA frames */
+	size_t rn, rcap;
 	bool recv_armed, eof, failed, closed;
 	int rerr;
 	/* frame reassembly */
@@ -493,8 +502,13 @@ void wk_shuf_fail(struct wk_shuf *s, int err, const char *what,
 /* Removes <dir>/s<S> and the files in it; a link in its place is
  * removed, never followed. */
 void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
-/* Writes the index entry of frame f, at log offset off, to e. */
-void wk_idx_put(uint8_t *e, uint64_t off, const struct ushi_frame *f);
+/* An index entry's partition for a gap in the log (control frames, the
+ * padding before an aligned write): no frame, never fetched. DATA frames
+ * have partitions below USHI_PARTS_MAX. */
+#define WK_IDX_HOLE UINT32_MAX
+/* Writes the index entry of len log bytes at offset off to e. */
+void wk_idx_set(uint8_t *e, uint64_t off, uint32_t len, uint32_t partition,
+		uint32_t map, uint32_t attempt);
 /* Checks the index entry at e, of the frame at log offset off (its
  * CRC): 0, or USH_ECORRUPT. Fills len and the fields given (NULL: not
  * wanted). */
@@ -502,8 +516,22 @@ int wk_idx_get(const uint8_t *e, uint64_t off, uint32_t *len,
 	       uint32_t *partition, uint32_t *map, uint32_t *attempt);
 
 /* store.c: shuffle logs and their buffers. */
+/* Copies frame (f, received whole) into its shuffle's log buffer. */
 int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		    const uint8_t *frame);
+/* A DATA frame in a received buffer: its offset there and its entry. */
+struct wk_rent {
+	uint32_t rel, len, partition, map, attempt;
+};
+/*
+ * Writes pool buffer b as it was received (conn.c's in-place receive) to
+ * the log of shuffle at the next aligned offset: its first `have` bytes
+ * hold the n DATA frames ents (in order) and other bytes around them,
+ * which are indexed as holes. The ring owns b from here on, whatever the
+ * result. Returns 0 or the shuffle's error.
+ */
+int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
+		    uint32_t have, const struct wk_rent *ents, size_t n);
 /* Writes the shuffle's log buffer and index entries, waits for its
  * writes and syncs its log, then its index (and directories): after it
  * every frame of the shuffle received so far on this thread is durable.
@@ -526,6 +554,12 @@ int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 
 /* conn.c */
 void wk_conn_process(struct wk_conn *c);
+/* Before a receive is armed: gives a writer at a frame boundary its
+ * in-place buffer when the pool can spare one, and takes it back from a
+ * connection that no longer writes. */
+void wk_conn_rb_arm(struct wk_conn *c);
+/* Frees what the connection holds for its receives (no recv armed). */
+void wk_conn_rb_free(struct wk_conn *c);
 /* A closing writer's attempt, unless committed, becomes abandoned. */
 void wk_conn_leave(struct wk_conn *c);
 /* An empty output with room for cap bytes, or NULL. */

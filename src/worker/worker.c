@@ -104,6 +104,7 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	s.conns_open = LOAD(wk->nconns);
 	s.commits = LOAD(m->commits), s.drops = LOAD(m->drops);
 	s.expiries = LOAD(m->expiries);
+	s.bytes_in_place = LOAD(m->bytes_in_place);
 	s.sync_count = LOAD(m->sync_count), s.sync_ns = LOAD(m->sync_ns);
 	uint64_t sum = 0;
 	for (unsigned i = 0; i < USH_WORKER_SYNC_BUCKETS; i++)

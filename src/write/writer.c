@@ -20,7 +20,6 @@
 #include <stdio.h>
 
 #define USHI_QUEUE_BATCH 16
-#define USHI_PARTS_MAX (1u << 24)
 
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 {
