@@ -393,10 +393,18 @@ def wire_rows(res):
     row("push: io_uring vs --ioengine=psync, throughput", mib(mb["psync"]),
         mib(mb["push"]), mb["push"] / mb["psync"], "≥ 1.2×",
         mb["push"] / mb["psync"] >= 1.2, "push/psync")
+    row("push: the most io_uring can be ahead of psync here: "
+        "min(iperf3, fio write) / psync", mib(mb["psync"]), mib(wref),
+        wref / mb["psync"])
     row("push: io_uring vs psync, CPU s per GiB (client + worker)",
         f"{cpu['psync']:.2f} s", f"{cpu['push']:.2f} s",
         cpu["push"] / cpu["psync"], "≤ 0.7×",
         cpu["push"] / cpu["psync"] <= 0.7, "CPU/GiB")
+    wcpu = res.get("median_worker_cpu_s_per_gib")
+    if wcpu:
+        row("push: the worker's CPU s per GiB (psync's run vs io_uring's)",
+            f"{wcpu['psync']:.2f} s", f"{wcpu['push']:.2f} s",
+            wcpu["push"] / wcpu["psync"])
     for p in res["sweep"][1:]:
         r = mb[f"push{p}"] / mb["push"]
         row(f"push, {p:,} partitions vs 64", mib(mb["push"]),
