@@ -473,7 +473,8 @@ int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
 		return ret;
 	}
 	ret = log_submit(s, b, b->data, len, off, off + len);
-	WK_COUNT(t->wk, bytes_in_place, data);
+	if (!ret)
+		WK_COUNT(t->wk, bytes_in_place, data);
 	if (!ret && s->ilen >= WK_IDX_BATCH)
 		ret = idx_flush(s);
 	return ret ? ret : s->err;
