@@ -13,12 +13,16 @@
  * map 0's records first, each map's in sequence order).
  *
  * The body is compress_pct percent filler (one repeated 8-byte word) after
- * random bytes, so codecs see data about that compressible.
+ * random bytes (a slice of a random block made once), so codecs see data
+ * about that compressible.
  */
 #include "cli.h"
 
 #include <isa-l/crc.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t mix64(uint64_t x)
@@ -29,6 +33,31 @@ static uint64_t mix64(uint64_t x)
 	x ^= x >> 27;
 	x *= 0x94d049bb133111ebull;
 	return x ^ (x >> 31);
+}
+
+#define RAND_BLOCK (8u << 20)
+static uint8_t *rand_bytes;
+static pthread_once_t rand_once = PTHREAD_ONCE_INIT;
+
+static void rand_init(void)
+{
+	rand_bytes = malloc(RAND_BLOCK);
+	if (!rand_bytes) {
+		fprintf(stderr, "ushuffle: no memory for the record generator\n");
+		exit(1);
+	}
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	for (uint32_t i = 0; i < RAND_BLOCK; i += 8) {
+		uint64_t v = mix64(x += 0x9e3779b97f4a7c15ull);
+		memcpy(rand_bytes + i, &v, 8);
+	}
+}
+
+/* RAND_BLOCK random bytes, made once per process. */
+static const uint8_t *rand_block(void)
+{
+	pthread_once(&rand_once, rand_init);
+	return rand_bytes;
 }
 
 uint64_t rec_hash(const struct rec_gen *g, uint32_t map, uint64_t seq)
@@ -67,14 +96,17 @@ void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
 	}
 	uint32_t rnd = (uint32_t)((uint64_t)blen * (100 - g->compress_pct) /
 				  100);
-	uint64_t x = h, word = mix64(h);
+	uint64_t word = mix64(h);
+	/* Random bytes: a slice of one random block picked by the hash, as
+	 * fio reuses its buffers; the driver's generator should cost little
+	 * beside the transport it measures. */
+	const uint8_t *rb = rand_block();
 	uint32_t i = 0;
-	for (; i + 8 <= rnd; i += 8) {
-		/* splitmix64: each word hashed from its own counter, so no
-		 * word waits for the one before (4x xorshift's speed here;
-		 * the generator is the driver's cost, not the transport's) */
-		uint64_t v = mix64(x += 0x9e3779b97f4a7c15ull);
-		memcpy(body + i, &v, 8);
+	while (i < rnd) {
+		uint32_t k = rnd - i < RAND_BLOCK / 2 ? rnd - i : RAND_BLOCK / 2;
+		memcpy(body + i, rb + (h >> 16) % (RAND_BLOCK / 2), k);
+		h = mix64(h);
+		i += k;
 	}
 	for (; i + 8 <= blen; i += 8)
 		memcpy(body + i, &word, 8);
