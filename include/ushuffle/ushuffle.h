@@ -50,8 +50,8 @@ extern "C" {
 
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 1
-#define USH_VERSION_STRING "0.4.1"
+#define USH_VERSION_PATCH 2
+#define USH_VERSION_STRING "0.4.2"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, as zstd's ZSTD_VERSION_NUMBER. */
 #define USH_VERSION_NUMBER                                                   \
 	(USH_VERSION_MAJOR * 10000 + USH_VERSION_MINOR * 100 + USH_VERSION_PATCH)
