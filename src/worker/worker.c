@@ -351,8 +351,8 @@ static unsigned long listen_inode(int port)
 }
 
 /* "pid N (comm)" of the process listening on port, as far as /proc
- * lets us see, or "another process". */
-static void port_holder(int port, char *who, size_t n)
+ * lets us see, or "another process" (returns false then). */
+static bool port_holder(int port, char *who, size_t n)
 {
 	snprintf(who, n, "another process");
 	unsigned long inode = listen_inode(port);
@@ -388,7 +388,10 @@ static void port_holder(int port, char *who, size_t n)
 	}
 	if (proc)
 		closedir(proc);
+	return strcmp(who, "another process") != 0;
 }
+
+#define PORT_WAIT_MS 10000u
 
 /* The listeners share their port with SO_REUSEPORT, which the kernel
  * also grants another process of the same user: it would then split the
@@ -402,19 +405,34 @@ static int port_free(struct ush_worker *wk, int port)
 	snprintf(ps, sizeof(ps), "%d", port);
 	if (getaddrinfo(wk->host, ps, &hints, &ai))
 		return 0; /* bind_all reports it */
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), e = 0;
-	int one = 1;
-	if (fd >= 0) {
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen))
-			e = errno;
-		close(fd);
+	char who[128];
+	int e = EADDRINUSE;
+	/* A listener no process holds belongs to a worker that was killed
+	 * with this --dir (its lock is ours now): its rings give their
+	 * sockets back once their last I/O ends. Wait for that, a while. */
+	for (unsigned i = 0; e == EADDRINUSE; i++) {
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int one = 1;
+		e = 0;
+		if (fd >= 0) {
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one,
+				   sizeof(one));
+			if (bind(fd, ai->ai_addr, ai->ai_addrlen))
+				e = errno;
+			close(fd);
+		}
+		if (e != EADDRINUSE || port_holder(port, who, sizeof(who)) ||
+		    i == PORT_WAIT_MS / 50)
+			break;
+		if (!i)
+			wk_log(wk, 0, "%s:%d is still held by a stopped "
+			       "worker's sockets: waiting up to %u ms",
+			       wk->host, port, PORT_WAIT_MS);
+		usleep(50000);
 	}
 	freeaddrinfo(ai);
 	if (e != EADDRINUSE)
 		return 0;
-	char who[128];
-	port_holder(port, who, sizeof(who));
 	return ushi_fail(-EADDRINUSE, "worker: %s:%d is in use by %s",
 			wk->host, port, who);
 }
