@@ -562,8 +562,8 @@ static void embedded_free(ush_worker *wk)
  * all committed at the end) into a thread whose 1 MiB pool spares
  * in-place receive buffers for some connections only: the others copy
  * into the log's buffer between the regions written in place (the log
- * seals its packed tail before each region), and frames larger than a
- * buffer leave the in-place path for the copy. Every record reads back,
+ * seals its packed tail before each region). Then a map whose frames
+ * are larger than a buffer: they leave the in-place path for the copy. Every record reads back,
  * after a restart too (the index's holes skipped), and maps appended
  * after the restart read back with them. */
 static void in_place_and_copied(void **state)
@@ -574,7 +574,7 @@ static void in_place_and_copied(void **state)
 	ush_worker *wk = embedded(dir, 1u << 20, addr, sizeof(addr));
 	enum { MAPS = 6 };
 	struct job j = {.workers = addr, .shuffle = 41, .partitions = 7,
-			.maps = MAPS, .records = 400, .big = 300000,
+			.maps = MAPS, .records = 400, .big = 100000,
 			.st = statuses(MAPS)};
 	ush_ring *ring;
 	struct ush_ring_opts ro;
@@ -607,7 +607,15 @@ static void in_place_and_copied(void **state)
 	}
 	free(buf);
 	ush_ring_free(ring);
+	/* A map whose frames do not fit a receive buffer (256 KiB here):
+	 * the first goes to the copying parser from the buffer it began
+	 * in. */
+	struct job o = {.workers = addr, .shuffle = 42, .partitions = 3,
+			.maps = 1, .records = 40, .big = 400000,
+			.st = statuses(1)};
+	push_all(&o);
 	verify(&j, 1);
+	verify(&o, 1);
 	struct ush_worker_stats ws;
 	ush_worker_stats(wk, &ws);
 	/* Both paths ran: frames above a buffer are always copied. */
@@ -616,6 +624,7 @@ static void in_place_and_copied(void **state)
 	embedded_free(wk);
 	wk = embedded(dir, 1u << 20, addr, sizeof(addr));
 	verify(&j, 1);
+	verify(&o, 1);
 	struct job k = {.workers = addr, .shuffle = 41, .partitions = 7,
 			.map0 = MAPS, .maps = 2, .records = 3000,
 			.st = statuses(2)};
@@ -625,6 +634,7 @@ static void in_place_and_copied(void **state)
 	embedded_free(wk);
 	job_free(&j);
 	job_free(&k);
+	job_free(&o);
 	th_rmrf(dir);
 }
 

@@ -613,6 +613,7 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 		     const uint8_t *frame)
 {
 	WK_COUNT(c->t->wk, frames_in, 1);
+	c->flast = (uint32_t)proto_size(f);
 	if (frame_check(frame, f)) {
 		wk_conn_fail(c, USH_ECRC, "%s frame (shuffle %u partition %u "
 			     "seq %llu): CRC32C mismatch", type_name(f->type),
@@ -963,7 +964,9 @@ void wk_conn_rb_arm(struct wk_conn *c)
 		       c->att.state == WK_OPEN && !c->failed && !c->eof;
 	if (c->rb && !writing)
 		wk_conn_rb_free(c);
-	else if (!c->rb && writing && !c->hlen && !c->sneed && !c->qn)
+	else if (!c->rb && writing && !c->hlen && !c->sneed && !c->qn &&
+		 /* Not for a stream of frames a buffer barely holds. */
+		 (size_t)c->flast * 2 <= (size_t)USHI_BUF_MIN << c->t->flush_order)
 		c->rb = rb_take(c->t, false);
 }
 

@@ -353,6 +353,7 @@ struct wk_conn {
 	struct ushi_buf *rb;
 	uint32_t rlen, rpos;   /* bytes received into rb; parsed */
 	bool rgot;             /* rb got bytes the loop has not looked at */
+	uint32_t flast;        /* the size of the last frame received */
 	struct wk_rent *rent;  /* rb's DATA frames */
 	size_t rn, rcap;
 	bool recv_armed, eof, failed, closed;
