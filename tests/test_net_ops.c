@@ -64,10 +64,21 @@ static int run_ushuffled(const char *const *args, char **out, char **err)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* "--dir=" a path in a fresh directory of this test's own (dir), so
+ * absent whatever other tests create meanwhile; the daemon must not
+ * create it when its options are refused. */
+static const char *absent_dir_arg(const char *dir)
+{
+	static char arg[600];
+	snprintf(arg, sizeof(arg), "--dir=%s/absent", dir);
+	return arg;
+}
+
 static void version_and_option_errors(void **state)
 {
 	(void)state;
 	char *out, *err;
+	const char *dir = th_tmpdir("opsopts"), *absent = absent_dir_arg(dir);
 	assert_int_equal(run_ushuffled((const char *[]){"--version", NULL},
 				       &out, &err), 0);
 	assert_string_equal(out, "ushuffled " USH_VERSION_STRING "\n");
@@ -81,9 +92,8 @@ static void version_and_option_errors(void **state)
 		{"--window=17179869185g", "--window=17179869185g: bad value"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int st = run_ushuffled((const char *[]){"--dir=/nonexistent",
-							 bad[i][0], NULL},
-				       &out, &err);
+		int st = run_ushuffled((const char *[]){absent, bad[i][0],
+							 NULL}, &out, &err);
 		assert_int_equal(st, 2);
 		if (!strstr(err, bad[i][1]))
 			fail_msg("%s: \"%s\" missing in:\n%s", bad[i][0],
@@ -92,13 +102,13 @@ static void version_and_option_errors(void **state)
 	}
 	/* getaddrinfo() takes port 99999 and binds 34463: both addresses
 	 * are checked with the options, before anything is bound. */
-	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+	assert_int_equal(run_ushuffled((const char *[]){absent,
 		"--metrics=127.0.0.1:99999", "--listen=127.0.0.1:99999", NULL},
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--metrics=127.0.0.1:99999: bad value; "
 				    "accepted: HOST:PORT, "));
 	free(out), free(err);
-	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+	assert_int_equal(run_ushuffled((const char *[]){absent,
 		"--listen=127.0.0.1:99999", NULL}, &out, &err), 2);
 	assert_non_null(strstr(err, "--listen=127.0.0.1:99999: bad value; "
 				    "accepted: HOST:PORT or [V6]:PORT, "));
@@ -107,7 +117,8 @@ static void version_and_option_errors(void **state)
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--dir is required"));
 	free(out), free(err);
-	assert_int_equal(access("/nonexistent", F_OK), -1);
+	assert_int_equal(access(absent + strlen("--dir="), F_OK), -1);
+	th_rmrf(dir);
 }
 
 /* Every line has one "ushuffled: " prefix; the start-up line says where
@@ -151,7 +162,7 @@ static void config_file_sets_options(void **state)
 	(void)state;
 	struct th_worker w = {0};
 	char log[600], conf[600], arg[640];
-	const char *dir = th_tmpdir("opsconf");
+	const char *dir = th_tmpdir("opsconf"), *absent = absent_dir_arg(dir);
 	snprintf(conf, sizeof(conf), "%s.conf", dir);
 	FILE *f = fopen(conf, "w");
 	assert_non_null(f);
@@ -192,21 +203,20 @@ static void config_file_sets_options(void **state)
 		f = fopen(conf, "w");
 		fputs(cases[i][0], f);
 		fclose(f);
-		assert_int_equal(run_ushuffled((const char *[]){arg,
-					"--dir=/nonexistent", NULL}, &out, &err),
-				 2);
+		assert_int_equal(run_ushuffled((const char *[]){arg, absent,
+					NULL}, &out, &err), 2);
 		if (!strstr(err, conf) || !strstr(err, cases[i][1]))
 			fail_msg("config error: \"%s\" missing in:\n%s",
 				 cases[i][1], err);
 		free(out), free(err);
 	}
 	snprintf(arg, sizeof(arg), "--config=%s", dir);
-	assert_int_equal(run_ushuffled((const char *[]){arg,
-				"--dir=/nonexistent", NULL}, &out, &err), 2);
+	assert_int_equal(run_ushuffled((const char *[]){arg, absent, NULL},
+				       &out, &err), 2);
 	if (!strstr(err, "cannot read it: Is a directory"))
 		fail_msg("config error for a directory:\n%s", err);
 	free(out), free(err);
-	assert_int_equal(access("/nonexistent", F_OK), -1);
+	assert_int_equal(access(absent + strlen("--dir="), F_OK), -1);
 	unlink(conf);
 	unlink(log);
 	th_rmrf(w.dir);
