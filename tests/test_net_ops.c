@@ -8,6 +8,7 @@
 #include "net_helpers.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/un.h>
 
 /* A worker whose stderr goes to <dir>.log (named in log). */
@@ -355,6 +356,138 @@ static void metrics_scraped_with_curl(void **state)
 	unlink(log);
 }
 
+/* Why the commit-sync histogram in s breaks Prometheus' invariants
+ * (buckets cumulative, none above the count, which is the +Inf bucket;
+ * the sum within the bounds of the buckets its syncs are counted in,
+ * give or take slack_ns), or NULL when it holds. */
+static const char *sync_histogram_broken(const struct ush_worker_stats *s,
+					 uint64_t slack_ns)
+{
+	const unsigned nb = USH_WORKER_SYNC_BUCKETS;
+	uint64_t lo = 0, hi = 0, prev = 0;
+	for (unsigned i = 0; i < nb; i++) {
+		if (s->sync_le[i] < prev)
+			return "a bucket below the one before it";
+		uint64_t n = s->sync_le[i] - prev;
+		lo += n * (i ? USH_WORKER_SYNC_BUCKET_US(i - 1) * 1000 : 0);
+		hi += n * USH_WORKER_SYNC_BUCKET_US(i) * 1000;
+		prev = s->sync_le[i];
+	}
+	if (prev > s->sync_count)
+		return "a bucket above the count";
+	uint64_t over = s->sync_count - prev; /* above the last bound */
+	lo += over * USH_WORKER_SYNC_BUCKET_US(nb - 1) * 1000;
+	if (s->sync_ns + slack_ns < lo)
+		return "a sum below what its buckets hold";
+	if (!over && s->sync_ns > hi + slack_ns)
+		return "a sum above what its buckets hold";
+	return NULL;
+}
+
+/* The histogram of a scrape's text in s; its +Inf bucket must be its
+ * count. The sum is in microseconds (%.6f s): slack 1 us. */
+static void scraped_histogram(const char *text, struct ush_worker_stats *s)
+{
+	char name[128];
+	for (unsigned i = 0; i < USH_WORKER_SYNC_BUCKETS; i++) {
+		snprintf(name, sizeof(name), "ushuffled_commit_sync_seconds_"
+			 "bucket{le=\"%g\"}", USH_WORKER_SYNC_BUCKET_US(i) / 1e6);
+		s->sync_le[i] = sample(text, name);
+	}
+	s->sync_count = sample(text, "ushuffled_commit_sync_seconds_count");
+	if (sample(text, "ushuffled_commit_sync_seconds_bucket{le=\"+Inf\"}")
+	    != s->sync_count)
+		fail_msg("+Inf bucket is not the count in:\n%s", text);
+	const char *sum = "\nushuffled_commit_sync_seconds_sum ";
+	const char *p = strstr(text, sum);
+	assert_non_null(p);
+	s->sync_ns = (uint64_t)(strtod(p + strlen(sum), NULL) * 1e9 + 0.5);
+}
+
+/* Pushes maps 0..j.maps-1 of j in a thread of its own, then sets done. */
+struct pusher {
+	struct th_job j;
+	pthread_t tid;
+	atomic_int done;
+	int ret;
+};
+
+static void *push_maps(void *arg)
+{
+	struct pusher *p = arg;
+	for (uint32_t m = 0; m < p->j.maps && !p->ret; m++)
+		p->ret = th_push_map(&p->j, m, 0, NULL);
+	atomic_store(&p->done, 1);
+	return NULL;
+}
+
+/* Scrapes while a job commits map after map: every scrape's histogram
+ * holds together. ush_worker_stats() read back to back (a daemon's
+ * scrape is far slower, so far less likely to fall between a sync's
+ * counter updates), then the daemon's text through curl. */
+static void sync_histogram_whole_on_every_scrape(void **state)
+{
+	(void)state;
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	o.dir = th_tmpdir("opshist");
+	o.threads = 2;
+	o.log_level = 0;
+	th_worker_secret(&o);
+	ush_worker *wk;
+	th_ok(ush_worker_create(&wk, &o));
+	th_ok(ush_worker_start(wk));
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ush_worker_port(wk));
+	struct pusher p = {.j = {.workers = addr, .shuffle = 43,
+				 .partitions = 4, .maps = 200, .records = 20}};
+	assert_int_equal(pthread_create(&p.tid, NULL, push_maps, &p), 0);
+	struct ush_worker_stats s;
+	unsigned long reads = 0;
+	while (!atomic_load(&p.done)) {
+		ush_worker_stats(wk, &s);
+		const char *why = sync_histogram_broken(&s, 0);
+		if (why)
+			fail_msg("read %lu: %s: count %llu, +Inf bucket %llu",
+				 reads, why, (unsigned long long)s.sync_count,
+				 (unsigned long long)s.sync_le[
+					 USH_WORKER_SYNC_BUCKETS - 1]);
+		reads++;
+	}
+	pthread_join(p.tid, NULL);
+	th_ok(p.ret);
+	ush_worker_stats(wk, &s);
+	assert_int_equal(s.sync_count, p.j.maps);
+	assert_null(sync_histogram_broken(&s, 0));
+	ush_worker_free(wk);
+	th_rmrf(o.dir);
+
+	struct th_worker w = {0};
+	char log[600];
+	int port = spawn_metrics(&w, log, sizeof(log), "opshistd");
+	struct pusher pd = {.j = {.workers = w.addr, .shuffle = 44,
+				  .partitions = 4, .maps = 40, .records = 20}};
+	assert_int_equal(pthread_create(&pd.tid, NULL, push_maps, &pd), 0);
+	for (int last = 0; !last;) {
+		last = atomic_load(&pd.done);
+		char *text = curl(port, "/metrics");
+		assert_non_null(text);
+		scraped_histogram(text, &s);
+		const char *why = sync_histogram_broken(&s, 1000);
+		if (why)
+			fail_msg("%s in:\n%s", why, text);
+		if (last)
+			assert_int_equal(s.sync_count, pd.j.maps);
+		free(text);
+	}
+	pthread_join(pd.tid, NULL);
+	th_ok(pd.ret);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	unlink(log);
+}
+
 /* A client that connects and sends nothing, and one that sends its
  * request a byte every 100 ms (each read used to wait 2 s afresh, so it
  * held the endpoint's only thread as long as it kept trickling): a curl
@@ -473,6 +606,7 @@ int main(void)
 		cmocka_unit_test(config_file_sets_options),
 		cmocka_unit_test(metrics_scraped_with_curl),
 		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
+		cmocka_unit_test(sync_histogram_whole_on_every_scrape),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
