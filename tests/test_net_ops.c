@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/un.h>
+#include <time.h>
 
 /* A worker whose stderr goes to <dir>.log (named in log). */
 static void spawn_logged(struct th_worker *w, char *log, size_t n,
@@ -533,11 +534,42 @@ static void metrics_outlive_idle_and_trickling_clients(void **state)
 }
 
 static char notify_env[160];
+static const char *watchdog_env = "400000";
 
 static void set_notify_env(void)
 {
 	putenv(notify_env);
-	setenv("WATCHDOG_USEC", "400000", 1);
+	setenv("WATCHDOG_USEC", watchdog_env, 1);
+}
+
+/* Skips the test when ushuffled was built without libsystemd. */
+static void need_systemd(void)
+{
+	char *out, *err;
+	run_ushuffled((const char *[]){"--help", NULL}, &out, &err);
+	int built = !strstr(out, "not in this build");
+	free(out), free(err);
+	if (!built) {
+		print_message("SKIPPED: ushuffled was built without "
+			      "libsystemd: readiness NOT tested\n");
+		skip();
+	}
+}
+
+/* A datagram socket at a, a path of this process's, which notify_env
+ * names to the daemons set_notify_env() starts. */
+static int notify_socket(struct sockaddr_un *a)
+{
+	*a = (struct sockaddr_un){.sun_family = AF_UNIX};
+	snprintf(a->sun_path, sizeof(a->sun_path), "/tmp/ush-notify-%d",
+		 (int)getpid());
+	unlink(a->sun_path);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)a, sizeof(*a)), 0);
+	snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s",
+		 a->sun_path);
+	return fd;
 }
 
 /* Waits (30 s at most) for a datagram holding text on fd. */
@@ -563,25 +595,11 @@ static void expect_notify(int fd, const char *text)
 static void notify_socket_gets_ready_and_watchdog(void **state)
 {
 	(void)state;
-	char *out, *err;
-	run_ushuffled((const char *[]){"--help", NULL}, &out, &err);
-	int built = !strstr(out, "not in this build");
-	free(out), free(err);
-	if (!built) {
-		print_message("SKIPPED: ushuffled was built without "
-			      "libsystemd: readiness NOT tested\n");
-		skip();
-	}
+	need_systemd();
 	const char *dir = th_tmpdir("opsnotify");
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	snprintf(a.sun_path, sizeof(a.sun_path), "/tmp/ush-notify-%d",
-		 (int)getpid());
-	unlink(a.sun_path);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s",
-		 a.sun_path);
+	struct sockaddr_un a;
+	int fd = notify_socket(&a);
+	watchdog_env = "400000";
 	struct th_worker w = {0};
 	snprintf(w.dir, sizeof(w.dir), "%s/w", dir);
 	w.child_setup = set_notify_env;
@@ -597,6 +615,73 @@ static void notify_socket_gets_ready_and_watchdog(void **state)
 	th_rmrf(dir);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* WATCHDOG_USEC=1 (half of it rounded to 0, and the ping loop spun)
+ * and values systemd refuses: the daemon serves on and says why; it
+ * pings at most once per 200 ms (each ping follows sleeps that long, as
+ * for the shortest period kept, 400 ms), or not at all. */
+static void watchdog_period_too_short_or_refused(void **state)
+{
+	(void)state;
+	need_systemd();
+	static const char *const cases[][2] = {
+		{"1", "WATCHDOG_USEC=1 is below 400000 (worker threads pass "
+		      "every 100 ms): pinging as for 400000, every 200000 us"},
+		{"junk", "WATCHDOG_USEC=junk: Invalid argument; accepted: "},
+		{"0", "WATCHDOG_USEC=0: Invalid argument; accepted: "},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct sockaddr_un a;
+		int fd = notify_socket(&a);
+		watchdog_env = cases[i][0];
+		struct th_worker w = {.child_setup = set_notify_env};
+		char log[600], buf[512];
+		uint64_t t0 = now_ms(), pings = 0;
+		spawn_logged(&w, log, sizeof(log), "opswd");
+		expect_notify(fd, "READY=1");
+		if (i == 0) {
+			expect_notify(fd, "WATCHDOG=1");
+			pings++;
+		}
+		uint64_t t1 = now_ms();
+		while (now_ms() - t1 < 1000) {
+			ssize_t n = recv(fd, buf, sizeof(buf) - 1,
+					 MSG_DONTWAIT);
+			if (n < 0) {
+				struct pollfd p = {fd, POLLIN, 0};
+				poll(&p, 1, 50);
+				continue;
+			}
+			buf[n] = '\0';
+			pings += !!strstr(buf, "WATCHDOG=1");
+		}
+		uint64_t ms = now_ms() - t0;
+		assert_true(th_worker_alive(&w));
+		th_worker_stop(&w);
+		if (i == 0 && pings > ms / 200 + 1)
+			fail_msg("WATCHDOG_USEC=1: %llu pings in %llu ms",
+				 (unsigned long long)pings,
+				 (unsigned long long)ms);
+		if (i > 0)
+			assert_int_equal(pings, 0);
+		char *text = slurp(log);
+		if (!strstr(text, cases[i][1]))
+			fail_msg("WATCHDOG_USEC=%s: \"%s\" missing in:\n%s",
+				 cases[i][0], cases[i][1], text);
+		free(text);
+		close(fd);
+		unlink(a.sun_path);
+		th_rmrf(w.dir);
+		unlink(log);
+	}
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -608,6 +693,7 @@ int main(void)
 		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
 		cmocka_unit_test(sync_histogram_whole_on_every_scrape),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
+		cmocka_unit_test(watchdog_period_too_short_or_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
