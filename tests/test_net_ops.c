@@ -429,18 +429,9 @@ static void *push_maps(void *arg)
 static void sync_histogram_whole_on_every_scrape(void **state)
 {
 	(void)state;
-	struct ush_worker_opts o;
-	ush_worker_opts_init(&o);
-	o.listen = "127.0.0.1:0";
-	o.dir = th_tmpdir("opshist");
-	o.threads = 2;
-	o.log_level = 0;
-	th_worker_secret(&o);
-	ush_worker *wk;
-	th_ok(ush_worker_create(&wk, &o));
-	th_ok(ush_worker_start(wk));
-	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ush_worker_port(wk));
+	const char *dir = th_tmpdir("opshist");
+	char addr[64] = "";
+	ush_worker *wk = th_worker_embed(dir, 2, addr, sizeof(addr));
 	struct pusher p = {.j = {.workers = addr, .shuffle = 43,
 				 .partitions = 4, .maps = 200, .records = 20}};
 	assert_int_equal(pthread_create(&p.tid, NULL, push_maps, &p), 0);
@@ -462,7 +453,7 @@ static void sync_histogram_whole_on_every_scrape(void **state)
 	assert_int_equal(s.sync_count, p.j.maps);
 	assert_null(sync_histogram_broken(&s, 0));
 	ush_worker_free(wk);
-	th_rmrf(o.dir);
+	th_rmrf(dir);
 
 	struct th_worker w = {0};
 	char log[600];
