@@ -188,6 +188,38 @@ static inline int th_worker_alive(struct th_worker *w)
 	return w->pid > 0 && waitpid(w->pid, &st, WNOHANG) == 0;
 }
 
+/* A worker embedded in this process, as the CLI runs it: threads
+ * threads over dir with pool bytes of registered memory each (0: the
+ * default), listening on addr if it is set (a restart where statuses
+ * point), else on loopback at any port, written into addr. Free it with
+ * ush_worker_free(). */
+static inline ush_worker *th_worker_embed_pool(const char *dir,
+					       unsigned threads, size_t pool,
+					       char *addr, size_t n)
+{
+	struct ush_worker_opts o;
+	char listen[64];
+	snprintf(listen, sizeof(listen), "%s", *addr ? addr : "127.0.0.1:0");
+	ush_worker_opts_init(&o);
+	o.listen = listen;
+	o.dir = dir;
+	o.threads = threads;
+	o.pool_bytes = pool;
+	o.log_level = 0;
+	th_worker_secret(&o);
+	ush_worker *wk;
+	th_ok(ush_worker_create(&wk, &o));
+	th_ok(ush_worker_start(wk));
+	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(wk));
+	return wk;
+}
+
+static inline ush_worker *th_worker_embed(const char *dir, unsigned threads,
+					  char *addr, size_t n)
+{
+	return th_worker_embed_pool(dir, threads, 0, addr, n);
+}
+
 /* A raw TCP connection to a worker on loopback, for tests that speak
  * the protocol by hand. Every wait on it has a 30 s deadline, far beyond
  * any limit a test sets: a worker that never acts fails the test. */

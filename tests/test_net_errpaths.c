@@ -283,26 +283,6 @@ static void drop_reply_too_large(void **state)
 	print_message("%s\n", ush_last_error());
 }
 
-/* A worker on dir, listening on addr if it is set (a restart where its
- * map statuses point), else on any port, written into addr. */
-static ush_worker *inproc_worker(const char *dir, char *addr, size_t n)
-{
-	struct ush_worker_opts o;
-	char listen[64];
-	snprintf(listen, sizeof(listen), "%s", *addr ? addr : "127.0.0.1:0");
-	ush_worker_opts_init(&o);
-	o.listen = listen;
-	o.dir = dir;
-	o.threads = 1;
-	o.log_level = 0;
-	th_worker_secret(&o);
-	ush_worker *w;
-	th_ok(ush_worker_create(&w, &o));
-	th_ok(ush_worker_start(w));
-	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(w));
-	return w;
-}
-
 /* Two workers in one process share the commit log sequence: a second
  * worker replaying a shorter log must not move it back, or a DROP logged
  * after it sorts before the commits it undid, and they come back at the
@@ -313,7 +293,7 @@ static void drop_after_second_worker(void **state)
 	char d1[512], d2[512], a1[64] = "", a2[64] = "";
 	snprintf(d1, sizeof(d1), "%s", th_tmpdir("lsn1"));
 	snprintf(d2, sizeof(d2), "%s", th_tmpdir("lsn2"));
-	ush_worker *wa = inproc_worker(d1, a1, sizeof(a1));
+	ush_worker *wa = th_worker_embed(d1, 1, a1, sizeof(a1));
 	struct ush_status st9[2] = {{0}}, st1[2] = {{0}};
 	struct th_job j9 = {.workers = a1, .shuffle = 9, .partitions = 2,
 			    .maps = 2, .records = 100, .statuses = st9};
@@ -324,10 +304,10 @@ static void drop_after_second_worker(void **state)
 		th_ok(th_push_map(&j9, m, 0, NULL));
 	for (uint32_t m = 0; m < 2; m++)
 		th_ok(th_push_map(&j1, m, 0, NULL));
-	ush_worker *wb = inproc_worker(d2, a2, sizeof(a2));
+	ush_worker *wb = th_worker_embed(d2, 1, a2, sizeof(a2));
 	th_ok(ush_shuffle_drop(a1, NULL, 1, 0));
 	ush_worker_free(wa);
-	wa = inproc_worker(d1, a1, sizeof(a1)); /* same port */
+	wa = th_worker_embed(d1, 1, a1, sizeof(a1)); /* same port */
 	ush_reader *r;
 	int ret = th_reader_open(&r, st1, 2, 0, 0);
 	if (!ret)
@@ -351,7 +331,7 @@ static void drop_past_dead_worker(void **state)
 	(void)state;
 	char d[512], a[64] = "", list[160];
 	snprintf(d, sizeof(d), "%s", th_tmpdir("admindead"));
-	ush_worker *wk = inproc_worker(d, a, sizeof(a));
+	ush_worker *wk = th_worker_embed(d, 1, a, sizeof(a));
 	int s = socket(AF_INET, SOCK_STREAM, 0); /* a port nobody listens on */
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -397,7 +377,7 @@ static void compaction_keeps_the_last_record(void **state)
 	char d[512], a[64] = "", log[600];
 	snprintf(d, sizeof(d), "%s", th_tmpdir("compact"));
 	snprintf(log, sizeof(log), "%s/commit.t0.log", d);
-	ush_worker *wk = inproc_worker(d, a, sizeof(a));
+	ush_worker *wk = th_worker_embed(d, 1, a, sizeof(a));
 	struct ush_status st0[1] = {{0}};
 	struct th_job j0 = {.workers = a, .shuffle = 1000, .partitions = 2,
 			    .maps = 1, .records = 10, .statuses = st0};
@@ -415,7 +395,7 @@ static void compaction_keeps_the_last_record(void **state)
 	close(fd);
 	free(recs);
 
-	wk = inproc_worker(d, a, sizeof(a)); /* same port */
+	wk = th_worker_embed(d, 1, a, sizeof(a)); /* same port */
 	static struct ush_status st[COMPACT_SHUFFLES];
 	static struct th_job j[COMPACT_SHUFFLES];
 	struct stat sb;
@@ -437,7 +417,7 @@ static void compaction_keeps_the_last_record(void **state)
 		fail_msg("no compaction after %u shuffles past a log of "
 			 "1 MiB - 8 KiB", k);
 	ush_worker_free(wk);
-	wk = inproc_worker(d, a, sizeof(a));
+	wk = th_worker_embed(d, 1, a, sizeof(a));
 	for (unsigned i = 0; i < k; i++) {
 		th_verify(&j[i]);
 		th_job_free(&j[i]);
@@ -454,7 +434,7 @@ static void iodepth_below_workers(void **state)
 	(void)state;
 	char d[512], a[64] = "";
 	snprintf(d, sizeof(d), "%s", th_tmpdir("iodepth"));
-	ush_worker *wk = inproc_worker(d, a, sizeof(a));
+	ush_worker *wk = th_worker_embed(d, 1, a, sizeof(a));
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.iodepth = 1;

@@ -8,7 +8,9 @@
 #include "net_helpers.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/un.h>
+#include <time.h>
 
 /* A worker whose stderr goes to <dir>.log (named in log). */
 static void spawn_logged(struct th_worker *w, char *log, size_t n,
@@ -64,10 +66,21 @@ static int run_ushuffled(const char *const *args, char **out, char **err)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* "--dir=" a path in a fresh directory of this test's own (dir), so
+ * absent whatever other tests create meanwhile; the daemon must not
+ * create it when its options are refused. */
+static const char *absent_dir_arg(const char *dir)
+{
+	static char arg[600];
+	snprintf(arg, sizeof(arg), "--dir=%s/absent", dir);
+	return arg;
+}
+
 static void version_and_option_errors(void **state)
 {
 	(void)state;
 	char *out, *err;
+	const char *dir = th_tmpdir("opsopts"), *absent = absent_dir_arg(dir);
 	assert_int_equal(run_ushuffled((const char *[]){"--version", NULL},
 				       &out, &err), 0);
 	assert_string_equal(out, "ushuffled " USH_VERSION_STRING "\n");
@@ -81,9 +94,8 @@ static void version_and_option_errors(void **state)
 		{"--window=17179869185g", "--window=17179869185g: bad value"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int st = run_ushuffled((const char *[]){"--dir=/nonexistent",
-							 bad[i][0], NULL},
-				       &out, &err);
+		int st = run_ushuffled((const char *[]){absent, bad[i][0],
+							 NULL}, &out, &err);
 		assert_int_equal(st, 2);
 		if (!strstr(err, bad[i][1]))
 			fail_msg("%s: \"%s\" missing in:\n%s", bad[i][0],
@@ -92,13 +104,13 @@ static void version_and_option_errors(void **state)
 	}
 	/* getaddrinfo() takes port 99999 and binds 34463: both addresses
 	 * are checked with the options, before anything is bound. */
-	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+	assert_int_equal(run_ushuffled((const char *[]){absent,
 		"--metrics=127.0.0.1:99999", "--listen=127.0.0.1:99999", NULL},
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--metrics=127.0.0.1:99999: bad value; "
 				    "accepted: HOST:PORT, "));
 	free(out), free(err);
-	assert_int_equal(run_ushuffled((const char *[]){"--dir=/nonexistent",
+	assert_int_equal(run_ushuffled((const char *[]){absent,
 		"--listen=127.0.0.1:99999", NULL}, &out, &err), 2);
 	assert_non_null(strstr(err, "--listen=127.0.0.1:99999: bad value; "
 				    "accepted: HOST:PORT or [V6]:PORT, "));
@@ -107,7 +119,8 @@ static void version_and_option_errors(void **state)
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--dir is required"));
 	free(out), free(err);
-	assert_int_equal(access("/nonexistent", F_OK), -1);
+	assert_int_equal(access(absent + strlen("--dir="), F_OK), -1);
+	th_rmrf(dir);
 }
 
 /* Every line has one "ushuffled: " prefix; the start-up line says where
@@ -151,7 +164,7 @@ static void config_file_sets_options(void **state)
 	(void)state;
 	struct th_worker w = {0};
 	char log[600], conf[600], arg[640];
-	const char *dir = th_tmpdir("opsconf");
+	const char *dir = th_tmpdir("opsconf"), *absent = absent_dir_arg(dir);
 	snprintf(conf, sizeof(conf), "%s.conf", dir);
 	FILE *f = fopen(conf, "w");
 	assert_non_null(f);
@@ -192,21 +205,20 @@ static void config_file_sets_options(void **state)
 		f = fopen(conf, "w");
 		fputs(cases[i][0], f);
 		fclose(f);
-		assert_int_equal(run_ushuffled((const char *[]){arg,
-					"--dir=/nonexistent", NULL}, &out, &err),
-				 2);
+		assert_int_equal(run_ushuffled((const char *[]){arg, absent,
+					NULL}, &out, &err), 2);
 		if (!strstr(err, conf) || !strstr(err, cases[i][1]))
 			fail_msg("config error: \"%s\" missing in:\n%s",
 				 cases[i][1], err);
 		free(out), free(err);
 	}
 	snprintf(arg, sizeof(arg), "--config=%s", dir);
-	assert_int_equal(run_ushuffled((const char *[]){arg,
-				"--dir=/nonexistent", NULL}, &out, &err), 2);
+	assert_int_equal(run_ushuffled((const char *[]){arg, absent, NULL},
+				       &out, &err), 2);
 	if (!strstr(err, "cannot read it: Is a directory"))
 		fail_msg("config error for a directory:\n%s", err);
 	free(out), free(err);
-	assert_int_equal(access("/nonexistent", F_OK), -1);
+	assert_int_equal(access(absent + strlen("--dir="), F_OK), -1);
 	unlink(conf);
 	unlink(log);
 	th_rmrf(w.dir);
@@ -345,6 +357,129 @@ static void metrics_scraped_with_curl(void **state)
 	unlink(log);
 }
 
+/* Why the commit-sync histogram in s breaks Prometheus' invariants
+ * (buckets cumulative, none above the count, which is the +Inf bucket;
+ * the sum within the bounds of the buckets its syncs are counted in,
+ * give or take slack_ns), or NULL when it holds. */
+static const char *sync_histogram_broken(const struct ush_worker_stats *s,
+					 uint64_t slack_ns)
+{
+	const unsigned nb = USH_WORKER_SYNC_BUCKETS;
+	uint64_t lo = 0, hi = 0, prev = 0;
+	for (unsigned i = 0; i < nb; i++) {
+		if (s->sync_le[i] < prev)
+			return "a bucket below the one before it";
+		uint64_t n = s->sync_le[i] - prev;
+		lo += n * (i ? USH_WORKER_SYNC_BUCKET_US(i - 1) * 1000 : 0);
+		hi += n * USH_WORKER_SYNC_BUCKET_US(i) * 1000;
+		prev = s->sync_le[i];
+	}
+	if (prev > s->sync_count)
+		return "a bucket above the count";
+	uint64_t over = s->sync_count - prev; /* above the last bound */
+	lo += over * USH_WORKER_SYNC_BUCKET_US(nb - 1) * 1000;
+	if (s->sync_ns + slack_ns < lo)
+		return "a sum below what its buckets hold";
+	if (!over && s->sync_ns > hi + slack_ns)
+		return "a sum above what its buckets hold";
+	return NULL;
+}
+
+/* The histogram of a scrape's text in s; its +Inf bucket must be its
+ * count. The sum is in microseconds (%.6f s): slack 1 us. */
+static void scraped_histogram(const char *text, struct ush_worker_stats *s)
+{
+	char name[128];
+	for (unsigned i = 0; i < USH_WORKER_SYNC_BUCKETS; i++) {
+		snprintf(name, sizeof(name), "ushuffled_commit_sync_seconds_"
+			 "bucket{le=\"%g\"}", USH_WORKER_SYNC_BUCKET_US(i) / 1e6);
+		s->sync_le[i] = sample(text, name);
+	}
+	s->sync_count = sample(text, "ushuffled_commit_sync_seconds_count");
+	if (sample(text, "ushuffled_commit_sync_seconds_bucket{le=\"+Inf\"}")
+	    != s->sync_count)
+		fail_msg("+Inf bucket is not the count in:\n%s", text);
+	const char *sum = "\nushuffled_commit_sync_seconds_sum ";
+	const char *p = strstr(text, sum);
+	assert_non_null(p);
+	s->sync_ns = (uint64_t)(strtod(p + strlen(sum), NULL) * 1e9 + 0.5);
+}
+
+/* Pushes maps 0..j.maps-1 of j in a thread of its own, then sets done. */
+struct pusher {
+	struct th_job j;
+	pthread_t tid;
+	atomic_int done;
+	int ret;
+};
+
+static void *push_maps(void *arg)
+{
+	struct pusher *p = arg;
+	for (uint32_t m = 0; m < p->j.maps && !p->ret; m++)
+		p->ret = th_push_map(&p->j, m, 0, NULL);
+	atomic_store(&p->done, 1);
+	return NULL;
+}
+
+/* Scrapes while a job commits map after map: every scrape's histogram
+ * holds together. ush_worker_stats() read back to back (a daemon's
+ * scrape is far slower, so far less likely to fall between a sync's
+ * counter updates), then the daemon's text through curl. */
+static void sync_histogram_whole_on_every_scrape(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("opshist");
+	char addr[64] = "";
+	ush_worker *wk = th_worker_embed(dir, 2, addr, sizeof(addr));
+	struct pusher p = {.j = {.workers = addr, .shuffle = 43,
+				 .partitions = 4, .maps = 200, .records = 20}};
+	assert_int_equal(pthread_create(&p.tid, NULL, push_maps, &p), 0);
+	struct ush_worker_stats s;
+	unsigned long reads = 0;
+	while (!atomic_load(&p.done)) {
+		ush_worker_stats(wk, &s);
+		const char *why = sync_histogram_broken(&s, 0);
+		if (why)
+			fail_msg("read %lu: %s: count %llu, +Inf bucket %llu",
+				 reads, why, (unsigned long long)s.sync_count,
+				 (unsigned long long)s.sync_le[
+					 USH_WORKER_SYNC_BUCKETS - 1]);
+		reads++;
+	}
+	pthread_join(p.tid, NULL);
+	th_ok(p.ret);
+	ush_worker_stats(wk, &s);
+	assert_int_equal(s.sync_count, p.j.maps);
+	assert_null(sync_histogram_broken(&s, 0));
+	ush_worker_free(wk);
+	th_rmrf(dir);
+
+	struct th_worker w = {0};
+	char log[600];
+	int port = spawn_metrics(&w, log, sizeof(log), "opshistd");
+	struct pusher pd = {.j = {.workers = w.addr, .shuffle = 44,
+				  .partitions = 4, .maps = 40, .records = 20}};
+	assert_int_equal(pthread_create(&pd.tid, NULL, push_maps, &pd), 0);
+	for (int last = 0; !last;) {
+		last = atomic_load(&pd.done);
+		char *text = curl(port, "/metrics");
+		assert_non_null(text);
+		scraped_histogram(text, &s);
+		const char *why = sync_histogram_broken(&s, 1000);
+		if (why)
+			fail_msg("%s in:\n%s", why, text);
+		if (last)
+			assert_int_equal(s.sync_count, pd.j.maps);
+		free(text);
+	}
+	pthread_join(pd.tid, NULL);
+	th_ok(pd.ret);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	unlink(log);
+}
+
 /* A client that connects and sends nothing, and one that sends its
  * request a byte every 100 ms (each read used to wait 2 s afresh, so it
  * held the endpoint's only thread as long as it kept trickling): a curl
@@ -390,11 +525,42 @@ static void metrics_outlive_idle_and_trickling_clients(void **state)
 }
 
 static char notify_env[160];
+static const char *watchdog_env = "400000";
 
 static void set_notify_env(void)
 {
 	putenv(notify_env);
-	setenv("WATCHDOG_USEC", "400000", 1);
+	setenv("WATCHDOG_USEC", watchdog_env, 1);
+}
+
+/* Skips the test when ushuffled was built without libsystemd. */
+static void need_systemd(void)
+{
+	char *out, *err;
+	run_ushuffled((const char *[]){"--help", NULL}, &out, &err);
+	int built = !strstr(out, "not in this build");
+	free(out), free(err);
+	if (!built) {
+		print_message("SKIPPED: ushuffled was built without "
+			      "libsystemd: readiness NOT tested\n");
+		skip();
+	}
+}
+
+/* A datagram socket at a, a path of this process's, which notify_env
+ * names to the daemons set_notify_env() starts. */
+static int notify_socket(struct sockaddr_un *a)
+{
+	*a = (struct sockaddr_un){.sun_family = AF_UNIX};
+	snprintf(a->sun_path, sizeof(a->sun_path), "/tmp/ush-notify-%d",
+		 (int)getpid());
+	unlink(a->sun_path);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)a, sizeof(*a)), 0);
+	snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s",
+		 a->sun_path);
+	return fd;
 }
 
 /* Waits (30 s at most) for a datagram holding text on fd. */
@@ -420,25 +586,11 @@ static void expect_notify(int fd, const char *text)
 static void notify_socket_gets_ready_and_watchdog(void **state)
 {
 	(void)state;
-	char *out, *err;
-	run_ushuffled((const char *[]){"--help", NULL}, &out, &err);
-	int built = !strstr(out, "not in this build");
-	free(out), free(err);
-	if (!built) {
-		print_message("SKIPPED: ushuffled was built without "
-			      "libsystemd: readiness NOT tested\n");
-		skip();
-	}
+	need_systemd();
 	const char *dir = th_tmpdir("opsnotify");
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	snprintf(a.sun_path, sizeof(a.sun_path), "/tmp/ush-notify-%d",
-		 (int)getpid());
-	unlink(a.sun_path);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s",
-		 a.sun_path);
+	struct sockaddr_un a;
+	int fd = notify_socket(&a);
+	watchdog_env = "400000";
 	struct th_worker w = {0};
 	snprintf(w.dir, sizeof(w.dir), "%s/w", dir);
 	w.child_setup = set_notify_env;
@@ -454,6 +606,73 @@ static void notify_socket_gets_ready_and_watchdog(void **state)
 	th_rmrf(dir);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* WATCHDOG_USEC=1 (half of it rounded to 0, and the ping loop spun)
+ * and values systemd refuses: the daemon serves on and says why; it
+ * pings at most once per 200 ms (each ping follows sleeps that long, as
+ * for the shortest period kept, 400 ms), or not at all. */
+static void watchdog_period_too_short_or_refused(void **state)
+{
+	(void)state;
+	need_systemd();
+	static const char *const cases[][2] = {
+		{"1", "WATCHDOG_USEC=1 is below 400000 (worker threads pass "
+		      "every 100 ms): pinging as for 400000, every 200000 us"},
+		{"junk", "WATCHDOG_USEC=junk: Invalid argument; accepted: "},
+		{"0", "WATCHDOG_USEC=0: Invalid argument; accepted: "},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct sockaddr_un a;
+		int fd = notify_socket(&a);
+		watchdog_env = cases[i][0];
+		struct th_worker w = {.child_setup = set_notify_env};
+		char log[600], buf[512];
+		uint64_t t0 = now_ms(), pings = 0;
+		spawn_logged(&w, log, sizeof(log), "opswd");
+		expect_notify(fd, "READY=1");
+		if (i == 0) {
+			expect_notify(fd, "WATCHDOG=1");
+			pings++;
+		}
+		uint64_t t1 = now_ms();
+		while (now_ms() - t1 < 1000) {
+			ssize_t n = recv(fd, buf, sizeof(buf) - 1,
+					 MSG_DONTWAIT);
+			if (n < 0) {
+				struct pollfd p = {fd, POLLIN, 0};
+				poll(&p, 1, 50);
+				continue;
+			}
+			buf[n] = '\0';
+			pings += !!strstr(buf, "WATCHDOG=1");
+		}
+		uint64_t ms = now_ms() - t0;
+		assert_true(th_worker_alive(&w));
+		th_worker_stop(&w);
+		if (i == 0 && pings > ms / 200 + 1)
+			fail_msg("WATCHDOG_USEC=1: %llu pings in %llu ms",
+				 (unsigned long long)pings,
+				 (unsigned long long)ms);
+		if (i > 0)
+			assert_int_equal(pings, 0);
+		char *text = slurp(log);
+		if (!strstr(text, cases[i][1]))
+			fail_msg("WATCHDOG_USEC=%s: \"%s\" missing in:\n%s",
+				 cases[i][0], cases[i][1], text);
+		free(text);
+		close(fd);
+		unlink(a.sun_path);
+		th_rmrf(w.dir);
+		unlink(log);
+	}
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -463,7 +682,9 @@ int main(void)
 		cmocka_unit_test(config_file_sets_options),
 		cmocka_unit_test(metrics_scraped_with_curl),
 		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
+		cmocka_unit_test(sync_histogram_whole_on_every_scrape),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
+		cmocka_unit_test(watchdog_period_too_short_or_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,18 +82,9 @@ static void psync_baseline(void **state)
 static void embedded_worker(void **state)
 {
 	(void)state;
-	struct ush_worker_opts o;
-	ush_worker_opts_init(&o);
-	o.listen = "127.0.0.1:0";
-	o.dir = th_tmpdir("netemb");
-	o.threads = 2;
-	o.log_level = 0;
-	th_worker_secret(&o);
-	ush_worker *wk;
-	th_ok(ush_worker_create(&wk, &o));
-	th_ok(ush_worker_start(wk));
-	char list[64];
-	snprintf(list, sizeof(list), "127.0.0.1:%d", ush_worker_port(wk));
+	const char *dir = th_tmpdir("netemb");
+	char list[64] = "";
+	ush_worker *wk = th_worker_embed(dir, 2, list, sizeof(list));
 	struct ush_status st0[2] = {{0}}, st1[1] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 9, .partitions = 4,
 			   .maps = 2, .records = 5000, .statuses = st0};
@@ -136,7 +127,7 @@ static void embedded_worker(void **state)
 	ush_worker_stop(wk);
 	th_ok(ush_worker_wait(wk));
 	ush_worker_free(wk);
-	th_rmrf(o.dir);
+	th_rmrf(dir);
 }
 
 int main(void)

@@ -531,26 +531,6 @@ static void many_logs_few_buffers(void **state)
 
 /* --------------------------------------------- in-place receive */
 
-/* An embedded worker of one thread and pool bytes, on dir, listening on
- * addr (its port 0: any, written back). */
-static ush_worker *embedded(const char *dir, size_t pool, char *addr,
-			    size_t n)
-{
-	struct ush_worker_opts o;
-	ush_worker_opts_init(&o);
-	o.listen = addr;
-	o.dir = dir;
-	o.threads = 1;
-	o.pool_bytes = pool;
-	o.log_level = 0;
-	th_worker_secret(&o);
-	ush_worker *wk;
-	th_ok(ush_worker_create(&wk, &o));
-	th_ok(ush_worker_start(wk));
-	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(wk));
-	return wk;
-}
-
 static void embedded_free(ush_worker *wk)
 {
 	ush_worker_stop(wk);
@@ -571,7 +551,8 @@ static void in_place_and_copied(void **state)
 	(void)state;
 	char dir[512], addr[64] = "127.0.0.1:0";
 	snprintf(dir, sizeof(dir), "%s", th_tmpdir("storeinplace"));
-	ush_worker *wk = embedded(dir, 1u << 20, addr, sizeof(addr));
+	ush_worker *wk = th_worker_embed_pool(dir, 1, 1u << 20, addr,
+					      sizeof(addr));
 	enum { MAPS = 6 };
 	struct job j = {.workers = addr, .shuffle = 41, .partitions = 7,
 			.maps = MAPS, .records = 400, .big = 100000,
@@ -622,7 +603,7 @@ static void in_place_and_copied(void **state)
 	assert_true(ws.bytes_in_place > 0);
 	assert_true(ws.bytes_in_place < ws.bytes_stored);
 	embedded_free(wk);
-	wk = embedded(dir, 1u << 20, addr, sizeof(addr));
+	wk = th_worker_embed_pool(dir, 1, 1u << 20, addr, sizeof(addr));
 	verify(&j, 1);
 	verify(&o, 1);
 	struct job k = {.workers = addr, .shuffle = 41, .partitions = 7,

@@ -137,3 +137,44 @@ def test_kept_views_raise(tmp_path):
         first.close()
         with pytest.raises(ValueError):
             bytes(v)
+
+
+def test_closed_objects_raise(tmp_path):
+    """Every method of a closed Ring, Writer or Reader raises ValueError
+    naming it: each passed None to cffi (a TypeError about a cdata
+    pointer), and a writer whose ring was closed (which frees it) reached
+    the library with its freed handle."""
+    with ushuffle.Ring() as ring, \
+            ushuffle.Writer(ring, 4, 0, 0, 2, target="disk",
+                            dir=str(tmp_path)) as w:
+        w.write(0, b"a")
+        st = w.commit()
+    calls = [lambda: w.write(0, b"b"), lambda: w.write_gather(0, [b"c"]),
+             w.commit, w.abort]
+    for call in calls:
+        with pytest.raises(ValueError, match="^writer is closed$"):
+            call()
+    with pytest.raises(ValueError, match="^ring is closed$"):
+        ushuffle.Writer(ring, 4, 1, 0, 2, target="disk", dir=str(tmp_path))
+    r = ushuffle.Reader(0, [st])
+    r.close()
+    with pytest.raises(ValueError, match="^reader is closed$"):
+        r.next()
+    with pytest.raises(ValueError, match="^reader is closed$"):
+        list(r)
+    w.close()  # closing again is no error
+    d = tmp_path / "c"
+    d.mkdir()
+    code = textwrap.dedent(f"""
+        import ushuffle
+        ring = ushuffle.Ring()
+        w = ushuffle.Writer(ring, 4, 2, 0, 2, target="disk", dir={str(d)!r})
+        ring.close()
+        for call in (lambda: w.write(0, b"x"), w.commit, w.abort):
+            try:
+                call()
+            except ValueError as e:
+                print(e)
+        w.close()
+    """)
+    _child(code, "writer is closed\n" * 3, d)

@@ -147,8 +147,16 @@ def version():
 
 
 class _Handle:
-    """An owned C object: close() frees it once; `with` closes it."""
+    """An owned C object: close() frees it once; `with` closes it; any
+    other use once closed raises ValueError."""
     _p = None
+    _kind = "object"
+
+    def _h(self):
+        """The C handle, while open."""
+        if self._p is None:
+            raise ValueError(f"{self._kind} is closed")
+        return self._p
 
     def close(self):
         if self._p is not None:
@@ -167,6 +175,7 @@ class Ring(_Handle):
 
     Options: iodepth, pool_bytes, push_size, sqpoll, fixedbufs (ints) and
     codec ("none", "lz4", "zstd", "zstd:LEVEL")."""
+    _kind = "ring"
 
     def __init__(self, codec=None, **opts):
         o = ffi.new("struct ush_ring_opts *")
@@ -212,6 +221,7 @@ class Writer(_Handle):
     target: "disk" (dir=...) or "net" (workers="HOST:PORT,...");
     app: the application id (ush_writer_opts.app); further options are
     ush_writer_opts fields (direct, timeout_ms, window, ...)."""
+    _kind = "writer"
 
     def __init__(self, ring, shuffle, map, attempt, partitions,
                  target="net", dir=None, workers=None, app=None, **opts):
@@ -229,7 +239,7 @@ class Writer(_Handle):
                 raise TypeError(f"Writer: unknown option {k!r}")
             setattr(o, k, v)
         out = ffi.new("ush_writer **")
-        _check(lib.ush_writer_open(out, ring._p, o),
+        _check(lib.ush_writer_open(out, ring._h(), o),
                f"ush_writer_open (shuffle {shuffle} map {map} "
                f"attempt {attempt})")
         self._p = out[0]
@@ -244,9 +254,10 @@ class Writer(_Handle):
         """Appends one record (any buffer-protocol object, not copied
         here) to partition."""
         buf = ffi.from_buffer(record)
+        h = self._h()
         if self._nrec and partition == self._part:
             self._swap()  # write_gather()'s records of partition first
-        _check(lib.ush_writer_write(self._p, partition, buf, len(buf)),
+        _check(lib.ush_writer_write(h, partition, buf, len(buf)),
                f"ush_writer_write (partition {partition})")
 
     def write_gather(self, partition, pieces):
@@ -258,9 +269,10 @@ class Writer(_Handle):
         partition is written. A record must fit a push buffer."""
         views = [ffi.from_buffer(x) for x in pieces]
         n = sum(len(v) for v in views)
+        h = self._h()
         if self._buf is None:
             b, cap = ffi.new("void **"), ffi.new("size_t *")
-            _check(lib.ush_writer_acquire(self._p, b, cap),
+            _check(lib.ush_writer_acquire(h, b, cap),
                    "ush_writer_acquire")
             self._buf, self._cap, self._len, self._nrec = b, cap[0], 0, 0
             self._part = partition
@@ -281,7 +293,7 @@ class Writer(_Handle):
         self._nrec += 1
 
     def _swap(self):
-        _check(lib.ush_writer_swap(self._p, self._part, self._buf,
+        _check(lib.ush_writer_swap(self._h(), self._part, self._buf,
                                    self._len, self._nrec),
                f"ush_writer_swap (partition {self._part})")
         self._len = self._nrec = 0
@@ -292,21 +304,28 @@ class Writer(_Handle):
         if self._buf is not None:
             if self._nrec:
                 self._swap()
-            _check(lib.ush_writer_release(self._p, self._buf[0]),
+            _check(lib.ush_writer_release(self._h(), self._buf[0]),
                    "ush_writer_release")
             self._buf = None
 
     def commit(self):
         """Publishes the output; returns the map status as bytes."""
+        h = self._h()
         self._give_back()
-        _check(lib.ush_writer_commit(self._p, ffi.NULL), "ush_writer_commit")
+        _check(lib.ush_writer_commit(h, ffi.NULL), "ush_writer_commit")
         st = ffi.new("struct ush_status *")
-        _check(lib.ush_writer_status(self._p, st), "ush_writer_status")
+        _check(lib.ush_writer_status(h, st), "ush_writer_status")
         return bytes(ffi.buffer(st.data, st.len))
 
     def abort(self):
         """Drops everything written so far."""
-        _check(lib.ush_writer_abort(self._p), "ush_writer_abort")
+        _check(lib.ush_writer_abort(self._h()), "ush_writer_abort")
+
+    def _h(self):
+        # Its ring's close() freed it.
+        if self._p is not None and self._key not in self._ring._writers:
+            self._p = None
+        return super()._h()
 
     def _free(self, p):
         """Frees the writer, aborting it if it was not committed."""
@@ -344,6 +363,7 @@ class Reader(_Handle):
     still exported, e.g. to numpy.frombuffer; slices of it are not
     released)."""
 
+    _kind = "reader"
     _view = None
 
     def __init__(self, partition, statuses, timeout_ms=0):
@@ -370,7 +390,7 @@ class Reader(_Handle):
         """The next record as a memoryview (valid until the next call),
         or None at the end."""
         self._release()
-        if not _check(lib.ush_reader_next(self._p, self._rec, self._len),
+        if not _check(lib.ush_reader_next(self._h(), self._rec, self._len),
                       "ush_reader_next"):
             return None
         self._view = memoryview(ffi.buffer(self._rec[0], self._len[0]))

@@ -83,12 +83,43 @@ static void on_signal(int sig)
  * period while no worker thread has stalled for a whole period, so a
  * hung thread gets the daemon restarted.
  */
+/* The shortest watchdog period kept: worker threads pass their loop
+ * every 100 ms while healthy, so a shorter one would see stalls in every
+ * healthy thread (and under 2 us, half of it, the loop's sleep, was 0:
+ * it spun). */
+#define WATCHDOG_MIN_USEC 400000ull
+
+/* systemd's watchdog period (WATCHDOG_USEC) in microseconds, 0 for none.
+ * A value it refuses is said and ignored; one too short is said and
+ * raised. */
+static uint64_t watchdog_usec(void)
+{
+	uint64_t usec = 0;
+#ifdef USH_HAVE_SYSTEMD
+	const char *env = getenv("WATCHDOG_USEC");
+	int r = sd_watchdog_enabled(0, &usec);
+	if (r < 0)
+		fprintf(stderr, "ushuffled: WATCHDOG_USEC=%s: %s; accepted: "
+			"microseconds above 0; no watchdog pings\n",
+			env ? env : "", strerror(-r));
+	if (r <= 0)
+		return 0;
+	if (usec < WATCHDOG_MIN_USEC) {
+		fprintf(stderr, "ushuffled: WATCHDOG_USEC=%llu is below %llu "
+			"(worker threads pass every 100 ms): pinging as for "
+			"%llu, every %llu us; raise WatchdogSec=\n",
+			(unsigned long long)usec, WATCHDOG_MIN_USEC,
+			WATCHDOG_MIN_USEC, WATCHDOG_MIN_USEC / 2);
+		usec = WATCHDOG_MIN_USEC;
+	}
+#endif
+	return usec;
+}
+
 static void supervise(void)
 {
-	uint64_t wd_usec = 0;
+	uint64_t wd_usec = watchdog_usec();
 #ifdef USH_HAVE_SYSTEMD
-	if (sd_watchdog_enabled(0, &wd_usec) <= 0)
-		wd_usec = 0;
 	sd_notifyf(0, "READY=1\nSTATUS=serving on port %d",
 		   ush_worker_port(worker));
 #endif

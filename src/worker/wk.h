@@ -103,13 +103,19 @@ struct wk_log_kind {
 };
 
 /* The counters behind ush_worker_stats() (worker.c): relaxed atomics,
- * bumped where the event happens; the gauges are computed when read. */
+ * bumped where the event happens, but the histogram, under its lock;
+ * the gauges are computed when read. */
 struct wk_metrics {
 	atomic_uint_fast64_t bytes_in, bytes_out, frames_in, frames_out;
 	atomic_uint_fast64_t bytes_in_place;
 	atomic_uint_fast64_t accepted, refused, commits, drops, expiries;
-	atomic_uint_fast64_t sync_count, sync_ns;
-	atomic_uint_fast64_t sync_bucket[USH_WORKER_SYNC_BUCKETS];
+	/* A scrape must see count, sum and buckets of the same syncs
+	 * (count == +Inf bucket, sum within the buckets' bounds), which
+	 * counters loaded one by one do not give; one sync a commit is
+	 * rare enough for a lock. */
+	pthread_mutex_t sync_lock;
+	uint64_t sync_count, sync_ns;
+	uint64_t sync_bucket[USH_WORKER_SYNC_BUCKETS];
 	atomic_uint_fast64_t errors[USH_WORKER_ERR_KINDS];
 };
 

@@ -84,10 +84,12 @@ void wk_count_sync(struct ush_worker *wk, uint64_t ns)
 	while (i < USH_WORKER_SYNC_BUCKETS &&
 	       ns > USH_WORKER_SYNC_BUCKET_US(i) * 1000)
 		i++;
-	WK_COUNT(wk, sync_count, 1);
-	WK_COUNT(wk, sync_ns, ns);
+	pthread_mutex_lock(&wk->m.sync_lock);
+	wk->m.sync_count++;
+	wk->m.sync_ns += ns;
 	if (i < USH_WORKER_SYNC_BUCKETS)
-		WK_COUNT(wk, sync_bucket[i], 1);
+		wk->m.sync_bucket[i]++;
+	pthread_mutex_unlock(&wk->m.sync_lock);
 }
 
 #define LOAD(a) atomic_load_explicit(&(a), memory_order_relaxed)
@@ -105,10 +107,12 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	s.commits = LOAD(m->commits), s.drops = LOAD(m->drops);
 	s.expiries = LOAD(m->expiries);
 	s.bytes_in_place = LOAD(m->bytes_in_place);
-	s.sync_count = LOAD(m->sync_count), s.sync_ns = LOAD(m->sync_ns);
+	pthread_mutex_lock(&wk->m.sync_lock);
+	s.sync_count = m->sync_count, s.sync_ns = m->sync_ns;
 	uint64_t sum = 0;
 	for (unsigned i = 0; i < USH_WORKER_SYNC_BUCKETS; i++)
-		s.sync_le[i] = sum += LOAD(m->sync_bucket[i]);
+		s.sync_le[i] = sum += m->sync_bucket[i];
+	pthread_mutex_unlock(&wk->m.sync_lock);
 	for (unsigned i = 0; i < USH_WORKER_ERR_KINDS; i++)
 		s.errors[i] = LOAD(m->errors[i]);
 	uint64_t now = ushi_now_ns();
@@ -569,6 +573,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	wk->secrets_dirfd = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
+	pthread_mutex_init(&wk->m.sync_lock, NULL);
 	int port = 0;
 	char host[256];
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -606,6 +611,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			close(wk->secrets_dirfd);
 		pthread_mutex_destroy(&wk->lock);
 		pthread_mutex_destroy(&wk->log_lock);
+		pthread_mutex_destroy(&wk->m.sync_lock);
 		ushi_free(wk);
 		return ret;
 	}
@@ -750,6 +756,7 @@ void ush_worker_free(ush_worker *wk)
 	ushi_free(wk->secret);
 	pthread_mutex_destroy(&wk->lock);
 	pthread_mutex_destroy(&wk->log_lock);
+	pthread_mutex_destroy(&wk->m.sync_lock);
 	ushi_free(wk->threads);
 	ushi_free(wk->dir);
 	ushi_free(wk->host);
