@@ -413,8 +413,11 @@ void *wk_thread_main(void *arg)
 		if (t->stopping && !t->conns && ++stop_ticks > 20)
 			break;
 	}
-	if (ret)
-		wk_log(wk, 0, "thread %u: %s", t->idx, ush_last_error());
+	if (ret) {
+		wk_log(wk, 0, "thread %u: %s; the thread stops", t->idx,
+		       ush_last_error());
+		wk_count_error(wk, ret);
+	}
 	int sret = t->ring ? wk_store_sync(t) : 0;
 	if (sret && !ret)
 		wk_log(wk, 0, "thread %u: final sync: %s", t->idx,
