@@ -398,6 +398,30 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	th_status_free(&st);
 }
 
+/* A writer whose MAPPER_END and the start of its next frame (a
+ * HEARTBEAT) arrive in one receive, the rest of that frame only after the
+ * commit ACK: the frame's bytes received before the commit are kept, and
+ * the HEARTBEAT is answered (the in-place receive buffer, given back at
+ * the commit, must not take them with it). */
+static void frame_split_across_commit(void **state)
+{
+	(void)state;
+	uint8_t b[256];
+	uint32_t crc, s = 63;
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				0, 0, "default", 0, {0}};
+	int fd = th_raw_connect(wk.port);
+	th_hello(fd, h);
+	th_send_all(fd, b, th_rec_frame(b, s, 0, "only", &crc));
+	size_t n = proto_put_mapper_end(b, s, 0, 0);
+	size_t hb = proto_put_heartbeat(b + n);
+	th_send_all(fd, b, n + hb / 2);
+	wait_ack(fd, USHI_ACK_COMMIT);
+	th_send_all(fd, b + n + hb / 2, hb - hb / 2);
+	wait_ack(fd, USHI_ACK_HEARTBEAT);
+	close(fd);
+}
+
 struct job_arg {
 	struct th_job j;
 	int ret[2];
@@ -470,6 +494,7 @@ int main(void)
 		cmocka_unit_test(silent_peer),
 		cmocka_unit_test(frames_of_another_attempt),
 		cmocka_unit_test(duplicates_and_counts),
+		cmocka_unit_test(frame_split_across_commit),
 		cmocka_unit_test(all_at_once),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

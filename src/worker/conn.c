@@ -962,7 +962,11 @@ void wk_conn_rb_arm(struct wk_conn *c)
 {
 	bool writing = c->role == USHI_ROLE_WRITER &&
 		       c->att.state == WK_OPEN && !c->failed && !c->eof;
-	if (c->rb && !writing)
+	/* The start of a frame after a commit goes on in the copy. */
+	if (c->rb && !writing && !c->failed && !c->eof &&
+	    c->rlen > c->rpos)
+		rb_leave(c);
+	else if (c->rb && !writing)
 		wk_conn_rb_free(c);
 	else if (!c->rb && writing && !c->hlen && !c->sneed && !c->qn &&
 		 /* Not for a stream of frames a buffer barely holds. */
