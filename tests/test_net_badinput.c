@@ -422,6 +422,72 @@ static void frame_split_across_commit(void **state)
 	close(fd);
 }
 
+/* A one-record DATA frame of shuffle s (map 0, attempt 0, partition 0)
+ * of total bytes in all, its record filled from seq; returns total. */
+static size_t sized_frame(uint8_t *b, uint32_t s, uint64_t seq, size_t total,
+			  uint32_t *crc)
+{
+	uint32_t payload = (uint32_t)(total - USH_FRAME_HDR_SIZE);
+	struct ushi_frame f = {.type = USHI_FRAME_DATA, .shuffle = s,
+			      .seq = seq, .raw_len = payload,
+			      .payload_len = payload, .nrec = 1};
+	put_le32(b + USH_FRAME_HDR_SIZE, payload - 4);
+	th_fill(b + USH_FRAME_HDR_SIZE + 4, payload - 4, seq + 1);
+	frame_encode(b, &f);
+	*crc = f.crc;
+	return total;
+}
+
+/* Frames of the in-place receive buffer's size (the worker's flush size,
+ * 1 MiB), one byte above it, small ones around them, a HEARTBEAT between
+ * DATA frames and the MAPPER_END behind the last, all sent at once: every
+ * record reads back, in order, whole. */
+static void frames_around_the_buffer_size(void **state)
+{
+	(void)state;
+	const size_t mib = 1u << 20;
+	const size_t sizes[] = {100, mib, mib + 1, 200, mib, 60, mib - 48,
+				mib + 4096, 300};
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	uint32_t s = 64, crc, sum = USHI_SUM_INIT;
+	size_t cap = 8 * mib, n = 0;
+	uint8_t *b = malloc(cap), *chk = malloc(mib + 4096);
+	assert_non_null(b);
+	assert_non_null(chk);
+	for (uint64_t i = 0; i < N; i++) {
+		n += sized_frame(b + n, s, i, sizes[i], &crc);
+		sum = status_sum_add(sum, crc);
+		if (i == 3)
+			n += proto_put_heartbeat(b + n);
+	}
+	n += proto_put_mapper_end(b + n, s, 0, 0);
+	assert_true(n <= cap);
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				0, 0, "default", 0, {0}};
+	int fd = th_raw_connect(wk.port);
+	th_hello(fd, h);
+	th_send_all(fd, b, n);
+	wait_ack(fd, USHI_ACK_COMMIT);
+	close(fd);
+	struct ush_status st;
+	make_status(&st, s, N, ~sum);
+	ush_reader *r;
+	const void *rec;
+	size_t len;
+	th_ok(th_reader_open(&r, &st, 1, 0, 0));
+	for (uint64_t i = 0; i < N; i++) {
+		assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+		assert_int_equal(len, sizes[i] - USH_FRAME_HDR_SIZE - 4);
+		th_fill(chk, len, i + 1);
+		assert_memory_equal(rec, chk, len);
+	}
+	assert_int_equal(ush_reader_next(r, &rec, &len), 0);
+	ush_reader_free(r);
+	th_status_free(&st);
+	free(b);
+	free(chk);
+}
+
 struct job_arg {
 	struct th_job j;
 	int ret[2];
@@ -495,6 +561,7 @@ int main(void)
 		cmocka_unit_test(frames_of_another_attempt),
 		cmocka_unit_test(duplicates_and_counts),
 		cmocka_unit_test(frame_split_across_commit),
+		cmocka_unit_test(frames_around_the_buffer_size),
 		cmocka_unit_test(all_at_once),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
