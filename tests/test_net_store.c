@@ -619,6 +619,87 @@ static void in_place_and_copied(void **state)
 	th_rmrf(dir);
 }
 
+/* A raw writer of shuffle s map m on port: its HELLO answered. */
+static int raw_writer(int port, uint32_t s, uint32_t m)
+{
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	struct ushi_frame f;
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				m, 0, "default", 0, {0}};
+	int fd = th_raw_connect(port);
+	th_hello(fd, h);
+	assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f),
+			 USHI_FRAME_HELLO);
+	return fd;
+}
+
+/* Writers holding in-place receive buffers (all the pool spares them)
+ * while a reader that stopped reading holds what FETCH took: a writer
+ * left to copy still finds a log buffer, and commits. */
+static void in_place_leaves_logs_a_buffer(void **state)
+{
+	(void)state;
+	char dir[512], addr[64] = "127.0.0.1:0";
+	snprintf(dir, sizeof(dir), "%s", th_tmpdir("storeinplacefetch"));
+	ush_worker *wk = th_worker_embed_pool(dir, 1, 4u << 20, addr,
+					     sizeof(addr));
+	struct job j = {.workers = addr, .shuffle = 1, .partitions = 1,
+			.maps = 1, .records = 320, .big = 512 << 10,
+			.st = statuses(1)};
+	push_all(&j);
+	/* Restarted: no log holds a buffer. */
+	embedded_free(wk);
+	wk = th_worker_embed_pool(dir, 1, 4u << 20, addr, sizeof(addr));
+	int port = ush_worker_port(wk), w[3];
+	for (uint32_t m = 0; m < 3; m++)
+		w[m] = raw_writer(port, 2, m);
+	ush_reader *r;
+	const void *rec;
+	size_t len;
+	th_ok(th_reader_open(&r, j.st, 1, 0, 0));
+	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
+	/* Until the worker's sends to the reader stop. */
+	struct ush_worker_stats ws;
+	uint64_t last = 0;
+	for (unsigned same = 0, k = 0; same < 5 && k < 300; k++) {
+		usleep(200000);
+		ush_worker_stats(wk, &ws);
+		same = ws.bytes_out == last ? same + 1 : 0;
+		last = ws.bytes_out;
+	}
+	int fd = raw_writer(port, 3, 0);
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	uint32_t crc;
+	th_send_all(fd, b, th_rec_frame(b, 3, 0, "copied", &crc));
+	th_send_all(fd, b, proto_put_mapper_end(b, 3, 0, 0));
+	for (;;) {
+		struct ushi_frame f;
+		int type = th_recv_frame(fd, b, sizeof(b), &f);
+		char msg[600] = "";
+		if (type == USHI_FRAME_ERROR)
+			proto_get_error(b + USH_FRAME_HDR_SIZE, f.payload_len,
+					msg, sizeof(msg));
+		if (type == USHI_FRAME_ERROR || type < 0)
+			fail_msg("the copying writer's commit: %s",
+				 type < 0 ? "closed" : msg);
+		struct proto_ack a;
+		if (type != USHI_FRAME_ACK)
+			continue;
+		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
+		if (a.kind == USHI_ACK_COMMIT) {
+			assert_int_equal(a.status, 0);
+			break;
+		}
+	}
+	close(fd);
+	for (unsigned m = 0; m < 3; m++)
+		close(w[m]);
+	ush_reader_free(r);
+	embedded_free(wk);
+	job_free(&j);
+	th_rmrf(dir);
+}
+
 /* ------------------------------------------------ many partitions */
 
 /* Bytes s<shuffle>'s files take on disk (allocated blocks), and in
@@ -1051,6 +1132,7 @@ int main(void)
 		cmocka_unit_test(torn_tail_cut),
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),
+		cmocka_unit_test(in_place_leaves_logs_a_buffer),
 		cmocka_unit_test(many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test(open_files_bounded),

@@ -541,15 +541,23 @@ static int read_next(struct wk_fetch *fe)
 	struct ushi_buf *b = NULL;
 	uint8_t *mem = NULL;
 	/* Pool memory up to half the pool for all streams of the thread,
-	 * so that log writes always find some; heap memory beyond. */
+	 * so that log writes always find some (a log buffer's worth stays
+	 * idle); heap memory beyond. */
 	int order = pool_order(pool, need);
 	if (order >= 0 && t->fetch_pool + (USHI_BUF_MIN << order) <=
 			  pool->bytes / 2) {
 		while (!(b = pool_get(pool, (unsigned)order)) && !fe->rn &&
 		       !wk_store_reclaim(t))
 			;
-		if (!b && fe->rn)
+		/* Writers' in-place receive buffers may hold the rest of
+		 * the pool (conn.c). */
+		if (b && pool->idle_bytes <
+			 (size_t)USHI_BUF_MIN << t->flush_order) {
+			pool_put(pool, b);
+			b = NULL;
+		} else if (!b && fe->rn) {
 			return 0; /* a buffer comes back with a send */
+		}
 		if (b)
 			t->fetch_pool += b->cap;
 	}
