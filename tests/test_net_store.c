@@ -543,9 +543,9 @@ static void embedded_free(ush_worker *wk)
  * in-place receive buffers for some connections only: the others copy
  * into the log's buffer between the regions written in place (the log
  * seals its packed tail before each region). Then a map whose frames
- * are larger than a buffer: they leave the in-place path for the copy. Every record reads back,
- * after a restart too (the index's holes skipped), and maps appended
- * after the restart read back with them. */
+ * are larger than a buffer: they leave the in-place path for the copy.
+ * Every record reads back, after a restart too (the index's holes
+ * skipped), and maps appended after the restart read back with them. */
 static void in_place_and_copied(void **state)
 {
 	(void)state;

@@ -48,6 +48,19 @@ void ushi_free(void *p)
 	free(p);
 }
 
+void *ushi_array_grow(void *p, size_t *cap, size_t size)
+{
+	size_t c = *cap ? 2 * *cap : 64;
+	void *q = ushi_malloc(c * size);
+	if (!q)
+		return NULL;
+	if (*cap)
+		memcpy(q, p, *cap * size);
+	ushi_free(p);
+	*cap = c;
+	return q;
+}
+
 int ushi_grow(uint8_t **p, size_t *cap, size_t n)
 {
 	if (n <= *cap)

@@ -71,6 +71,10 @@ void ushi_free(void *p);
 /* Makes *p (of *cap bytes) hold n bytes, replacing it by a power-of-two
  * sized block when it is smaller; the contents are not kept. */
 int ushi_grow(uint8_t **p, size_t *cap, size_t n);
+/* Array p of *cap elements of size bytes, full: a copy of its elements
+ * in one twice as large (64 for the first), p freed, *cap updated.
+ * Returns the new array, or NULL (p untouched) when out of memory. */
+void *ushi_array_grow(void *p, size_t *cap, size_t size);
 
 static inline void put_le16(uint8_t *p, uint16_t v)
 {

@@ -65,16 +65,11 @@ int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
 	size_t i = owner_pos(wk, shuffle);
 	if (i == wk->nowners || wk->owners[i].shuffle != shuffle) {
 		if (wk->nowners == wk->cowners) {
-			size_t c = wk->cowners ? 2 * wk->cowners : 64;
-			struct wk_owner *n = ushi_malloc(c * sizeof(*n));
+			struct wk_owner *n = ushi_array_grow(
+				wk->owners, &wk->cowners, sizeof(*n));
 			if (!n)
 				return -ENOMEM;
-			if (wk->nowners)
-				memcpy(n, wk->owners,
-				       wk->nowners * sizeof(*n));
-			ushi_free(wk->owners);
 			wk->owners = n;
-			wk->cowners = c;
 		}
 		memmove(&wk->owners[i + 1], &wk->owners[i],
 			(wk->nowners - i) * sizeof(*wk->owners));

@@ -821,9 +821,9 @@ static void give_back(struct wk_thread *t, uint16_t bid)
 static struct ushi_buf *rb_take(struct wk_thread *t, bool wait)
 {
 	struct ushi_pool *p = ring_pool(t->ring);
-	size_t cap = (size_t)USHI_BUF_MIN << t->flush_order;
 	for (;;) {
-		struct ushi_buf *b = p->idle_bytes >= p->bytes / 4 + cap ?
+		struct ushi_buf *b =
+			p->idle_bytes >= p->bytes / 4 + t->wk->o.flush_size ?
 			pool_get(p, t->flush_order) : NULL;
 		if (b || !wait || !t->writes || ring_reap(t->ring, 1))
 			return b;
@@ -835,15 +835,11 @@ static int rb_note(struct wk_conn *c, const struct ushi_frame *f,
 		   const uint8_t *frame)
 {
 	if (c->rn == c->rcap) {
-		size_t n = c->rcap ? 2 * c->rcap : 64;
-		struct wk_rent *e = ushi_malloc(n * sizeof(*e));
+		struct wk_rent *e = ushi_array_grow(c->rent, &c->rcap,
+						    sizeof(*e));
 		if (!e)
 			return -ENOMEM;
-		if (c->rn)
-			memcpy(e, c->rent, c->rn * sizeof(*e));
-		ushi_free(c->rent);
 		c->rent = e;
-		c->rcap = n;
 	}
 	c->rent[c->rn++] = (struct wk_rent){
 		.rel = (uint32_t)(frame - c->rb->data),
@@ -970,7 +966,7 @@ void wk_conn_rb_arm(struct wk_conn *c)
 		wk_conn_rb_free(c);
 	else if (!c->rb && writing && !c->hlen && !c->sneed && !c->qn &&
 		 /* Not for a stream of frames a buffer barely holds. */
-		 (size_t)c->flast * 2 <= (size_t)USHI_BUF_MIN << c->t->flush_order)
+		 (size_t)c->flast * 2 <= c->t->wk->o.flush_size)
 		c->rb = rb_take(c->t, false);
 }
 

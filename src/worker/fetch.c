@@ -367,15 +367,11 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 			continue;
 		}
 		if (fe->nent == *cap) {
-			size_t c = *cap ? 2 * *cap : 64;
-			struct wk_fent *ne = ushi_malloc(c * sizeof(*ne));
+			struct wk_fent *ne = ushi_array_grow(fe->ent, cap,
+							     sizeof(*ne));
 			if (!ne)
 				return -ENOMEM;
-			if (fe->nent)
-				memcpy(ne, fe->ent, fe->nent * sizeof(*ne));
-			ushi_free(fe->ent);
 			fe->ent = ne;
-			*cap = c;
 		}
 		fe->ent[fe->nent++] = (struct wk_fent){e->off, e->len,
 						       (uint16_t)k};
@@ -523,7 +519,7 @@ static int read_next(struct wk_fetch *fe)
 	/* An fd is closed only once no read of it is queued unsubmitted. */
 	if ((fe->fd < 0 || fe->fd_thread != e->thread) && fe->inflight)
 		return 0;
-	uint32_t cap = USHI_BUF_MIN << t->flush_order, frames = 1;
+	uint32_t cap = t->wk->o.flush_size, frames = 1;
 	uint64_t start = e->off, end = e->off + e->len;
 	uint64_t a = start / USHI_ALIGN * USHI_ALIGN;
 	uint32_t j = fe->next + 1;
@@ -551,8 +547,7 @@ static int read_next(struct wk_fetch *fe)
 			;
 		/* Writers' in-place receive buffers may hold the rest of
 		 * the pool (conn.c). */
-		if (b && pool->idle_bytes <
-			 (size_t)USHI_BUF_MIN << t->flush_order) {
+		if (b && pool->idle_bytes < t->wk->o.flush_size) {
 			pool_put(pool, b);
 			b = NULL;
 		} else if (!b && fe->rn) {
