@@ -10,7 +10,7 @@
  * for it (and call through to them).
  */
 #define _GNU_SOURCE
-#include "helpers.h"
+#include "net_helpers.h"
 
 #include "core/pool.h"
 #include "core/ring.h"
@@ -86,19 +86,8 @@ static int dir_entries(const char *path)
 /* An embedded worker on loopback with one thread and a small pool. */
 static ush_worker *worker_on(const char *dir, char *addr, size_t n)
 {
-	struct ush_worker_opts o;
-	ush_worker_opts_init(&o);
-	o.listen = "127.0.0.1:0";
-	o.dir = dir;
-	o.threads = 1;
-	o.log_level = 0;
-	o.pool_bytes = 1 * MiB;
-	th_worker_secret(&o);
-	ush_worker *w;
-	th_ok(ush_worker_create(&w, &o));
-	th_ok(ush_worker_start(w));
-	snprintf(addr, n, "127.0.0.1:%d", ush_worker_port(w));
-	return w;
+	*addr = 0;
+	return th_worker_embed_pool(dir, 1, 1 * MiB, addr, n);
 }
 
 /* ------------------------------------------- 1. teardown in flight */
