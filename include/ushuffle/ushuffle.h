@@ -68,7 +68,12 @@ USH_API const char *ush_version_string(void);
  * fields the caller's struct has and takes the defaults for the rest; a
  * library older than the caller accepts a larger struct only if every
  * byte it does not know is zero (else -E2BIG). Fields are only ever
- * appended, and a field added after 0.3 has zero as its default. So:
+ * appended, and a field added after 0.3 has zero as its default. An
+ * options struct never ends in padding: a caller built against an older
+ * header may leave junk there, so a field appended where an older
+ * layout had padding would read it. A field that would leave the tail
+ * unaligned comes with a reservedN field after it, never read and never
+ * reused (tests/abi/layout.c). So:
  * call the _init() before setting fields; for writer and reader options,
  * whose every field defaults to zero, a designated initialiser that sets
  * .size = sizeof(the struct) does the same. A struct whose size is 0 is
@@ -266,6 +271,7 @@ struct ush_writer_opts {
 	 * dies or fails is dropped and the writer goes on with the others;
 	 * it fails only when every replica of a partition is gone. */
 	uint32_t replicas;
+	uint32_t reserved0; /* never read: 0.4 callers' padding */
 };
 #define USH_REPLICAS_MAX 3
 

@@ -1,11 +1,10 @@
 /*
- * A frozen excerpt of an older ushuffle.h, as a caller compiled against
- * it sees the library: the same functions, but each extensible struct
- * lacks its newest fields (ring opts: level; writer opts: send_zc;
- * reader opts: timeout_ms; writer stats: the net_* counters; ring info:
- * pool_idle_bytes). Frozen from the 0.3 layouts (0.3 replaced the reader
- * options' dir, shuffle, maps and workers by the map statuses). Never
- * edit a layout here: new fields go in ushuffle.h only, appended.
+ * Frozen excerpts of older ushuffle.h releases, as a caller compiled
+ * against one sees the library: the same functions, the structs as they
+ * were. USH_OLD_MINOR 3 is 0.3.0 (commit c173b26); 4 is 0.4.0 to 0.4.2,
+ * whose writer options end in four bytes of tail padding (after
+ * replicas), where such a caller may leave junk. Never edit a layout
+ * here: new fields go in ushuffle.h only, appended.
  */
 #ifndef USH_TEST_OLD_H
 #define USH_TEST_OLD_H
@@ -25,6 +24,7 @@ struct ush_ring_opts {
 	int sqpoll;
 	int fixedbufs;
 	int codec;
+	int level;
 };
 
 struct ush_ring_info {
@@ -34,6 +34,7 @@ struct ush_ring_info {
 	unsigned iodepth;
 	size_t pool_bytes;
 	size_t push_size;
+	size_t pool_idle_bytes;
 };
 
 struct ush_writer_opts {
@@ -48,6 +49,11 @@ struct ush_writer_opts {
 	uint32_t timeout_ms;
 	uint32_t window;
 	uint32_t zc_threshold;
+	int send_zc;
+	const char *app;
+#if USH_OLD_MINOR >= 4
+	uint32_t replicas;
+#endif
 };
 
 struct ush_writer_stats {
@@ -58,6 +64,13 @@ struct ush_writer_stats {
 	uint64_t stored_bytes;
 	uint64_t stored_raw;
 	uint64_t grows;
+	uint64_t net_sends;
+	uint64_t net_zc_sends;
+	uint64_t net_zc_notifs;
+	uint64_t net_zc_copied;
+	uint32_t net_zc_off;
+	uint32_t net_workers;
+	uint64_t net_credit_waits;
 };
 
 struct ush_status {
@@ -70,6 +83,7 @@ struct ush_reader_opts {
 	uint32_t partition;
 	const struct ush_status *statuses;
 	uint32_t nstatuses;
+	uint32_t timeout_ms;
 };
 
 struct ush_part_stats {
