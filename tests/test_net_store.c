@@ -631,6 +631,38 @@ static void repair_keeps_committed(void **state)
 	}
 }
 
+/* A flipped bit in a shuffle's claim record (the commit log's first
+ * record: its application id) skips that record at the next start; the
+ * start-up sweep must not take the shuffle for one nobody owns and
+ * delete it: its owner comes from its commit records, it serves every
+ * committed map and takes more, restart after restart. */
+static void corrupt_claim_kept(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storeclaim"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct job a = {.workers = w.addr, .shuffle = 9, .partitions = 5,
+			.maps = 2, .records = 1000, .st = statuses(2)};
+	push_all(&a);
+	th_worker_stop(&w);
+	flip_at(w.dir, "commit.t0.log", 28, 0x01);
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	verify(&a, 1);
+	struct job b = {.workers = w.addr, .shuffle = 9, .partitions = 5,
+			.map0 = 2, .maps = 1, .records = 1000,
+			.st = statuses(1)};
+	push_all(&b);
+	th_worker_stop(&w);
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	struct job ab[] = {a, b};
+	verify(ab, 2);
+	th_worker_stop(&w);
+	job_free(&a);
+	job_free(&b);
+	th_rmrf(w.dir);
+}
+
 /* ------------------------------------------- few buffers, few fds */
 
 struct pusher {
@@ -1288,6 +1320,7 @@ int main(void)
 		cmocka_unit_test(restart_other_options),
 		cmocka_unit_test(torn_tail_cut),
 		cmocka_unit_test(repair_keeps_committed),
+		cmocka_unit_test(corrupt_claim_kept),
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),
