@@ -15,6 +15,11 @@
  *    and appends to the same logs;
  *  - junk after a log's and its index's last whole frame and entry (a
  *    kill -9 mid-write) is cut when appends start again;
+ *  - a flipped bit in an index entry (and in its frame's header) never
+ *    gets a committed frame cut: the entry is rebuilt from the frame, or
+ *    the attempt reads USH_ECORRUPT naming it, and later maps append
+ *    after it; a flipped bit in a claim record does not get the shuffle
+ *    swept;
  *  - eight shuffles pushed at once through one thread with four log
  *    buffers and one log's files open (buffers and files passed around);
  *  - six maps of one shuffle at once through a thread whose pool spares

@@ -15,7 +15,9 @@
  * reopens at its next write. Files are closed only once synced (an
  * eviction syncs them first): an fdatasync on a later fd might miss a
  * writeback error reported to the closed one. At the first open the
- * index is checked entry by entry and cut after the last valid one.
+ * index is repaired: damaged entries rebuilt from the log or marked
+ * damaged, the torn tail cut back to the last frame that is there or is
+ * committed (docs/format.md §6).
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
