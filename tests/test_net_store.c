@@ -442,10 +442,12 @@ static off_t file_size(const char *dir, const char *name)
 	return st.st_size;
 }
 
-/* What a kill -9 in the middle of writes leaves (junk after the last
- * whole index entry and after the log's frames) is cut at the next
- * start of appends: committed frames are all served, new ones land
- * after them. */
+/* Junk after the last whole index entry and after the log's frames: the
+ * partial entry is cut at the next start of appends; the whole entry of
+ * junk (not the zeros a crash leaves) is damage that committed frames
+ * could lie behind, so the log's bytes after it are kept as a damaged
+ * extent, not cut. Committed frames are all served, new ones land after
+ * them. */
 static void torn_tail_cut(void **state)
 {
 	(void)state;
@@ -634,6 +636,46 @@ static void repair_keeps_committed(void **state)
 		job_free(&b);
 		th_rmrf(w.dir);
 	}
+}
+
+/* Two index entries in a row damaged (map 0's first two, in their
+ * lengths): the repair cannot tell where the frames after them begin,
+ * and whatever follows may be committed, so it cuts nothing: the log
+ * keeps every byte, the unreadable part is a damaged extent, map 0 reads
+ * as USH_ECORRUPT naming it, and map 2 is appended after it and reads
+ * back, before and after another restart. */
+static void repair_keeps_unreadable(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storeunread"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct job a = {.workers = w.addr, .shuffle = 8, .partitions = 5,
+			.maps = 2, .records = 2000, .st = statuses(2)};
+	push_all(&a);
+	th_worker_stop(&w);
+	char idx[700];
+	snprintf(idx, sizeof(idx), "%s/s8/t0.idx", w.dir);
+	struct ent_at at = find_entry(idx, 0, true);
+	flip_at(w.dir, "s8/t0.idx", at.pos + 1, 0x02);
+	flip_at(w.dir, "s8/t0.idx", at.pos + 20 + 1, 0x02);
+	off_t log = file_size(w.dir, "s8/t0.log");
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	struct job b = {.workers = w.addr, .shuffle = 8, .partitions = 5,
+			.map0 = 2, .maps = 1, .records = 2000,
+			.st = statuses(1)};
+	push_all(&b);
+	for (unsigned pass = 0; pass < 2; pass++) {
+		assert_true(file_size(w.dir, "s8/t0.log") > log);
+		expect_corrupt(&a, 0);
+		verify(&b, 1);
+		th_worker_stop(&w);
+		if (!pass)
+			th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	}
+	job_free(&a);
+	job_free(&b);
+	th_rmrf(w.dir);
 }
 
 /* A flipped bit in a shuffle's claim record (the commit log's first
@@ -1325,6 +1367,7 @@ int main(void)
 		cmocka_unit_test(restart_other_options),
 		cmocka_unit_test(torn_tail_cut),
 		cmocka_unit_test(repair_keeps_committed),
+		cmocka_unit_test(repair_keeps_unreadable),
 		cmocka_unit_test(corrupt_claim_kept),
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),

@@ -374,6 +374,10 @@ int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
 	sc->ent = b;
 	sc->n = i;
 	sc->end = e;
+	/* Zeros are entries never written (a crash's torn tail); anything
+	 * else is damage that whatever follows may be committed behind. */
+	for (uint64_t k = i * WK_IDX_ENTRY; k < cnt * WK_IDX_ENTRY; k++)
+		sc->stuck |= b[k] != 0;
 	return 0;
 }
 
@@ -417,13 +421,45 @@ static void cut_torn_tail(struct wk_shuf *s, struct wk_scan *sc,
 	}
 }
 
+/* The scan stopped at an entry it could not read, with log bytes after
+ * it that may hold committed frames: they are kept, listed as damaged
+ * extents of no map (a reader of a map whose frames lie there misses
+ * batches: USH_ECORRUPT naming it), and appends go after them. */
+static int keep_unread(struct wk_shuf *s, struct wk_scan *sc, uint64_t lsize)
+{
+	const uint64_t chunk = 1u << 30; /* an entry's length is 32 bits */
+	uint64_t extra = (lsize - sc->end + chunk - 1) / chunk;
+	uint8_t *b = ushi_malloc((sc->n + extra) * WK_IDX_ENTRY);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b, sc->ent, sc->n * WK_IDX_ENTRY);
+	ushi_free(sc->ent);
+	sc->ent = b;
+	wk_log(s->t->wk, 0, "%s/s%u/t%u.idx: entry %llu is unreadable: the "
+	       "log's %llu bytes from offset %llu are kept as damaged (a "
+	       "committed map with frames there reads as USH_ECORRUPT)",
+	       s->t->wk->dir, s->shuffle, s->t->idx,
+	       (unsigned long long)sc->n,
+	       (unsigned long long)(lsize - sc->end),
+	       (unsigned long long)sc->end);
+	sc->fixed = sc->fixed < sc->n ? sc->fixed : sc->n;
+	while (sc->end < lsize) {
+		uint64_t len = lsize - sc->end < chunk ? lsize - sc->end : chunk;
+		wk_idx_set(b + sc->n++ * WK_IDX_ENTRY, sc->end, (uint32_t)len,
+			   WK_IDX_BAD, WK_IDX_HOLE, WK_IDX_HOLE);
+		sc->end += len;
+	}
+	return 0;
+}
+
 /* Logs each extent the repair marked damaged: whose it is and where. */
 static void report_bad(struct wk_shuf *s, const struct wk_scan *sc)
 {
 	uint64_t at = 0;
 	for (uint64_t i = 0; i < sc->n; i++) {
 		const uint8_t *ent = sc->ent + i * WK_IDX_ENTRY;
-		if (i >= sc->fixed && get_le32(ent + 4) == WK_IDX_BAD)
+		if (i >= sc->fixed && get_le32(ent + 4) == WK_IDX_BAD &&
+		    get_le32(ent + 8) != WK_IDX_HOLE)
 			wk_log(s->t->wk, 0, "%s/s%u/t%u.log offset %llu: %u "
 			       "bytes of shuffle %u map %u attempt %u are "
 			       "damaged (index entry %llu): its readers get "
@@ -446,7 +482,14 @@ static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
 	int ret = wk_idx_scan(s->ifd, s->fd, s->shuffle, isize, lsize, &sc);
 	if (ret)
 		return ushi_fail(ret, "worker: reading %s/%s", wk->dir, ipath);
-	cut_torn_tail(s, &sc, lsize);
+	if (sc.stuck && sc.end < lsize)
+		ret = keep_unread(s, &sc, lsize);
+	else
+		cut_torn_tail(s, &sc, lsize);
+	if (ret) {
+		ushi_free(sc.ent);
+		return ushi_fail(ret, "worker: repairing %s/%s", wk->dir, ipath);
+	}
 	*n = sc.n;
 	*end = sc.end;
 	if (sc.fixed < sc.n) {
@@ -460,16 +503,20 @@ static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
 			     WK_IDX_ENTRY, (off_t)off) < 0 ? -errno : 0;
 	}
 	ushi_free(sc.ent);
-	if (!ret && (sc.n * WK_IDX_ENTRY < isize || sc.end != lsize)) {
-		/* The log grows only to hold a committed extent marked
-		 * damaged past its end: its entry keeps its place. */
-		wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of uncommitted "
-		       "index and %llu of log", wk->dir, s->shuffle,
-		       s->t->idx, (unsigned long long)(isize -
-						       sc.n * WK_IDX_ENTRY),
-		       (unsigned long long)(lsize > sc.end ? lsize - sc.end :
-							   0));
-		if (ftruncate(s->ifd, (off_t)(sc.n * WK_IDX_ENTRY)) ||
+	uint64_t isz = sc.n * WK_IDX_ENTRY;
+	if (!ret && (isz != isize || sc.end != lsize)) {
+		/* Index and log shrink only by a torn tail; they grow to
+		 * hold extents kept as damaged (a committed frame past the
+		 * log's end, or bytes after an unreadable entry). */
+		if (isz < isize || sc.end < lsize)
+			wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of "
+			       "uncommitted index and %llu of log", wk->dir,
+			       s->shuffle, s->t->idx,
+			       (unsigned long long)(isize > isz ? isize - isz :
+								  0),
+			       (unsigned long long)(lsize > sc.end ?
+						    lsize - sc.end : 0));
+		if (ftruncate(s->ifd, (off_t)isz) ||
 		    ftruncate(s->fd, (off_t)sc.end))
 			ret = -errno;
 	}

@@ -517,7 +517,8 @@ void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
 #define WK_IDX_HOLE UINT32_MAX
 /* An index entry's partition for an extent of a committed attempt that
  * the repair found damaged (its map and attempt kept): never served, and
- * a FETCH of that attempt fails with USH_ECORRUPT. */
+ * a FETCH of that attempt fails with USH_ECORRUPT. Map and attempt
+ * WK_IDX_HOLE: log bytes after an unreadable entry, of no known map. */
 #define WK_IDX_BAD (UINT32_MAX - 1)
 /* An index as the repair scan reads it (files.c). */
 struct wk_scan {
@@ -526,6 +527,7 @@ struct wk_scan {
 	uint64_t n;     /* how many: the rest is unreadable */
 	uint64_t end;   /* the log offset after them */
 	uint64_t fixed; /* the first entry rewritten (n: none) */
+	bool stuck;     /* stopped at an entry that is not zeros */
 };
 /* Reads the index (ifd, isize bytes) of shuffle's log (lfd, lsize bytes)
  * up to the first entry it cannot place: an entry whose CRC or bounds
