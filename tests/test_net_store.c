@@ -15,6 +15,11 @@
  *    and appends to the same logs;
  *  - junk after a log's and its index's last whole frame and entry (a
  *    kill -9 mid-write) is cut when appends start again;
+ *  - a flipped bit in an index entry (and in its frame's header) never
+ *    gets a committed frame cut: the entry is rebuilt from the frame, or
+ *    the attempt reads USH_ECORRUPT naming it, and later maps append
+ *    after it; a flipped bit in a claim record does not get the shuffle
+ *    swept;
  *  - eight shuffles pushed at once through one thread with four log
  *    buffers and one log's files open (buffers and files passed around);
  *  - six maps of one shuffle at once through a thread whose pool spares
@@ -437,10 +442,12 @@ static off_t file_size(const char *dir, const char *name)
 	return st.st_size;
 }
 
-/* What a kill -9 in the middle of writes leaves (junk after the last
- * whole index entry and after the log's frames) is cut at the next
- * start of appends: committed frames are all served, new ones land
- * after them. */
+/* Junk after the last whole index entry and after the log's frames: the
+ * partial entry is cut at the next start of appends; the whole entry of
+ * junk (not the zeros a crash leaves) is damage that committed frames
+ * could lie behind, so the log's bytes after it are kept as a damaged
+ * extent, not cut. Committed frames are all served, new ones land after
+ * them. */
 static void torn_tail_cut(void **state)
 {
 	(void)state;
@@ -467,6 +474,235 @@ static void torn_tail_cut(void **state)
 	assert_int_equal(file_size(w.dir, "s6/t0.idx") % 20, 0);
 	assert_true(file_size(w.dir, "s6/t0.idx") > idx);
 	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	verify(ab, 2);
+	th_worker_stop(&w);
+	job_free(&a);
+	job_free(&b);
+	th_rmrf(w.dir);
+}
+
+/* ------------------------------------------- repair keeps commits */
+
+/* The log offset and index position of the entry of shuffle/thread 0's
+ * log that want() picks: entries are summed in order (holes too). */
+struct ent_at {
+	uint64_t off; /* its frame's log offset */
+	size_t pos;   /* its byte offset in the index */
+	uint32_t len, map;
+};
+
+/* The first entry of map (first) or the last DATA entry (!first). */
+static struct ent_at find_entry(const char *idx, uint32_t map, bool first)
+{
+	size_t n;
+	uint8_t *b = th_read_file(idx, &n);
+	struct ent_at at = {0}, cur = {0};
+	bool found = false;
+	for (size_t i = 0; i + 20 <= n; i += 20) {
+		uint32_t len, part, m;
+		memcpy(&len, b + i, 4);
+		memcpy(&part, b + i + 4, 4);
+		memcpy(&m, b + i + 8, 4);
+		cur.pos = i;
+		cur.len = len;
+		cur.map = m;
+		if (part != UINT32_MAX && (!first || (m == map && !found))) {
+			at = cur;
+			found = true;
+		}
+		cur.off += len;
+	}
+	free(b);
+	assert_true(found);
+	return at;
+}
+
+static void flip_at(const char *dir, const char *name, uint64_t off,
+		    uint8_t mask)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	uint8_t c;
+	assert_int_equal(pread(fd, &c, 1, (off_t)off), 1);
+	c ^= mask;
+	assert_int_equal(pwrite(fd, &c, 1, (off_t)off), 1);
+	close(fd);
+}
+
+/* One map's job within a (committed) job of several. */
+static struct job one_map(const struct job *j, uint32_t m)
+{
+	struct job o = *j;
+	o.map0 = m;
+	o.maps = 1;
+	o.st = &j->st[m - j->map0];
+	return o;
+}
+
+/* Reads every partition of map m with its status alone: the first error
+ * must be USH_ECORRUPT and its message must name the map. */
+static void expect_corrupt(const struct job *j, uint32_t m)
+{
+	char want[32];
+	snprintf(want, sizeof(want), "map %u", m);
+	int bad = 0;
+	for (uint32_t p = 0; p < j->partitions; p++) {
+		ush_reader *r;
+		int ret = th_reader_open(&r, &j->st[m - j->map0], 1, p, 20000);
+		if (!ret) {
+			const void *rec;
+			size_t len;
+			while ((ret = ush_reader_next(r, &rec, &len)) == 1)
+				;
+			ush_reader_free(r);
+		}
+		if (!ret)
+			continue;
+		print_message("partition %u: %s: %s\n", p, ush_err_name(ret),
+			      ush_last_error());
+		assert_int_equal(ret, USH_ECORRUPT);
+		if (!strstr(ush_last_error(), want))
+			fail_msg("the error does not name %s: %s", want,
+				 ush_last_error());
+		bad++;
+	}
+	assert_true(bad > 0);
+}
+
+/* Maps 0 and 1 committed into one log, then damage to it (the worker
+ * stopped): a flipped bit in one index entry (of map 0's first frame, in
+ * its len, partition, map or CRC; or of the log's last frame), with or
+ * without a flipped bit in the frame's header. At the next start of
+ * appends the repair never cuts a committed frame: map 2 is appended
+ * after them, and every committed map reads back intact, before and
+ * after another restart; but a map whose frame and index entry are both
+ * damaged, which fails with USH_ECORRUPT naming it. */
+static void repair_keeps_committed(void **state)
+{
+	(void)state;
+	static const struct {
+		bool last;      /* the last frame's entry, else map 0's first */
+		int field;      /* byte of the entry flipped, -1: none */
+		bool header;    /* the frame's header flipped too */
+	} cases[] = {
+		{false, 1, false}, {false, 5, false}, {false, 8, false},
+		{false, 17, false}, {true, 1, false}, {true, 12, false},
+		{false, 1, true}, {true, -1, true},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct th_worker w = {0};
+		snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storerepair"));
+		th_worker_spawn(&w, "127.0.0.1", 0, 1);
+		struct job a = {.workers = w.addr, .shuffle = 8,
+				.partitions = 5, .maps = 2, .records = 2000,
+				.st = statuses(2)};
+		push_all(&a);
+		th_worker_stop(&w);
+		char idx[700];
+		snprintf(idx, sizeof(idx), "%s/s8/t0.idx", w.dir);
+		struct ent_at at = find_entry(idx, 0, !cases[k].last);
+		print_message("case %zu: entry at index byte %zu (map %u, log "
+			      "offset %llu), byte %d%s\n", k, at.pos, at.map,
+			      (unsigned long long)at.off, cases[k].field,
+			      cases[k].header ? ", and its frame's header" :
+						"");
+		if (cases[k].field >= 0)
+			flip_at(w.dir, "s8/t0.idx",
+				at.pos + (size_t)cases[k].field, 0x02);
+		if (cases[k].header) /* the magic */
+			flip_at(w.dir, "s8/t0.log", at.off, 0x10);
+		th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+		struct job b = {.workers = w.addr, .shuffle = 8,
+				.partitions = 5, .map0 = 2, .maps = 1,
+				.records = 2000, .st = statuses(1)};
+		push_all(&b);
+		for (unsigned pass = 0; pass < 2; pass++) {
+			if (cases[k].header) {
+				uint32_t good = at.map ? 0 : 1;
+				struct job g[] = {one_map(&a, good), b};
+				expect_corrupt(&a, at.map);
+				verify(g, 2);
+			} else {
+				struct job ab[] = {a, b};
+				verify(ab, 2);
+			}
+			th_worker_stop(&w);
+			if (!pass)
+				th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+		}
+		job_free(&a);
+		job_free(&b);
+		th_rmrf(w.dir);
+	}
+}
+
+/* Two index entries in a row damaged (map 0's first two, in their
+ * lengths): the repair cannot tell where the frames after them begin,
+ * and whatever follows may be committed, so it cuts nothing: the log
+ * keeps every byte, the unreadable part is a damaged extent, map 0 reads
+ * as USH_ECORRUPT naming it, and map 2 is appended after it and reads
+ * back, before and after another restart. */
+static void repair_keeps_unreadable(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storeunread"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct job a = {.workers = w.addr, .shuffle = 8, .partitions = 5,
+			.maps = 2, .records = 2000, .st = statuses(2)};
+	push_all(&a);
+	th_worker_stop(&w);
+	char idx[700];
+	snprintf(idx, sizeof(idx), "%s/s8/t0.idx", w.dir);
+	struct ent_at at = find_entry(idx, 0, true);
+	flip_at(w.dir, "s8/t0.idx", at.pos + 1, 0x02);
+	flip_at(w.dir, "s8/t0.idx", at.pos + 20 + 1, 0x02);
+	off_t log = file_size(w.dir, "s8/t0.log");
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	struct job b = {.workers = w.addr, .shuffle = 8, .partitions = 5,
+			.map0 = 2, .maps = 1, .records = 2000,
+			.st = statuses(1)};
+	push_all(&b);
+	for (unsigned pass = 0; pass < 2; pass++) {
+		assert_true(file_size(w.dir, "s8/t0.log") > log);
+		expect_corrupt(&a, 0);
+		verify(&b, 1);
+		th_worker_stop(&w);
+		if (!pass)
+			th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	}
+	job_free(&a);
+	job_free(&b);
+	th_rmrf(w.dir);
+}
+
+/* A flipped bit in a shuffle's claim record (the commit log's first
+ * record: its application id) skips that record at the next start; the
+ * start-up sweep must not take the shuffle for one nobody owns and
+ * delete it: its owner comes from its commit records, it serves every
+ * committed map and takes more, restart after restart. */
+static void corrupt_claim_kept(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storeclaim"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	struct job a = {.workers = w.addr, .shuffle = 9, .partitions = 5,
+			.maps = 2, .records = 1000, .st = statuses(2)};
+	push_all(&a);
+	th_worker_stop(&w);
+	flip_at(w.dir, "commit.t0.log", 28, 0x01);
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	verify(&a, 1);
+	struct job b = {.workers = w.addr, .shuffle = 9, .partitions = 5,
+			.map0 = 2, .maps = 1, .records = 1000,
+			.st = statuses(1)};
+	push_all(&b);
+	th_worker_stop(&w);
+	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
+	struct job ab[] = {a, b};
 	verify(ab, 2);
 	th_worker_stop(&w);
 	job_free(&a);
@@ -1130,6 +1366,9 @@ int main(void)
 		cmocka_unit_test(symlinks_not_followed_without_openat2),
 		cmocka_unit_test(restart_other_options),
 		cmocka_unit_test(torn_tail_cut),
+		cmocka_unit_test(repair_keeps_committed),
+		cmocka_unit_test(repair_keeps_unreadable),
+		cmocka_unit_test(corrupt_claim_kept),
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),

@@ -231,6 +231,15 @@ void wk_app_free(struct ush_worker *wk)
 	wk->napps = wk->nowners = wk->ndrops = 0;
 }
 
+static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
+{
+	for (size_t i = 0; i < wk->acap; i++)
+		if (wk->att[i].state == WK_COMMITTED &&
+		    wk->att[i].shuffle == shuffle)
+			return true;
+	return false;
+}
+
 void wk_sweep(struct ush_worker *wk)
 {
 	DIR *d = opendir(wk->dir);
@@ -243,6 +252,13 @@ void wk_sweep(struct ush_worker *wk)
 		if (sscanf(de->d_name, "s%u%c", &s, &extra) != 1 ||
 		    wk_owner_of(wk, s))
 			continue;
+		if (has_commits(wk, s)) {
+			wk_log(wk, 0, "%s/%s: shuffle %u has commits but no "
+			       "owner (its claim record lost, and no commit "
+			       "names its application): kept, unowned",
+			       wk->dir, de->d_name, s);
+			continue;
+		}
 		/* No application owns it: a drop whose files outlived a
 		 * crash, or data of writers that never claimed it. */
 		struct wk_thread t = {.wk = wk};

@@ -9,6 +9,7 @@
 #include "worker/wk.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 static size_t slot_of(const struct ush_worker *wk, uint32_t shuffle,
 		      uint32_t map, uint32_t attempt)
@@ -101,10 +102,13 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 		const struct wk_attempt *e = &wk->att[i];
 		if (e->state != WK_COMMITTED)
 			continue;
+		const char *app = k < n ? wk_owner_of(wk, e->shuffle) : NULL;
 		if (k < n)
 			out[k] = (struct wk_rec){.type = WK_REC_COMMIT,
 				.shuffle = e->shuffle, .map = e->map,
 				.attempt = e->attempt};
+		if (app)
+			snprintf(out[k].app, sizeof(out[k].app), "%s", app);
 		k++;
 	}
 	return k;

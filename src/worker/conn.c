@@ -497,13 +497,16 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 			     f->attempt, ush_strerror(ret));
 		return;
 	}
+	/* The application too: should the shuffle's claim record be
+	 * damaged, a replay takes its owner from here (wal.c). */
+	struct wk_rec r = {.type = WK_REC_COMMIT, .shuffle = f->shuffle,
+			   .map = f->map, .attempt = f->attempt};
+	memcpy(r.app, c->app, sizeof(r.app));
 	pthread_mutex_lock(&wk->lock);
 	struct wk_attempt *e = mine(c);
 	if (!e) /* dropped meanwhile */
 		ret = -ENOENT;
-	else if (!(ret = wk_log_append(t, &(struct wk_rec){
-				   .type = WK_REC_COMMIT, .shuffle = f->shuffle,
-				   .map = f->map, .attempt = f->attempt})))
+	else if (!(ret = wk_log_append(t, &r)))
 		e->state = WK_COMMITTED;
 	if (!ret || !e)
 		settle(c, e != NULL);

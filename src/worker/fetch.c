@@ -115,6 +115,7 @@ static void pdir_free(struct wk_thread *t, struct wk_pdir *d)
 	t->pdir_bytes -= d->bytes;
 	ushi_free(d->ent);
 	ushi_free(d->start);
+	ushi_free(d->bad);
 	ushi_free(d);
 }
 
@@ -176,47 +177,49 @@ static int pdir_sort(struct wk_pdir *d, uint32_t maxp)
 	return 0;
 }
 
-/* Reads the size bytes of index ifd into a directory: valid entries up
- * to the first that is not (torn, or being written). */
-static int pdir_build(struct wk_pdir *d, int ifd, uint64_t size)
+/* Reads the size bytes of index ifd (of log lfd, lsize bytes) into a
+ * directory: the entries the repair scan reads (torn or being written:
+ * the rest), damaged extents apart. */
+static int pdir_build(struct wk_pdir *d, int ifd, int lfd, uint64_t size,
+		      uint64_t lsize)
 {
-	uint64_t cnt = size / WK_IDX_ENTRY;
-	uint8_t *b = cnt ? ushi_malloc(cnt * WK_IDX_ENTRY) : NULL;
+	struct wk_scan sc;
+	int ret = wk_idx_scan(ifd, lfd, d->shuffle, size, lsize, &sc);
+	uint64_t cnt = sc.n < UINT32_MAX ? sc.n : UINT32_MAX;
 	d->ent = cnt ? ushi_malloc(cnt * sizeof(*d->ent)) : NULL;
-	if (cnt && (!b || !d->ent)) {
-		ushi_free(b);
-		return -ENOMEM;
+	if (ret || (cnt && !d->ent)) {
+		ushi_free(sc.ent);
+		return ret ? ret : -ENOMEM;
 	}
-	uint64_t got = 0;
-	while (got < cnt * WK_IDX_ENTRY) {
-		ssize_t r = pread(ifd, b + got, cnt * WK_IDX_ENTRY - got,
-				  (off_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (uint64_t)r;
-	}
-	cnt = got / WK_IDX_ENTRY;
 	uint64_t end = 0;
 	uint32_t maxp = 0, n = 0;
-	for (uint64_t i = 0; i < cnt && i < UINT32_MAX; i++) {
+	size_t bcap = 0;
+	for (uint64_t i = 0; i < cnt; i++) {
 		struct wk_pent *e = &d->ent[n];
 		e->off = end;
-		if (wk_idx_get(b + i * WK_IDX_ENTRY, end, &e->len,
-			       &e->partition, &e->map, &e->attempt))
-			break;
+		wk_idx_get(sc.ent + i * WK_IDX_ENTRY, end, &e->len,
+			   &e->partition, &e->map, &e->attempt);
 		end = e->off + e->len;
-		if (e->partition == WK_IDX_HOLE)
+		if (e->partition == WK_IDX_BAD) {
+			struct wk_pent *b = d->nbad < bcap ? d->bad :
+				ushi_array_grow(d->bad, &bcap, sizeof(*b));
+			if (!b) {
+				ushi_free(sc.ent);
+				return -ENOMEM;
+			}
+			d->bad = b;
+			d->bad[d->nbad++] = *e;
+		}
+		if (e->partition >= WK_IDX_BAD)
 			continue;
 		maxp = e->partition > maxp ? e->partition : maxp;
 		n++;
 	}
-	ushi_free(b);
+	ushi_free(sc.ent);
 	d->nent = n;
 	d->idx_size = size;
-	int ret = pdir_sort(d, maxp);
-	d->bytes = sizeof(*d) + (size_t)n * sizeof(*d->ent) +
+	ret = pdir_sort(d, maxp);
+	d->bytes = sizeof(*d) + (size_t)(n + d->nbad) * sizeof(*d->ent) +
 		   (d->start ? ((size_t)d->nparts + 1) * sizeof(*d->start) : 0);
 	return ret;
 }
@@ -225,7 +228,8 @@ static int pdir_build(struct wk_pdir *d, int ifd, uint64_t size)
  * cached one, or one built now (and cached, others evicted to keep the
  * budget). Returns NULL when out of memory. */
 static struct wk_pdir *pdir_get(struct wk_thread *t, uint32_t shuffle,
-				uint32_t thread, int ifd, uint64_t size)
+				uint32_t thread, int ifd, uint64_t size,
+				int lfd, uint64_t lsize)
 {
 	unsigned n = 0;
 	for (struct wk_link *l = t->pdirs.head, *nx; l; l = nx) {
@@ -247,9 +251,10 @@ static struct wk_pdir *pdir_get(struct wk_thread *t, uint32_t shuffle,
 		return NULL;
 	d->shuffle = shuffle;
 	d->thread = thread;
-	if (pdir_build(d, ifd, size)) {
+	if (pdir_build(d, ifd, lfd, size, lsize)) {
 		ushi_free(d->ent);
 		ushi_free(d->start);
+		ushi_free(d->bad);
 		ushi_free(d);
 		return NULL;
 	}
@@ -332,26 +337,41 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	char name[48];
 	int fd = open_file(t->wk, file_name(name, sizeof(name), fe, k, "log"),
 			   msg, n);
-	if (fd >= 0)
-		close(fd);
 	int ifd = fd < 0 ? fd : open_file(t->wk, file_name(name, sizeof(name),
 							  fe, k, "idx"),
 					  msg, n);
 	if (ifd == -ENOENT) {
 		*msg = 0;
+		if (fd >= 0)
+			close(fd);
 		return 0;
 	}
-	if (ifd < 0)
+	if (ifd < 0) {
+		if (fd >= 0)
+			close(fd);
 		return ifd;
-	struct stat st;
+	}
+	struct stat st, lst;
 	struct wk_pdir *d = NULL;
-	int ret = fstat(ifd, &st) ? -errno : 0;
+	int ret = fstat(ifd, &st) || fstat(fd, &lst) ? -errno : 0;
 	if (!ret && !(d = pdir_get(t, fe->shuffle, k, ifd,
-				   (uint64_t)st.st_size)))
+				   (uint64_t)st.st_size, fd,
+				   (uint64_t)lst.st_size)))
 		ret = -ENOMEM;
 	close(ifd);
+	close(fd);
 	if (ret)
 		return ret;
+	for (uint32_t i = 0; i < d->nbad; i++)
+		if (wanted(fe, d->bad[i].map, d->bad[i].attempt)) {
+			snprintf(msg, n, "shuffle %u map %u attempt %u: %u "
+				 "bytes of its frames at s%u/t%u.log offset "
+				 "%llu are damaged", fe->shuffle,
+				 d->bad[i].map, d->bad[i].attempt,
+				 d->bad[i].len, fe->shuffle, k,
+				 (unsigned long long)d->bad[i].off);
+			return USH_ECORRUPT;
+		}
 	uint32_t lo, hi;
 	pdir_range(d, fe->partition, &lo, &hi);
 	for (uint32_t i = lo; i < hi; i++) {

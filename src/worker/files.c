@@ -15,7 +15,9 @@
  * reopens at its next write. Files are closed only once synced (an
  * eviction syncs them first): an fdatasync on a later fd might miss a
  * writeback error reported to the closed one. At the first open the
- * index is checked entry by entry and cut after the last valid one.
+ * index is repaired: damaged entries rebuilt from the log or marked
+ * damaged, the torn tail cut back to the last frame that is there or is
+ * committed (docs/format.md §6).
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -270,50 +272,258 @@ static int read_all(int fd, uint8_t *p, size_t n, uint64_t off)
 	return 0;
 }
 
-/* The end of the valid entries of the index (CRC, packed frames inside
- * the log, the last one's header): what follows was never committed (a
- * commit syncs the log, then the index). Sets *end, the log's end. */
-static int valid_entries(struct wk_shuf *s, uint64_t isize, uint64_t lsize,
-			 uint64_t *n, uint64_t *end)
+/* The size of the DATA frame of shuffle whose header is at log offset
+ * at, or 0 when none is there (within lsize). */
+static uint64_t frame_at(int lfd, uint32_t shuffle, uint64_t at,
+			 uint64_t lsize)
+{
+	uint8_t h[USH_FRAME_HDR_SIZE];
+	struct ushi_frame f;
+	if (at + sizeof(h) > lsize || read_all(lfd, h, sizeof(h), at) ||
+	    frame_decode(h, &f) || f.shuffle != shuffle ||
+	    at + proto_size(&f) > lsize)
+		return 0;
+	return proto_size(&f);
+}
+
+static bool entry_ok(const uint8_t *e, uint64_t off)
+{
+	uint32_t len, part;
+	return !wk_idx_get(e, off, &len, &part, NULL, NULL) &&
+	       (part >= WK_IDX_BAD || len >= USH_FRAME_HDR_SIZE);
+}
+
+/* Rewrites the damaged entry e (at log offset at, len bytes: the next
+ * entry checks after them) from what the log holds there: the DATA frame
+ * whose header says so; else a hole, when two of its partition, map and
+ * attempt fields still say hole (one flipped bit changes one field);
+ * else a damaged extent of the map and attempt it names. */
+static void entry_rebuild(int lfd, uint32_t shuffle, uint8_t *e, uint64_t at,
+			  uint32_t len, uint64_t lsize)
+{
+	uint8_t h[USH_FRAME_HDR_SIZE];
+	struct ushi_frame f;
+	uint32_t part = get_le32(e + 4), map = get_le32(e + 8),
+		 att = get_le32(e + 12);
+	if (frame_at(lfd, shuffle, at, lsize) == len &&
+	    !read_all(lfd, h, sizeof(h), at) && !frame_decode(h, &f))
+		wk_idx_set(e, at, len, f.partition, f.map, f.attempt);
+	else if ((part == WK_IDX_HOLE) + (map == WK_IDX_HOLE) +
+		 (att == WK_IDX_HOLE) >= 2 || len < USH_FRAME_HDR_SIZE)
+		wk_idx_set(e, at, len, WK_IDX_HOLE, WK_IDX_HOLE, WK_IDX_HOLE);
+	else
+		wk_idx_set(e, at, len, WK_IDX_BAD, map, att);
+}
+
+/* The length of damaged entry i at log offset at: the one after which
+ * entry i + 1 checks, among its stored len with at most one bit flipped
+ * and the size of the frame at that offset; for the last entry, that
+ * frame's size. 0 when none fits. */
+static uint32_t resync(int lfd, uint32_t shuffle, const uint8_t *b,
+		       uint64_t i, uint64_t cnt, uint64_t at, uint64_t lsize)
+{
+	uint32_t stored = get_le32(b + i * WK_IDX_ENTRY);
+	uint64_t fsize = frame_at(lfd, shuffle, at, lsize);
+	if (i + 1 == cnt)
+		return (uint32_t)fsize;
+	const uint8_t *next = b + (i + 1) * WK_IDX_ENTRY;
+	for (int k = -1; k <= 32; k++) {
+		uint64_t len = k < 0 ? stored : k < 32 ? stored ^ 1u << k :
+							  fsize;
+		if (len && len <= UINT32_MAX && entry_ok(next, at + len))
+			return (uint32_t)len;
+	}
+	return 0;
+}
+
+int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
+		uint64_t lsize, struct wk_scan *sc)
 {
 	uint64_t cnt = isize / WK_IDX_ENTRY, e = 0, i = 0;
-	*n = *end = 0;
+	*sc = (struct wk_scan){0};
 	if (!cnt)
 		return 0;
 	uint8_t *b = ushi_malloc(cnt * WK_IDX_ENTRY);
 	if (!b)
 		return -ENOMEM;
-	int ret = read_all(s->ifd, b, cnt * WK_IDX_ENTRY, 0);
+	/* A reader may race the owner's repair: what is there is used. */
+	uint64_t got = 0;
+	ssize_t r = 1;
+	while (got < cnt * WK_IDX_ENTRY && (r > 0 || (r < 0 && errno == EINTR)))
+		if ((r = pread(ifd, b + got, cnt * WK_IDX_ENTRY - got,
+			       (off_t)got)) > 0)
+			got += (uint64_t)r;
+	int ret = r < 0 ? -errno : 0;
+	cnt = got / WK_IDX_ENTRY;
+	sc->fixed = cnt;
 	for (; !ret && i < cnt; i++) {
-		uint32_t len, part;
-		if (wk_idx_get(b + i * WK_IDX_ENTRY, e, &len, &part, NULL,
-			       NULL) ||
-		    (part != WK_IDX_HOLE && len < USH_FRAME_HDR_SIZE) ||
-		    e + len > lsize)
-			break;
-		e += len;
-	}
-	/* The last frame's header where its entry says: its log bytes were
-	 * written before it (else the tail is cut before it). A hole after
-	 * it holds no frame to look at. The lengths are known valid. */
-	for (uint64_t k = i, fe = e; !ret && k; k--) {
-		const uint8_t *ent = b + (k - 1) * WK_IDX_ENTRY;
-		uint64_t at = fe - get_le32(ent);
-		uint8_t h[USH_FRAME_HDR_SIZE];
-		struct ushi_frame f;
-		if (get_le32(ent + 4) != WK_IDX_HOLE) {
-			if (!read_all(s->fd, h, sizeof(h), at) &&
-			    !frame_decode(h, &f) && at + proto_size(&f) == fe)
+		uint8_t *ent = b + i * WK_IDX_ENTRY;
+		if (!entry_ok(ent, e)) {
+			uint32_t len = resync(lfd, shuffle, b, i, cnt, e, lsize);
+			if (!len)
 				break;
-			i = k - 1;
-			e = at;
+			entry_rebuild(lfd, shuffle, ent, e, len, lsize);
+			sc->fixed = sc->fixed < i ? sc->fixed : i;
 		}
-		fe = at;
+		e += get_le32(ent);
 	}
-	ushi_free(b);
-	*n = i;
-	*end = e;
-	return ret;
+	if (ret) {
+		ushi_free(b);
+		return ret;
+	}
+	sc->ent = b;
+	sc->n = i;
+	sc->end = e;
+	/* Zeros are entries never written (a crash's torn tail); anything
+	 * else is damage that whatever follows may be committed behind. */
+	for (uint64_t k = i * WK_IDX_ENTRY; k < cnt * WK_IDX_ENTRY; k++)
+		sc->stuck |= b[k] != 0;
+	return 0;
+}
+
+bool wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
+		  uint32_t attempt)
+{
+	pthread_mutex_lock(&wk->lock);
+	struct wk_attempt *a = wk_attempt_find(wk, shuffle, map, attempt);
+	bool yes = a && a->state == WK_COMMITTED;
+	pthread_mutex_unlock(&wk->lock);
+	return yes;
+}
+
+/* Cuts the extents at the end of the scan whose log bytes were never
+ * written (past the log's end, or no frame header where their entry
+ * says), back to the last frame that is there: a crash's torn tail. An
+ * attempt committed here is never cut: its damaged frame is marked so
+ * (readers of it get USH_ECORRUPT), and appends go after it. */
+static void cut_torn_tail(struct wk_shuf *s, struct wk_scan *sc,
+			  uint64_t lsize)
+{
+	for (uint64_t k = sc->n, fe = sc->end; k; k--) {
+		uint8_t *ent = sc->ent + (k - 1) * WK_IDX_ENTRY;
+		uint32_t len = get_le32(ent), part = get_le32(ent + 4),
+			 map = get_le32(ent + 8), att = get_le32(ent + 12);
+		uint64_t at = fe - len;
+		fe = at;
+		if (part == WK_IDX_HOLE)
+			continue;
+		if (part == WK_IDX_BAD ||
+		    frame_at(s->fd, s->shuffle, at, lsize) == len)
+			return;
+		if (wk_committed(s->t->wk, s->shuffle, map, att)) {
+			wk_idx_set(ent, at, len, WK_IDX_BAD, map, att);
+			sc->fixed = sc->fixed < k - 1 ? sc->fixed : k - 1;
+			return;
+		}
+		sc->n = k - 1;
+		sc->end = at;
+		sc->fixed = sc->fixed < sc->n ? sc->fixed : sc->n;
+	}
+}
+
+/* The scan stopped at an entry it could not read, with log bytes after
+ * it that may hold committed frames: they are kept, listed as damaged
+ * extents of no map (a reader of a map whose frames lie there misses
+ * batches: USH_ECORRUPT naming it), and appends go after them. */
+static int keep_unread(struct wk_shuf *s, struct wk_scan *sc, uint64_t lsize)
+{
+	const uint64_t chunk = 1u << 30; /* an entry's length is 32 bits */
+	uint64_t extra = (lsize - sc->end + chunk - 1) / chunk;
+	uint8_t *b = ushi_malloc((sc->n + extra) * WK_IDX_ENTRY);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b, sc->ent, sc->n * WK_IDX_ENTRY);
+	ushi_free(sc->ent);
+	sc->ent = b;
+	wk_log(s->t->wk, 0, "%s/s%u/t%u.idx: entry %llu is unreadable: the "
+	       "log's %llu bytes from offset %llu are kept as damaged (a "
+	       "committed map with frames there reads as USH_ECORRUPT)",
+	       s->t->wk->dir, s->shuffle, s->t->idx,
+	       (unsigned long long)sc->n,
+	       (unsigned long long)(lsize - sc->end),
+	       (unsigned long long)sc->end);
+	sc->fixed = sc->fixed < sc->n ? sc->fixed : sc->n;
+	while (sc->end < lsize) {
+		uint64_t len = lsize - sc->end < chunk ? lsize - sc->end : chunk;
+		wk_idx_set(b + sc->n++ * WK_IDX_ENTRY, sc->end, (uint32_t)len,
+			   WK_IDX_BAD, WK_IDX_HOLE, WK_IDX_HOLE);
+		sc->end += len;
+	}
+	return 0;
+}
+
+/* Logs each extent the repair marked damaged: whose it is and where. */
+static void report_bad(struct wk_shuf *s, const struct wk_scan *sc)
+{
+	uint64_t at = 0;
+	for (uint64_t i = 0; i < sc->n; i++) {
+		const uint8_t *ent = sc->ent + i * WK_IDX_ENTRY;
+		if (i >= sc->fixed && get_le32(ent + 4) == WK_IDX_BAD &&
+		    get_le32(ent + 8) != WK_IDX_HOLE)
+			wk_log(s->t->wk, 0, "%s/s%u/t%u.log offset %llu: %u "
+			       "bytes of shuffle %u map %u attempt %u are "
+			       "damaged (index entry %llu): its readers get "
+			       "USH_ECORRUPT", s->t->wk->dir, s->shuffle,
+			       s->t->idx, (unsigned long long)at,
+			       get_le32(ent), s->shuffle, get_le32(ent + 8),
+			       get_le32(ent + 12), (unsigned long long)i);
+		at += get_le32(ent);
+	}
+}
+
+/* The repair at the first open: damaged entries rewritten (rebuilt from
+ * the log, or marked damaged), the torn tail cut, never a committed
+ * frame. Sets *n and *end, the index's entries and the log's end. */
+static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
+		  uint64_t lsize, uint64_t *n, uint64_t *end)
+{
+	struct ush_worker *wk = s->t->wk;
+	struct wk_scan sc;
+	int ret = wk_idx_scan(s->ifd, s->fd, s->shuffle, isize, lsize, &sc);
+	if (ret)
+		return ushi_fail(ret, "worker: reading %s/%s", wk->dir, ipath);
+	if (sc.stuck && sc.end < lsize)
+		ret = keep_unread(s, &sc, lsize);
+	else
+		cut_torn_tail(s, &sc, lsize);
+	if (ret) {
+		ushi_free(sc.ent);
+		return ushi_fail(ret, "worker: repairing %s/%s", wk->dir, ipath);
+	}
+	*n = sc.n;
+	*end = sc.end;
+	if (sc.fixed < sc.n) {
+		report_bad(s, &sc);
+		wk_log(wk, 0, "%s/%s: damaged at entry %llu: rewritten from "
+		       "there (entries rebuilt from the log's frame headers, "
+		       "or marked damaged)", wk->dir, ipath,
+		       (unsigned long long)sc.fixed);
+		uint64_t off = sc.fixed * WK_IDX_ENTRY;
+		ret = pwrite(s->ifd, sc.ent + off, (sc.n - sc.fixed) *
+			     WK_IDX_ENTRY, (off_t)off) < 0 ? -errno : 0;
+	}
+	ushi_free(sc.ent);
+	uint64_t isz = sc.n * WK_IDX_ENTRY;
+	if (!ret && (isz != isize || sc.end != lsize)) {
+		/* Index and log shrink only by a torn tail; they grow to
+		 * hold extents kept as damaged (a committed frame past the
+		 * log's end, or bytes after an unreadable entry). */
+		if (isz < isize || sc.end < lsize)
+			wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of "
+			       "uncommitted index and %llu of log", wk->dir,
+			       s->shuffle, s->t->idx,
+			       (unsigned long long)(isize > isz ? isize - isz :
+								  0),
+			       (unsigned long long)(lsize > sc.end ?
+						    lsize - sc.end : 0));
+		if (ftruncate(s->ifd, (off_t)isz) ||
+		    ftruncate(s->fd, (off_t)sc.end))
+			ret = -errno;
+	}
+	if (!ret && sc.fixed < sc.n && fdatasync(s->ifd))
+		ret = -errno;
+	return ret ? ushi_fail(ret, "worker: repairing %s/%s", wk->dir,
+			       ipath) : 0;
 }
 
 static int check_regular(struct ush_worker *wk, int fd, const char *path,
@@ -378,22 +588,11 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 	if (ret < 0)
 		return ret;
 	s->ifd = ret;
-	uint64_t n, end;
-	ret = valid_entries(s, (uint64_t)ist.st_size, (uint64_t)lst.st_size,
-			    &n, &end);
+	uint64_t n = 0, end = 0;
+	ret = repair(s, ipath, (uint64_t)ist.st_size, (uint64_t)lst.st_size,
+		     &n, &end);
 	if (ret)
-		return ushi_fail(ret, "worker: reading %s/%s", wk->dir, ipath);
-	if (n * WK_IDX_ENTRY < (uint64_t)ist.st_size ||
-	    end < (uint64_t)lst.st_size) {
-		wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of uncommitted "
-		       "index and %llu of log", wk->dir, s->shuffle, t->idx,
-		       (unsigned long long)ist.st_size - n * WK_IDX_ENTRY,
-		       (unsigned long long)lst.st_size - end);
-		if (ftruncate(s->ifd, (off_t)(n * WK_IDX_ENTRY)) ||
-		    ftruncate(s->fd, (off_t)end))
-			return ushi_fail(-errno, "worker: truncate %s/%s",
-					wk->dir, lpath);
-	}
+		return ret;
 	if (!lst.st_size || !ist.st_size)
 		s->dir_unsynced = true;
 	s->end = s->written = end;

@@ -15,8 +15,9 @@
  * An index entry is written only once the log bytes it points at are
  * (in batches of WK_IDX_BATCH, and at every sync); a commit syncs the
  * log, then writes and syncs the rest of the index. So committed entries
- * always precede any torn or dangling one, and cutting the index at the
- * first invalid entry (files.c) loses only uncommitted data.
+ * are durable before their commit, and only what follows the last commit
+ * can be torn by a crash: the repair at the first open (files.c) cuts
+ * only that, never an extent of a committed attempt.
  *
  * Errors belong to the shuffle: a failed write or sync fails every later
  * commit of that shuffle on this thread (the log may hold a hole) until

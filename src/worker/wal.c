@@ -302,6 +302,21 @@ static int read_log(struct ush_worker *wk, const char *path, bool cut,
 	return 0;
 }
 
+/* A commit of a shuffle no claim gave an owner (its claim record was
+ * skipped as corrupt) gives it the application the commit names: the
+ * writer that committed owned the shuffle then. Older records name none:
+ * the shuffle stays unowned (the start-up sweep keeps it, wk_sweep). */
+static int owner_from_commit(struct ush_worker *wk, const struct wk_rec *r)
+{
+	if (r->type != WK_REC_COMMIT || !proto_app_ok(r->app) ||
+	    wk_owner_of(wk, r->shuffle))
+		return 0;
+	wk_log(wk, 0, "shuffle %u has a commit but no claim record (one "
+	       "skipped as corrupt?): owned by application %s, which its "
+	       "commit names", r->shuffle, r->app);
+	return wk_owner_set(wk, r->shuffle, r->app);
+}
+
 int wk_log_replay(struct ush_worker *wk)
 {
 	struct item *items = NULL;
@@ -330,7 +345,8 @@ int wk_log_replay(struct ush_worker *wk)
 	if (n)
 		qsort(items, n, sizeof(*items), by_lsn);
 	for (size_t i = 0; !ret && i < n; i++)
-		if ((ret = wk_rec_apply(wk, &items[i].r)))
+		if ((ret = wk_rec_apply(wk, &items[i].r)) ||
+		    (ret = owner_from_commit(wk, &items[i].r)))
 			ushi_fail(ret, "worker: replay");
 	/* next_lsn is shared by every worker of the process: moving it back
 	 * would let a later record sort before earlier ones at replay. */

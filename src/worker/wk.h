@@ -270,6 +270,8 @@ struct wk_pdir {
 	uint32_t *start;        /* partition p: ent[start[p] .. start[p+1]),
 				   or NULL: binary search */
 	uint32_t nparts;        /* start has nparts + 1 entries */
+	struct wk_pent *bad;    /* extents the repair marked damaged */
+	uint32_t nbad;
 	size_t bytes;
 };
 
@@ -513,6 +515,30 @@ void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
  * padding before an aligned write): no frame, never fetched. DATA frames
  * have partitions below USHI_PARTS_MAX. */
 #define WK_IDX_HOLE UINT32_MAX
+/* An index entry's partition for an extent of a committed attempt that
+ * the repair found damaged (its map and attempt kept): never served, and
+ * a FETCH of that attempt fails with USH_ECORRUPT. Map and attempt
+ * WK_IDX_HOLE: log bytes after an unreadable entry, of no known map. */
+#define WK_IDX_BAD (UINT32_MAX - 1)
+/* An index as the repair scan reads it (files.c). */
+struct wk_scan {
+	uint8_t *ent;   /* its readable entries, damaged ones rewritten in
+			   memory (ushi_free) */
+	uint64_t n;     /* how many: the rest is unreadable */
+	uint64_t end;   /* the log offset after them */
+	uint64_t fixed; /* the first entry rewritten (n: none) */
+	bool stuck;     /* stopped at an entry that is not zeros */
+};
+/* Reads the index (ifd, isize bytes) of shuffle's log (lfd, lsize bytes)
+ * up to the first entry it cannot place: an entry whose CRC or bounds
+ * fail, when the next entry checks after it, is rebuilt from the frame
+ * header at its offset, or made a hole or a damaged extent (WK_IDX_BAD,
+ * of the attempt it names). Returns 0 or -errno. */
+int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
+		uint64_t lsize, struct wk_scan *sc);
+/* Whether the attempt is committed here (takes wk->lock). */
+bool wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
+		  uint32_t attempt);
 /* Writes the index entry of len log bytes at offset off to e. */
 void wk_idx_set(uint8_t *e, uint64_t off, uint32_t len, uint32_t partition,
 		uint32_t map, uint32_t attempt);
