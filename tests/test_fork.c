@@ -91,12 +91,16 @@ static void child_wait(pid_t pid)
 		fail_msg("child: status 0x%x (its stderr says why)", st);
 }
 
+/* What the child does with its copies of the parent's ring and writer:
+ * every call, then frees them; or only frees them, at once or once the
+ * parent has committed. */
+enum child { CALLS, FREE, FREE_AFTER_COMMIT };
+
 /* A writer of map 0 to target at where (a directory or workers) with
- * HALF records written and a buffer lent; the child runs child_calls(),
- * or with after_commit only frees both once the parent has committed.
- * The parent writes HALF more, commits and reads all back. */
+ * HALF records written and a buffer lent, and a child that does what
+ * child says. The parent writes HALF more, commits and reads all back. */
 static void fork_writer(enum ush_target target, const char *where,
-			bool after_commit)
+			enum child child)
 {
 	ush_ring *ring;
 	ush_writer *w;
@@ -120,22 +124,22 @@ static void fork_writer(enum ush_target target, const char *where,
 	if (pid == 0) {
 		char c;
 		close(go[1]);
-		if (!after_commit)
+		if (child == CALLS)
 			_exit(child_calls(ring, w, lent));
-		if (read(go[0], &c, 1) != 1)
+		if (child == FREE_AFTER_COMMIT && read(go[0], &c, 1) != 1)
 			_exit(3);
 		ush_writer_free(w);
 		ush_ring_free(ring);
 		_exit(0);
 	}
 	close(go[0]);
-	if (!after_commit)
+	if (child != FREE_AFTER_COMMIT)
 		child_wait(pid);
 	th_ok(ush_writer_release(w, lent));
 	write_range(w, HALF, 2 * HALF);
 	struct ush_status st[1];
 	th_ok(th_commit(w, NULL, st));
-	if (after_commit) {
+	if (child == FREE_AFTER_COMMIT) {
 		assert_int_equal(write(go[1], "g", 1), 1);
 		child_wait(pid);
 	}
@@ -151,14 +155,18 @@ static void fork_writer(enum ush_target target, const char *where,
 static void fork_disk_writer(void **state)
 {
 	(void)state;
-	fork_writer(USH_TARGET_DISK, th_scratch("fork-disk"), false);
+	fork_writer(USH_TARGET_DISK, th_scratch("fork-disk"), CALLS);
 }
 
-/* The child's free used to abort: it unlinked the committed data. */
-static void fork_disk_writer_free_after_commit(void **state)
+/* The child's free used to abort the writer: it unlinked the files, and
+ * the parent's commit failed (ENOENT) or, after it, the committed data
+ * was gone. */
+static void fork_disk_writer_free(void **state)
 {
 	(void)state;
-	fork_writer(USH_TARGET_DISK, th_scratch("fork-diskc"), true);
+	fork_writer(USH_TARGET_DISK, th_scratch("fork-diskf"), FREE);
+	fork_writer(USH_TARGET_DISK, th_scratch("fork-diskc"),
+		    FREE_AFTER_COMMIT);
 }
 
 static void fork_net_writer(void **state)
@@ -167,7 +175,19 @@ static void fork_net_writer(void **state)
 	char addr[64] = "";
 	ush_worker *wk = th_worker_embed(th_scratch("fork-net"), 1, addr,
 					 sizeof(addr));
-	fork_writer(USH_TARGET_NET, addr, false);
+	fork_writer(USH_TARGET_NET, addr, CALLS);
+	ush_worker_free(wk);
+}
+
+/* The child's free used to shut the parent's connections down: its
+ * commit failed (ECONNRESET). */
+static void fork_net_writer_free(void **state)
+{
+	(void)state;
+	char addr[64] = "";
+	ush_worker *wk = th_worker_embed(th_scratch("fork-netf"), 1, addr,
+					 sizeof(addr));
+	fork_writer(USH_TARGET_NET, addr, FREE);
 	ush_worker_free(wk);
 }
 
@@ -242,9 +262,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(fork_disk_writer, th_teardown),
-		cmocka_unit_test_teardown(fork_disk_writer_free_after_commit,
-					  th_teardown),
+		cmocka_unit_test_teardown(fork_disk_writer_free, th_teardown),
 		cmocka_unit_test_teardown(fork_net_writer, th_teardown),
+		cmocka_unit_test_teardown(fork_net_writer_free, th_teardown),
 		cmocka_unit_test_teardown(fork_disk_reader, th_teardown),
 		cmocka_unit_test_teardown(fork_net_reader, th_teardown),
 	};
