@@ -283,8 +283,8 @@ static void ring_free_with_writer(void)
 static void misuse_ring_free_with_writer(void **state)
 {
 	(void)state;
-	expect_abort(ring_free_with_writer, "ush_ring_free: 1 writer still "
-		     "open on the ring: free them first");
+	expect_abort(ring_free_with_writer, "ush_ring_free: writers still "
+		     "open on the ring (1): free them first");
 }
 
 /* ------------------------------------------------------- pool level */

@@ -268,16 +268,17 @@ void ush_ring_free(ush_ring *r)
 		ushi_panic("%s", ush_last_error());
 	/* Their buffers are in the pool, their ops in the ring. */
 	if (r->writers)
-		ushi_panic("ush_ring_free: %u writer%s still open on the ring: "
-			   "free them first", r->writers,
-			   r->writers > 1 ? "s" : "");
+		ushi_panic("ush_ring_free: writers still open on the ring (%u): "
+			   "free them first", r->writers);
 	/* Drain so no callback can fire into freed owners; a refused ring's
 	 * armed ops are dropped, as queue_exit does. */
 	if (!child && (r->live || r->refused))
 		ring_drain(r);
 	/* Not ring_fd >= 0: liburing 2.5 on zeroes the ring before setup, so
-	 * a failed one reads fd 0. In a child, queue_exit's unregister of
-	 * the ring fd is the child's own (none) or refused (SINGLE_ISSUER). */
+	 * a failed one reads fd 0. In a child, the unregister of the ring fd
+	 * that queue_exit makes is refused (SINGLE_ISSUER: another task) or,
+	 * before Linux 6.0, acts on the child's table of registered rings,
+	 * never on the parent's. */
 	if (r->live)
 		io_uring_queue_exit(&r->uring);
 	sync_destroy(&r->sync);
