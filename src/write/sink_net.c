@@ -498,7 +498,8 @@ static int arm_recv(struct ush_ring *r, struct conn *c)
 
 /* Closes the sockets, after shutdown() or, in a fork() child, without:
  * a close is no FIN while the parent's descriptor of the socket stays
- * open. Frames still queued or in flight stay allocated. */
+ * open. A child's frames still queued or in flight at the fork stay
+ * allocated: their completions are the parent's. */
 static void net_free(struct net *n)
 {
 	for (unsigned i = 0; i < n->nc; i++)
