@@ -14,7 +14,17 @@
 #include <unistd.h>
 
 #define PARTS 4u
-#define HALF 2000u /* records before the fork, and after it */
+#define HALF 6000u /* records before the fork, and after it */
+
+/* A ring with a small pool: a fork copies the registered (pinned) pages
+ * at once. */
+static int ring_create(ush_ring **ring)
+{
+	struct ush_ring_opts o;
+	ush_ring_opts_init(&o);
+	o.pool_bytes = 2u << 20;
+	return ush_ring_create(ring, &o);
+}
 
 /* In the child (no cmocka there): a call that must be refused. */
 static void refused(int ret, const char *what, int *bad)
@@ -35,7 +45,7 @@ static int own_ring_works(void)
 	ush_writer *w;
 	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = PARTS,
 		.target = USH_TARGET_NULL};
-	int ret = ush_ring_create(&ring, NULL);
+	int ret = ring_create(&ring);
 	if (!ret) {
 		ret = ush_writer_open(&w, ring, &wo);
 		if (!ret)
@@ -110,7 +120,7 @@ static void fork_writer(enum ush_target target, const char *where,
 		wo.dir = where;
 	else
 		wo.workers = where;
-	th_ok(ush_ring_create(&ring, NULL));
+	th_ok(ring_create(&ring));
 	th_ok(ush_writer_open(&w, ring, &wo));
 	write_range(w, 0, HALF);
 	void *lent;
@@ -204,7 +214,7 @@ static void fork_reader(enum ush_target target, const char *where)
 		wo.dir = where;
 	else
 		wo.workers = where;
-	th_ok(ush_ring_create(&ring, NULL));
+	th_ok(ring_create(&ring));
 	th_ok(ush_writer_open(&w, ring, &wo));
 	write_range(w, 0, 2 * HALF);
 	struct ush_status st;
