@@ -251,7 +251,9 @@ static void *other_thread(void *arg)
 }
 
 /* Another thread is refused with -EINVAL and a message, and the writer
- * goes on working for its creator. */
+ * goes on working for its creator. With writes in flight: its commit
+ * drained them first, and aborted the process once the reap from the
+ * wrong thread had failed 1000 times. */
 static void other_thread_refused(void **state)
 {
 	(void)state;
@@ -259,6 +261,8 @@ static void other_thread_refused(void **state)
 	ush_ring *r = ring_of(4 * MiB, 64, 0);
 	ush_writer *w = disk_writer(r, dir, 0);
 	uint8_t rec[100] = {1};
+	for (int i = 0; i < 20000; i++) /* 2 MB: 30 frames */
+		th_ok(ush_writer_write(w, 1, rec, sizeof(rec)));
 	th_ok(ush_writer_write(w, 0, rec, sizeof(rec)));
 	struct other o = {.ring = r, .w = w};
 	size_t cap;

@@ -271,6 +271,22 @@ static void misuse_free_from_other_thread(void **state)
 		     "a thread other than the one that created it");
 }
 
+/* The writer's buffers are in the ring's pool, its ops in the ring: a
+ * free of the ring under it was a use after free. */
+static void ring_free_with_writer(void)
+{
+	child_open();
+	CHILD_OK(ush_writer_write(w, 0, "record", 6));
+	ush_ring_free(ring);
+}
+
+static void misuse_ring_free_with_writer(void **state)
+{
+	(void)state;
+	expect_abort(ring_free_with_writer, "ush_ring_free: writers still "
+		     "open on the ring (1): free them first");
+}
+
 /* ------------------------------------------------------- pool level */
 
 static struct ushi_pool pool;
@@ -378,6 +394,7 @@ int main(void)
 		cmocka_unit_test(misuse_swap_foreign_pointer),
 		cmocka_unit_test(misuse_release_foreign_pointer),
 		cmocka_unit_test(misuse_free_from_other_thread),
+		cmocka_unit_test(misuse_ring_free_with_writer),
 		cmocka_unit_test(misuse_pool_put_twice),
 		cmocka_unit_test(misuse_wrong_transition),
 	};

@@ -17,6 +17,15 @@
  * thread. A reader is independent of rings: any thread may use it, one at
  * a time.
  *
+ * fork(): a child's copies of its parent's rings, writers and readers are
+ * not its own. Every call on them but the getters and the free calls
+ * changes nothing and returns -EPERM ("... a fork() child of the process
+ * that created the object"). The free calls release only the child's
+ * copies (memory, its copies of descriptors): no file is unlinked, no
+ * connection shut down and nothing in flight is waited for, so the parent
+ * goes on, commits and reads as if there were no child. A child creates
+ * its own rings, writers and readers.
+ *
  * Asynchronous contract: once a call that hands a buffer over returns an
  * error, that buffer was not handed over and no completion for it will fire.
  *
@@ -28,7 +37,9 @@
  *    swapped or released ("not owned"); a pointer kept past
  *    ush_writer_free() is caught so only until its buffer is lent again;
  *  - ush_writer_free() or ush_ring_free() from a thread other than the
- *    ring's creator.
+ *    ring's creator;
+ *  - ush_ring_free() of a ring with writers still open ("writers still
+ *    open on the ring").
  */
 #ifndef USHUFFLE_H
 #define USHUFFLE_H
@@ -204,7 +215,7 @@ USH_SIZED_INIT(ush_ring_opts)
  */
 USH_API int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts);
 /* Frees the ring, from its creator thread. Every writer opened on it must
- * be freed first. */
+ * be freed first (else an abort, above). */
 USH_API void ush_ring_free(ush_ring *ring);
 
 struct ush_ring_info {

@@ -178,3 +178,82 @@ def test_closed_objects_raise(tmp_path):
         w.close()
     """)
     _child(code, "writer is closed\n" * 3, d)
+
+
+def test_close_from_another_thread_raises(tmp_path):
+    """close() of a Ring or of its Writer from another thread than the
+    ring's raises ValueError and frees nothing: the library aborted the
+    interpreter ("ushuffle: BUG: ... ring used from a thread other than
+    the one that created it")."""
+    code = textwrap.dedent(f"""
+        import threading, ushuffle
+        ring = ushuffle.Ring()
+        w = ushuffle.Writer(ring, 1, 0, 0, 2, target="disk",
+                            dir={str(tmp_path)!r})
+        w.write(0, b"x" * 100)
+        def other():
+            for h in (w, ring):
+                try:
+                    h.close()
+                except ValueError as e:
+                    print(e)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        w.write(1, b"y")  # both still open, for their thread
+        w.close()
+        ring.close()
+    """)
+    _child(code, "writer.close() from a thread other than the one that "
+           "created its ring: a ring and its writers are closed by that "
+           "thread\nring.close() from a thread other than the one that "
+           "created its ring: a ring and its writers are closed by that "
+           "thread\n", tmp_path)
+
+
+def test_forked_children_leave_the_parents_output(tmp_path):
+    """A child made by os.fork() is refused every call on its parent's
+    Writer (EPERM), and its Writer.__del__ frees only its copy: it aborted
+    the parent's writer, unlinking its files before the parent's commit
+    (which failed, ENOENT) or after it (the committed data was gone)."""
+    code = textwrap.dedent(f"""
+        import os, shutil, sys, ushuffle
+        d = {str(tmp_path / "out")!r}
+        ring = ushuffle.Ring()
+        w = ushuffle.Writer(ring, 5, 0, 0, 2, target="disk", dir=d)
+        rec = lambda i: b"%06d" % i * 50
+        n = 4000
+        for i in range(n // 2):
+            w.write(i % 2, rec(i))
+        go_r, go_w = os.pipe()
+        sys.stdout.flush()
+        a = os.fork()
+        if a == 0:  # calls, then drops its copy before the commit
+            for call in (lambda: w.write(0, b"x"), w.commit, w.abort):
+                try:
+                    call()
+                except ushuffle.Error as e:
+                    print("child:", e.name)
+            del w
+            sys.exit(0)
+        os.waitpid(a, 0)
+        b = os.fork()
+        if b == 0:  # drops its copy after the commit
+            os.read(go_r, 1)
+            del w
+            sys.exit(0)
+        for i in range(n // 2, n):
+            w.write(i % 2, rec(i))
+        st = w.commit()
+        os.write(go_w, b"g")
+        os.waitpid(b, 0)
+        w.close()
+        ring.close()
+        got = []
+        for p in range(2):
+            with ushuffle.Reader(p, [st]) as r:
+                got += [bytes(v) for v in r]
+        print(sorted(got) == sorted(rec(i) for i in range(n)))
+        shutil.rmtree(d)
+    """)
+    _child(code, "child: EPERM\n" * 3 + "True\n", tmp_path)

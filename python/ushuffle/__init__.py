@@ -151,6 +151,7 @@ class _Handle:
     other use once closed raises ValueError."""
     _p = None
     _kind = "object"
+    _thread = None  # the only thread that may free it; None: any
 
     def _h(self):
         """The C handle, while open."""
@@ -160,6 +161,13 @@ class _Handle:
 
     def close(self):
         if self._p is not None:
+            # The library aborts the process on a free from another
+            # thread than the ring's creator.
+            if self._thread not in (None, threading.get_ident()):
+                raise ValueError(
+                    f"{self._kind}.close() from a thread other than the "
+                    f"one that created its ring: a ring and its writers "
+                    f"are closed by that thread")
             p, self._p = self._p, None
             self._free(p)
 
@@ -326,6 +334,12 @@ class Writer(_Handle):
         if self._p is not None and self._key not in self._ring._writers:
             self._p = None
         return super()._h()
+
+    @property
+    def _thread(self):
+        # Once its ring's close() freed it, closing it frees nothing.
+        return self._ring._thread if self._key in self._ring._writers \
+            else None
 
     def _free(self, p):
         """Frees the writer, aborting it if it was not committed."""

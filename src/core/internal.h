@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -35,6 +36,26 @@ void ushi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Aborts with "ushuffle: BUG: <msg>": for ownership violations. */
 _Noreturn void ushi_panic(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
+
+/* fork.c: who calls. ushi_tid() is the calling thread's id. Each object
+ * keeps ushi_fork_gen from its creation: a fork() child bumps it, so an
+ * object of the parent is ushi_forked() there, and every call that could
+ * reach its files, connections or ring returns ushi_fork_refused(who)
+ * (-EPERM) instead, while its free releases only the child's memory and
+ * descriptors. */
+extern unsigned ushi_fork_gen;
+extern _Thread_local pid_t ushi_tid_cache;
+pid_t ushi_tid_slow(void);
+int ushi_fork_refused(const char *who);
+static inline pid_t ushi_tid(void)
+{
+	pid_t t = ushi_tid_cache;
+	return likely(t) ? t : ushi_tid_slow();
+}
+static inline bool ushi_forked(unsigned gen)
+{
+	return unlikely(gen != ushi_fork_gen);
+}
 
 /* api.c: extensible structs (ushuffle.h). ushi_struct_init() copies the
  * first size bytes of defaults (ours bytes) to a caller's struct of size

@@ -6,7 +6,6 @@
  * where it would become an SQE, and its results come back through the
  * same dispatch as CQEs.
  */
-#define _GNU_SOURCE /* gettid */
 #include "core/ring.h"
 #include "core/codec.h"
 #include "core/ring_sync.h"
@@ -30,6 +29,8 @@ struct ush_ring {
 	struct ush_ring_opts opts;
 	unsigned setup_flags;
 	pid_t owner;         /* the creator thread: the only one served */
+	unsigned gen;        /* ushi_fork_gen at creation */
+	unsigned writers;    /* open on it: each uses the pool */
 	bool live;           /* io_uring set up: only then is it torn down */
 	int refused;         /* -errno io_uring_setup gave: the sync backend */
 	struct ushi_sync sync;
@@ -154,22 +155,25 @@ static int register_pool(struct ush_ring *r)
 	return 0;
 }
 
-/* The calling thread's id, cached: every call on a ring compares it. */
-static pid_t self_tid(void)
-{
-	static _Thread_local pid_t tid;
-	if (unlikely(!tid))
-		tid = gettid();
-	return tid;
-}
-
 int ring_check_thread(const struct ush_ring *r, const char *who)
 {
-	if (likely(r->owner == self_tid()))
+	if (likely(r->owner == ushi_tid() && !ushi_forked(r->gen)))
 		return 0;
+	if (ushi_forked(r->gen))
+		return ushi_fork_refused(who);
 	return ushi_fail(-EINVAL, "%s: ring used from a thread other than the "
 			"one that created it (thread %d, creator %d); use one "
-			"ring per thread", who, (int)self_tid(), (int)r->owner);
+			"ring per thread", who, (int)ushi_tid(), (int)r->owner);
+}
+
+bool ring_forked(const struct ush_ring *r)
+{
+	return ushi_forked(r->gen);
+}
+
+void ring_writers(struct ush_ring *r, int n)
+{
+	r->writers += (unsigned)n;
 }
 
 int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
@@ -187,7 +191,8 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 	struct ush_ring *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "ring: allocation");
-	r->owner = self_tid();
+	r->owner = ushi_tid();
+	r->gen = ushi_fork_gen;
 	r->opts = *opts;
 	r->opts.pool_bytes = ALIGN_UP(opts->pool_bytes, opts->push_size);
 	ret = pool_init(&r->pool, r->opts.pool_bytes, r->opts.push_size);
@@ -253,19 +258,29 @@ void ush_ring_free(ush_ring *r)
 {
 	if (!r)
 		return;
+	/* A forked child's copy is unmapped and closed, never reaped: its
+	 * ops are the parent's, and a reap would take the parent's CQEs
+	 * from the ring both map. */
+	bool child = ring_forked(r);
 	/* Only the creator can reap what is in flight, and a free cannot
 	 * fail: another thread here is a bug. */
-	if (ring_check_thread(r, "ush_ring_free"))
+	if (!child && ring_check_thread(r, "ush_ring_free"))
 		ushi_panic("%s", ush_last_error());
-	/* Not ring_fd >= 0: liburing 2.5 on zeroes the ring before setup, so
-	 * a failed one reads fd 0. */
-	if (r->live) {
-		/* Drain so no callback can fire into freed owners. */
+	/* Their buffers are in the pool, their ops in the ring. */
+	if (r->writers)
+		ushi_panic("ush_ring_free: writers still open on the ring (%u): "
+			   "free them first", r->writers);
+	/* Drain so no callback can fire into freed owners; a refused ring's
+	 * armed ops are dropped, as queue_exit does. */
+	if (!child && (r->live || r->refused))
 		ring_drain(r);
+	/* Not ring_fd >= 0: liburing 2.5 on zeroes the ring before setup, so
+	 * a failed one reads fd 0. In a child, the unregister of the ring fd
+	 * that queue_exit makes is refused (SINGLE_ISSUER: another task) or,
+	 * before Linux 6.0, acts on the child's table of registered rings,
+	 * never on the parent's. */
+	if (r->live)
 		io_uring_queue_exit(&r->uring);
-	} else if (r->refused) {
-		ring_drain(r); /* armed ops are dropped, as queue_exit does */
-	}
 	sync_destroy(&r->sync);
 	pool_destroy(&r->pool);
 	codec_destroy(&r->codec);
@@ -829,7 +844,10 @@ void ring_file_del(struct ush_ring *r, int slot)
 	int none = -1;
 	if (slot < 0)
 		return;
-	io_uring_register_files_update(&r->uring, (unsigned)slot, &none, 1);
+	/* In a forked child the table is the parent's. */
+	if (!ring_forked(r))
+		io_uring_register_files_update(&r->uring, (unsigned)slot,
+					       &none, 1);
 	r->file_slots &= ~(1ull << slot);
 }
 

@@ -191,10 +191,17 @@ void ring_teardown_failed(int err, unsigned *fails);
 int ring_drain(struct ush_ring *r);
 
 /* 0 when the calling thread created r, else -EINVAL with a message
- * naming who. A ring and all on it serve their creator thread only
+ * naming who (-EPERM in a fork() child of r's process). A ring and all on it serve their creator thread only
  * (io_uring SINGLE_ISSUER, and nothing here is locked), so every entry
  * point that may submit or touch the pool checks first. */
 int ring_check_thread(const struct ush_ring *r, const char *who);
+/* Whether r is a fork() child's copy of its parent's ring (fork.c):
+ * ring_check_thread() refuses every call then, and teardown touches
+ * nothing the parent's ring still uses. */
+bool ring_forked(const struct ush_ring *r);
+/* Counts n writers opened on r (negative: freed); ush_ring_free() of a
+ * ring with writers open is a bug. */
+void ring_writers(struct ush_ring *r, int n);
 
 /* Ops started and not yet completed; ops armed and not yet ended. */
 unsigned ring_inflight(const struct ush_ring *r);

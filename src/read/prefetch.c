@@ -176,6 +176,11 @@ void prefetch_drain(struct prefetch *pf)
 		pf->slot[k].done = false;
 }
 
+void prefetch_forget(struct prefetch *pf)
+{
+	pf->inflight = 0;
+}
+
 void prefetch_destroy(struct prefetch *pf)
 {
 	prefetch_drain(pf);

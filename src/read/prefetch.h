@@ -58,6 +58,10 @@ void prefetch_reset(struct prefetch *pf, int fd, int dfd,
 int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame);
 /* Waits for every read in flight (before fds or buffers go). */
 void prefetch_drain(struct prefetch *pf);
+/* In a fork() child: its reads in flight are the parent's, completing on
+ * the ring both map, and are never waited for here (a reap would take
+ * the parent's completions). Then drain and destroy only free. */
+void prefetch_forget(struct prefetch *pf);
 void prefetch_destroy(struct prefetch *pf);
 
 #endif

@@ -82,6 +82,7 @@ struct ush_reader {
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;
+	unsigned gen;              /* ushi_fork_gen at open */
 	struct ush_reader_stats st;
 	struct ush_lat load_lat;
 };
@@ -577,6 +578,9 @@ static int net_next(struct ush_reader *r)
 
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 {
+	/* A child's reads would take the bytes of the parent's streams. */
+	if (ushi_forked(r->gen))
+		return ushi_fork_refused("reader");
 	if (r->err)
 		return r->err;
 	for (;;) {
@@ -800,6 +804,7 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	if (!r)
 		return ushi_fail(-ENOMEM, "reader: allocation");
 	r->fd = r->dfd = -1;
+	r->gen = ushi_fork_gen;
 	r->partition = o.partition;
 	ush_lat_init(&r->load_lat);
 	r->timeout_ms = o.timeout_ms ? o.timeout_ms : USHI_NET_TIMEOUT_MS;
@@ -850,6 +855,8 @@ void ush_reader_free(ush_reader *r)
 {
 	if (!r)
 		return;
+	if (ushi_forked(r->gen))
+		prefetch_forget(&r->pf);
 	ushi_count_reader(&r->st);
 	close_data(r);
 	prefetch_destroy(&r->pf);

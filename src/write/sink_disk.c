@@ -649,12 +649,20 @@ static void disk_abort(struct ush_writer *w)
 	disk_close(w, d);
 }
 
+/* The lock goes with the parent's descriptor of the same open file. */
+static void disk_release(struct ush_writer *w)
+{
+	if (w->sink_state)
+		disk_close(w, w->sink_state);
+}
+
 const struct ushi_sink_ops ushi_sink_disk = {
 	.name = "disk",
 	.open = disk_open,
 	.submit = disk_submit,
 	.commit = disk_commit,
 	.abort = disk_abort,
+	.release = disk_release,
 	.drain = disk_drain,
 	.flush = disk_flush,
 	.pack_room = disk_pack_room,

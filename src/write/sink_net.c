@@ -496,6 +496,20 @@ static int arm_recv(struct ush_ring *r, struct conn *c)
 	return 0;
 }
 
+/* Closes the sockets, after shutdown() or, in a fork() child, without:
+ * a close is no FIN while the parent's descriptor of the socket stays
+ * open. A child's frames still queued or in flight at the fork stay
+ * allocated: their completions are the parent's. */
+static void net_free(struct net *n)
+{
+	for (unsigned i = 0; i < n->nc; i++)
+		if (n->c[i].fd >= 0)
+			close(n->c[i].fd);
+	ushi_free(n->place);
+	ushi_free(n->c);
+	ushi_free(n);
+}
+
 static void close_all(struct net *n)
 {
 	struct ush_ring *r = n->w->ring;
@@ -516,12 +530,7 @@ static void close_all(struct net *n)
 			break;
 		ring_teardown_failed(ring_reap(r, 1), &fails);
 	}
-	for (unsigned i = 0; i < n->nc; i++)
-		if (n->c[i].fd >= 0)
-			close(n->c[i].fd);
-	ushi_free(n->place);
-	ushi_free(n->c);
-	ushi_free(n);
+	net_free(n);
 }
 
 /* Whether a worker of pl[0..k) has label l. */
@@ -999,12 +1008,20 @@ static void net_abort(struct ush_writer *w)
 	w->sink_state = NULL;
 }
 
+static void net_release(struct ush_writer *w)
+{
+	if (w->sink_state)
+		net_free(w->sink_state);
+	w->sink_state = NULL;
+}
+
 const struct ushi_sink_ops ushi_sink_net = {
 	.name = "net",
 	.open = net_open,
 	.submit = net_submit,
 	.commit = net_commit,
 	.abort = net_abort,
+	.release = net_release,
 	.drain = net_drain,
 	.flush = net_flush,
 };

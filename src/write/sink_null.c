@@ -84,6 +84,7 @@ const struct ushi_sink_ops ushi_sink_null = {
 	.submit = null_submit,
 	.commit = null_commit,
 	.abort = null_abort,
+	.release = null_abort,
 	.pack_room = null_pack_room,
 	.pack_add = null_pack_add,
 };

@@ -700,7 +700,11 @@ int ush_writer_status(const ush_writer *w, struct ush_status *st)
 
 int ush_writer_commit(ush_writer *w, struct ush_part_stats *parts)
 {
-	int ret = check_open(w);
+	/* Not even the drain below: it would reap another's ring. */
+	int ret = ring_check_thread(w->ring, "writer");
+	if (ret)
+		return ret;
+	ret = check_open(w);
 	if (!ret)
 		ret = stage_flush(w);
 	for (uint32_t i = 0; !ret && i < w->o.partitions; i++)
@@ -870,6 +874,7 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 		ush_writer_free(w);
 		return ret;
 	}
+	ring_writers(ring, 1);
 	*out = w;
 	return 0;
 }
@@ -878,13 +883,20 @@ void ush_writer_free(ush_writer *w)
 {
 	if (!w)
 		return;
+	/* A fork() child's copy is released, not aborted: the files and
+	 * connections an abort would drop are the parent's. */
+	bool child = w->sink && ring_forked(w->ring);
 	/* As in ush_ring_free(): only the creator can reap. */
-	if (w->sink && ring_check_thread(w->ring, "ush_writer_free"))
+	if (w->sink && !child && ring_check_thread(w->ring, "ush_writer_free"))
 		ushi_panic("%s", ush_last_error());
-	if (w->sink && w->state == W_OPEN)
+	if (child)
+		w->sink->release(w);
+	else if (w->sink && w->state == W_OPEN)
 		ush_writer_abort(w);
-	if (w->sink)
+	if (w->sink && !child)
 		ushi_count_writer(&w->st, w->state == W_COMMITTED);
+	if (w->sink)
+		ring_writers(w->ring, -1);
 	/* What the caller never released; its pointers die here. */
 	while (w->lent.next != &w->lent) {
 		struct ushi_buf *b = w->lent.next;

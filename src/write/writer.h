@@ -22,6 +22,11 @@ struct ushi_sink_ops {
 	int (*commit)(struct ush_writer *w);
 	/* Nothing is in flight: drop partial output. */
 	void (*abort)(struct ush_writer *w);
+	/* In a fork() child (ring_forked()), at free: closes the sink's
+	 * copies of its descriptors and frees its memory, and does nothing
+	 * else: the files, connections and ops in flight are the parent's.
+	 * Called with or without sink state. */
+	void (*release)(struct ush_writer *w);
 	/* Optional: waits until w->inflight is 0 (called only while it is
 	 * not), for sinks whose completions a stalled peer can withhold.
 	 * Returns 0 or a ring error. Without it the writer reaps. */
