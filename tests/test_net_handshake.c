@@ -122,7 +122,7 @@ static void unauthenticated_memory_is_bounded(void **state)
 		(void)!send(fd[i], b, k, MSG_NOSIGNAL);
 	}
 	int refused = 0;
-	char msg[600], last[600] = "";
+	char msg[600], last[640] = "";
 	for (int i = 0; i < n; i++) {
 		int code = answer(fd[i], msg, sizeof(msg));
 		if (code == -EPROTO && strstr(msg, "frame before HELLO"))
