@@ -92,7 +92,8 @@ static int read_whole(int fd, const struct stat *st, uint8_t *tmp, size_t n)
 	if (fstat(fd, &now))
 		return -errno;
 	if ((got < n && (off_t)got != st->st_size) ||
-	    now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+	    now.st_size != st->st_size ||
+	    now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
 	    now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
 	    now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
 	    now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
