@@ -513,14 +513,15 @@ static void insecure_rules(void **state)
 	snprintf(dir, sizeof(dir), "%s", th_tmpdir("auth-insecure"));
 	snprintf(d, sizeof(d), "--dir=%s", dir);
 	const char *any[] = {"--listen=0.0.0.0:0", d, "--insecure", NULL};
-	assert_int_equal(run_worker(any, err, sizeof(err)), 1);
+	/* Exit 2, as any option the worker refuses. */
+	assert_int_equal(run_worker(any, err, sizeof(err)), 2);
 	print_message("%s", err);
 	assert_non_null(strstr(err, "not a loopback address"));
 	const char *forced[] = {"--listen=0.0.0.0:0", d, "--insecure",
 				"--insecure-non-loopback", NULL};
 	assert_int_equal(run_worker(forced, err, sizeof(err)), 0);
 	const char *none[] = {"--listen=127.0.0.1:0", d, NULL};
-	assert_int_equal(run_worker(none, err, sizeof(err)), 1);
+	assert_int_equal(run_worker(none, err, sizeof(err)), 2);
 	print_message("%s", err);
 	assert_non_null(strstr(err, "no secret"));
 	/* A loopback --insecure worker without a secret (its environment

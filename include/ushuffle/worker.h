@@ -117,7 +117,8 @@ USH_SIZED_INIT(ush_worker_opts)
  * replays the commit logs in dir and sweeps what no application owns. Serves nothing until
  * ush_worker_start() or ush_worker_run(). opts is copied (NULL: the
  * defaults). Returns 0 and *out, which the caller frees with
- * ush_worker_free(), or an error.
+ * ush_worker_free(), or an error: -EINVAL for options that do not work
+ * (a bad value, insecure off loopback, no secret).
  */
 USH_API int ush_worker_create(ush_worker **out,
 			      const struct ush_worker_opts *opts);

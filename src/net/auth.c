@@ -71,55 +71,97 @@ int auth_secret_len_ok(size_t len, const char *what)
 	return 0;
 }
 
+/* One read of the whole file open at fd (a regular file, *st its state
+ * when opened) into tmp (n bytes at most): its length, or -EAGAIN when
+ * the file changed meanwhile (a write in place: its size or times moved,
+ * or the bytes read are not its size), or -errno. */
+static int read_whole(int fd, const struct stat *st, uint8_t *tmp, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, tmp + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	struct stat now;
+	if (fstat(fd, &now))
+		return -errno;
+	if ((got < n && (off_t)got != st->st_size) ||
+	    now.st_size != st->st_size ||
+	    now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+	    now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+	    now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+	    now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
+		return -EAGAIN;
+	return (int)got;
+}
+
+/* Tries before a file that keeps changing as it is read is refused. */
+#define READ_TRIES 4
+
+/*
+ * Opens path without blocking (a FIFO or a device there must not stall
+ * a worker thread: only a regular file is read) and reads it whole into
+ * tmp; a file that changes while it is read is read again from a new
+ * open, READ_TRIES times at most, and never taken half.
+ */
+static int read_secret_file(int dirfd, const char *path, bool nofollow,
+			    uint8_t *tmp, size_t n, bool *loose)
+{
+	int ret = -EAGAIN;
+	for (int i = 0; i < READ_TRIES && ret == -EAGAIN; i++) {
+		int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY |
+				O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+		if (fd < 0)
+			return ushi_fail(-errno, "auth: secret file %s: %s",
+					path, strerror(errno));
+		struct stat st;
+		ret = fstat(fd, &st) ? -errno : 0;
+		if (!ret && !S_ISREG(st.st_mode)) {
+			close(fd);
+			return ushi_fail(-EINVAL, "auth: secret file %s is not "
+					"a regular file", path);
+		}
+		if (!ret) {
+			*loose = (st.st_mode & 077) != 0;
+			ret = read_whole(fd, &st, tmp, n);
+		}
+		close(fd);
+	}
+	if (ret == -EAGAIN)
+		return ushi_fail(ret, "auth: secret file %s changed while it "
+				"was read, %d times in a row: write a new file "
+				"and rename it over the old one", path,
+				READ_TRIES);
+	if (ret < 0)
+		return ushi_fail(ret, "auth: reading secret file %s: %s", path,
+				strerror(-ret));
+	return ret;
+}
+
 int auth_read_secret(int dirfd, const char *path, bool nofollow,
 		     uint8_t *buf, bool *loose)
 {
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY |
-			(nofollow ? O_NOFOLLOW : 0));
-	if (fd < 0)
-		return ushi_fail(-errno, "auth: secret file %s: %s", path,
-				strerror(errno));
-	struct stat st;
-	int ret = 0;
-	if (fstat(fd, &st))
-		ret = -errno;
-	else if (!S_ISREG(st.st_mode))
-		ret = -EINVAL;
-	if (ret) {
-		close(fd);
-		return ushi_fail(ret, "auth: secret file %s is not a regular "
-				"file", path);
-	}
-	*loose = (st.st_mode & 077) != 0;
 	/* Room for the longest secret, its "\r\n" and one byte more: a
 	 * file that fills it is too long, whatever follows. */
 	uint8_t tmp[USHI_SECRET_MAX + 3];
-	size_t n = 0;
-	while (n < sizeof(tmp)) {
-		ssize_t r = read(fd, tmp + n, sizeof(tmp) - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = ushi_fail(-errno, "auth: reading secret file %s",
-				       path);
-			break;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	if (ret)
-		return ret;
+	int ret = read_secret_file(dirfd, path, nofollow, tmp, sizeof(tmp),
+				   loose);
+	size_t n = ret > 0 ? (size_t)ret : 0;
 	if (n && tmp[n - 1] == '\n')
 		n -= n >= 2 && tmp[n - 2] == '\r' ? 2 : 1;
-	if (n > USHI_SECRET_MAX)
-		return ushi_fail(-EINVAL, "auth: the secret in %s is longer than "
-				"%u bytes", path, USHI_SECRET_MAX);
-	memcpy(buf, tmp, n);
-	explicit_bzero(tmp, sizeof(tmp));
 	char what[300];
 	snprintf(what, sizeof(what), "in %.280s", path);
-	ret = auth_secret_len_ok(n, what);
+	if (ret >= 0 && n > USHI_SECRET_MAX)
+		ret = ushi_fail(-EINVAL, "auth: the secret in %s is longer than "
+				"%u bytes", path, USHI_SECRET_MAX);
+	else if (ret >= 0 && !(ret = auth_secret_len_ok(n, what)))
+		memcpy(buf, tmp, n);
+	explicit_bzero(tmp, sizeof(tmp));
 	return ret ? ret : (int)n;
 }

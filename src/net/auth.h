@@ -40,9 +40,13 @@ bool auth_mac_equal(const uint8_t *a, const uint8_t *b);
  * Reads a secret from path (relative to dirfd, or AT_FDCWD; a symbolic
  * link is not followed when nofollow): the whole file, one trailing
  * newline ("\n" or "\r\n") removed, USHI_SECRET_MIN..MAX bytes, into buf
- * (USHI_SECRET_MAX bytes). Returns the length or an error with a message
- * naming the file (-ENOENT when it does not exist, -EINVAL for a bad
- * length). *loose is set when the file is readable by group or others.
+ * (USHI_SECRET_MAX bytes). Never blocks on the open: only a regular file
+ * is read (-EINVAL for a FIFO, a device, a directory). A file that
+ * changes while it is read (written in place) is read again, a few
+ * times, then refused with -EAGAIN; never taken half. Returns the length
+ * or an error with a message naming the file (-ENOENT when it does not
+ * exist, -EINVAL for a bad length). *loose is set when the file is
+ * readable by group or others.
  */
 int auth_read_secret(int dirfd, const char *path, bool nofollow,
 		     uint8_t *buf, bool *loose);

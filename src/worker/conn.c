@@ -347,6 +347,19 @@ static void auth(struct wk_conn *c, const uint8_t *payload)
 	accept_hello(c, &c->pending);
 }
 
+/* A client that hangs up after the worker's proof without its own:
+ * one that holds another secret (it found the worker's proof wrong),
+ * as in a rotation half done. A failure as a wrong proof is. */
+static void auth_abandoned(struct wk_conn *c)
+{
+	c->auth_wait = false;
+	wk_count_error(c->t->wk, -EACCES);
+	wk_log(c->t->wk, 0, "peer %s: authentication failed: the client of "
+	       "application '%s' closed the connection after the worker's "
+	       "proof, without its own (does it hold another secret?)",
+	       c->peer, c->app);
+}
+
 static void hello(struct wk_conn *c, const struct ushi_frame *f,
 		  const uint8_t *frame)
 {
@@ -361,9 +374,10 @@ static void hello(struct wk_conn *c, const struct ushi_frame *f,
 		return;
 	}
 	if (f->payload_len != USHI_PROTO_HELLO_LEN) {
-		/* Version 3's length, with version 4 in it. */
-		wk_conn_fail(c, -EPROTO, "HELLO of %u bytes (version 4's has "
-			     "%u)", f->payload_len, USHI_PROTO_HELLO_LEN);
+		/* Version 3's length, with this version in it. */
+		wk_conn_fail(c, -EPROTO, "HELLO of %u bytes (version %u's has "
+			     "%u)", f->payload_len, USHI_PROTO_VERSION,
+			     USHI_PROTO_HELLO_LEN);
 		return;
 	}
 	if (h.role < USHI_ROLE_WRITER || h.role > USHI_ROLE_ADMIN) {
@@ -593,17 +607,50 @@ static bool take_bytes(struct wk_conn *c, uint64_t n)
 	return false;
 }
 
-static bool role_ok(const struct wk_conn *c, unsigned type)
+/* The frames a connection of role may send once it said HELLO. */
+static bool role_sends(uint32_t role, unsigned type)
 {
 	switch (type) {
 	case USHI_FRAME_DATA:
 	case USHI_FRAME_MAPPER_END:
-		return c->role == USHI_ROLE_WRITER;
+		return role == USHI_ROLE_WRITER;
 	case USHI_FRAME_FETCH:
-		return c->role == USHI_ROLE_READER && !c->fetch;
+		return role == USHI_ROLE_READER;
 	case USHI_FRAME_DROP:
-		return c->role == USHI_ROLE_WRITER || c->role == USHI_ROLE_ADMIN;
+		return role == USHI_ROLE_WRITER || role == USHI_ROLE_ADMIN;
 	case USHI_FRAME_HEARTBEAT:
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Whether c may send a frame of this type now, decided from its header,
+ * before any of its payload is kept: until the client proved its secret
+ * only a HELLO, then the AUTH it asked for (fixed, small lengths), so a
+ * connection that proved nothing holds no more than those; after it,
+ * only what its role sends. Fails c otherwise.
+ */
+static bool type_ok(struct wk_conn *c, unsigned type)
+{
+	if (c->auth_wait) {
+		if (type == USHI_FRAME_AUTH)
+			return true;
+		wk_conn_fail(c, -EPROTO, "%s frame where the client's AUTH was "
+			     "due", type_name(type));
+	} else if (!c->role) {
+		if (type == USHI_FRAME_HELLO)
+			return true;
+		wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
+			     type_name(type));
+	} else if (type == USHI_FRAME_HELLO) {
+		wk_conn_fail(c, -EPROTO, "a second HELLO: a connection stays "
+			     "with the application it said HELLO for ('%s')",
+			     c->app);
+	} else if (!role_sends(c->role, type)) {
+		wk_conn_fail(c, -EPROTO, "unexpected %s frame",
+			     type_name(type));
+	} else {
 		return true;
 	}
 	return false;
@@ -624,32 +671,14 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 			     (unsigned long long)f->seq);
 		return;
 	}
+	/* type_ok() let this type through at its header. */
 	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
 	if (c->auth_wait) {
-		if (f->type == USHI_FRAME_AUTH)
-			auth(c, payload);
-		else
-			wk_conn_fail(c, -EPROTO, "%s frame where the client's "
-				     "AUTH was due", type_name(f->type));
+		auth(c, payload);
 		return;
 	}
 	if (!c->role) {
-		if (f->type == USHI_FRAME_HELLO)
-			hello(c, f, frame);
-		else
-			wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
-				     type_name(f->type));
-		return;
-	}
-	if (f->type == USHI_FRAME_HELLO) {
-		wk_conn_fail(c, -EPROTO, "a second HELLO: a connection stays "
-			     "with the application it said HELLO for ('%s')",
-			     c->app);
-		return;
-	}
-	if (!role_ok(c, f->type)) {
-		wk_conn_fail(c, -EPROTO, "unexpected %s frame",
-			     type_name(f->type));
+		hello(c, f, frame);
 		return;
 	}
 	int ret;
@@ -678,6 +707,11 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 		commit(c, f);
 		break;
 	case USHI_FRAME_FETCH:
+		if (c->fetch) {
+			wk_conn_fail(c, -EPROTO, "unexpected FETCH frame: one "
+				     "is being served");
+			break;
+		}
 		ret = fetch(c, f, payload);
 		if (ret)
 			wk_conn_fail(c, ret, "FETCH of shuffle %u partition "
@@ -693,14 +727,15 @@ static void dispatch(struct wk_conn *c, const struct ushi_frame *f,
 	}
 }
 
-/* Parses a complete header; fails the connection if it breaks a rule. */
+/* Parses a complete header; fails the connection if it breaks a rule
+ * or names a frame c may not send now. */
 static bool header_ok(struct wk_conn *c, const uint8_t *h)
 {
 	const char *why;
 	int ret = proto_header(h, &c->f, c->t->wk->o.max_frame, false, &why);
 	if (ret)
 		wk_conn_fail(c, ret, "bad frame header: %s", why);
-	return !ret;
+	return !ret && type_ok(c, c->f.type);
 }
 
 /* Makes the stage hold n bytes, keeping the first c->sgot. */
@@ -991,7 +1026,9 @@ void wk_conn_process(struct wk_conn *c)
 			feed(c, t->bufs + (size_t)ch.bid * WK_BUF_SIZE, ch.len);
 		give_back(t, ch.bid);
 	}
-	if (c->eof && c->rerr && c->rerr != -ECONNRESET && !c->failed)
+	if (c->eof && c->auth_wait && !c->failed)
+		auth_abandoned(c);
+	else if (c->eof && c->rerr && c->rerr != -ECONNRESET && !c->failed)
 		wk_log(t->wk, 1, "peer %s: %s", c->peer, ush_strerror(c->rerr));
 	else if (c->eof && (c->hlen || c->sneed || c->rlen > c->rpos) &&
 		 !c->failed)

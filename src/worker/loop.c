@@ -339,6 +339,11 @@ static void conn_timeouts(struct wk_thread *t, struct wk_conn *c, uint64_t now)
 		return;
 	if (t->stopping && (now >= t->drain_end || !wk_conn_busy(c)))
 		wk_conn_close_with(c, -ESHUTDOWN, "worker shutting down");
+	else if (!c->role && c->t_accept + o->hello_timeout_ms * MS < now &&
+		 c->auth_wait) /* challenged: it did not prove its secret */
+		wk_conn_fail(c, -EACCES, "authentication failed: the client of "
+			     "application '%s' sent no AUTH within %u ms",
+			     c->app, o->hello_timeout_ms);
 	else if (!c->role && c->t_accept + o->hello_timeout_ms * MS < now)
 		wk_conn_fail(c, -ETIMEDOUT, "no HELLO within %u ms",
 			     o->hello_timeout_ms);

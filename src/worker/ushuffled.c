@@ -184,7 +184,9 @@ int main(int argc, char **argv)
 	if (ret) {
 		fprintf(stderr, "ushuffled: %s\n", ush_worker_last_error());
 		metrics_stop();
-		return 1;
+		/* -EINVAL: options that do not work together (--insecure off
+		 * loopback, no secret): exit as a bad option does. */
+		return ret == -EINVAL ? 2 : 1;
 	}
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);

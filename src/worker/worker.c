@@ -471,7 +471,7 @@ static int auth_setup(struct ush_worker *wk, const char *host)
 	uint8_t key[USHI_SECRET_MAX];
 	int n = 0;
 	if (o->insecure && !o->insecure_non_loopback && !loopback_only(host))
-		return ushi_fail(-EPERM, "worker: --insecure on %s, which is not "
+		return ushi_fail(-EINVAL, "worker: --insecure on %s, which is not "
 				"a loopback address: anyone who reaches it could "
 				"read, inject and drop every application's "
 				"shuffles. Give a secret (docs/security.md), or "
