@@ -41,10 +41,11 @@ struct rmap {
 	uint32_t sum;              /* running checksum of those read */
 	/* Per batch taken (seq 0..got-1), to compare a duplicate with:
 	 * its frame's CRC and offset in the file or the worker stream.
-	 * 12 B per batch, at most the status's count, freed at the map's
-	 * end. */
+	 * 12 B per batch, grown as batches come (seen_room()), freed at
+	 * the map's end. */
 	uint64_t *offs;            /* NULL until its first batch */
 	uint32_t *crcs;
+	uint64_t seen_cap;         /* batches they have room for */
 };
 
 /* A place maps live: a spill directory, or the worker holding the
@@ -113,19 +114,31 @@ static const char *place(struct ush_reader *r, struct reader_net *net,
 	return buf;
 }
 
-/* Room to remember the map's batches, made at its first: exactly the
- * status's count (a batch beyond it is refused before it is
- * remembered), so nothing grows or moves while it is read. */
+/* Room to remember batch m->got (below the status's count: a batch
+ * beyond it is refused first). The arrays double as batches come, up
+ * to that count: a count the status claims costs nothing until its
+ * batches arrive, so memory follows what the file or the stream holds
+ * (at most twice 12 B per batch taken), never a forged claim. */
 static int seen_room(struct rmap *m)
 {
-	if (m->offs)
+	if (m->got < m->seen_cap)
 		return 0;
-	if (m->expect > SIZE_MAX / 12)
+	uint64_t cap = m->seen_cap ? 2 * m->seen_cap : 64;
+	if (cap > m->expect)
+		cap = m->expect;
+	uint64_t *offs = cap <= SIZE_MAX / 12 ? ushi_malloc((size_t)cap * 12) :
+						NULL;
+	if (!offs)
 		return -ENOMEM;
-	m->offs = ushi_malloc((size_t)m->expect * 12);
-	if (!m->offs)
-		return -ENOMEM;
-	m->crcs = (uint32_t *)(m->offs + m->expect);
+	uint32_t *crcs = (uint32_t *)(offs + cap);
+	if (m->got) {
+		memcpy(offs, m->offs, m->got * sizeof(*offs));
+		memcpy(crcs, m->crcs, m->got * sizeof(*crcs));
+	}
+	ushi_free(m->offs);
+	m->offs = offs;
+	m->crcs = crcs;
+	m->seen_cap = cap;
 	return 0;
 }
 
@@ -136,6 +149,7 @@ static void map_done(struct rmap *m)
 	ushi_free(m->offs);
 	m->offs = NULL;
 	m->crcs = NULL;
+	m->seen_cap = 0;
 }
 
 /*

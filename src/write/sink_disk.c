@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -122,13 +123,41 @@ static int open_data(struct ush_writer *w, struct disk *d)
 	return 0;
 }
 
+/*
+ * Makes the spill directory, and a relative one absolute: the map status
+ * names it, and a reader in another working directory (or this process
+ * after a chdir) must find the same files.
+ */
+static int dir_make(struct ush_writer *w)
+{
+	char abs[PATH_MAX];
+	if (mkdir(w->o.dir, 0755) && errno != EEXIST)
+		return ushi_fail(-errno, "disk: mkdir %s", w->o.dir);
+	if (w->o.dir[0] == '/')
+		return 0;
+	if (!realpath(w->o.dir, abs))
+		return ushi_fail(-errno, "disk: realpath %s", w->o.dir);
+	char *dir = ushi_strdup(abs);
+	if (!dir)
+		return ushi_fail(-ENOMEM, "disk: allocation");
+	ushi_free((void *)w->o.dir);
+	w->o.dir = dir;
+	return 0;
+}
+
 static int disk_open(struct ush_writer *w)
 {
 	struct disk *d = ushi_calloc(1, sizeof(*d));
 	if (!d)
 		return ushi_fail(-ENOMEM, "disk: allocation");
 	d->fd = d->ifd = d->slot = -1;
+	w->sink_state = d;
 	const struct ush_writer_opts *o = &w->o;
+	int ret = dir_make(w);
+	if (ret) {
+		w->sink->abort(w);
+		return ret;
+	}
 	spill_dir(d->sdir, sizeof(d->sdir), o->dir, o->shuffle);
 	spill_data(d->data, sizeof(d->data), o->dir, o->shuffle, o->map,
 		   o->attempt);
@@ -136,12 +165,8 @@ static int disk_open(struct ush_writer *w)
 		    o->attempt);
 	snprintf(d->itmp, sizeof(d->itmp), "%.*s.index.tmp",
 		 (int)(strlen(d->data) - 5), d->data);
-	w->sink_state = d;
-	int ret = 0;
 	if (committed(w, d))
 		ret = USH_ECOMMITTED;
-	else if (mkdir(o->dir, 0755) && errno != EEXIST)
-		ret = ushi_fail(-errno, "disk: mkdir %s", o->dir);
 	else if (mkdir(d->sdir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "disk: mkdir %s", d->sdir);
 	else if (!(ret = open_data(w, d))) {
