@@ -35,6 +35,7 @@ struct rmap {
 	 * the one being read. */
 	uint32_t holder[USH_REPLICAS_MAX];
 	uint8_t nholders, at;
+	uint8_t refused;           /* holders that said "not committed" */
 	uint64_t expect;           /* batches, per the status */
 	uint32_t want_sum;         /* their checksum, per the status */
 	uint64_t got, next_seq;    /* batches read; lower seqs: duplicates */
@@ -473,7 +474,13 @@ static int failover_src(struct ush_reader *r, uint32_t first, const char *peer,
 	return 0;
 }
 
-/* Every replica of map m was tried: an error naming them. */
+/*
+ * Every replica of map m was tried: an error naming them. When each one
+ * answered that an attempt it was asked for is not committed (a dropped
+ * shuffle, an aborted attempt), that is the answer, USH_ENOTCOMMITTED:
+ * the driver reruns the map. Only a replica that could not answer (down,
+ * unreachable, a broken stream) makes it -EHOSTUNREACH.
+ */
 static int all_gone(struct ush_reader *r, const struct rmap *m,
 		    const char *last)
 {
@@ -482,6 +489,12 @@ static int all_gone(struct ush_reader *r, const struct rmap *m,
 	for (unsigned k = 0; k < m->nholders && len < (int)sizeof(tried); k++)
 		len += snprintf(tried + len, sizeof(tried) - (size_t)len,
 				"%s%s", k ? ", " : "", r->peers[m->holder[k]]);
+	if (m->refused == m->nholders)
+		return ushi_fail(USH_ENOTCOMMITTED, "reader: partition %u map "
+				"%u attempt %u: every replica refused its "
+				"FETCH, an attempt asked for is not committed "
+				"there, worker %s (last: %s)", r->partition,
+				m->map, m->attempt, tried, last);
 	return ushi_fail(-EHOSTUNREACH, "reader: partition %u map %u attempt "
 			"%u: no replica left, tried worker %s (last: %s)",
 			r->partition, m->map, m->attempt, tried, last);
@@ -520,6 +533,7 @@ static int failover(struct ush_reader *r, uint32_t s, int err)
 		}
 		if (m->nholders == 1)
 			return err;
+		m->refused += err == USH_ENOTCOMMITTED;
 		if (++m->at >= m->nholders)
 			return all_gone(r, m, last);
 		r->st.failovers += r->nsrcs == first;
