@@ -9,6 +9,7 @@
 #include <liburing.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +32,15 @@ const char *th_tmpdir(const char *tag)
 	static char paths[16][512];
 	static unsigned next;
 	char *p = paths[next++ % 16];
-	const char *base = getenv("USH_TEST_DIR");
-	snprintf(p, 512, "%s/ush-%s-%d-%u", base ? base : ".", tag,
-		 (int)getpid(), next);
+	/* Absolute, as the disk writer stores a directory in its status
+	 * and names it in its messages. */
+	char base[PATH_MAX];
+	if (!realpath(getenv("USH_TEST_DIR") ? getenv("USH_TEST_DIR") : ".",
+		      base))
+		fail_msg("USH_TEST_DIR: %s", strerror(errno));
+	if (snprintf(p, 512, "%s/ush-%s-%d-%u", base, tag, (int)getpid(),
+		     next) >= 512)
+		fail_msg("scratch path under %s too long", base);
 	th_rmrf(p);
 	if (mkdir(p, 0755))
 		fail_msg("mkdir %s failed", p);

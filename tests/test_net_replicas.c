@@ -230,6 +230,103 @@ static void every_replica_gone(void **state)
 		th_rmrf(wk[i].dir);
 }
 
+static void same_entry(const void *arg, uint32_t p, uint64_t *batches,
+		       uint32_t *sum)
+{
+	const char *why = "";
+	th_ok(status_part(arg, p, batches, sum, NULL, &why));
+}
+
+/* Status st re-encoded naming attempt a, holders and batches kept: what a
+ * driver holds for an attempt whose writer then aborted. */
+static struct ush_status restatus(const struct ush_status *st, uint32_t a)
+{
+	struct status s;
+	const char *why = "";
+	th_ok(status_parse(st->data, st->len, &s, &why));
+	uint64_t *mask = calloc(s.partitions, sizeof(*mask));
+	assert_non_null(mask);
+	for (uint32_t p = 0; p < s.partitions; p++) {
+		uint64_t b;
+		uint32_t sum;
+		th_ok(status_part(&s, p, &b, &sum, &mask[p], &why));
+	}
+	s.attempt = a;
+	s.holders = mask;
+	uint8_t *out;
+	size_t len;
+	th_ok(status_build(&out, &len, &s, same_entry, &s));
+	free(mask);
+	return (struct ush_status){out, len};
+}
+
+/* Reads partition p of the n statuses: the open's result, and the error
+ * message in msg. */
+static int read_fails(const struct ush_status *st, uint32_t n, uint32_t p,
+		      char *msg, size_t len)
+{
+	ush_reader *r = NULL;
+	int ret = th_reader_open(&r, st, n, p, 5000);
+	snprintf(msg, len, "%s", ush_last_error());
+	ush_reader_free(r);
+	return ret;
+}
+
+/* Every replica answering "not committed" is USH_ENOTCOMMITTED, as with
+ * one replica (the driver reruns the map), not -EHOSTUNREACH ("workers
+ * down"): an attempt whose writer aborted, a dropped shuffle. A replica
+ * that cannot answer keeps it -EHOSTUNREACH. */
+static void not_committed_on_every_replica(void **state)
+{
+	(void)state;
+	spawn_all();
+	struct ush_status st[2] = {{0}};
+	struct th_job j = {.workers = list, .shuffle = 60, .partitions = 6,
+			   .maps = 2, .records = 3000, .replicas = 2,
+			   .statuses = st};
+	for (uint32_t m = 0; m < j.maps; m++)
+		th_ok(th_push_map(&j, m, 0, NULL));
+	/* Map 1 attempt 1: written, then aborted on both replicas. */
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, NULL));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 60,
+		.map = 1, .attempt = 1, .partitions = 6,
+		.target = USH_TARGET_NET, .workers = list, .replicas = 2};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	uint8_t buf[1024];
+	for (uint32_t i = 0; i < 3000; i++)
+		th_ok(ush_writer_write(w, i % 6, buf, th_rec(buf, 1, i)));
+	th_ok(ush_writer_abort(w));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	struct ush_status aborted[2] = {st[0], restatus(&st[1], 1)};
+	char msg[1024];
+	for (uint32_t p = 0; p < j.partitions; p++) {
+		int ret = read_fails(aborted, 2, p, msg, sizeof(msg));
+		printf("aborted, partition %u: %d %s\n", p, ret, msg);
+		assert_int_equal(ret, USH_ENOTCOMMITTED);
+	}
+	free((void *)aborted[1].data);
+	/* The shuffle dropped: every partition, every map. */
+	th_ok(ush_shuffle_drop(list, NULL, 60, 5000));
+	for (uint32_t p = 0; p < j.partitions; p++) {
+		int ret = read_fails(st, 2, p, msg, sizeof(msg));
+		printf("dropped, partition %u: %d %s\n", p, ret, msg);
+		assert_int_equal(ret, USH_ENOTCOMMITTED);
+	}
+	/* Worker 0 down too: a partition it holds cannot be known to be
+	 * not committed there. */
+	th_worker_kill(&wk[0]);
+	for (uint32_t p = 0; p < j.partitions; p++) {
+		int ret = read_fails(st, 2, p, msg, sizeof(msg));
+		bool down = (holders(&st[0], p) | holders(&st[1], p)) & 1;
+		assert_int_equal(ret, down ? -EHOSTUNREACH : USH_ENOTCOMMITTED);
+	}
+	th_job_free(&j);
+	stop_all();
+}
+
 /* Host labels: with two workers labelled a and one b, every partition
  * keeps a replica on b; replicas = 1 keeps version 1 statuses. */
 static void labels_keep_replicas_apart(void **state)
@@ -541,6 +638,7 @@ int main(void)
 		cmocka_unit_test(worker_list_labels),
 		cmocka_unit_test(labels_keep_replicas_apart),
 		cmocka_unit_test(every_replica_gone),
+		cmocka_unit_test(not_committed_on_every_replica),
 		cmocka_unit_test(oversized_record),
 		cmocka_unit_test(stalled_replica),
 		cmocka_unit_test(failover_after_a_map_complete),

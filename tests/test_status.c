@@ -145,14 +145,16 @@ static void status_at_10k_partitions(void **state)
 	assert_int_equal(info.shuffle, SHUFFLE);
 	assert_int_equal(info.partitions, 10000);
 	assert_int_equal(info.target, USH_TARGET_DISK);
-	assert_int_equal(info.location_len, strlen(dir));
+	char abs[4096];
+	assert_non_null(realpath(dir, abs));
+	assert_int_equal(info.location_len, strlen(abs));
 	assert_int_equal(info.batches, 10000); /* 3 small records each */
 	print_message("map status at 10,000 partitions, one batch each: "
 		      "%zu bytes (%.2f per partition)\n", st.len,
 		      (double)st.len / 10000);
 	/* Header + application ("default") + location + 157 blocks x 8 +
 	 * one count and checksum per partition: nothing else. */
-	assert_int_equal(st.len, 36 + 7 + strlen(dir) + 157 * 8 + 10000 * 5);
+	assert_int_equal(st.len, 36 + 7 + strlen(abs) + 157 * 8 + 10000 * 5);
 	struct status s;
 	const char *why;
 	th_ok(status_parse(st.data, st.len, &s, &why));
@@ -383,10 +385,11 @@ static struct ush_status skew(const struct ush_status *st, int64_t batches,
 	return (struct ush_status){b, len};
 }
 
-/* A missing, extra or different batch is USH_ECORRUPT naming map,
- * partition and file; the other partitions read fine. (A map whose
- * status says a partition is empty is not read for it at all, as Spark
- * skips empty blocks: partition 3 here has several batches.) */
+/* A missing, extra or different batch, or a forged count, is
+ * USH_ECORRUPT naming map, partition and file; the other partitions read
+ * fine. (A map whose status says a partition is empty is not read for it
+ * at all, as Spark skips empty blocks: partition 3 here has several
+ * batches.) */
 static void batches_checked_against_status(void **state)
 {
 	(void)state;
@@ -401,6 +404,9 @@ static void batches_checked_against_status(void **state)
 		{+1, 0, "status says"},      /* a batch missing */
 		{-1, 0, "where none was due"}, /* an extra batch */
 		{0, 0x10, "status says"},    /* a different batch */
+		/* A forged count: the reader allocates for the batches
+		 * that come, not 12 B for each one claimed (-ENOMEM). */
+		{(int64_t)1 << 40, 0, "status says"},
 	};
 	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
 		struct ush_status bad = skew(&st, cases[i].batches,
@@ -416,6 +422,36 @@ static void batches_checked_against_status(void **state)
 		th_ok(read_part(&bad, 1, 4, &n));
 		ushi_free((void *)bad.data);
 	}
+	free_status(&st);
+	ush_ring_free(ring);
+}
+
+/* A relative dir is stored absolute: a reader in another working
+ * directory finds the committed output (stored as given, it read as not
+ * committed there). */
+static void relative_dir_stored_absolute(void **state)
+{
+	(void)state;
+	char cwd[4096], abs[4096], want[4200];
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_non_null(realpath(th_scratch("reldir"), abs));
+	assert_int_equal(chdir(abs), 0);
+	ush_ring *ring = ring_new();
+	struct ush_status st = put_map(ring, "out", 0, 0, PARTS, 800);
+	assert_int_equal(chdir(cwd), 0);
+	uint64_t total = 0;
+	for (uint32_t p = 0; p < PARTS; p++) {
+		uint64_t n;
+		th_ok(read_part(&st, 1, p, &n));
+		total += n;
+	}
+	assert_int_equal(total, 800);
+	struct status s;
+	const char *why;
+	th_ok(status_parse(st.data, st.len, &s, &why));
+	snprintf(want, sizeof(want), "%s/out", abs);
+	assert_int_equal(s.loc_len, strlen(want));
+	assert_memory_equal(s.loc, want, s.loc_len);
 	free_status(&st);
 	ush_ring_free(ring);
 }
@@ -634,6 +670,8 @@ int main(void)
 		cmocka_unit_test_teardown(reader_reads_the_attempt_named,
 					  th_teardown),
 		cmocka_unit_test_teardown(batches_checked_against_status,
+					  th_teardown),
+		cmocka_unit_test_teardown(relative_dir_stored_absolute,
 					  th_teardown),
 		cmocka_unit_test_teardown(reopen_committed_touches_nothing,
 					  th_teardown),

@@ -505,7 +505,9 @@ USH_SIZED_INIT(ush_reader_opts)
  * each partition's workers: a worker that fails (at open or mid-stream)
  * is replaced by the next, asked for each map's batches after those
  * verified, so the records go on with no duplicate and no gap; when none
- * is left, -EHOSTUNREACH names the partition and the workers tried.
+ * is left, -EHOSTUNREACH names the partition and the workers tried, or,
+ * when every one of them answered that a named attempt is not committed
+ * there, USH_ENOTCOMMITTED as without replicas.
  */
 USH_API int ush_reader_open(ush_reader **out,
 			    const struct ush_reader_opts *opts);

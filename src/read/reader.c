@@ -35,16 +35,18 @@ struct rmap {
 	 * the one being read. */
 	uint32_t holder[USH_REPLICAS_MAX];
 	uint8_t nholders, at;
+	uint8_t refused;           /* holders that said "not committed" */
 	uint64_t expect;           /* batches, per the status */
 	uint32_t want_sum;         /* their checksum, per the status */
 	uint64_t got, next_seq;    /* batches read; lower seqs: duplicates */
 	uint32_t sum;              /* running checksum of those read */
 	/* Per batch taken (seq 0..got-1), to compare a duplicate with:
 	 * its frame's CRC and offset in the file or the worker stream.
-	 * 12 B per batch, at most the status's count, freed at the map's
-	 * end. */
+	 * 12 B per batch, grown as batches come (seen_room()), freed at
+	 * the map's end. */
 	uint64_t *offs;            /* NULL until its first batch */
 	uint32_t *crcs;
+	uint64_t seen_cap;         /* batches they have room for */
 };
 
 /* A place maps live: a spill directory, or the worker holding the
@@ -114,19 +116,31 @@ static const char *place(struct ush_reader *r, struct reader_net *net,
 	return buf;
 }
 
-/* Room to remember the map's batches, made at its first: exactly the
- * status's count (a batch beyond it is refused before it is
- * remembered), so nothing grows or moves while it is read. */
+/* Room to remember batch m->got (below the status's count: a batch
+ * beyond it is refused first). The arrays double as batches come, up
+ * to that count: a count the status claims costs nothing until its
+ * batches arrive, so memory follows what the file or the stream holds
+ * (at most twice 12 B per batch taken), never a forged claim. */
 static int seen_room(struct rmap *m)
 {
-	if (m->offs)
+	if (m->got < m->seen_cap)
 		return 0;
-	if (m->expect > SIZE_MAX / 12)
+	uint64_t cap = m->seen_cap ? 2 * m->seen_cap : 64;
+	if (cap > m->expect)
+		cap = m->expect;
+	uint64_t *offs = cap <= SIZE_MAX / 12 ? ushi_malloc((size_t)cap * 12) :
+						NULL;
+	if (!offs)
 		return -ENOMEM;
-	m->offs = ushi_malloc((size_t)m->expect * 12);
-	if (!m->offs)
-		return -ENOMEM;
-	m->crcs = (uint32_t *)(m->offs + m->expect);
+	uint32_t *crcs = (uint32_t *)(offs + cap);
+	if (m->got) {
+		memcpy(offs, m->offs, m->got * sizeof(*offs));
+		memcpy(crcs, m->crcs, m->got * sizeof(*crcs));
+	}
+	ushi_free(m->offs);
+	m->offs = offs;
+	m->crcs = crcs;
+	m->seen_cap = cap;
 	return 0;
 }
 
@@ -137,6 +151,7 @@ static void map_done(struct rmap *m)
 	ushi_free(m->offs);
 	m->offs = NULL;
 	m->crcs = NULL;
+	m->seen_cap = 0;
 }
 
 /*
@@ -460,7 +475,13 @@ static int failover_src(struct ush_reader *r, uint32_t first, const char *peer,
 	return 0;
 }
 
-/* Every replica of map m was tried: an error naming them. */
+/*
+ * Every replica of map m was tried: an error naming them. When each one
+ * answered that an attempt it was asked for is not committed (a dropped
+ * shuffle, an aborted attempt), that is the answer, USH_ENOTCOMMITTED:
+ * the driver reruns the map. Only a replica that could not answer (down,
+ * unreachable, a broken stream) makes it -EHOSTUNREACH.
+ */
 static int all_gone(struct ush_reader *r, const struct rmap *m,
 		    const char *last)
 {
@@ -469,6 +490,12 @@ static int all_gone(struct ush_reader *r, const struct rmap *m,
 	for (unsigned k = 0; k < m->nholders && len < (int)sizeof(tried); k++)
 		len += snprintf(tried + len, sizeof(tried) - (size_t)len,
 				"%s%s", k ? ", " : "", r->peers[m->holder[k]]);
+	if (m->refused == m->nholders)
+		return ushi_fail(USH_ENOTCOMMITTED, "reader: partition %u map "
+				"%u attempt %u: every replica refused its "
+				"FETCH, an attempt asked for is not committed "
+				"there, worker %s (last: %s)", r->partition,
+				m->map, m->attempt, tried, last);
 	return ushi_fail(-EHOSTUNREACH, "reader: partition %u map %u attempt "
 			"%u: no replica left, tried worker %s (last: %s)",
 			r->partition, m->map, m->attempt, tried, last);
@@ -507,6 +534,7 @@ static int failover(struct ush_reader *r, uint32_t s, int err)
 		}
 		if (m->nholders == 1)
 			return err;
+		m->refused += err == USH_ENOTCOMMITTED;
 		if (++m->at >= m->nholders)
 			return all_gone(r, m, last);
 		r->st.failovers += r->nsrcs == first;

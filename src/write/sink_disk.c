@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -122,13 +123,41 @@ static int open_data(struct ush_writer *w, struct disk *d)
 	return 0;
 }
 
+/*
+ * Makes the spill directory, and a relative one absolute: the map status
+ * names it, and a reader in another working directory (or this process
+ * after a chdir) must find the same files.
+ */
+static int dir_make(struct ush_writer *w)
+{
+	char abs[PATH_MAX];
+	if (mkdir(w->o.dir, 0755) && errno != EEXIST)
+		return ushi_fail(-errno, "disk: mkdir %s", w->o.dir);
+	if (w->o.dir[0] == '/')
+		return 0;
+	if (!realpath(w->o.dir, abs))
+		return ushi_fail(-errno, "disk: realpath %s", w->o.dir);
+	char *dir = ushi_strdup(abs);
+	if (!dir)
+		return ushi_fail(-ENOMEM, "disk: allocation");
+	ushi_free((void *)w->o.dir);
+	w->o.dir = dir;
+	return 0;
+}
+
 static int disk_open(struct ush_writer *w)
 {
 	struct disk *d = ushi_calloc(1, sizeof(*d));
 	if (!d)
 		return ushi_fail(-ENOMEM, "disk: allocation");
 	d->fd = d->ifd = d->slot = -1;
+	w->sink_state = d;
 	const struct ush_writer_opts *o = &w->o;
+	int ret = dir_make(w);
+	if (ret) {
+		w->sink->abort(w);
+		return ret;
+	}
 	spill_dir(d->sdir, sizeof(d->sdir), o->dir, o->shuffle);
 	spill_data(d->data, sizeof(d->data), o->dir, o->shuffle, o->map,
 		   o->attempt);
@@ -136,12 +165,8 @@ static int disk_open(struct ush_writer *w)
 		    o->attempt);
 	snprintf(d->itmp, sizeof(d->itmp), "%.*s.index.tmp",
 		 (int)(strlen(d->data) - 5), d->data);
-	w->sink_state = d;
-	int ret = 0;
 	if (committed(w, d))
 		ret = USH_ECOMMITTED;
-	else if (mkdir(o->dir, 0755) && errno != EEXIST)
-		ret = ushi_fail(-errno, "disk: mkdir %s", o->dir);
 	else if (mkdir(d->sdir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "disk: mkdir %s", d->sdir);
 	else if (!(ret = open_data(w, d))) {
@@ -265,20 +290,35 @@ static void pack_done(struct ushi_op *op, int res)
 /*
  * O_DIRECT writes that extend a file are serialised (ext4 punts them to
  * io_uring's workers, one at a time under the inode lock): preallocate
- * ahead of the write offset so writes land inside the file, and trim to
- * the bytes written at commit. A file system without fallocate just
- * appends.
+ * ahead of the write offset so writes land inside the file. The step
+ * grows with the file, as much again as is preallocated (1 MiB at first,
+ * 64 MiB at most), so a writer holds at most max(1 MiB, min(its data,
+ * 64 MiB)) it has not written: never 64 MiB for a small map, which failed
+ * other writers' commits on a file system they fit. A file system that
+ * refuses (ENOSPC, EOPNOTSUPP) gets appends: preallocation only speeds
+ * writes up. A refused fallocate may keep part of what it asked for
+ * (ext4 does), so the file is cut back at once to what it held before.
+ * Commit trims the file to the bytes written; abort unlinks it.
  */
-#define USHI_PREALLOC (64ull << 20)
+#define USHI_PREALLOC_MIN (1ull << 20)
+#define USHI_PREALLOC_MAX (64ull << 20)
 
-static void prealloc(struct disk *d, uint32_t len)
+static void prealloc(struct ush_writer *w, struct disk *d, uint32_t len)
 {
 	while (d->prealloc && d->off + len > d->alloc_end) {
-		if (fallocate(d->fd, 0, (off_t)d->alloc_end, USHI_PREALLOC)) {
-			d->prealloc = false;
-			return;
+		uint64_t step = d->alloc_end < USHI_PREALLOC_MIN ?
+					USHI_PREALLOC_MIN :
+				d->alloc_end < USHI_PREALLOC_MAX ?
+					d->alloc_end : USHI_PREALLOC_MAX;
+		if (!fallocate(d->fd, 0, (off_t)d->alloc_end, (off_t)step)) {
+			d->alloc_end += step;
+			continue;
 		}
-		d->alloc_end += USHI_PREALLOC;
+		d->prealloc = false;
+		if (ftruncate(d->fd, (off_t)d->alloc_end))
+			writer_error(w, -errno, "disk: truncate %s to %llu "
+				     "bytes after a refused fallocate", d->data,
+				     (unsigned long long)d->alloc_end);
 	}
 }
 
@@ -291,7 +331,7 @@ static uint64_t place(struct ush_writer *w, struct disk *d, uint8_t *p,
 {
 	*len = d->direct ? ALIGN_UP(n, USHI_ALIGN) : n;
 	memset(p + n, 0, *len - n);
-	prealloc(d, *len);
+	prealloc(w, d, *len);
 	uint64_t off = d->off;
 	d->off += *len;
 	writer_stored(w, *len);
@@ -583,7 +623,7 @@ static int publish(struct ush_writer *w, struct disk *d)
 	int ret = data_finish(w, d);
 	if (ret)
 		return ret;
-	if (d->alloc_end && ftruncate(d->fd, (off_t)d->off))
+	if (d->direct && ftruncate(d->fd, (off_t)d->off))
 		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
 				d->data, (unsigned long long)d->off);
 	if (ushi_fdatasync(d->fd))
