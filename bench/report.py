@@ -314,7 +314,7 @@ def t_small_jobs(res, m):
              f"{cpu['none'] / 1000:.2f} ms",
              f"{cpu['heartbeat'] / 1000:.2f} ms",
              f"{cpu['heartbeat'] / cpu['none']:.2f}×", "—", ""]]
-    if "insecure" in ps:  # runs from before issue 12 have no such mode
+    if "insecure" in ps:  # runs from before authentication have no such mode
         hs = res["median_connection_us"]
         rows += [["authentication: connection (HELLO + AUTH + HEARTBEAT)"
                   " vs --insecure", f"{hs['insecure']:.0f} µs",
