@@ -217,13 +217,27 @@ uint64_t wk_app_bytes(struct ush_worker *wk)
 	return sum;
 }
 
+/* How many of the last drops some thread has not seen yet: the rest of
+ * wk->drops can go, so that it stays as short as the threads' lag. */
+static size_t drops_unseen(struct ush_worker *wk)
+{
+	unsigned e = atomic_load(&wk->drop_epoch);
+	size_t keep = 0;
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		size_t lag = e - atomic_load(&wk->threads[i].drop_seen);
+		keep = lag > keep ? lag : keep;
+	}
+	return keep < wk->ndrops ? keep : wk->ndrops;
+}
+
 int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 {
 	struct ush_worker *wk = t->wk;
 	/* What can fail without side effects first: the new drop list and
 	 * the records; then the log makes the drops durable (one write, one
 	 * sync), then memory follows. */
-	uint32_t *d = ushi_malloc((wk->ndrops + n) * sizeof(*d));
+	size_t keep = drops_unseen(wk);
+	uint32_t *d = ushi_malloc((keep + n) * sizeof(*d));
 	struct wk_rec *r = ushi_calloc(n, sizeof(*r));
 	int ret = d && r ? 0 : -ENOMEM;
 	for (size_t i = 0; !ret && i < n; i++)
@@ -238,10 +252,11 @@ int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 		ushi_free(d);
 		return ret;
 	}
-	if (wk->ndrops)
-		memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
-	memcpy(d + wk->ndrops, shuffles, n * sizeof(*d));
-	wk->ndrops += n;
+	if (keep)
+		memcpy(d, wk->drops + wk->ndrops - keep, keep * sizeof(*d));
+	memcpy(d + keep, shuffles, n * sizeof(*d));
+	wk->drops_base += (unsigned)(wk->ndrops - keep);
+	wk->ndrops = keep + n;
 	ushi_free(wk->drops);
 	wk->drops = d;
 	atomic_fetch_add(&wk->drop_epoch, (unsigned)n);

@@ -153,8 +153,10 @@ struct ush_worker {
 	int secrets_dirfd;    /* --secrets-dir, or -1 */
 	uint64_t log_bytes;   /* appended since the last compaction */
 	uint64_t snap_bytes;  /* the snapshot's size */
-	uint32_t *drops;      /* shuffles dropped, in epoch order */
+	uint32_t *drops;      /* shuffles dropped that some thread has not
+				 yet seen (its drop_seen), in epoch order */
 	size_t ndrops;
+	unsigned drops_base;  /* the drop epoch of drops[0] */
 	atomic_uint drop_epoch;
 	atomic_uint_fast64_t next_conn_id;
 	atomic_uint nconns;   /* connections accepted and not yet freed, all
@@ -421,7 +423,9 @@ struct wk_thread {
 	int log_fd;
 	uint64_t log_off;
 	bool dir_unsynced;
-	unsigned drop_seen;
+	atomic_uint drop_seen; /* drop epoch up to which it has dropped the
+				  shuffles from its files (read by others to
+				  trim wk->drops) */
 	uint64_t expire_ns;    /* thread 0: the last TTL check */
 	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
 	atomic_uint_fast64_t pass_ns; /* when its loop last passed (stalls) */
