@@ -107,7 +107,7 @@ void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle)
 		struct wk_attempt *e = &wk->att[i];
 		if (!e->state || e->state == WK_GONE || e->shuffle != shuffle)
 			continue;
-		*(e->state == WK_COMMITTED ? &done : &open) += 1;
+		e->state == WK_COMMITTED ? done++ : open++;
 		e->state = WK_GONE;
 		wk->natt--;
 	}
