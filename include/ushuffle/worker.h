@@ -103,6 +103,20 @@ struct ush_worker_opts {
 	unsigned max_app_shuffles; /* shuffles owned (default 4096) */
 	uint64_t max_app_bytes;    /* DATA bytes stored (default: half the
 				      size of dir's file system) */
+	/* New fields go here, at the end (the size field tells a caller's
+	 * layout); 0 is the default. */
+	unsigned max_app_attempts; /* attempts open or abandoned (a writer
+				      left without a commit), until their
+				      shuffle is dropped (default 65536) */
+	unsigned max_app_commits;  /* attempts committed, each a record of
+				      the commit log until its shuffle is
+				      dropped (default 262144: 32 MiB of
+				      log) */
+	unsigned max_apps;         /* applications known at once, all
+				      together: a HELLO or heartbeat of one
+				      more gets ERROR -EDQUOT (default
+				      16384); one not heard of for
+				      app_ttl_ms is removed */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */

@@ -8,8 +8,9 @@
  * which SPARK-12583 showed is not a sign of an application's end).
  * After a restart every application gets a full TTL again.
  *
- * Owners are kept sorted by shuffle; applications in a small array. All
- * functions but wk_app_expire() and wk_drop_files() expect wk->lock.
+ * Owners are kept sorted by shuffle; applications in a hash table by id,
+ * their number bounded by --max-apps. All functions but wk_app_expire()
+ * and wk_drop_files() expect wk->lock.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -19,8 +20,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Shuffles an expiry drops per tick at most, with one log write. */
+#define EXPIRE_BATCH 4096u
 
 /* Index of the first owner entry >= shuffle. */
 static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
@@ -49,12 +54,80 @@ const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle)
 	return o ? o->app : NULL;
 }
 
-static struct wk_app *app_find(struct ush_worker *wk, const char *app)
+/* SipHash-1-3 (Aumasson and Bernstein) of n bytes at p under key k: ids
+ * are chosen by clients, which must not be able to pile them into one
+ * chain without knowing the key. */
+#define ROTL(x, b) ((x) << (b) | (x) >> (64 - (b)))
+
+static void sipround(uint64_t *v)
 {
-	for (size_t i = 0; i < wk->napps; i++)
-		if (!strcmp(wk->apps[i]->id, app))
-			return wk->apps[i];
-	return NULL;
+	v[0] += v[1], v[1] = ROTL(v[1], 13), v[1] ^= v[0], v[0] = ROTL(v[0], 32);
+	v[2] += v[3], v[3] = ROTL(v[3], 16), v[3] ^= v[2];
+	v[0] += v[3], v[3] = ROTL(v[3], 21), v[3] ^= v[0];
+	v[2] += v[1], v[1] = ROTL(v[1], 17), v[1] ^= v[2], v[2] = ROTL(v[2], 32);
+}
+
+static uint64_t siphash13(const uint64_t *k, const char *p, size_t n)
+{
+	uint64_t v[4] = {k[0] ^ 0x736f6d6570736575ull, k[1] ^ 0x646f72616e646f6dull,
+			 k[0] ^ 0x6c7967656e657261ull, k[1] ^ 0x7465646279746573ull};
+	uint64_t m, last = (uint64_t)n << 56;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		m = get_le64((const uint8_t *)p + i);
+		v[3] ^= m;
+		sipround(v);
+		v[0] ^= m;
+	}
+	for (unsigned j = 0; i + j < n; j++)
+		last |= (uint64_t)(uint8_t)p[i + j] << (8 * j);
+	v[3] ^= last;
+	sipround(v);
+	v[0] ^= last;
+	v[2] ^= 0xff;
+	for (int r = 0; r < 3; r++)
+		sipround(v);
+	return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+static struct wk_app **chain_of(struct ush_worker *wk, const char *app)
+{
+	uint64_t h = siphash13(wk->app_key, app, strlen(app));
+	return &wk->apps[h & (wk->capps - 1)];
+}
+
+struct wk_app *wk_app_find(struct ush_worker *wk, const char *app)
+{
+	struct wk_app *a = wk->capps ? *chain_of(wk, app) : NULL;
+	while (a && strcmp(a->id, app))
+		a = a->hnext;
+	return a;
+}
+
+/* Twice the chains (64 at first, with the key drawn then): at most one
+ * application per chain on average. */
+static int app_grow(struct ush_worker *wk)
+{
+	size_t ocap = wk->capps, cap = ocap ? 2 * ocap : 64;
+	struct wk_app **old = wk->apps, **n = ushi_calloc(cap, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	if (!ocap && getrandom(wk->app_key, sizeof(wk->app_key), 0) !=
+			     sizeof(wk->app_key)) {
+		ushi_free(n);
+		return -EIO;
+	}
+	wk->apps = n;
+	wk->capps = cap;
+	for (size_t i = 0; i < ocap; i++)
+		for (struct wk_app *a = old[i], *next; a; a = next) {
+			struct wk_app **c = chain_of(wk, a->id);
+			next = a->hnext;
+			a->hnext = *c;
+			*c = a;
+		}
+	ushi_free(old);
+	return 0;
 }
 
 int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
@@ -77,7 +150,7 @@ int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
 		wk->owners[i].shuffle = shuffle;
 		wk->owners[i].bytes = 0;
 	} else {
-		struct wk_app *old = app_find(wk, wk->owners[i].app);
+		struct wk_app *old = wk_app_find(wk, wk->owners[i].app);
 		if (old) /* a claim replayed over an older one */
 			old->nshuffles--;
 	}
@@ -91,7 +164,7 @@ void wk_owner_del(struct ush_worker *wk, uint32_t shuffle)
 	size_t i = owner_pos(wk, shuffle);
 	if (i == wk->nowners || wk->owners[i].shuffle != shuffle)
 		return;
-	struct wk_app *a = app_find(wk, wk->owners[i].app);
+	struct wk_app *a = wk_app_find(wk, wk->owners[i].app);
 	if (a) {
 		a->nshuffles--;
 		uint64_t b = atomic_load(&a->bytes), d = wk->owners[i].bytes;
@@ -105,59 +178,88 @@ void wk_owner_del(struct ush_worker *wk, uint32_t shuffle)
 struct wk_app *wk_app_get(struct ush_worker *wk, const char *app)
 {
 	uint64_t now = ushi_now_ns();
-	struct wk_app *a = app_find(wk, app);
+	struct wk_app *a = wk_app_find(wk, app);
 	if (a) {
 		a->seen_ns = now;
 		return a;
 	}
-	if (wk->napps == wk->capps) {
-		size_t c = wk->capps ? 2 * wk->capps : 16;
-		struct wk_app **n = ushi_malloc(c * sizeof(*n));
-		if (!n)
-			return NULL;
-		if (wk->napps)
-			memcpy(n, wk->apps, wk->napps * sizeof(*n));
-		ushi_free(wk->apps);
-		wk->apps = n;
-		wk->capps = c;
-	}
+	if (wk->napps == wk->capps && app_grow(wk))
+		return NULL;
 	a = ushi_calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
 	snprintf(a->id, sizeof(a->id), "%s", app);
 	a->seen_ns = now;
 	atomic_init(&a->bytes, 0);
-	wk->apps[wk->napps++] = a;
+	struct wk_app **c = chain_of(wk, app);
+	a->hnext = *c;
+	*c = a;
+	wk->napps++;
 	return a;
 }
 
-int wk_app_seen(struct ush_worker *wk, const char *app)
+int wk_app_seen(struct ush_worker *wk, const char *app, struct wk_app **out)
 {
-	return wk_app_get(wk, app) ? 0 : -ENOMEM;
+	if (!wk_app_find(wk, app) && wk->napps >= wk->o.max_apps)
+		return -EDQUOT;
+	struct wk_app *a = wk_app_get(wk, app);
+	if (out)
+		*out = a;
+	return a ? 0 : -ENOMEM;
 }
 
-int wk_drop_locked(struct wk_thread *t, uint32_t shuffle)
+uint64_t wk_app_bytes(struct ush_worker *wk)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < wk->capps; i++)
+		for (struct wk_app *a = wk->apps[i]; a; a = a->hnext)
+			sum += atomic_load(&a->bytes);
+	return sum;
+}
+
+/* How many of the last drops some thread has not seen yet: the rest of
+ * wk->drops can go, so that it stays as short as the threads' lag. */
+static size_t drops_unseen(struct ush_worker *wk)
+{
+	unsigned e = atomic_load(&wk->drop_epoch);
+	size_t keep = 0;
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		size_t lag = e - atomic_load(&wk->threads[i].drop_seen);
+		keep = lag > keep ? lag : keep;
+	}
+	return keep < wk->ndrops ? keep : wk->ndrops;
+}
+
+int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 {
 	struct ush_worker *wk = t->wk;
-	/* What can fail without side effects first: the new drop list; then
-	 * the log makes the drop durable, then memory follows. */
-	uint32_t *d = ushi_malloc((wk->ndrops + 1) * sizeof(*d));
-	if (!d)
-		return -ENOMEM;
-	struct wk_rec r = {.type = WK_REC_DROP, .shuffle = shuffle};
-	int ret = wk_log_append(t, &r);
+	/* What can fail without side effects first: the new drop list and
+	 * the records; then the log makes the drops durable (one write, one
+	 * sync), then memory follows. */
+	size_t keep = drops_unseen(wk);
+	uint32_t *d = ushi_malloc((keep + n) * sizeof(*d));
+	struct wk_rec *r = ushi_calloc(n, sizeof(*r));
+	int ret = d && r ? 0 : -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i++)
+		r[i] = (struct wk_rec){.type = WK_REC_DROP,
+				       .shuffle = shuffles[i]};
 	if (!ret)
-		ret = wk_rec_apply(wk, &r);
+		ret = wk_log_append(t, r, n);
+	for (size_t i = 0; !ret && i < n; i++)
+		wk_rec_apply(wk, &r[i]); /* a drop cannot fail */
+	ushi_free(r);
 	if (ret) {
 		ushi_free(d);
 		return ret;
 	}
-	if (wk->ndrops)
-		memcpy(d, wk->drops, wk->ndrops * sizeof(*d));
-	d[wk->ndrops++] = shuffle;
+	if (keep)
+		memcpy(d, wk->drops + wk->ndrops - keep, keep * sizeof(*d));
+	memcpy(d + keep, shuffles, n * sizeof(*d));
+	wk->drops_base += (unsigned)(wk->ndrops - keep);
+	wk->ndrops = keep + n;
 	ushi_free(wk->drops);
 	wk->drops = d;
-	atomic_fetch_add(&wk->drop_epoch, 1);
+	atomic_fetch_add(&wk->drop_epoch, (unsigned)n);
 	return 0;
 }
 
@@ -167,68 +269,104 @@ void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
 	wk_store_unlink(t->wk, shuffle);
 }
 
+static bool silent(const struct wk_app *a, uint64_t now, uint64_t ttl)
+{
+	return now > a->seen_ns && now - a->seen_ns > ttl;
+}
+
+/* The shuffles of silent applications, up to EXPIRE_BATCH, into gone
+ * (allocated here); returns how many, and *more those left over. */
+static size_t silent_shuffles(struct ush_worker *wk, uint64_t now,
+			      uint32_t **gone, size_t *more)
+{
+	uint64_t ttl = wk->o.app_ttl_ms * 1000000ull;
+	size_t n = 0;
+	*more = 0;
+	for (size_t i = 0; i < wk->nowners; i++) {
+		struct wk_app *a = wk_app_find(wk, wk->owners[i].app);
+		if (!a || !silent(a, now, ttl))
+			continue;
+		if (!*gone && !(*gone = ushi_malloc(EXPIRE_BATCH *
+						    sizeof(**gone))))
+			return 0; /* next time */
+		if (n < EXPIRE_BATCH)
+			(*gone)[n++] = wk->owners[i].shuffle;
+		else
+			(*more)++;
+	}
+	return n;
+}
+
+/* Frees every silent application that owns nothing (the drops before
+ * took what they owned); returns how many. */
+static size_t silent_apps_free(struct ush_worker *wk, uint64_t now)
+{
+	uint64_t ttl = wk->o.app_ttl_ms * 1000000ull;
+	size_t n = 0;
+	for (size_t i = 0; i < wk->capps; i++)
+		for (struct wk_app **p = &wk->apps[i], *a; (a = *p);) {
+			if (!silent(a, now, ttl) || a->nshuffles) {
+				p = &a->hnext;
+			} else if (a->nconns) {
+				/* Connections still point at it: kept, with
+				 * a new TTL (it owns nothing now). */
+				a->seen_ns = now;
+				p = &a->hnext;
+			} else {
+				*p = a->hnext;
+				ushi_free(a);
+				wk->napps--;
+				n++;
+			}
+		}
+	return n;
+}
+
 void wk_app_expire(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
-	uint64_t ttl = wk->o.app_ttl_ms * 1000000ull;
-	uint32_t gone[64];
-	size_t ngone = 0;
-	char app[USHI_PROTO_APP_MAX + 1] = "";
+	uint32_t *gone = NULL;
+	size_t more;
 	pthread_mutex_lock(&wk->lock);
 	/* Read under the lock: a HELLO that another thread handled while
 	 * this one waited for it stamps a later time than a clock read
 	 * before, and the difference must not wrap into "expired". */
 	uint64_t now = ushi_now_ns();
-	for (size_t i = 0; i < wk->napps && !*app; i++)
-		if (now > wk->apps[i]->seen_ns &&
-		    now - wk->apps[i]->seen_ns > ttl)
-			memcpy(app, wk->apps[i]->id, sizeof(app));
-	/* A bounded batch per tick: the lock is shared with every thread. */
-	int err = 0;
-	for (size_t i = 0; *app && !err && i < wk->nowners && ngone < 64;) {
-		uint32_t s = wk->owners[i].shuffle;
-		if (strcmp(wk->owners[i].app, app))
-			i++; /* a drop removes entry i: no i++ then */
-		else if (!(err = wk_drop_locked(t, s)))
-			gone[ngone++] = s;
-	}
-	bool done = *app && !err && ngone < 64;
-	for (size_t i = 0; done && i < wk->napps; i++) {
-		struct wk_app *a = wk->apps[i];
-		if (strcmp(a->id, app))
-			continue;
-		if (a->nconns) {
-			/* Connections still point at it: kept, with a new
-			 * TTL (it owns nothing now). */
-			a->seen_ns = now;
-		} else {
-			wk->apps[i] = wk->apps[--wk->napps];
-			ushi_free(a);
-		}
-		break;
-	}
+	/* Every silent application's shuffles are dropped with one log
+	 * write, up to a batch per tick: the lock is shared with every
+	 * thread. */
+	size_t ngone = silent_shuffles(wk, now, &gone, &more);
+	int err = ngone ? wk_drop_locked(t, gone, ngone) : 0;
+	if (err)
+		ngone = 0;
+	size_t napps = silent_apps_free(wk, now);
 	pthread_mutex_unlock(&wk->lock);
 	for (size_t i = 0; i < ngone; i++)
 		wk_drop_files(t, gone[i]);
+	ushi_free(gone);
 	WK_COUNT(wk, expiries, ngone);
-	if (ngone || err)
-		wk_log(wk, err ? 0 : 1, "application %s: no heartbeat for %u "
-		       "ms: %zu shuffles dropped%s%s%s", app,
-		       wk->o.app_ttl_ms, ngone, done ? "" : ", more next time",
-		       err ? ": " : "", err ? ush_strerror(err) : "");
+	if (ngone || napps || err)
+		wk_log(wk, err ? 0 : 1, "applications not heard of for %u ms: "
+		       "%zu removed, %zu shuffles of theirs dropped%s%s%s",
+		       wk->o.app_ttl_ms, napps, ngone,
+		       more ? ", more next time" : "", err ? ": " : "",
+		       err ? ush_strerror(err) : "");
 }
 
 void wk_app_free(struct ush_worker *wk)
 {
-	for (size_t i = 0; i < wk->napps; i++)
-		ushi_free(wk->apps[i]);
+	for (size_t i = 0; i < wk->capps; i++)
+		for (struct wk_app *a = wk->apps[i], *next; a; a = next) {
+			next = a->hnext;
+			ushi_free(a);
+		}
 	ushi_free(wk->apps);
 	ushi_free(wk->owners);
 	ushi_free(wk->drops);
 	wk->apps = NULL;
 	wk->owners = NULL;
 	wk->drops = NULL;
-	wk->napps = wk->nowners = wk->ndrops = 0;
+	wk->napps = wk->capps = wk->nowners = wk->ndrops = 0;
 }
 
 static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
@@ -309,7 +447,7 @@ int wk_app_usage(struct ush_worker *wk)
 		}
 		closedir(d);
 		wk->owners[i].bytes = sum;
-		struct wk_app *a = app_find(wk, wk->owners[i].app);
+		struct wk_app *a = wk_app_find(wk, wk->owners[i].app);
 		if (a)
 			atomic_fetch_add(&a->bytes, sum);
 	}

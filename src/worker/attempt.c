@@ -3,7 +3,8 @@
  * dropped: open, abandoned (its writer left without a commit) or
  * committed (durable: wal.c). Open addressing keyed by (shuffle, map,
  * attempt), at most half full; a drop marks its entries gone in place,
- * and growth rebuilds the table without them.
+ * and growth rebuilds the table without them. Each application's
+ * attempts are counted for its quotas as they change state.
  */
 #define _GNU_SOURCE
 #include "worker/wk.h"
@@ -35,6 +36,27 @@ struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
 	}
 }
 
+/* Counts d more attempts in state of shuffle's application. */
+static void count(struct ush_worker *wk, uint32_t shuffle, uint8_t state,
+		  int d)
+{
+	const char *id = wk_owner_of(wk, shuffle);
+	struct wk_app *a = id ? wk_app_find(wk, id) : NULL;
+	if (state == WK_COMMITTED)
+		wk->ncommits += (size_t)d;
+	if (a)
+		*(state == WK_COMMITTED ? &a->ncommits : &a->natt) +=
+			(unsigned)d;
+}
+
+void wk_attempt_mark(struct ush_worker *wk, struct wk_attempt *e,
+		     enum wk_attempt_state state)
+{
+	count(wk, e->shuffle, e->state, -1);
+	count(wk, e->shuffle, (uint8_t)state, 1);
+	e->state = (uint8_t)state;
+}
+
 /* Places e in a table with room (no duplicate there). */
 static void place(struct ush_worker *wk, const struct wk_attempt *e)
 {
@@ -50,7 +72,7 @@ int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 {
 	struct wk_attempt *e = wk_attempt_find(wk, shuffle, map, attempt);
 	if (e) {
-		e->state = (uint8_t)state;
+		wk_attempt_mark(wk, e, state);
 		return 0;
 	}
 	/* At most half the slots used (dropped ones too): probes stay
@@ -74,18 +96,24 @@ int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 	place(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state,
 				       0});
 	wk->natt++;
+	count(wk, shuffle, (uint8_t)state, 1);
 	return 0;
 }
 
 /* In place, allocating nothing: a logged drop always takes effect. */
 void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle)
 {
-	for (size_t i = 0; i < wk->acap; i++)
-		if (wk->att[i].state && wk->att[i].state != WK_GONE &&
-		    wk->att[i].shuffle == shuffle) {
-			wk->att[i].state = WK_GONE;
-			wk->natt--;
-		}
+	int open = 0, done = 0;
+	for (size_t i = 0; i < wk->acap; i++) {
+		struct wk_attempt *e = &wk->att[i];
+		if (!e->state || e->state == WK_GONE || e->shuffle != shuffle)
+			continue;
+		e->state == WK_COMMITTED ? done++ : open++;
+		e->state = WK_GONE;
+		wk->natt--;
+	}
+	count(wk, shuffle, WK_OPEN, -open);
+	count(wk, shuffle, WK_COMMITTED, -done);
 }
 
 size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)

@@ -191,7 +191,7 @@ static int own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim)
 	}
 	struct wk_rec r = {.type = WK_REC_CLAIM, .shuffle = shuffle};
 	memcpy(r.app, c->app, sizeof(r.app));
-	int ret = wk_log_append(c->t, &r);
+	int ret = wk_log_append(c->t, &r, 1);
 	return ret ? ret : wk_rec_apply(wk, &r);
 }
 
@@ -211,6 +211,16 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 				   [WK_ABANDONED] = -EEXIST,
 				   [WK_COMMITTED] = USH_ECOMMITTED};
 	pthread_mutex_lock(&wk->lock);
+	unsigned natt = c->appr->natt;
+	if (natt >= wk->o.max_app_attempts) {
+		pthread_mutex_unlock(&wk->lock);
+		wk_conn_fail(c, -EDQUOT, "application '%s' holds %u attempts "
+			     "here that are open or were abandoned, its quota "
+			     "(--max-app-attempts): shuffle %u map %u attempt "
+			     "%u refused; drop shuffles it no longer needs",
+			     c->app, natt, h->shuffle, h->map, h->attempt);
+		return -EDQUOT;
+	}
 	int ret = own_shuffle(c, h->shuffle, true);
 	if (ret == -EDQUOT) {
 		pthread_mutex_unlock(&wk->lock);
@@ -280,7 +290,7 @@ void wk_conn_leave(struct wk_conn *c)
 	pthread_mutex_lock(&wk->lock);
 	struct wk_attempt *e = c->att.state == WK_OPEN ? mine(c) : NULL;
 	if (e)
-		e->state = WK_ABANDONED;
+		wk_attempt_mark(wk, e, WK_ABANDONED);
 	settle(c, e != NULL);
 	c->appr->nconns--;
 	c->appr = NULL;
@@ -289,6 +299,19 @@ void wk_conn_leave(struct wk_conn *c)
 }
 
 static void accept_hello(struct wk_conn *c, const struct proto_hello *h);
+
+/* Fails c for wk_app_seen()'s error. */
+static void app_refused(struct wk_conn *c, int ret)
+{
+	if (ret == -EDQUOT)
+		wk_conn_fail(c, ret, "the worker holds %u applications, its "
+			     "limit (--max-apps): application '%s' refused; an "
+			     "application not heard of for --app-ttl is "
+			     "removed", c->t->wk->o.max_apps, c->app);
+	else
+		wk_conn_fail(c, ret, "application table: %s",
+			     ush_strerror(ret));
+}
 
 /* A HELLO that asks for authentication: the worker proves the secret of
  * its application first (protocol.md §2.8) and waits for the client's
@@ -416,16 +439,16 @@ static void accept_hello(struct wk_conn *c, const struct proto_hello *hp)
 	struct ush_worker *wk = c->t->wk;
 	struct proto_hello h = *hp;
 	pthread_mutex_lock(&wk->lock);
-	struct wk_app *a = wk_app_get(wk, c->app);
+	struct wk_app *a = NULL;
+	int ret = wk_app_seen(wk, c->app, &a);
 	unsigned n = a ? a->nconns : 0;
 	if (a && n < wk->o.max_app_conns) {
 		a->nconns++;
 		c->appr = a;
 	}
 	pthread_mutex_unlock(&wk->lock);
-	if (!a) {
-		wk_conn_fail(c, -ENOMEM, "application table: %s",
-			     ush_strerror(-ENOMEM));
+	if (ret) {
+		app_refused(c, ret);
 		return;
 	}
 	if (!c->appr) {
@@ -518,13 +541,24 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 	memcpy(r.app, c->app, sizeof(r.app));
 	pthread_mutex_lock(&wk->lock);
 	struct wk_attempt *e = mine(c);
+	unsigned ncommits = c->appr->ncommits;
 	if (!e) /* dropped meanwhile */
 		ret = -ENOENT;
-	else if (!(ret = wk_log_append(t, &r)))
-		e->state = WK_COMMITTED;
+	else if (ncommits >= wk->o.max_app_commits)
+		ret = -EDQUOT;
+	else if (!(ret = wk_log_append(t, &r, 1)))
+		wk_attempt_mark(wk, e, WK_COMMITTED);
 	if (!ret || !e)
 		settle(c, e != NULL);
 	pthread_mutex_unlock(&wk->lock);
+	if (ret == -EDQUOT) {
+		wk_conn_fail(c, ret, "application '%s' has %u attempts "
+			     "committed here, its quota (--max-app-commits): "
+			     "the commit of shuffle %u map %u attempt %u "
+			     "refused; drop shuffles it no longer needs",
+			     c->app, ncommits, f->shuffle, f->map, f->attempt);
+		return;
+	}
 	if (ret) {
 		wk_conn_fail(c, ret, "commit of shuffle %u map %u attempt %u: "
 			     "%s", f->shuffle, f->map, f->attempt,
@@ -548,7 +582,7 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 	int ret = own_shuffle(c, f->shuffle, false);
 	bool owned = !ret && wk_owner_of(wk, f->shuffle);
 	if (owned)
-		ret = wk_drop_locked(t, f->shuffle);
+		ret = wk_drop_locked(t, &f->shuffle, 1);
 	pthread_mutex_unlock(&wk->lock);
 	if (ret == -EACCES)
 		return;
@@ -570,11 +604,10 @@ static void heartbeat(struct wk_conn *c, const struct ushi_frame *f)
 {
 	struct ush_worker *wk = c->t->wk;
 	pthread_mutex_lock(&wk->lock);
-	int ret = wk_app_seen(wk, c->app);
+	int ret = wk_app_seen(wk, c->app, NULL);
 	pthread_mutex_unlock(&wk->lock);
 	if (ret)
-		wk_conn_fail(c, ret, "application table: %s",
-			     ush_strerror(ret));
+		app_refused(c, ret);
 	else
 		ack(c, f, USHI_ACK_HEARTBEAT, 0);
 }

@@ -274,7 +274,7 @@ static int setup(struct wk_thread *t)
 	ret = wk_log_open(t);
 	if (!ret)
 		ret = arm_accept(t);
-	t->drop_seen = atomic_load(&wk->drop_epoch);
+	atomic_store(&t->drop_seen, atomic_load(&wk->drop_epoch));
 	return ret;
 }
 
@@ -296,13 +296,13 @@ static void teardown(struct wk_thread *t)
 static void check_drops(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
-	unsigned e = atomic_load(&wk->drop_epoch);
-	while (t->drop_seen != e) {
+	unsigned e = atomic_load(&wk->drop_epoch), seen;
+	while ((seen = atomic_load(&t->drop_seen)) != e) {
 		pthread_mutex_lock(&wk->lock);
-		uint32_t s = wk->drops[t->drop_seen];
+		uint32_t s = wk->drops[seen - wk->drops_base];
 		pthread_mutex_unlock(&wk->lock);
 		wk_store_drop(t, s);
-		t->drop_seen++;
+		atomic_store(&t->drop_seen, seen + 1);
 	}
 }
 

@@ -78,6 +78,12 @@ static void usage(FILE *f)
 		"  --max-app-shuffles=N  shuffles owned (default 4096)\n"
 		"  --max-app-bytes=BYTES  data stored (default: half of --dir's "
 		"file system)\n"
+		"  --max-app-attempts=N  attempts open or abandoned, until "
+		"dropped (65536)\n"
+		"  --max-app-commits=N  attempts committed, until dropped "
+		"(262144)\n"
+		"  --max-apps=N        applications known at once, all together "
+		"(16384)\n"
 		"Limits and defaults: docs/protocol.md, \"Limits\". Under "
 		"systemd (Type=notify)\nit reports readiness and pings the "
 		"watchdog%s. Operations: docs/operations.md.\n",
@@ -161,6 +167,9 @@ static const struct dopt dopts[] = {
 	{"max-app-conns", 1, 'a', "1..1073741824"},
 	{"max-app-shuffles", 1, 's', "1..1073741824"},
 	{"max-app-bytes", 1, 'b', "1 or more BYTES (k, m, g suffixes)"},
+	{"max-app-attempts", 1, 'e', "1..1073741824"},
+	{"max-app-commits", 1, 'o', "1..1073741824"},
+	{"max-apps", 1, 'P', "1..1073741824"},
 	{"metrics", 1, 'M', "HOST:PORT, [V6]:PORT or :PORT (every address), "
 			    "PORT 0..65535"},
 	{"config", 1, 'c', "an INI file"},
@@ -233,11 +242,14 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 		o->max_conns = (unsigned)n;
 		return 0;
 	case 'L': daemon_log_path = v; return !*v;
-	case 'F': case 'a': case 's':
+	case 'F': case 'a': case 's': case 'e': case 'o': case 'P':
 		if (number(v, &n) || n < 1 || n > (1u << 30))
 			return -1;
 		*(code == 'F' ? &o->max_open_files :
-		  code == 'a' ? &o->max_app_conns : &o->max_app_shuffles) =
+		  code == 'a' ? &o->max_app_conns :
+		  code == 's' ? &o->max_app_shuffles :
+		  code == 'e' ? &o->max_app_attempts :
+		  code == 'o' ? &o->max_app_commits : &o->max_apps) =
 			(unsigned)n;
 		return 0;
 	case 'S': o->secret_file = v; return !*v;

@@ -7,10 +7,12 @@
  *
  * Fixed records make each one checkable on its own: a corrupt record is
  * skipped and reported, losing only itself; a partial record at the end
- * (a crash mid-append, never acknowledged) is cut. When the logs grow
- * past a few times the live state, it is written as a snapshot
- * ("commit.snap", renamed into place) and the logs start over, so
- * restart time follows the live state, not the history. Replay reads the
+ * (a crash mid-append, never acknowledged) is cut. When more than half
+ * of the snapshot and logs is dead (records of dropped shuffles, drops,
+ * records the snapshot holds again), the live state is written as a new
+ * snapshot ("commit.snap", synced and renamed into place) and the logs
+ * start over, so their size and restart time follow the live state
+ * (bounded by the quotas), not the history. Replay reads the
  * snapshot and the logs and applies every record in sequence order.
  */
 #define _GNU_SOURCE
@@ -29,8 +31,8 @@
 #define REC_MAGIC 0x4c485355u /* "USHL" */
 #define REC_VERSION 1
 #define SNAP "commit.snap"
-/* Logs are compacted past this (a replay of it takes milliseconds), or
- * past 4 x the live records if more. */
+/* The snapshot and logs are compacted past this (a replay of it takes
+ * milliseconds), once more than half of them is dead. */
 #define COMPACT_MIN (256u << 10)
 
 /* Record byte offsets. */
@@ -106,8 +108,8 @@ int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r)
 		return wk_attempt_set(wk, r->shuffle, r->map, r->attempt,
 				      WK_COMMITTED);
 	default: /* WK_REC_DROP: allocates nothing, cannot fail */
-		wk_owner_del(wk, r->shuffle);
 		wk_attempt_drop(wk, r->shuffle);
+		wk_owner_del(wk, r->shuffle);
 		return 0;
 	}
 }
@@ -201,32 +203,40 @@ static int compact(struct ush_worker *wk)
 		return ret;
 	}
 	wk->log_bytes = 0;
+	wk->snap_bytes = n * REC;
 	wk_log(wk, 1, "commit log compacted: %zu live records", n);
 	return 0;
 }
 
-int wk_log_append(struct wk_thread *t, const struct wk_rec *r)
+int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n)
 {
 	struct ush_worker *wk = t->wk;
-	/* Compact before this record, never right after one: a caller
-	 * applies its record to memory only once it is logged, so a snapshot
-	 * of memory taken inside the append would miss the record that the
-	 * truncated logs no longer hold (a commit acknowledged, then lost at
-	 * the next restart). Every record appended before this call has
-	 * been applied: each caller holds wk->lock from its append through
-	 * its apply. */
-	size_t live = wk->natt + wk->nowners;
-	if (wk->log_bytes > COMPACT_MIN && wk->log_bytes > 4 * REC * live)
+	/* Compact before these records, never right after them: a caller
+	 * applies its records to memory only once they are logged, so a
+	 * snapshot of memory taken inside the append would miss the records
+	 * that the truncated logs no longer hold (a commit acknowledged,
+	 * then lost at the next restart). Every record appended before this
+	 * call has been applied: each caller holds wk->lock from its append
+	 * through its apply. */
+	uint64_t live = REC * (uint64_t)(wk->ncommits + wk->nowners);
+	uint64_t total = wk->snap_bytes + wk->log_bytes;
+	if (total > COMPACT_MIN && total > 2 * live)
 		compact(wk); /* a failure is logged; the appends stand */
-	uint8_t b[REC];
-	rec_put(b, r, atomic_fetch_add(&next_lsn, 1));
-	int ret = pwrite_all(t->log_fd, b, REC, t->log_off);
+	uint8_t one[REC], *b = n == 1 ? one : ushi_malloc(n * REC);
+	if (!b)
+		return -ENOMEM;
+	uint64_t lsn = atomic_fetch_add(&next_lsn, n);
+	for (size_t i = 0; i < n; i++)
+		rec_put(b + i * REC, &r[i], lsn + i);
+	int ret = pwrite_all(t->log_fd, b, n * REC, t->log_off);
 	if (!ret && fdatasync(t->log_fd))
 		ret = -errno;
+	if (b != one)
+		ushi_free(b);
 	if (ret)
 		return ret;
-	t->log_off += REC;
-	wk->log_bytes += REC;
+	t->log_off += n * REC;
+	wk->log_bytes += n * REC;
 	return 0;
 }
 
@@ -324,6 +334,9 @@ int wk_log_replay(struct ush_worker *wk)
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
 	int ret = read_log(wk, path, false, &items, &n, &cap, &bad);
+	struct stat st;
+	if (!ret && !stat(path, &st))
+		wk->snap_bytes = (uint64_t)st.st_size;
 	DIR *d = ret ? NULL : opendir(wk->dir);
 	if (!ret && !d)
 		ret = ushi_fail(-errno, "worker: opendir %s", wk->dir);
@@ -335,7 +348,6 @@ int wk_log_replay(struct ush_worker *wk)
 		    tail != 'g')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", wk->dir, de->d_name);
-		struct stat st;
 		if (!stat(path, &st))
 			wk->log_bytes += (uint64_t)st.st_size;
 		ret = read_log(wk, path, true, &items, &n, &cap, &bad);
@@ -359,6 +371,6 @@ int wk_log_replay(struct ush_worker *wk)
 	if (!ret && (n || bad))
 		wk_log(wk, 1, "replayed %zu commit log records (%zu corrupt, "
 		       "skipped): %zu attempts committed, %zu shuffles",
-		       n, bad, wk->natt, wk->nowners);
+		       n, bad, wk->ncommits, wk->nowners);
 	return ret;
 }

@@ -75,12 +75,16 @@ struct wk_rec {
 
 /* An application: its last sign of life and what it holds against its
  * quotas. Allocated one by one, so a connection may keep a pointer to its
- * own; freed only when it has no connection left. */
+ * own; freed only when it has no connection and no shuffle left. */
 struct wk_app {
+	struct wk_app *hnext; /* its chain in wk->apps */
 	char id[USHI_PROTO_APP_MAX + 1];
 	uint64_t seen_ns;   /* last heard of */
 	unsigned nconns;    /* connections past HELLO (lock) */
 	unsigned nshuffles; /* shuffles it owns (lock) */
+	unsigned natt;      /* attempts of its shuffles open or abandoned
+			       (lock) */
+	unsigned ncommits;  /* attempts of its shuffles committed (lock) */
 	/* DATA bytes stored here for it: its writers add each frame as it
 	 * is taken (no lock: an atomic on the data path); a drop takes its
 	 * shuffle's bytes off. */
@@ -137,15 +141,22 @@ struct ush_worker {
 	size_t natt, nslots, acap; /* live entries, used slots, slots */
 	struct wk_owner *owners; /* ascending shuffle */
 	size_t nowners, cowners;
-	struct wk_app **apps;
+	struct wk_app **apps; /* hash chains by id, capps a power of two */
 	size_t napps, capps;
+	uint64_t app_key[2];  /* the hash's key, random: ids are the
+				 clients' choice */
+	size_t ncommits;      /* committed attempts: with nowners, the
+				 records a compaction keeps */
 	uint8_t *secret;      /* the secret of every application without a
 				 file in secrets_dir (NULL: none) */
 	size_t secret_len;
 	int secrets_dirfd;    /* --secrets-dir, or -1 */
 	uint64_t log_bytes;   /* appended since the last compaction */
-	uint32_t *drops;      /* shuffles dropped, in epoch order */
+	uint64_t snap_bytes;  /* the snapshot's size */
+	uint32_t *drops;      /* shuffles dropped that some thread has not
+				 yet seen (its drop_seen), in epoch order */
 	size_t ndrops;
+	unsigned drops_base;  /* the drop epoch of drops[0] */
 	atomic_uint drop_epoch;
 	atomic_uint_fast64_t next_conn_id;
 	atomic_uint nconns;   /* connections accepted and not yet freed, all
@@ -414,7 +425,9 @@ struct wk_thread {
 	int log_fd;
 	uint64_t log_off;
 	bool dir_unsynced;
-	unsigned drop_seen;
+	atomic_uint drop_seen; /* drop epoch up to which it has dropped the
+				  shuffles from its files (read by others to
+				  trim wk->drops) */
 	uint64_t expire_ns;    /* thread 0: the last TTL check */
 	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
 	atomic_uint_fast64_t pass_ns; /* when its loop last passed (stalls) */
@@ -443,6 +456,11 @@ struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
 				   uint32_t map, uint32_t attempt);
 int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 		   uint32_t attempt, enum wk_attempt_state state);
+/* Moves e (in the table) to state, counting it for its application. */
+void wk_attempt_mark(struct ush_worker *wk, struct wk_attempt *e,
+		     enum wk_attempt_state state);
+/* Forgets the shuffle's attempts; call it before wk_owner_del(), which
+ * ends the application's claim its attempts are counted against. */
 void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle);
 /* The records that rebuild the live state (claims, then commits): fills
  * out (room for n) and returns how many there are. */
@@ -452,18 +470,27 @@ void wk_attempt_free(struct ush_worker *wk);
 /* wal.c: the durable records. */
 int wk_log_open(struct wk_thread *t);
 int wk_log_replay(struct ush_worker *wk);
-/* Appends r to t's log and syncs it (compacting when the logs grew). */
-int wk_log_append(struct wk_thread *t, const struct wk_rec *r);
+/* Appends the n records at r to t's log with one write and syncs it
+ * (compacting first when most of the logs is dead). */
+int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n);
 int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r);
 
 /* app.c: applications, the shuffles they own, drops and expiry. */
 const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle);
 int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app);
 void wk_owner_del(struct ush_worker *wk, uint32_t shuffle);
-/* The application is alive now. */
-int wk_app_seen(struct ush_worker *wk, const char *app);
-/* The application's entry (made if new, and alive now), or NULL. */
+/* The application is alive now: its entry in *out (if out), made if new
+ * while the worker holds fewer than --max-apps. Returns 0, -EDQUOT
+ * (that limit) or -ENOMEM. */
+int wk_app_seen(struct ush_worker *wk, const char *app, struct wk_app **out);
+/* The DATA bytes stored for all applications. */
+uint64_t wk_app_bytes(struct ush_worker *wk);
+/* The application's entry (made if new, whatever --max-apps says: a
+ * claim, replayed or by a connection of an application held; alive
+ * now), or NULL. */
 struct wk_app *wk_app_get(struct ush_worker *wk, const char *app);
+/* The application's entry, or NULL; changes nothing. */
+struct wk_app *wk_app_find(struct ush_worker *wk, const char *app);
 struct wk_owner *wk_owner_find(struct ush_worker *wk, uint32_t shuffle);
 /* At start: the bytes each owned shuffle holds in --dir. Fails with
  * USH_EVERSION for a shuffle stored in an older worker's layout. */
@@ -472,11 +499,12 @@ int wk_app_usage(struct ush_worker *wk);
  * key (USHI_SECRET_MAX bytes): its length, 0 for none, or an error. No
  * lock needed. */
 int wk_secret(struct ush_worker *wk, const char *app, uint8_t *key);
-/* Logs and applies the drop of shuffle; the files go with
- * wk_drop_files() after the lock is released. */
-int wk_drop_locked(struct wk_thread *t, uint32_t shuffle);
+/* Logs (one write) and applies the drops of the n shuffles; their files
+ * go with wk_drop_files() after the lock is released. */
+int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);
 void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
-/* Drops the shuffles of an application silent for the TTL. */
+/* Drops the shuffles of every application silent for the TTL, and
+ * removes those applications. */
 void wk_app_expire(struct wk_thread *t);
 /* At start: removes shuffle directories no application owns. */
 void wk_sweep(struct ush_worker *wk);

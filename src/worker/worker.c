@@ -35,6 +35,9 @@ static const struct ush_worker_opts worker_defaults = {
 	.drain_timeout_ms = 20000,
 	.max_app_conns = 512,
 	.max_app_shuffles = 4096,
+	.max_app_attempts = 65536,
+	.max_app_commits = 262144,
+	.max_apps = 16384,
 };
 
 void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
@@ -126,8 +129,7 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	pthread_mutex_lock(&wk->lock);
 	s.apps = wk->napps;
 	s.shuffles = wk->nowners;
-	for (size_t i = 0; i < wk->napps; i++)
-		s.bytes_stored += LOAD(wk->apps[i]->bytes);
+	s.bytes_stored = wk_app_bytes(wk);
 	pthread_mutex_unlock(&wk->lock);
 	ushi_struct_init(st, size, &s, sizeof(s));
 }
@@ -203,12 +205,14 @@ static void log_start(struct ush_worker *wk)
 	const struct ush_worker_opts *o = &wk->o;
 	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s; limits: "
 	       "%u connections, %u open log files per thread, window %u, "
-	       "max frame %u, per application %u connections, %u shuffles, "
-	       "%llu bytes; app ttl %u ms; auth %s", wk->host, wk->port,
+	       "max frame %u, %u applications, per application %u "
+	       "connections, %u shuffles, %llu bytes, %u attempts, %u "
+	       "commits; app ttl %u ms; auth %s", wk->host, wk->port,
 	       wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir,
 	       o->max_conns, wk->open_max, o->window, o->max_frame,
-	       o->max_app_conns, o->max_app_shuffles,
-	       (unsigned long long)o->max_app_bytes, o->app_ttl_ms,
+	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
+	       (unsigned long long)o->max_app_bytes, o->max_app_attempts,
+	       o->max_app_commits, o->app_ttl_ms,
 	       wk->secret || wk->secrets_dirfd >= 0 ?
 		       (o->insecure ? "optional (--insecure)" : "required") :
 		       "none (--insecure)");
@@ -570,6 +574,12 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->o.max_app_conns = def->max_app_conns;
 	if (!wk->o.max_app_shuffles)
 		wk->o.max_app_shuffles = def->max_app_shuffles;
+	if (!wk->o.max_app_attempts)
+		wk->o.max_app_attempts = def->max_app_attempts;
+	if (!wk->o.max_app_commits)
+		wk->o.max_app_commits = def->max_app_commits;
+	if (!wk->o.max_apps)
+		wk->o.max_apps = def->max_apps;
 	wk->secrets_dirfd = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
