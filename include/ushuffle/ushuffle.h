@@ -282,7 +282,7 @@ struct ush_writer_opts {
 	 * dies or fails is dropped and the writer goes on with the others;
 	 * it fails only when every replica of a partition is gone. */
 	uint32_t replicas;
-	uint32_t reserved0; /* never read: 0.4 callers' padding */
+	uint32_t reserved0; /* never read, never reused: 0.4 callers' padding */
 };
 #define USH_REPLICAS_MAX 3
 

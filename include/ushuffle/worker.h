@@ -104,7 +104,9 @@ struct ush_worker_opts {
 	uint64_t max_app_bytes;    /* DATA bytes stored (default: half the
 				      size of dir's file system) */
 	/* New fields go here, at the end (the size field tells a caller's
-	 * layout); 0 is the default. */
+	 * layout), with a reservedN after one that would leave the struct
+	 * ending in padding (ushuffle.h, "Extensible structs"); 0 is the
+	 * default. */
 	unsigned max_app_attempts; /* attempts open or abandoned (a writer
 				      left without a commit), until their
 				      shuffle is dropped (default 65536) */
@@ -117,6 +119,7 @@ struct ush_worker_opts {
 				      more gets ERROR -EDQUOT (default
 				      16384); one not heard of for
 				      app_ttl_ms is removed */
+	uint32_t reserved0;        /* never read, never reused */
 };
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */
