@@ -49,6 +49,10 @@
 
 #ifdef __cplusplus
 extern "C" {
+/* The stats getters share their struct's name (as stat() does), which
+ * C++'s -Wshadow reports at each caller's build: not theirs to fix. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
 #endif
 
 #if defined(USH_BUILDING) && defined(__GNUC__)
@@ -668,6 +672,7 @@ USH_API const struct ush_lat *ush_reader_load_lat(const ush_reader *r);
 #endif /* USH_UNSTABLE_API */
 
 #ifdef __cplusplus
+#pragma GCC diagnostic pop
 }
 #endif
 #endif /* USHUFFLE_H */

@@ -21,6 +21,9 @@
 
 #ifdef __cplusplus
 extern "C" {
+/* As in ushuffle.h: ush_worker_stats() names its struct. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
 #endif
 
 typedef struct ush_worker ush_worker;
@@ -209,11 +212,12 @@ USH_API void ush_worker_stats_size(const ush_worker *w,
 USH_SIZED_GET(ush_worker_stats, ush_worker)
 
 #ifdef USH_UNSTABLE_API
-/* ush_alloc_count() of the worker library: its heap allocations. */
+/* ush_alloc_count(): the worker allocates through libushuffle. */
 USH_API uint64_t ush_worker_alloc_count(void);
 #endif
 
 #ifdef __cplusplus
+#pragma GCC diagnostic pop
 }
 #endif
 #endif /* USHUFFLE_WORKER_H */
