@@ -9,10 +9,10 @@
  *
  * Conventions are libushuffle's (ushuffle.h): 0 or a negative errno or
  * USH_E* code, described by ush_strerror(); extensible options structs
- * with a size field set by their _init(). The worker library carries its
- * own copy of the core, so it has its own per-thread detail message
- * (ush_worker_last_error(), not ush_last_error()) and its own log sink
- * (ush_worker_set_log(), not ush_set_log()).
+ * with a size field set by their _init(). The worker library links
+ * libushuffle (shared), whose per-thread detail message and log sink it
+ * uses: ush_worker_last_error() is ush_last_error(), ush_worker_set_log()
+ * is ush_set_log().
  */
 #ifndef USHUFFLE_WORKER_H
 #define USHUFFLE_WORKER_H
