@@ -66,7 +66,7 @@ extern "C" {
 /* The one place the version is kept: CMakeLists.txt reads these three. */
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 2
+#define USH_VERSION_PATCH 3
 #define USH_QUOTE_(x) #x
 #define USH_EXPAND_AND_QUOTE_(x) USH_QUOTE_(x)
 #define USH_VERSION_STRING                                                   \
