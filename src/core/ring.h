@@ -7,8 +7,8 @@
  * accepts and reads are armed (ring_arm()): they wait for peers, and
  * every CQE reaches the callback.
  *
- * Where io_uring is refused (ring_sync.h), the same ops run as plain
- * system calls behind the same functions and callbacks.
+ * An engine (engine.h) runs the ops: io_uring, or where io_uring is
+ * refused, plain system calls, behind the same functions and callbacks.
  *
  * struct ush_ring is private to ring.c; other modules use the functions
  * below.
@@ -111,7 +111,7 @@ struct ushi_op {
 	uint8_t kind;              /* enum ushi_op_kind: the live payload */
 	uint32_t cqe_flags;        /* ring: the CQE's, for cb (armed ops) */
 	struct ushi_op *next_free; /* ring-private: its free list */
-	struct {                   /* ring-private: the syscall backend */
+	struct {                   /* the sync engine's (engine_sync.c) */
 		struct ushi_op *next;  /* its queue or its results */
 		uint64_t deadline;     /* a send's timeout (0: none) */
 		int res;
