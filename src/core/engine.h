@@ -66,6 +66,10 @@ extern const struct ushi_engine_ops ushi_engine_sync;
 void ring_complete(struct ush_ring *r, struct ushi_op *op, int res,
 		   unsigned flags);
 
+/* Runs a blocking write (io.blocking) now with pwrite, on whatever
+ * engine the ring has, and hands its result to ring_complete(). */
+void ushi_sync_run(struct ush_ring *r, struct ushi_op *op);
+
 /* True for the errors that mean "no io_uring here" (EPERM, EACCES,
  * ENOSYS); logs why, once per process, the first time. what names the
  * call that failed. */

@@ -231,6 +231,15 @@ static int try_op(struct ushi_sync *s, struct ushi_op *op, unsigned *flags)
 	return (int)n;
 }
 
+void ushi_sync_run(struct ush_ring *r, struct ushi_op *op)
+{
+	unsigned flags;
+	if (op->kind != OP_WRITE)
+		ushi_panic("ring: op kind %d cannot block", op->kind);
+	int res = try_op(NULL, op, &flags);
+	ring_complete(r, op, res, flags);
+}
+
 /* Polls the queued ops that wait for their socket, for up to timeout_ns
  * (0: a look only), and marks those it can run. */
 static void refresh(struct ushi_sync *s, uint64_t timeout_ns)

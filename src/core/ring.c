@@ -294,10 +294,14 @@ static bool io_over(struct ushi_io *io, int *res)
 	return true;
 }
 
-/* (Re)queues what is left of a write or a send. */
+/* (Re)queues what is left of a write or a send; a blocking write runs
+ * and completes now. */
 static void queue(struct ush_ring *r, struct ushi_op *op)
 {
-	r->eng->ops->queue(r->eng, op);
+	if (op->kind == OP_WRITE && op->io.blocking)
+		ushi_sync_run(r, op);
+	else
+		r->eng->ops->queue(r->eng, op);
 }
 
 static void complete_write(struct ush_ring *r, struct ushi_op *op, int res)

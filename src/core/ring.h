@@ -58,6 +58,10 @@ struct ushi_io {
 	uint32_t done;        /* ring: bytes transferred so far */
 	int fd;
 	bool fixed_file;      /* fd is a registered file slot */
+	/* OP_WRITE: run at once with a blocking system call (the psync
+	 * ioengine), whatever the ring's engine; the op is complete, its
+	 * callback run, when ring_start() returns. fd is a plain one. */
+	bool blocking;
 	uint64_t t0;          /* ring: ushi_now_ns() at ring_start() */
 };
 
@@ -138,7 +142,8 @@ int ring_op_get(struct ush_ring *r, struct ushi_op **op);
  * only after every notification CQE, so io.buf may go back to the pool
  * then. With send.timeout_ms, a send that makes no progress for that
  * long fails with -ECANCELED. The SQEs go out with the next ring_submit()
- * or reap.
+ * or reap; a blocking write (io.blocking) is done, its callback run, on
+ * return.
  */
 void ring_start(struct ush_ring *r, struct ushi_op *op);
 /*
