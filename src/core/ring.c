@@ -1,46 +1,29 @@
 /*
- * io_uring setup with flag fallback, fixed buffers and files; ops by
- * kind (writes, sends, armed ops), each prepared and completed in its own
- * section; then submission, reaping and dispatch. Where io_uring is
- * refused, every op goes to the plain-syscall backend (ring_sync.c)
- * where it would become an SQE, and its results come back through the
- * same dispatch as CQEs.
+ * The ring: its pool, codec contexts and op records; ops by kind (writes,
+ * sends, armed ops), each queued and completed in its own section; then
+ * submission, reaping and dispatch. The engine (engine.h) carries the
+ * ops to the kernel and brings every result back to ring_complete().
  */
-#include "core/ring.h"
+#include "core/engine.h"
 #include "core/codec.h"
-#include "core/ring_sync.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define USHI_FILE_SLOTS 64
-/* The whole pool is registered as one buffer (register_pool()), so every
- * fixed-buffer op names index 0. */
-#define POOL_BUF_INDEX 0
-
 struct ush_ring {
-	struct io_uring uring;
+	struct ushi_engine *eng;
 	struct ushi_pool pool;
 	struct ushi_codec_ctx codec;
 	struct ush_ring_opts opts;
-	unsigned setup_flags;
 	pid_t owner;         /* the creator thread: the only one served */
 	unsigned gen;        /* ushi_fork_gen at creation */
 	unsigned writers;    /* open on it: each uses the pool */
-	bool live;           /* io_uring set up: only then is it torn down */
-	int refused;         /* -errno io_uring_setup gave: the sync backend */
-	struct ushi_sync sync;
-	bool fixedbufs;
-	bool files;          /* sparse file table registered */
-	uint64_t file_slots; /* bitmap of the 64 file slots in use */
+	int refused;         /* -errno io_uring_setup gave: the sync engine */
 	struct ushi_op *ops, *free_ops;
 	unsigned inflight;   /* ops started, not completed */
 	unsigned armed;      /* armed ops that wait for peers */
-	unsigned unsubmitted;
 };
 
 static const struct ush_ring_opts ring_defaults = {
@@ -76,85 +59,6 @@ static int check_opts(const struct ush_ring_opts *o)
 	return 0;
 }
 
-/* Tries the best flag set first and drops flags on -EINVAL, as fio does:
- * older kernels lack DEFER_TASKRUN (6.1) or SINGLE_ISSUER (6.0). */
-static int setup_uring(struct ush_ring *r)
-{
-	static const unsigned plain[] = {
-		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
-		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN,
-		IORING_SETUP_COOP_TASKRUN,
-		0,
-	};
-	/* SQPOLL is refused together with DEFER_TASKRUN and COOP_TASKRUN. */
-	static const unsigned sqpoll[] = {
-		IORING_SETUP_SQPOLL | IORING_SETUP_SINGLE_ISSUER,
-		IORING_SETUP_SQPOLL,
-	};
-	const unsigned *sets = r->opts.sqpoll ? sqpoll : plain;
-	size_t nsets = r->opts.sqpoll ? ARRAY_SIZE(sqpoll) : ARRAY_SIZE(plain);
-	int ret = -EINVAL;
-	for (size_t i = 0; i < nsets; i++) {
-		struct io_uring_params p = {0};
-		p.flags = sets[i] | IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-		/* Slack, not a bound: one SQE may post three CQEs (a
-		 * SEND_ZC with a link timeout: result, timeout,
-		 * notification) and a multishot op any number. Past the
-		 * CQ's size the kernel holds CQEs back in its overflow
-		 * list (IORING_FEAT_NODROP) until they are reaped. */
-		p.cq_entries = 4 * r->opts.iodepth;
-		p.sq_thread_idle = 100;
-		/* Two SQEs per op: a send and its link timeout (get_sqe). */
-		ret = io_uring_queue_init_params(2 * r->opts.iodepth, &r->uring,
-						 &p);
-		if (ret == 0) {
-			r->setup_flags = p.flags;
-			r->live = true;
-			return 0;
-		}
-		if (ret != -EINVAL)
-			break;
-	}
-	if (ushi_uring_refused(ret, "io_uring_setup")) {
-		r->refused = ret;
-		ret = sync_init(&r->sync, r->opts.iodepth);
-		return ret ? ushi_fail(ret, "ring: %u ops", r->opts.iodepth) : 0;
-	}
-	return ushi_fail(ret, "ring: io_uring_queue_init(%u entries%s)",
-			2 * r->opts.iodepth, r->opts.sqpoll ? ", SQPOLL" : "");
-}
-
-static int register_pool(struct ush_ring *r)
-{
-	if (r->opts.fixedbufs == 0)
-		return 0;
-	struct iovec iov = {r->pool.arena, r->pool.bytes};
-	int ret = io_uring_register_buffers(&r->uring, &iov, 1);
-	if (ret == 0) {
-		r->fixedbufs = true;
-		return 0;
-	}
-	struct rlimit rl = {0};
-	getrlimit(RLIMIT_MEMLOCK, &rl);
-	const char *fix =
-		ret == -ENOMEM || ret == -EPERM
-			? "raise the locked-memory limit (ulimit -l, or "
-			  "LimitMEMLOCK= for a service) above the pool size, "
-			  "grant CAP_IPC_LOCK, or use fixedbufs=0"
-			: "use fixedbufs=0";
-	if (r->opts.fixedbufs == 1)
-		return ushi_fail(ret, "ring: registering a %zu KiB buffer pool "
-				"failed (RLIMIT_MEMLOCK %llu KiB); %s",
-				r->pool.bytes >> 10,
-				(unsigned long long)rl.rlim_cur >> 10, fix);
-	ushi_warn("registering a %zu KiB buffer pool failed (%s, "
-		 "RLIMIT_MEMLOCK %llu KiB): falling back to unregistered "
-		 "buffers, which costs a page-pinning per I/O; to fix: %s",
-		 r->pool.bytes >> 10, ush_strerror(ret),
-		 (unsigned long long)rl.rlim_cur >> 10, fix);
-	return 0;
-}
-
 int ring_check_thread(const struct ush_ring *r, const char *who)
 {
 	if (likely(r->owner == ushi_tid() && !ushi_forked(r->gen)))
@@ -174,6 +78,19 @@ bool ring_forked(const struct ush_ring *r)
 void ring_writers(struct ush_ring *r, int n)
 {
 	r->writers += (unsigned)n;
+}
+
+/* io_uring, or the sync engine where the kernel refuses io_uring. There
+ * nothing is registered: fixedbufs=1 cannot fail, since the log has
+ * already said why nothing is. */
+static int engine_create(struct ush_ring *r)
+{
+	int ret = ushi_engine_uring.create(r, &r->eng);
+	if (ret > 0) {
+		r->refused = -ret;
+		ret = ushi_engine_sync.create(r, &r->eng);
+	}
+	return ret;
 }
 
 int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
@@ -232,19 +149,7 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 		r->ops[i].next_free = r->free_ops;
 		r->free_ops = &r->ops[i];
 	}
-	ret = setup_uring(r);
-	if (ret)
-		goto fail;
-	if (r->refused) {
-		/* Nothing to register: fixedbufs=1 cannot fail here, since the
-		 * log has already said why nothing is registered. */
-		*out = r;
-		return 0;
-	}
-	io_uring_register_ring_fd(&r->uring); /* an optimisation only */
-	r->files = io_uring_register_files_sparse(&r->uring,
-						  USHI_FILE_SLOTS) == 0;
-	ret = register_pool(r);
+	ret = engine_create(r);
 	if (ret)
 		goto fail;
 	*out = r;
@@ -270,18 +175,13 @@ void ush_ring_free(ush_ring *r)
 	if (r->writers)
 		ushi_panic("ush_ring_free: writers still open on the ring (%u): "
 			   "free them first", r->writers);
-	/* Drain so no callback can fire into freed owners; a refused ring's
-	 * armed ops are dropped, as queue_exit does. */
-	if (!child && (r->live || r->refused))
-		ring_drain(r);
-	/* Not ring_fd >= 0: liburing 2.5 on zeroes the ring before setup, so
-	 * a failed one reads fd 0. In a child, the unregister of the ring fd
-	 * that queue_exit makes is refused (SINGLE_ISSUER: another task) or,
-	 * before Linux 6.0, acts on the child's table of registered rings,
-	 * never on the parent's. */
-	if (r->live)
-		io_uring_queue_exit(&r->uring);
-	sync_destroy(&r->sync);
+	/* Drain so no callback can fire into freed owners; armed ops are
+	 * dropped with the engine. */
+	if (r->eng) {
+		if (!child)
+			ring_drain(r);
+		r->eng->ops->destroy(r->eng);
+	}
 	pool_destroy(&r->pool);
 	codec_destroy(&r->codec);
 	ushi_free(r->ops);
@@ -292,8 +192,8 @@ void ush_ring_info_size(const ush_ring *r, struct ush_ring_info *info,
 			size_t size)
 {
 	struct ush_ring_info i = {
-		.setup_flags = r->setup_flags,
-		.fixedbufs = r->fixedbufs,
+		.setup_flags = r->eng->setup_flags,
+		.fixedbufs = r->eng->fixedbufs,
 		.iodepth = r->opts.iodepth,
 		.pool_bytes = r->pool.bytes,
 		.push_size = r->opts.push_size,
@@ -339,12 +239,10 @@ long ring_compress(struct ush_ring *r, const void *src, size_t n, void *dst,
 
 int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg)
 {
-	if (r->refused)
-		return sync_buf_ring(&r->sync, reg);
-	return io_uring_register_buf_ring(&r->uring, reg, 0);
+	return r->eng->ops->buf_ring(r->eng, reg);
 }
 
-/* ------------------------------------------------------- op records, SQEs */
+/* ------------------------------------------------------------- op records */
 
 int ring_op_get(struct ush_ring *r, struct ushi_op **op)
 {
@@ -374,32 +272,6 @@ static void finish(struct ush_ring *r, struct ushi_op *op, int res)
 	recycle(r, op);
 }
 
-/*
- * The SQ has two entries per op (setup_uring), an op queues at most two
- * SQEs at a time (a send and its link timeout), and without SQPOLL they
- * leave the SQ inside the io_uring_enter() that precedes their CQEs: an
- * entry is always free. An SQPOLL thread, though, may post an op's CQE
- * before it moves the SQ head past the op's SQEs: wait for it then.
- * Never submits, so a send and its link timeout go out together.
- */
-static struct io_uring_sqe *get_sqe(struct ush_ring *r)
-{
-	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(&r->uring)))
-		io_uring_sqring_wait(&r->uring);
-	return sqe;
-}
-
-/* The part of every SQE the ring queues: file slot, op, count. */
-static void sqe_done(struct ush_ring *r, struct io_uring_sqe *sqe,
-		     struct ushi_op *op, bool fixed_file)
-{
-	if (fixed_file)
-		sqe->flags |= IOSQE_FIXED_FILE;
-	io_uring_sqe_set_data(sqe, op);
-	r->unsubmitted++;
-}
-
 /* ----------------------------------------------------------------- writes */
 
 /*
@@ -422,23 +294,14 @@ static bool io_over(struct ushi_io *io, int *res)
 	return true;
 }
 
-/* (Re)queues the SQE for what is left of a write. */
-static void prep_write(struct ush_ring *r, struct ushi_op *op)
+/* (Re)queues what is left of a write or a send; a blocking write runs
+ * and completes now. */
+static void queue(struct ush_ring *r, struct ushi_op *op)
 {
-	struct ushi_io *io = &op->io;
-	if (r->refused) {
-		sync_queue(&r->sync, op);
-		return;
-	}
-	struct io_uring_sqe *sqe = get_sqe(r);
-	const uint8_t *a = io->addr + io->done;
-	unsigned n = io->len - io->done;
-	if (io->buf && r->fixedbufs)
-		io_uring_prep_write_fixed(sqe, io->fd, a, n, io->off + io->done,
-					  POOL_BUF_INDEX);
+	if (op->kind == OP_WRITE && op->io.blocking)
+		ushi_sync_run(r, op);
 	else
-		io_uring_prep_write(sqe, io->fd, a, n, io->off + io->done);
-	sqe_done(r, sqe, op, io->fixed_file);
+		r->eng->ops->queue(r->eng, op);
 }
 
 static void complete_write(struct ush_ring *r, struct ushi_op *op, int res)
@@ -446,50 +309,10 @@ static void complete_write(struct ush_ring *r, struct ushi_op *op, int res)
 	if (io_over(&op->io, &res))
 		finish(r, op, res);
 	else
-		prep_write(r, op);
+		queue(r, op);
 }
 
 /* ------------------------------------------------------------------ sends */
-
-/* The user_data of link timeouts: their CQEs carry no news of their own
- * (the send they guard completes with -ECANCELED). */
-static char link_ud;
-
-/* (Re)queues the SQE for what is left of a send, and its link timeout. */
-static void prep_send(struct ush_ring *r, struct ushi_op *op)
-{
-	struct ushi_io *io = &op->io;
-	struct ushi_send *s = &op->send;
-	if (r->refused) {
-		sync_queue(&r->sync, op);
-		return;
-	}
-	struct io_uring_sqe *sqe = get_sqe(r);
-	const uint8_t *a = io->addr + io->done;
-	size_t n = io->len - io->done;
-	int flags = MSG_NOSIGNAL;
-	if (op->kind == OP_SENDMSG)
-		io_uring_prep_sendmsg(sqe, io->fd, s->msg, (unsigned)flags);
-	else if (op->kind == OP_SEND_ZC && io->buf && r->fixedbufs)
-		io_uring_prep_send_zc_fixed(sqe, io->fd, a, n, flags,
-					    IORING_SEND_ZC_REPORT_USAGE,
-					    POOL_BUF_INDEX);
-	else if (op->kind == OP_SEND_ZC)
-		io_uring_prep_send_zc(sqe, io->fd, a, n, flags,
-				      IORING_SEND_ZC_REPORT_USAGE);
-	else
-		io_uring_prep_send(sqe, io->fd, a, n, flags);
-	sqe_done(r, sqe, op, io->fixed_file);
-	if (!s->timeout_ms)
-		return;
-	sqe->flags |= IOSQE_IO_LINK;
-	s->ts.tv_sec = s->timeout_ms / 1000;
-	s->ts.tv_nsec = (long long)(s->timeout_ms % 1000) * 1000000;
-	sqe = get_sqe(r);
-	io_uring_prep_link_timeout(sqe, &s->ts, 0);
-	io_uring_sqe_set_data(sqe, &link_ud);
-	r->unsubmitted++;
-}
 
 /* A SEND_ZC notification: the kernel is done with one send's pages. */
 static void zc_notif(struct ush_ring *r, struct ushi_op *op, int res)
@@ -538,7 +361,7 @@ static void complete_send(struct ush_ring *r, struct ushi_op *op, int res,
 		return;
 	}
 	if (!io_over(&op->io, &res)) {
-		prep_send(r, op);
+		queue(r, op);
 		return;
 	}
 	send_done(r, op, res);
@@ -551,11 +374,11 @@ void ring_start(struct ush_ring *r, struct ushi_op *op)
 	op->io.t0 = ushi_now_ns();
 	switch (op->kind) {
 	case OP_WRITE:
-		prep_write(r, op);
+		queue(r, op);
 		break;
 	case OP_SEND:
 	case OP_SEND_ZC:
-		prep_send(r, op);
+		queue(r, op);
 		break;
 	default:
 		ushi_panic("ring: op kind %d cannot be started", op->kind);
@@ -572,7 +395,7 @@ void ring_send_own(struct ush_ring *r, struct ushi_op *op, ushi_op_cb own_cb)
 		op->io.t0 = ushi_now_ns();
 	}
 	op->send.own_cb = own_cb;
-	prep_send(r, op);
+	queue(r, op);
 }
 
 void ring_send_end(struct ush_ring *r, struct ushi_op *op, int res)
@@ -612,40 +435,10 @@ void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
 
 void ring_arm(struct ush_ring *r, struct ushi_op *op)
 {
-	struct ushi_armed *a = &op->arm;
 	if (op->kind < OP_RECV || op->kind > OP_READ)
 		ushi_panic("ring: op kind %d cannot be armed", op->kind);
 	r->armed++;
-	if (r->refused) {
-		sync_queue(&r->sync, op);
-		return;
-	}
-	struct io_uring_sqe *sqe = get_sqe(r);
-	switch (op->kind) {
-	case OP_RECV:
-		io_uring_prep_recv(sqe, a->fd, a->addr, a->len, 0);
-		break;
-	case OP_RECV_MS:
-		if (a->once)
-			io_uring_prep_recv(sqe, a->fd, NULL, 0, 0);
-		else
-			io_uring_prep_recv_multishot(sqe, a->fd, NULL, 0, 0);
-		sqe->flags |= IOSQE_BUFFER_SELECT;
-		sqe->buf_group = a->bgid;
-		break;
-	case OP_ACCEPT_MS:
-		io_uring_prep_multishot_accept(sqe, a->fd, NULL, NULL,
-					       SOCK_CLOEXEC);
-		break;
-	case OP_READ:
-		if (a->buf && r->fixedbufs)
-			io_uring_prep_read_fixed(sqe, a->fd, a->addr, a->len,
-						 a->off, POOL_BUF_INDEX);
-		else
-			io_uring_prep_read(sqe, a->fd, a->addr, a->len, a->off);
-		break;
-	}
-	sqe_done(r, sqe, op, false);
+	queue(r, op);
 }
 
 /* Armed ops report every CQE; only the last one recycles the op. */
@@ -671,25 +464,12 @@ static void complete_armed(struct ush_ring *r, struct ushi_op *op, int res,
 
 int ring_submit(struct ush_ring *r)
 {
-	if (r->refused)
-		sync_issue(&r->sync);
-	if (!r->unsubmitted)
-		return 0;
-	int ret;
-	do
-		ret = io_uring_submit(&r->uring);
-	while (ret == -EINTR);
-	if (ret < 0)
-		return ushi_fail(ret, "ring: io_uring_submit");
-	r->unsubmitted = 0;
-	return 0;
+	return r->eng->ops->submit(r->eng);
 }
 
-static void complete(struct ush_ring *r, struct ushi_op *op, int res,
-		     unsigned flags)
+void ring_complete(struct ush_ring *r, struct ushi_op *op, int res,
+		   unsigned flags)
 {
-	if ((void *)op == &link_ud)
-		return;
 	switch (op->kind) {
 	case OP_WRITE:
 		complete_write(r, op, res);
@@ -704,117 +484,21 @@ static void complete(struct ush_ring *r, struct ushi_op *op, int res,
 	}
 }
 
-static unsigned reap_cqes(struct ush_ring *r)
-{
-	struct io_uring_cqe *cqe;
-	unsigned head, seen = 0;
-	io_uring_for_each_cqe(&r->uring, head, cqe)
-	{
-		seen++;
-		complete(r, io_uring_cqe_get_data(cqe), cqe->res, cqe->flags);
-	}
-	io_uring_cq_advance(&r->uring, seen);
-	return seen;
-}
-
-/*
- * The sync backend's results, dispatched as CQEs are. A multishot op
- * that goes on is queued again; a SEND_ZC's data was copied, so its
- * notification (usage: copied) follows at once.
- */
-static unsigned sync_dispatch(struct ush_ring *r)
-{
-	unsigned seen = 0, flags;
-	int res;
-	struct ushi_op *op;
-	while ((op = sync_pop(&r->sync, &res, &flags))) {
-		bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
-		bool more = flags & IORING_CQE_F_MORE;
-		seen++;
-		complete(r, op, res, flags);
-		if (more && multi)
-			sync_queue(&r->sync, op);
-		else if (more)
-			complete(r, op, (int)IORING_NOTIF_USAGE_ZC_COPIED,
-				 IORING_CQE_F_NOTIF);
-	}
-	return seen;
-}
-
-/* ring_reap() on the sync backend, up to end_ns (UINT64_MAX: no end). */
-static int sync_reap(struct ush_ring *r, unsigned min, uint64_t end_ns)
-{
-	for (unsigned seen = 0;;) {
-		sync_issue(&r->sync);
-		seen += sync_dispatch(r);
-		if (seen >= min || (!r->inflight && !r->armed))
-			return 0;
-		if (ushi_now_ns() >= end_ns)
-			return seen ? 0 : -ETIME;
-		sync_wait(&r->sync, end_ns);
-	}
-}
-
 int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns)
 {
-	if (r->refused)
-		return sync_reap(r, min, ushi_now_ns() + timeout_ns);
-	struct __kernel_timespec ts = {
-		.tv_sec = (long long)(timeout_ns / 1000000000u),
-		.tv_nsec = (long long)(timeout_ns % 1000000000u),
-	};
-	struct io_uring_cqe *cqe;
-	int ret;
-	do
-		ret = io_uring_submit_and_wait_timeout(&r->uring, &cqe, min,
-						       &ts, NULL);
-	while (ret == -EINTR);
-	if (ret < 0 && ret != -EBUSY && ret != -ETIME)
-		return ushi_fail(ret, "ring: io_uring_submit_and_wait_timeout");
-	r->unsubmitted = 0;
-	unsigned seen = reap_cqes(r);
-	return !seen && ret == -ETIME ? -ETIME : 0;
+	return r->eng->ops->reap(r->eng, min, timeout_ns);
 }
 
 int ring_reap(struct ush_ring *r, unsigned min)
 {
 	if (!r->inflight && !r->armed)
 		return 0;
-	if (r->refused)
-		return sync_reap(r, min, UINT64_MAX);
-	int ret;
-	do
-		ret = io_uring_submit_and_wait(&r->uring, min);
-	while (ret == -EINTR);
-	if (ret < 0 && ret != -EBUSY && ret != -ETIME)
-		return ushi_fail(ret, "ring: io_uring_submit_and_wait");
-	r->unsubmitted = 0;
-	reap_cqes(r);
-	return 0;
+	return r->eng->ops->reap(r->eng, min, UINT64_MAX);
 }
 
 int ring_poll(struct ush_ring *r)
 {
-	/* Twice at most: what the first round's callbacks queued (the next
-	 * send on a socket) goes out now rather than at the next entry. */
-	for (int i = 0; r->refused && i < 2; i++) {
-		sync_issue(&r->sync);
-		if (!sync_dispatch(r) || !r->sync.pend)
-			break;
-	}
-	for (int i = 0; !r->refused && i < 2; i++) {
-		int ret;
-		do
-			ret = io_uring_submit_and_get_events(&r->uring);
-		while (ret == -EINTR);
-		if (ret < 0 && ret != -EBUSY)
-			return ushi_fail(ret, "ring: io_uring_submit_and_get_"
-					"events");
-		r->unsubmitted = 0;
-		if (!reap_cqes(r) || !r->unsubmitted)
-			break;
-	}
-	return 0;
+	return r->eng->ops->poll(r->eng);
 }
 
 int ring_drain(struct ush_ring *r)
@@ -829,26 +513,13 @@ int ring_drain(struct ush_ring *r)
 
 int ring_file_add(struct ush_ring *r, int fd)
 {
-	if (!r->files || r->file_slots == UINT64_MAX)
-		return -1;
-	int slot = __builtin_ctzll(~r->file_slots);
-	if (io_uring_register_files_update(&r->uring, (unsigned)slot, &fd,
-					   1) != 1)
-		return -1;
-	r->file_slots |= 1ull << slot;
-	return slot;
+	return r->eng->ops->file_add(r->eng, fd);
 }
 
 void ring_file_del(struct ush_ring *r, int slot)
 {
-	int none = -1;
-	if (slot < 0)
-		return;
-	/* In a forked child the table is the parent's. */
-	if (!ring_forked(r))
-		io_uring_register_files_update(&r->uring, (unsigned)slot,
-					       &none, 1);
-	r->file_slots &= ~(1ull << slot);
+	if (slot >= 0)
+		r->eng->ops->file_del(r->eng, slot);
 }
 
 void ring_teardown_failed(int err, unsigned *fails)

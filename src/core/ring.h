@@ -7,8 +7,8 @@
  * accepts and reads are armed (ring_arm()): they wait for peers, and
  * every CQE reaches the callback.
  *
- * Where io_uring is refused (ring_sync.h), the same ops run as plain
- * system calls behind the same functions and callbacks.
+ * An engine (engine.h) runs the ops: io_uring, or where io_uring is
+ * refused, plain system calls, behind the same functions and callbacks.
  *
  * struct ush_ring is private to ring.c; other modules use the functions
  * below.
@@ -58,6 +58,10 @@ struct ushi_io {
 	uint32_t done;        /* ring: bytes transferred so far */
 	int fd;
 	bool fixed_file;      /* fd is a registered file slot */
+	/* OP_WRITE: run at once with a blocking system call (the psync
+	 * ioengine), whatever the ring's engine; the op is complete, its
+	 * callback run, when ring_start() returns. fd is a plain one. */
+	bool blocking;
 	uint64_t t0;          /* ring: ushi_now_ns() at ring_start() */
 };
 
@@ -111,7 +115,7 @@ struct ushi_op {
 	uint8_t kind;              /* enum ushi_op_kind: the live payload */
 	uint32_t cqe_flags;        /* ring: the CQE's, for cb (armed ops) */
 	struct ushi_op *next_free; /* ring-private: its free list */
-	struct {                   /* ring-private: the syscall backend */
+	struct {                   /* the sync engine's (engine_sync.c) */
 		struct ushi_op *next;  /* its queue or its results */
 		uint64_t deadline;     /* a send's timeout (0: none) */
 		int res;
@@ -138,7 +142,8 @@ int ring_op_get(struct ush_ring *r, struct ushi_op **op);
  * only after every notification CQE, so io.buf may go back to the pool
  * then. With send.timeout_ms, a send that makes no progress for that
  * long fails with -ECANCELED. The SQEs go out with the next ring_submit()
- * or reap.
+ * or reap; a blocking write (io.blocking) is done, its callback run, on
+ * return.
  */
 void ring_start(struct ush_ring *r, struct ushi_op *op);
 /*

@@ -2,7 +2,7 @@
  * prefetch.h. */
 #define _GNU_SOURCE
 #include "read/prefetch.h"
-#include "core/ring_sync.h"
+#include "core/engine.h"
 
 #include <errno.h>
 #include <unistd.h>

@@ -239,15 +239,27 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t off,
 	return 0;
 }
 
-static void disk_done(struct ushi_op *op, int res)
+/* A failed write is the writer's sticky error. */
+static void write_failed(struct ushi_op *op, int res)
 {
 	struct ush_writer *w = op->owner;
 	struct disk *d = w->sink_state;
+	writer_error(w, res, "disk: write %s offset %llu (%u bytes)", d->data,
+		     (unsigned long long)op->io.off, op->io.len);
+}
+
+static void disk_done(struct ushi_op *op, int res)
+{
 	if (res < 0)
-		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
-			     d->data, (unsigned long long)op->io.off,
-			     op->io.len);
-	writer_frame_done(w, op->io.buf, op->io.addr, op->io.t0);
+		write_failed(op, res);
+	writer_frame_done(op->owner, op->io.buf, op->io.addr, op->io.t0);
+}
+
+/* The psync copy buffer written: it stays the sink's. */
+static void copy_done(struct ushi_op *op, int res)
+{
+	if (res < 0)
+		write_failed(op, res);
 }
 
 static bool held(const struct disk *d, const struct ushi_buf *b)
@@ -275,9 +287,7 @@ static void pack_done(struct ushi_op *op, int res)
 	struct disk *d = w->sink_state;
 	struct ushi_buf *b = op->io.buf;
 	if (res < 0)
-		writer_error(w, res, "disk: write %s offset %llu (%u bytes)",
-			     d->data, (unsigned long long)op->io.off,
-			     op->io.len);
+		write_failed(op, res);
 	if (!held(d, b)) {
 		writer_frame_done(w, b, NULL, op->io.t0);
 		return;
@@ -338,8 +348,12 @@ static uint64_t place(struct ush_writer *w, struct disk *d, uint8_t *p,
 	return off;
 }
 
-/* Starts the ring write of len bytes at p (in b, or heap frame mem = p)
- * to off; on error b/p go back at once. */
+/*
+ * Starts the write of len bytes at p (in b, or heap frame mem = p, or
+ * the psync copy buffer) to off; on error b/p go back at once. The
+ * psync ioengine's writes block: done, and their callback run, on
+ * return, which returns their error.
+ */
 static int write_op(struct ush_writer *w, struct disk *d, struct ushi_buf *b,
 		    uint8_t *p, uint64_t off, uint32_t len, ushi_op_cb cb)
 {
@@ -348,32 +362,25 @@ static int write_op(struct ush_writer *w, struct disk *d, struct ushi_buf *b,
 	if (ret) {
 		if (cb == pack_done)
 			unhold(d, b); /* back to the pool */
-		writer_frame_done(w, b, p, 0);
+		if (p != d->copy)
+			writer_frame_done(w, b, p, 0);
 		return ret;
 	}
-	op->cb = cb;
+	op->cb = p == d->copy ? copy_done : cb;
 	op->owner = w;
+	op->io.blocking = d->copy != NULL;
 	ring_write_at(w->ring, op, b, p, off, len, d->fd, d->slot);
-	return 0;
+	return d->copy ? w->err : 0;
 }
 
-/*
- * Writes n bytes at p (in pool buffer b, or heap frame mem = p, or the
- * psync copy buffer) at the data offset, padded under O_DIRECT; b/mem
- * go back on completion, counted out of w->inflight, where the caller
- * counted them. The psync engine writes and releases at once.
- */
+/* Writes n bytes at p (as write_op()) at the data offset, padded under
+ * O_DIRECT; b/mem go back on completion, counted out of w->inflight,
+ * where the caller counted them. */
 static int data_write(struct ush_writer *w, struct disk *d,
 		      struct ushi_buf *b, uint8_t *p, uint32_t n, ushi_op_cb cb)
 {
 	uint32_t len;
 	uint64_t off = place(w, d, p, n, &len);
-	if (d->copy) {
-		int ret = pwrite_all(d->fd, p, len, off, d->data);
-		if (p != d->copy)
-			writer_frame_done(w, b, p, ushi_now_ns());
-		return ret;
-	}
 	return write_op(w, d, b, p, off, len, cb);
 }
 

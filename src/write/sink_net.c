@@ -102,9 +102,36 @@ struct net {
 	struct heapref *heap;   /* heap frames on several replicas */
 	unsigned ctrl_inflight; /* MAPPER_END sends */
 	uint32_t timeout_ms, threshold;
-	bool psync;             /* baseline: blocking send, no ring */
+	const struct net_io *io; /* the writer's ioengine */
 	struct ush_writer_stats *st; /* the writer's: net_* counted here */
 };
+
+/*
+ * How frames and replies move, by the writer's ioengine: through the ring
+ * (a queue of sends per connection and a receive armed for good) or, for
+ * the psync baseline, with a blocking send per frame, reading replies
+ * between sends and blocking for them only when credit or an ACK is due.
+ */
+struct net_io {
+	/* After the handshake: what the connection needs to run. */
+	int (*start)(struct net *n, struct conn *c);
+	/* Handles what is there before a frame is sent (psync: the replies
+	 * that came meanwhile); may fail c. */
+	void (*update)(struct conn *c);
+	/* Waits until done(c, arg) or c fails; returns c->err or an error
+	 * of the ring. */
+	int (*wait)(struct net *n, struct conn *c,
+		    bool (*done)(struct conn *, uint32_t), uint32_t arg,
+		    const char *what);
+	/* Sends frame o (credit and queue room there): a DATA frame is the
+	 * writer's until frame_done(), a control frame (o->ctrl) is freed.
+	 * On error it is released and c may be failed. Counts the send. */
+	int (*send)(struct net *n, struct conn *c, struct out *o);
+	/* The writer submits: start what was held back. */
+	int (*flush)(struct net *n);
+};
+
+static const struct net_io net_io_ring, net_io_psync;
 
 static void parse(struct conn *c);
 static void conn_dead(struct conn *c, int err, const char *what);
@@ -156,30 +183,6 @@ static void frame_done(struct net *n, struct ushi_buf *b, const uint8_t *mem,
 	if (b ? --b->refs : heap_unref(n, mem))
 		return;
 	writer_frame_done(n->w, b, mem, t0);
-}
-
-/* psync: reads replies, blocking (up to the socket's timeout) when
- * block, until done(c) or nothing more is waiting. */
-static void psync_replies(struct conn *c, bool block,
-			  bool (*done)(struct conn *, uint32_t), uint32_t arg)
-{
-	while (!c->err && !(done && done(c, arg))) {
-		ssize_t r = recv(c->fd, c->rbuf + c->rlen, RBUF - c->rlen,
-				 block ? 0 : MSG_DONTWAIT);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && errno == EAGAIN && !block)
-			return;
-		if (r <= 0) {
-			conn_dead(c, r ? (errno == EAGAIN ? -ETIMEDOUT :
-					  -errno) : -ECONNRESET,
-				  r ? "no reply within the timeout (worker "
-				      "stalled?)" : "closed the connection");
-			return;
-		}
-		c->rlen += (uint32_t)r;
-		parse(c);
-	}
 }
 
 static void kick(struct conn *c);
@@ -366,13 +369,16 @@ static void kick_all(struct net *n)
  * kernel move sends along (on a DEFER_TASKRUN ring a send waiting for
  * socket room is retried only inside an entry), starting the next of
  * each connection as soon as the last is done. */
+static int ring_flush(struct net *n)
+{
+	kick_all(n);
+	return ring_poll(n->w->ring);
+}
+
 static int net_flush(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
-	if (n->psync)
-		return 0;
-	kick_all(n);
-	return ring_poll(w->ring);
+	return n->io->flush(n);
 }
 
 static void conn_dead(struct conn *c, int err, const char *what)
@@ -591,8 +597,9 @@ static int net_open(struct ush_writer *w)
 	/* Each connection keeps a receive op armed for good; with no op
 	 * left over, the first send would wait for one forever. */
 	struct ush_ring *r = w->ring;
-	if (o->ioengine != USH_IOENGINE_PSYNC &&
-	    ring_armed(r) + nc >= ring_opts(r)->iodepth)
+	const struct net_io *io = o->ioengine == USH_IOENGINE_PSYNC ?
+		&net_io_psync : &net_io_ring;
+	if (io == &net_io_ring && ring_armed(r) + nc >= ring_opts(r)->iodepth)
 		return ushi_fail(-EINVAL, "net: %u workers need an iodepth "
 				"above %u (each holds a receive), this ring "
 				"has %u", nc, ring_armed(r) + nc,
@@ -612,7 +619,7 @@ static int net_open(struct ush_writer *w)
 	n->timeout_ms = o->timeout_ms ? o->timeout_ms : USHI_NET_TIMEOUT_MS;
 	n->threshold = o->zc_threshold ? o->zc_threshold :
 					 ZC_DEFAULT_THRESHOLD;
-	n->psync = o->ioengine == USH_IOENGINE_PSYNC;
+	n->io = io;
 	for (unsigned i = 0; i < nc; i++) {
 		c[i].n = n;
 		c[i].fd = -1;
@@ -653,8 +660,7 @@ static int net_open(struct ush_writer *w)
 								    h.window;
 		c[i].max_frame = h.max_frame;
 		c[i].zc = o->send_zc >= 0;
-		if (!n->psync)
-			ret = arm_recv(w->ring, &c[i]);
+		ret = io->start(n, &c[i]);
 	}
 	ushi_free(peers);
 	if (ret) {
@@ -690,9 +696,9 @@ static void data_done(struct ushi_op *op, int res)
 
 /* Waits on the ring until done(c) or c fails; the deadline restarts
  * whenever the worker shows progress (credit, replies). */
-static int wait_for(struct net *n, struct conn *c,
-		    bool (*done)(struct conn *, uint32_t), uint32_t arg,
-		    const char *what)
+static int ring_wait(struct net *n, struct conn *c,
+		     bool (*done)(struct conn *, uint32_t), uint32_t arg,
+		     const char *what)
 {
 	struct ush_ring *r = n->w->ring;
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
@@ -775,79 +781,189 @@ static bool has_credit(struct conn *c, uint32_t flen)
 	return !c->unacked || c->unacked + flen <= c->window;
 }
 
-/* Queues the frame on replica c, or releases c's hold on it and returns
- * the error. */
-static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
-			  uint8_t *mem, uint32_t flen)
+/* ------------------------------------------------------- ring sends */
+
+/* Whether frame o goes zero-copy on c. */
+static bool zc_pays(const struct net *n, const struct conn *c,
+		    const struct out *o)
 {
-	struct ush_writer *w = n->w;
-	struct ushi_op *op = NULL;
-	int ret = c->err;
-	if (!ret && flen > c->max_frame)
-		ret = ushi_fail(-EMSGSIZE, "net: worker %s takes frames up to "
-			       "%u bytes, not %u", c->peer, c->max_frame, flen);
-	if (n->psync && !ret) {
-		/* The baseline: a blocking send per frame, no ring. */
-		psync_replies(c, false, NULL, 0);
-		if (!has_credit(c, flen)) {
-			n->st->net_credit_waits++;
-			psync_replies(c, true, has_credit, flen);
-		}
-		uint64_t t0 = ushi_now_ns();
-		ret = c->err ? c->err : net_write(c->fd, b ? b->data : mem, flen);
-		if (ret)
-			conn_dead(c, ret, "send failed");
-		frame_done(n, b, mem, t0);
-		if (ret)
-			return ret;
-		c->unacked += flen;
-		writer_stored(w, flen);
-		n->st->net_sends++;
-		return 0;
-	}
-	if (!ret && !has_credit(c, flen)) {
-		n->st->net_credit_waits++;
-		ret = wait_for(n, c, has_credit, flen, "no credit returned "
-			       "within the timeout (worker stalled?)");
-	}
-	if (!ret && c->qn == SEND_QUEUE)
-		ret = wait_for(n, c, has_room, 0, "sends not taken within the "
-			       "timeout (worker stalled?)");
-	bool zc = w->o.send_zc == 1 || (c->zc && flen >= n->threshold);
-	if (!ret && zc) {
+	return !o->ctrl && (n->w->o.send_zc == 1 ||
+			    (c->zc && o->len >= n->threshold));
+}
+
+/* Queues o on c; a frame where zero copy pays gets its SEND_ZC op. */
+static int ring_send(struct net *n, struct conn *c, struct out *o)
+{
+	struct ush_ring *r = n->w->ring;
+	int ret = 0;
+	if (zc_pays(n, c, o)) {
 		/* Taking may reap: what was held back must be going. */
 		kick_all(n);
-		ret = ring_op_get(w->ring, &op);
+		ret = ring_op_get(r, &o->zc);
 	}
-	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
-			.zc = op, .t0 = ushi_now_ns()};
-	if (op) {
+	if (o->zc) {
+		struct ushi_op *op = o->zc;
 		op->kind = OP_SEND_ZC;
 		op->cb = data_done;
 		op->owner = c;
-		op->io.buf = b;
-		op->io.addr = o.addr;
-		op->io.len = flen;
+		op->io.buf = o->buf;
+		op->io.addr = o->addr;
+		op->io.len = o->len;
 		op->io.fd = c->fd;
 		op->send.timeout_ms = n->timeout_ms;
 	}
 	if (!ret) {
 		/* Before queueing: a failed c drops it at once. */
-		c->zc_out += op != NULL;
-		ret = conn_queue(c, &o);
+		c->zc_out += o->zc != NULL;
+		ret = conn_queue(c, o);
 	}
 	if (ret) {
-		if (op)
-			ring_op_put(w->ring, op);
-		frame_done(n, b, mem, 0);
+		if (o->zc)
+			ring_op_put(r, o->zc);
+		if (o->ctrl)
+			ushi_free((void *)o->addr);
+		else
+			frame_done(n, o->buf, o->buf ? NULL : o->addr, 0);
 		return c->err ? c->err : ret;
 	}
-	c->unacked += flen;
-	writer_stored(w, flen);
-	if (zc)
+	if (o->ctrl)
+		n->ctrl_inflight++;
+	else if (o->zc)
 		n->st->net_zc_sends++;
 	else
 		n->st->net_sends++;
+	return 0;
+}
+
+static int ring_start_conn(struct net *n, struct conn *c)
+{
+	return arm_recv(n->w->ring, c);
+}
+
+/* Replies come through the receive armed on the ring. */
+static void ring_update(struct conn *c)
+{
+	(void)c;
+}
+
+static const struct net_io net_io_ring = {
+	.start = ring_start_conn,
+	.update = ring_update,
+	.wait = ring_wait,
+	.send = ring_send,
+	.flush = ring_flush,
+};
+
+/* ----------------------------------------------------------------- psync */
+
+/* psync: reads replies, blocking (up to the socket's timeout) when
+ * block, until done(c) or nothing more is waiting. */
+static void psync_replies(struct conn *c, bool block,
+			  bool (*done)(struct conn *, uint32_t), uint32_t arg)
+{
+	while (!c->err && !(done && done(c, arg))) {
+		ssize_t r = recv(c->fd, c->rbuf + c->rlen, RBUF - c->rlen,
+				 block ? 0 : MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN && !block)
+			return;
+		if (r <= 0) {
+			conn_dead(c, r ? (errno == EAGAIN ? -ETIMEDOUT :
+					  -errno) : -ECONNRESET,
+				  r ? "no reply within the timeout (worker "
+				      "stalled?)" : "closed the connection");
+			return;
+		}
+		c->rlen += (uint32_t)r;
+		parse(c);
+	}
+}
+
+static int psync_start(struct net *n, struct conn *c)
+{
+	(void)n;
+	(void)c;
+	return 0;
+}
+
+static void psync_update(struct conn *c)
+{
+	psync_replies(c, false, NULL, 0);
+}
+
+static int psync_wait(struct net *n, struct conn *c,
+		      bool (*done)(struct conn *, uint32_t), uint32_t arg,
+		      const char *what)
+{
+	(void)n;
+	(void)what; /* psync_replies() says what failed */
+	psync_replies(c, true, done, arg);
+	return c->err;
+}
+
+/* The baseline: a blocking send per frame, no ring. net_write() is the
+ * handshake's blocking send (up to the socket's timeout). */
+static int psync_send(struct net *n, struct conn *c, struct out *o)
+{
+	int ret = c->err ? c->err : net_write(c->fd, o->addr, o->len);
+	if (ret)
+		conn_dead(c, ret, o->ctrl ? "sending MAPPER_END" :
+				  "send failed");
+	if (o->ctrl)
+		ushi_free((void *)o->addr);
+	else
+		frame_done(n, o->buf, o->buf ? NULL : o->addr, o->t0);
+	if (!ret && !o->ctrl)
+		n->st->net_sends++;
+	return ret;
+}
+
+/* Nothing is held back. */
+static int psync_flush(struct net *n)
+{
+	(void)n;
+	return 0;
+}
+
+static const struct net_io net_io_psync = {
+	.start = psync_start,
+	.update = psync_update,
+	.wait = psync_wait,
+	.send = psync_send,
+	.flush = psync_flush,
+};
+
+/* Queues the frame on replica c, or releases c's hold on it and returns
+ * the error. */
+static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
+			  uint8_t *mem, uint32_t flen)
+{
+	int ret = c->err;
+	if (!ret && flen > c->max_frame)
+		ret = ushi_fail(-EMSGSIZE, "net: worker %s takes frames up to "
+			       "%u bytes, not %u", c->peer, c->max_frame, flen);
+	if (!ret)
+		n->io->update(c);
+	if (!ret && !has_credit(c, flen)) {
+		n->st->net_credit_waits++;
+		ret = n->io->wait(n, c, has_credit, flen, "no credit returned "
+				  "within the timeout (worker stalled?)");
+	}
+	if (!ret && c->qn == SEND_QUEUE)
+		ret = n->io->wait(n, c, has_room, 0, "sends not taken within "
+				  "the timeout (worker stalled?)");
+	if (ret) {
+		frame_done(n, b, mem, 0);
+		return c->err ? c->err : ret;
+	}
+	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
+			.t0 = ushi_now_ns()};
+	ret = n->io->send(n, c, &o);
+	if (ret)
+		return ret;
+	c->unacked += flen;
+	writer_stored(n->w, flen);
 	return 0;
 }
 
@@ -900,25 +1016,18 @@ static int send_mapper_end(struct net *n, struct conn *c)
 	int ret = m ? 0 : -ENOMEM;
 	size_t len = m ? proto_put_mapper_end(m, w->o.shuffle, w->o.map,
 					      w->o.attempt) : 0;
-	if (!ret && n->psync) {
-		ret = net_write(c->fd, m, len);
-		ushi_free(m);
-		if (ret)
-			conn_dead(c, ret, "sending MAPPER_END");
-		return c->err;
-	}
 	if (!ret && c->qn == SEND_QUEUE)
-		ret = wait_for(n, c, has_room, 0, "sends not taken within the "
+		ret = n->io->wait(n, c, has_room, 0, "sends not taken within the "
 			       "timeout (worker stalled?)");
-	struct out o = {.addr = m, .len = (uint32_t)len, .ctrl = true};
 	if (!ret)
-		ret = c->err ? c->err : conn_queue(c, &o);
+		ret = c->err;
 	if (ret) {
 		ushi_free(m);
 		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
 	}
-	n->ctrl_inflight++;
-	return 0;
+	struct out o = {.addr = m, .len = (uint32_t)len, .ctrl = true};
+	ret = n->io->send(n, c, &o);
+	return ret ? ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer) : 0;
 }
 
 static bool acked(struct conn *c, uint32_t unused)
@@ -971,11 +1080,8 @@ static int net_commit(struct ush_writer *w)
 		ret = ring_submit(w->ring);
 	for (unsigned i = 0; !ret && i < n->nc; i++) {
 		struct conn *c = &n->c[i];
-		if (n->psync)
-			psync_replies(c, true, acked, 0);
-		int r = n->psync ? c->err :
-			wait_for(n, c, acked, 0, "no commit ACK within the "
-				 "timeout (worker stalled?)");
+		int r = n->io->wait(n, c, acked, 0, "no commit ACK within "
+				    "the timeout (worker stalled?)");
 		if (!rep || !c->err)
 			ret = r;
 	}

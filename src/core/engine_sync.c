@@ -1,13 +1,44 @@
-/* The ring's plain-syscall backend; see ring_sync.h. */
+/*
+ * The plain-syscall engine, for where io_uring cannot be set up (a
+ * seccomp filter such as Docker's default profile, the io_uring_disabled
+ * sysctl, a kernel without it): the same ops done with system calls. An
+ * op queued here runs its syscall once it can proceed without blocking
+ * (files at once, sockets when poll() says so), and its result is held
+ * as a CQE would be until the reap hands it to ring_complete(). Multishot
+ * recv takes its buffers from the caller's provided-buffer ring in user
+ * memory, as the kernel would.
+ */
 #define _GNU_SOURCE /* accept4, ppoll */
-#include "core/ring_sync.h"
+#include "core/engine.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define USHI_SYNC_BUF_RINGS 4
+
+struct ushi_sync {
+	struct ushi_engine e;
+	struct ushi_op *pend, **pend_tail; /* queued: syscall still to run */
+	struct ushi_op *done, **done_tail; /* results not yet dispatched */
+	struct pollfd *pfd;                /* one per op (iodepth) */
+	struct ushi_op **pop;              /* the op of each pfd */
+	unsigned cap;
+	struct ushi_sync_br {
+		struct io_uring_buf_ring *br;
+		uint16_t mask, head, bgid;
+	} br[USHI_SYNC_BUF_RINGS];
+	unsigned nbr;
+};
+
+static struct ushi_sync *of(struct ushi_engine *e)
+{
+	return (struct ushi_sync *)e;
+}
 
 /* Why io_uring_setup was refused, as far as the system tells. */
 static const char *refusal_cause(int err, char *buf, size_t n)
@@ -44,22 +75,35 @@ bool ushi_uring_refused(int err, const char *what)
 	return true;
 }
 
-int sync_init(struct ushi_sync *s, unsigned iodepth)
+static void sync_destroy(struct ushi_engine *e)
 {
-	*s = (struct ushi_sync){.cap = iodepth};
+	struct ushi_sync *s = of(e);
+	ushi_free(s->pfd);
+	ushi_free(s->pop);
+	ushi_free(s);
+}
+
+/* Room for iodepth ops. */
+static int sync_create(struct ush_ring *r, struct ushi_engine **out)
+{
+	unsigned iodepth = ring_opts(r)->iodepth;
+	struct ushi_sync *s = ushi_calloc(1, sizeof(*s));
+	if (!s)
+		return ushi_fail(-ENOMEM, "ring: %u ops", iodepth);
+	*s = (struct ushi_sync){
+		.e = {.ops = &ushi_engine_sync, .ring = r},
+		.cap = iodepth,
+	};
 	s->pend_tail = &s->pend;
 	s->done_tail = &s->done;
 	s->pfd = ushi_calloc(iodepth, sizeof(*s->pfd));
 	s->pop = ushi_calloc(iodepth, sizeof(*s->pop));
-	return s->pfd && s->pop ? 0 : -ENOMEM;
-}
-
-void sync_destroy(struct ushi_sync *s)
-{
-	ushi_free(s->pfd);
-	ushi_free(s->pop);
-	s->pfd = NULL;
-	s->pop = NULL;
+	if (!s->pfd || !s->pop) {
+		sync_destroy(&s->e);
+		return ushi_fail(-ENOMEM, "ring: %u ops", iodepth);
+	}
+	*out = &s->e;
+	return 0;
 }
 
 static void append(struct ushi_op ***tail, struct ushi_op *op)
@@ -69,8 +113,11 @@ static void append(struct ushi_op ***tail, struct ushi_op *op)
 	*tail = &op->sync.next;
 }
 
-void sync_queue(struct ushi_sync *s, struct ushi_op *op)
+/* A send with a timeout fails with -ECANCELED if it cannot proceed for
+ * that long. */
+static void sync_queue(struct ushi_engine *e, struct ushi_op *op)
 {
+	struct ushi_sync *s = of(e);
 	bool send = op->kind == OP_SEND || op->kind == OP_SEND_ZC ||
 		    op->kind == OP_SENDMSG;
 	op->sync.ready = true; /* tried at once, polled once it would block */
@@ -87,8 +134,9 @@ void sync_queue(struct ushi_sync *s, struct ushi_op *op)
 	append(&s->pend_tail, op);
 }
 
-int sync_buf_ring(struct ushi_sync *s, const struct io_uring_buf_reg *reg)
+static int sync_buf_ring(struct ushi_engine *e, struct io_uring_buf_reg *reg)
 {
+	struct ushi_sync *s = of(e);
 	if (s->nbr == USHI_SYNC_BUF_RINGS)
 		return -ENOSPC;
 	if (!reg->ring_entries || (reg->ring_entries & (reg->ring_entries - 1)))
@@ -183,6 +231,15 @@ static int try_op(struct ushi_sync *s, struct ushi_op *op, unsigned *flags)
 	return (int)n;
 }
 
+void ushi_sync_run(struct ush_ring *r, struct ushi_op *op)
+{
+	unsigned flags;
+	if (op->kind != OP_WRITE)
+		ushi_panic("ring: op kind %d cannot block", op->kind);
+	int res = try_op(NULL, op, &flags);
+	ring_complete(r, op, res, flags);
+}
+
 /* Polls the queued ops that wait for their socket, for up to timeout_ns
  * (0: a look only), and marks those it can run. */
 static void refresh(struct ushi_sync *s, uint64_t timeout_ns)
@@ -213,7 +270,9 @@ static void refresh(struct ushi_sync *s, uint64_t timeout_ns)
 			s->pop[i]->sync.ready = true;
 }
 
-void sync_issue(struct ushi_sync *s)
+/* Runs the syscalls of the queued ops that can proceed now; never runs
+ * a callback. */
+static void sync_issue(struct ushi_sync *s)
 {
 	if (!s->pend)
 		return;
@@ -241,7 +300,9 @@ void sync_issue(struct ushi_sync *s)
 	}
 }
 
-void sync_wait(struct ushi_sync *s, uint64_t end_ns)
+/* Waits until a queued op can proceed, a send's timeout passes, or the
+ * clock reaches end_ns; returns at once when a result is held. */
+static void sync_wait(struct ushi_sync *s, uint64_t end_ns)
 {
 	if (s->done)
 		return;
@@ -260,15 +321,90 @@ void sync_wait(struct ushi_sync *s, uint64_t end_ns)
 	refresh(s, until == UINT64_MAX ? until : until > now ? until - now : 0);
 }
 
-struct ushi_op *sync_pop(struct ushi_sync *s, int *res, unsigned *flags)
+/*
+ * The results held, dispatched as CQEs are. A multishot op that goes on
+ * is queued again; a SEND_ZC's data was copied, so its notification
+ * (usage: copied) follows at once.
+ */
+static unsigned dispatch(struct ushi_sync *s)
 {
-	struct ushi_op *op = s->done;
-	if (!op)
-		return NULL;
-	s->done = op->sync.next;
-	if (!s->done)
-		s->done_tail = &s->done;
-	*res = op->sync.res;
-	*flags = op->sync.flags;
-	return op;
+	unsigned seen = 0;
+	struct ushi_op *op;
+	while ((op = s->done)) {
+		s->done = op->sync.next;
+		if (!s->done)
+			s->done_tail = &s->done;
+		bool multi = op->kind == OP_RECV_MS || op->kind == OP_ACCEPT_MS;
+		bool more = op->sync.flags & IORING_CQE_F_MORE;
+		seen++;
+		ring_complete(s->e.ring, op, op->sync.res, op->sync.flags);
+		if (more && multi)
+			sync_queue(&s->e, op);
+		else if (more)
+			ring_complete(s->e.ring, op,
+				      (int)IORING_NOTIF_USAGE_ZC_COPIED,
+				      IORING_CQE_F_NOTIF);
+	}
+	return seen;
 }
+
+static int sync_submit(struct ushi_engine *e)
+{
+	sync_issue(of(e));
+	return 0;
+}
+
+static int sync_reap(struct ushi_engine *e, unsigned min, uint64_t timeout_ns)
+{
+	struct ushi_sync *s = of(e);
+	uint64_t end = timeout_ns == UINT64_MAX ? UINT64_MAX :
+					       ushi_now_ns() + timeout_ns;
+	for (unsigned seen = 0;;) {
+		sync_issue(s);
+		seen += dispatch(s);
+		if (seen >= min || (!ring_inflight(e->ring) &&
+				    !ring_armed(e->ring)))
+			return 0;
+		if (ushi_now_ns() >= end)
+			return seen ? 0 : -ETIME;
+		sync_wait(s, end);
+	}
+}
+
+static int sync_poll(struct ushi_engine *e)
+{
+	struct ushi_sync *s = of(e);
+	for (int i = 0; i < 2; i++) {
+		sync_issue(s);
+		if (!dispatch(s) || !s->pend)
+			break;
+	}
+	return 0;
+}
+
+/* No registered files here: ops name the fd. */
+static int sync_file_add(struct ushi_engine *e, int fd)
+{
+	(void)e;
+	(void)fd;
+	return -1;
+}
+
+static void sync_file_del(struct ushi_engine *e, int slot)
+{
+	(void)e;
+	(void)slot;
+}
+
+const struct ushi_engine_ops ushi_engine_sync = {
+	.name = "sync",
+	.create = sync_create,
+	.destroy = sync_destroy,
+	.queue = sync_queue,
+	.submit = sync_submit,
+	.reap = sync_reap,
+	.poll = sync_poll,
+	.buf_ring = sync_buf_ring,
+	.file_add = sync_file_add,
+	.file_del = sync_file_del,
+};
