@@ -1,20 +1,20 @@
 /*
  * The map phase of one thread: one ring, one writer (map id = thread
- * index), records generated straight into staged push buffers.
+ * index), records generated straight into push buffers it fills.
  *
  * Both hand-offs fill buffers the same way, so --handoff is a clean A/B:
- * swap stages ush_writer_acquire() buffers and gives each away full with
- * ush_writer_swap(); copy stages private buffers of the same size and
+ * swap fills ush_writer_acquire() buffers and gives each away full with
+ * ush_writer_swap(); copy fills private buffers of the same size and
  * hands them over with ush_writer_copy(). The hand-off latency is timed
  * around that one call.
  *
- * Staging is bounded: at most STAGE_BYTES of buffers (at least 8), one per
- * partition. With more partitions than that, staging whole push buffers
+ * Filling is bounded: at most FILL_BYTES of buffers (at least 8), one per
+ * partition. With more partitions than that, filling whole push buffers
  * would hand most of them off nearly empty, so every record goes through
  * ush_writer_write() instead: the library keeps small, growing partition
  * buffers within its pool (the hand-off timed is then that call). A record
  * that does not fit an empty buffer goes out alone through
- * ush_writer_write(), after its partition's staged records, so each
+ * ush_writer_write(), after its partition's filled records, so each
  * partition's order holds.
  */
 #include "cli.h"
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STAGE_BYTES (64ull << 20)
+#define FILL_BYTES (64ull << 20)
 #define POOL_MAX (1ull << 30)
 #define QUEUE 16 /* the writer frames hand-offs in batches of up to 16 */
 #define CHECK_BYTES (256u << 10) /* poll time and Ctrl-C this often */
@@ -34,7 +34,7 @@ struct slot {
 	uint32_t nrec, part;
 };
 
-struct stage {
+struct fill {
 	ush_writer *w;
 	bool swap;
 	size_t cap;
@@ -47,7 +47,7 @@ struct stage {
 	struct ush_lat *lat;
 };
 
-static int handoff(struct stage *s, struct slot *sl)
+static int handoff(struct fill *s, struct slot *sl)
 {
 	if (!sl->used)
 		return 0;
@@ -62,7 +62,7 @@ static int handoff(struct stage *s, struct slot *sl)
 	return ret;
 }
 
-static int get_slot(struct stage *s, uint32_t part, struct slot **out)
+static int get_slot(struct fill *s, uint32_t part, struct slot **out)
 {
 	int32_t i = s->slot_of[part];
 	if (i < 0) {
@@ -94,7 +94,7 @@ static int get_slot(struct stage *s, uint32_t part, struct slot **out)
 	return 0;
 }
 
-static int put_record(struct stage *s, const struct rec_gen *g, uint32_t map,
+static int put_record(struct fill *s, const struct rec_gen *g, uint32_t map,
 		      uint64_t seq, uint32_t *lenp)
 {
 	uint64_t h = rec_hash(g, map, seq);
@@ -125,7 +125,7 @@ static int put_record(struct stage *s, const struct rec_gen *g, uint32_t map,
 	return 0;
 }
 
-static void stage_free(struct stage *s)
+static void fill_free(struct fill *s)
 {
 	for (uint32_t i = 0; s->slots && i < s->nslots; i++) {
 		if (s->swap && s->slots[i].buf)
@@ -155,7 +155,7 @@ static void ring_opts(const struct job_opts *o, uint32_t slots,
 }
 
 /* Generates and hands off this thread's records until done. */
-static int produce(struct thread_ctx *t, struct stage *s, uint64_t t0)
+static int produce(struct thread_ctx *t, struct fill *s, uint64_t t0)
 {
 	struct job_ctx *j = t->job;
 	const struct job_opts *o = j->o;
@@ -187,7 +187,7 @@ static int produce(struct thread_ctx *t, struct stage *s, uint64_t t0)
 	return ret;
 }
 
-static int stage_init(struct stage *s, const struct job_opts *o,
+static int fill_init(struct fill *s, const struct job_opts *o,
 		      uint32_t slots, ush_writer *w, struct ush_lat *lat)
 {
 	memset(s, 0, sizeof(*s));
@@ -244,7 +244,7 @@ void write_phase(struct thread_ctx *t)
 	struct job_ctx *j = t->job;
 	const struct job_opts *o = j->o;
 	struct dir_stats *d = &t->res->w;
-	uint64_t slots = STAGE_BYTES / o->bs;
+	uint64_t slots = FILL_BYTES / o->bs;
 	slots = slots < 8 ? 8 : slots;
 	slots = slots > o->partitions ? o->partitions : slots;
 	if (o->handoff == HANDOFF_SWAP && slots > POOL_MAX / o->bs / 2)
@@ -260,7 +260,7 @@ void write_phase(struct thread_ctx *t)
 		.ioengine = (enum ush_ioengine)o->ioengine};
 	ush_ring *ring = NULL;
 	ush_writer *w = NULL;
-	struct stage s = {0};
+	struct fill s = {0};
 	struct ush_part_stats *parts = calloc(j->partitions, sizeof(*parts));
 	int ret = parts ? ush_ring_create(&ring, &ro) : -ENOMEM;
 	if (!ret) {
@@ -272,7 +272,7 @@ void write_phase(struct thread_ctx *t)
 		ret = ush_writer_open(&w, ring, &wo);
 	}
 	bool oom = !parts;
-	if (!ret && (ret = stage_init(&s, o, (uint32_t)slots, w, &d->handoff)))
+	if (!ret && (ret = fill_init(&s, o, (uint32_t)slots, w, &d->handoff)))
 		oom = true;
 	if (ret)
 		job_fail(t, ret, "map %u setup: %s", t->index,
@@ -282,7 +282,7 @@ void write_phase(struct thread_ctx *t)
 	if (!ret && (ret = produce(t, &s, t0)))
 		job_fail(t, ret, "map %u: %s", t->index,
 			 s.oom ? "out of memory" : ush_last_error());
-	stage_free(&s);
+	fill_free(&s);
 	if (w && !ret && !job_stopping(j)) {
 		if ((ret = ush_writer_commit(w, parts)))
 			job_fail(t, ret, "map %u commit: %s", t->index,

@@ -80,8 +80,8 @@ static int duplicate(struct ush_reader *r, struct rmap *m,
 		return 0;
 	}
 	char first[PATH_MAX + 64], now[PATH_MAX + 64];
-	r->source->place(r, m->offs[f->seq], first, sizeof(first));
-	r->source->place(r, off, now, sizeof(now));
+	r->source->describe(r, m->offs[f->seq], first, sizeof(first));
+	r->source->describe(r, off, now, sizeof(now));
 	return ushi_fail(USH_ECORRUPT, "reader: shuffle %u map %u attempt %u "
 			"partition %u seq %llu: two different frames, CRC "
 			"%08x at %s and CRC %08x at %s", r->shuffle, m->map,
@@ -120,7 +120,7 @@ int reader_take(struct ush_reader *r, struct rmap *m,
 		what = "allocation";
 	if (ret) {
 		char at[PATH_MAX + 64];
-		r->source->place(r, off, at, sizeof(at));
+		r->source->describe(r, off, at, sizeof(at));
 		return ushi_fail(ret, "reader: %s partition %u map %u attempt "
 				"%u: %s", at, r->partition, m->map, m->attempt,
 				what);

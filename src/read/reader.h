@@ -55,7 +55,7 @@ struct ushi_source_ops {
 	 * is read, or an error. */
 	int (*next)(struct ush_reader *r);
 	/* "PLACE offset off" of the source being read, for messages. */
-	void (*place)(struct ush_reader *r, uint64_t off, char *buf,
+	void (*describe)(struct ush_reader *r, uint64_t off, char *buf,
 		      size_t n);
 	/* In a fork() child, before destroy: what is in flight is the
 	 * parent's (NULL: nothing is). */

@@ -275,7 +275,7 @@ static int disk_open(struct ush_reader *r)
 	return 0;
 }
 
-static void disk_place(struct ush_reader *r, uint64_t off, char *buf, size_t n)
+static void disk_describe(struct ush_reader *r, uint64_t off, char *buf, size_t n)
 {
 	struct disk_src *d = r->source_state;
 	snprintf(buf, n, "%s offset %llu", d->path, (unsigned long long)off);
@@ -306,7 +306,7 @@ const struct ushi_source_ops ushi_source_disk = {
 	.add = disk_add,
 	.open = disk_open,
 	.next = disk_next,
-	.place = disk_place,
+	.describe = disk_describe,
 	.forget = disk_forget,
 	.destroy = disk_destroy,
 };

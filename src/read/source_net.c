@@ -269,7 +269,7 @@ static int net_add(struct ush_reader *r, const struct status *s,
 
 /* One FETCH per worker, all open before any is read; a worker that
  * fails it leaves its maps to their next replicas. */
-static int net_open(struct ush_reader *r)
+static int source_net_open(struct ush_reader *r)
 {
 	struct net_src *ns = r->source_state;
 	int ret = 0;
@@ -279,7 +279,7 @@ static int net_open(struct ush_reader *r)
 	return ret;
 }
 
-static void net_place(struct ush_reader *r, uint64_t off, char *buf, size_t n)
+static void net_describe(struct ush_reader *r, uint64_t off, char *buf, size_t n)
 {
 	struct net_src *ns = r->source_state;
 	snprintf(buf, n, "worker %s offset %llu",
@@ -305,8 +305,8 @@ const struct ushi_source_ops ushi_source_net = {
 	.name = "net",
 	.create = net_create,
 	.add = net_add,
-	.open = net_open,
+	.open = source_net_open,
 	.next = net_next,
-	.place = net_place,
+	.describe = net_describe,
 	.destroy = net_destroy,
 };

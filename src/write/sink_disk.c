@@ -336,7 +336,7 @@ static void prealloc(struct ush_writer *w, struct disk *d, uint32_t len)
  * are allocated in USHI_ALIGN units, so the padding fits; zeroed rather
  * than leaking old bytes) and gives them the next place in the file:
  * returns its offset and sets *len to the bytes to write. */
-static uint64_t place(struct ush_writer *w, struct disk *d, uint8_t *p,
+static uint64_t frame_slot(struct ush_writer *w, struct disk *d, uint8_t *p,
 		      uint32_t n, uint32_t *len)
 {
 	*len = d->direct ? ALIGN_UP(n, USHI_ALIGN) : n;
@@ -380,7 +380,7 @@ static int data_write(struct ush_writer *w, struct disk *d,
 		      struct ushi_buf *b, uint8_t *p, uint32_t n, ushi_op_cb cb)
 {
 	uint32_t len;
-	uint64_t off = place(w, d, p, n, &len);
+	uint64_t off = frame_slot(w, d, p, n, &len);
 	return write_op(w, d, b, p, off, len, cb);
 }
 
@@ -426,7 +426,7 @@ static int pack_flush(struct ush_writer *w, struct disk *d)
 		w->inflight++; /* a frame of its own for the writer */
 	}
 	if (b && w->stage && !ring_op_ready(w->ring)) {
-		b->seq = place(w, d, p, n, &b->len);
+		b->seq = frame_slot(w, d, p, n, &b->len);
 		if (d->bhead)
 			d->btail->next = b;
 		else

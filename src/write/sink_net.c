@@ -552,7 +552,7 @@ static bool label_taken(char (*labels)[USHI_NET_PEER], const unsigned *pl,
 /* The replicas of each first worker: the next workers of the list whose
  * label none has yet, then the next of any. Deterministic, so a rerun
  * (or a reader) given the same list finds the same places. */
-static int place(struct net *n, char (*peers)[USHI_NET_PEER])
+static int place_replicas(struct net *n, char (*peers)[USHI_NET_PEER])
 {
 	unsigned nc = n->nc, k, R = n->replicas;
 	char (*labels)[USHI_NET_PEER] = ushi_calloc(nc, USHI_NET_PEER);
@@ -582,7 +582,7 @@ static int place(struct net *n, char (*peers)[USHI_NET_PEER])
 	return 0;
 }
 
-static int net_open(struct ush_writer *w)
+static int sink_net_open(struct ush_writer *w)
 {
 	const struct ush_writer_opts *o = &w->o;
 	unsigned nc = net_count_workers(o->workers);
@@ -636,7 +636,7 @@ static int net_open(struct ush_writer *w)
 	n->replicas = R;
 	w->sink_state = n;
 	if (!ret)
-		ret = place(n, peers);
+		ret = place_replicas(n, peers);
 	n->st->net_workers = nc;
 	for (unsigned i = 0; !ret && i < nc; i++) {
 		struct proto_hello h, me = {.role = USHI_ROLE_WRITER,
@@ -1123,7 +1123,7 @@ static void net_release(struct ush_writer *w)
 
 const struct ushi_sink_ops ushi_sink_net = {
 	.name = "net",
-	.open = net_open,
+	.open = sink_net_open,
 	.submit = net_submit,
 	.commit = net_commit,
 	.abort = net_abort,
