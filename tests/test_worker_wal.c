@@ -58,7 +58,7 @@ static void append(ush_worker *wk, unsigned t, uint8_t type,
 			   .attempt = attempt};
 	snprintf(r.app, sizeof(r.app), "%s", app);
 	pthread_mutex_lock(&wk->lock);
-	int ret = wk_log_append(&wk->threads[t], &r);
+	int ret = wk_log_append(&wk->threads[t], &r, 1);
 	if (!ret)
 		ret = wk_rec_apply(wk, &r);
 	pthread_mutex_unlock(&wk->lock);
