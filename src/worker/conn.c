@@ -191,7 +191,7 @@ static int own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim)
 	}
 	struct wk_rec r = {.type = WK_REC_CLAIM, .shuffle = shuffle};
 	memcpy(r.app, c->app, sizeof(r.app));
-	int ret = wk_log_append(c->t, &r, 1);
+	int ret = wk_rec_log(c->t, &r, 1);
 	return ret ? ret : wk_rec_apply(wk, &r);
 }
 
@@ -546,7 +546,7 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 		ret = -ENOENT;
 	else if (ncommits >= wk->o.max_app_commits)
 		ret = -EDQUOT;
-	else if (!(ret = wk_log_append(t, &r, 1)))
+	else if (!(ret = wk_rec_log(t, &r, 1)))
 		wk_attempt_mark(wk, e, WK_COMMITTED);
 	if (!ret || !e)
 		settle(c, e != NULL);

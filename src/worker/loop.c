@@ -282,6 +282,7 @@ static void teardown(struct wk_thread *t)
 {
 	if (t->ring) {
 		wk_store_close(t);
+		wk_pdir_close(t);
 		ring_drain(t->ring);
 		ush_ring_free(t->ring);
 		t->ring = NULL;
@@ -302,6 +303,7 @@ static void check_drops(struct wk_thread *t)
 		uint32_t s = wk->drops[seen - wk->drops_base];
 		pthread_mutex_unlock(&wk->lock);
 		wk_store_drop(t, s);
+		wk_pdir_drop(t, s);
 		atomic_store(&t->drop_seen, seen + 1);
 	}
 }

@@ -624,7 +624,6 @@ void wk_store_drop(struct wk_thread *t, uint32_t shuffle)
 	struct wk_shuf *s = shuf_find(t, shuffle);
 	if (s)
 		shuf_free(t, s);
-	wk_pdir_drop(t, shuffle);
 }
 
 void wk_store_close(struct wk_thread *t)
@@ -635,7 +634,6 @@ void wk_store_close(struct wk_thread *t)
 	ushi_free(t->stab);
 	t->stab = NULL;
 	t->smask = 0;
-	wk_pdir_close(t);
 }
 
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,

@@ -462,18 +462,45 @@ void wk_attempt_mark(struct ush_worker *wk, struct wk_attempt *e,
 /* Forgets the shuffle's attempts; call it before wk_owner_del(), which
  * ends the application's claim its attempts are counted against. */
 void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle);
-/* The records that rebuild the live state (claims, then commits): fills
- * out (room for n) and returns how many there are. */
-size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
 void wk_attempt_free(struct ush_worker *wk);
 
 /* wal.c: the durable records. */
 int wk_log_open(struct wk_thread *t);
-int wk_log_replay(struct ush_worker *wk);
-/* Appends the n records at r to t's log with one write and syncs it
- * (compacting first when most of the logs is dead). */
+/* What replay does with each record, in sequence order: 0 or -errno. */
+typedef int (*wk_rec_fn)(struct ush_worker *wk, const struct wk_rec *r);
+/* Reads the snapshot and every thread's log, skipping (and reporting)
+ * corrupt records, and hands each record to apply. Returns 0 or the
+ * first error. */
+int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply);
+/* Appends the n records at r to t's log with one write and syncs it. */
 int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n);
+/* Whether most of the snapshot and logs is dead (lock held). */
+bool wk_log_compact_due(const struct ush_worker *wk);
+/* Writes the n records at r (the live state) as the snapshot and empties
+ * every thread's log; a failure is logged and returned, and the logs
+ * stand. Lock held. */
+int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n);
+
+/* state.c: changes logged, then applied; a shuffle's end. */
+/* Applies a logged record to the tables. */
 int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r);
+/* Replay's apply: wk_rec_apply(), and a commit gives an unowned shuffle
+ * its application. */
+int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r);
+/* The records that rebuild the live state (claims, then commits): fills
+ * out (room for n) and returns how many there are. */
+size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
+/* wk_log_append(), compacting first when most of the logs is dead. */
+int wk_rec_log(struct wk_thread *t, const struct wk_rec *r, size_t n);
+/* Logs (one write) and applies the drops of the n shuffles; their files
+ * go with wk_drop_files() after the lock is released. */
+int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);
+void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
+/* Drops the shuffles of every application silent for the TTL, and
+ * removes those applications. */
+void wk_app_expire(struct wk_thread *t);
+/* At start: removes shuffle directories no application owns. */
+void wk_sweep(struct ush_worker *wk);
 
 /* app.c: applications, the shuffles they own, drops and expiry. */
 const char *wk_owner_of(struct ush_worker *wk, uint32_t shuffle);
@@ -499,15 +526,14 @@ int wk_app_usage(struct ush_worker *wk);
  * key (USHI_SECRET_MAX bytes): its length, 0 for none, or an error. No
  * lock needed. */
 int wk_secret(struct ush_worker *wk, const char *app, uint8_t *key);
-/* Logs (one write) and applies the drops of the n shuffles; their files
- * go with wk_drop_files() after the lock is released. */
-int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);
-void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
-/* Drops the shuffles of every application silent for the TTL, and
- * removes those applications. */
-void wk_app_expire(struct wk_thread *t);
-/* At start: removes shuffle directories no application owns. */
-void wk_sweep(struct ush_worker *wk);
+/* The shuffles of applications silent at now for the TTL, up to batch,
+ * into *gone (allocated here); returns how many, and *more those left
+ * over. */
+size_t wk_app_silent_shuffles(struct ush_worker *wk, uint64_t now,
+			      size_t batch, uint32_t **gone, size_t *more);
+/* Frees every application silent at now that owns nothing (the drops
+ * before took what they owned); returns how many. */
+size_t wk_app_free_silent(struct ush_worker *wk, uint64_t now);
 void wk_app_free(struct ush_worker *wk);
 
 /* files.c: --dir, the bounded cache of open log files. */

@@ -555,7 +555,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!ret)
 		ret = wk_store_init(wk);
 	if (!ret)
-		ret = wk_log_replay(wk);
+		ret = wk_log_replay(wk, wk_rec_replay);
 	if (!ret)
 		wk_sweep(wk);
 	if (!ret)
