@@ -24,103 +24,22 @@ static const char *type_name(unsigned type)
 	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
 }
 
-struct wk_out *wk_out_new(size_t cap)
-{
-	struct wk_out *o = ushi_malloc(sizeof(*o) + cap);
-	if (o) {
-		o->next = NULL;
-		o->len = 0;
-		o->ptr = o->data;
-		o->buf = NULL;
-		o->heap = NULL;
-	}
-	return o;
-}
-
-void wk_out_free(struct wk_thread *t, struct wk_out *o)
-{
-	if (o->buf) {
-		t->fetch_pool -= o->buf->cap;
-		pool_put(ring_pool(t->ring), o->buf);
-	}
-	ushi_free(o->heap);
-	ushi_free(o);
-}
-
-void wk_conn_queue(struct wk_conn *c, struct wk_out *o)
-{
-	if (c->out_tail)
-		c->out_tail->next = o;
-	else
-		c->out = o;
-	c->out_tail = o;
-}
-
-void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)
-{
-	struct wk_out *o = wk_out_new(n);
-	if (!o) {
-		c->eof = true; /* cannot answer: drop the connection */
-		return;
-	}
-	o->len = (uint32_t)n;
-	memcpy(o->data, frame, n);
-	wk_conn_queue(c, o);
-}
-
-static void conn_fail_v(struct wk_conn *c, int level, int code,
-			const char *fmt, va_list ap)
-{
-	if (c->failed)
-		return;
-	char msg[USHI_PROTO_ERRMSG_MAX];
-	uint8_t frame[USHI_PROTO_ERROR_SIZE];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	wk_count_error(c->t->wk, code);
-	/* One format per level: the log's rate limit counts formats. */
-	if (level)
-		wk_log(c->t->wk, 1, "peer %s: %s (%s); closing the connection",
-		       c->peer, msg, ush_err_name(code));
-	else
-		wk_log(c->t->wk, 0, "peer %s: %s (%s); closing the "
-		       "connection", c->peer, msg, ush_err_name(code));
-	c->failed = true;
-	c->credit = 0;
-	wk_conn_send(c, frame, proto_put_error(frame, code, msg));
-}
-
-void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	conn_fail_v(c, 0, code, fmt, ap);
-	va_end(ap);
-}
-
-void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	conn_fail_v(c, 1, code, fmt, ap);
-	va_end(ap);
-}
-
 bool wk_conn_busy(const struct wk_conn *c)
 {
 	/* A writer's attempt open or committed: the writer finishes its
 	 * push and commit, then closes (an ERROR between its commit ACK and
 	 * its close could fail a commit that waits on other workers). */
-	return c->out || c->sending || c->fetch || c->hlen || c->sneed ||
+	return c->out.head || c->sending || c->fetch || c->hlen || c->sneed ||
 	       c->qn || c->rlen || (c->role == USHI_ROLE_WRITER && c->att.state);
 }
 
 static void send_done(struct ushi_op *op, int res)
 {
 	struct wk_conn *c = op->owner;
-	struct wk_out *o = c->out;
-	c->out = o->next;
-	if (!c->out)
-		c->out_tail = NULL;
+	struct wk_out *o = c->out.head;
+	c->out.head = o->next;
+	if (!c->out.head)
+		c->out.tail = NULL;
 	wk_out_free(c->t, o);
 	c->sending = false;
 	if (res > 0)
@@ -132,23 +51,39 @@ static void send_done(struct ushi_op *op, int res)
 	}
 }
 
+/* Reads ahead and queues what the stream read; frees it once it ended. */
+static void fetch_pump(struct wk_conn *c)
+{
+	struct wk_fetch *fe = c->fetch;
+	int ret = wk_fetch_pump(fe, &c->out);
+	if (ret > 0) {
+		wk_fetch_free(fe);
+		c->fetch = NULL;
+	} else if (ret) {
+		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
+			     fe->shuffle, fe->partition,
+			     ret == USH_ECORRUPT ? "the log is shorter than its "
+						   "index" : ush_strerror(ret));
+	}
+}
+
 void wk_conn_pump(struct wk_conn *c)
 {
 	if (c->closed)
 		return;
 	/* A stream reads ahead while its output is sent. */
 	if (c->fetch && !c->failed)
-		wk_fetch_pump(c);
+		fetch_pump(c);
 	if (c->sending)
 		return;
-	if (!c->out && c->credit && !c->failed) {
+	if (!c->out.head && c->credit && !c->failed) {
 		/* Credits coalesce while a send is in flight. */
 		uint8_t b[USHI_PROTO_SMALL];
 		struct proto_ack a = {USHI_ACK_CREDIT, 0, c->credit};
 		c->credit = 0;
 		wk_conn_send(c, b, proto_put_ack(b, 0, 0, 0, &a));
 	}
-	if (!c->out)
+	if (!c->out.head)
 		return;
 	struct ushi_op *op;
 	if (ring_op_get(c->t->ring, &op)) {
@@ -158,8 +93,8 @@ void wk_conn_pump(struct wk_conn *c)
 	op->kind = OP_SEND;
 	op->cb = send_done;
 	op->owner = c;
-	op->io.addr = c->out->ptr;
-	op->io.len = c->out->len;
+	op->io.addr = c->out.head->ptr;
+	op->io.len = c->out.head->len;
 	op->io.fd = c->fd;
 	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;
 	c->sending = true;
@@ -620,7 +555,21 @@ static int fetch(struct wk_conn *c, const struct ushi_frame *f,
 	pthread_mutex_lock(&wk->lock);
 	int ret = own_shuffle(c, f->shuffle, false);
 	pthread_mutex_unlock(&wk->lock);
-	return ret ? 0 : wk_fetch_start(c, f, payload);
+	if (ret)
+		return 0;
+	char msg[256] = "";
+	ret = wk_fetch_start(c->t, f, payload, &c->out, &c->fetch, msg,
+			     sizeof(msg));
+	if (ret && *msg) {
+		wk_conn_fail(c, ret, "FETCH of partition %u: %s", f->partition,
+			     msg);
+		return 0;
+	}
+	if (!ret)
+		wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u "
+		       "attempts, %u frames", c->peer, f->shuffle,
+		       f->partition, c->fetch->nm, c->fetch->nent);
+	return ret;
 }
 
 /* Counts n more bytes stored for c's application, within its quota. */

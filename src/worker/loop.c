@@ -201,7 +201,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 {
 	for (struct wk_conn **cp = &t->conns; *cp;) {
 		struct wk_conn *c = *cp;
-		bool sent = c->failed && !c->out && !c->sending;
+		bool sent = c->failed && !c->out.head && !c->sending;
 		if (sent && !c->t_linger && !c->eof) {
 			shutdown(c->fd, SHUT_WR);
 			c->t_linger = now + WK_LINGER_MS * MS;
@@ -219,11 +219,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		}
 		*cp = c->next;
 		close(c->fd);
-		while (c->out) {
-			struct wk_out *o = c->out;
-			c->out = o->next;
-			wk_out_free(t, o);
-		}
+		wk_outq_free(t, &c->out);
 		wk_fetch_free(c->fetch);
 		wk_conn_rb_free(c);
 		ushi_free(c->rent);
@@ -349,7 +345,7 @@ static void conn_timeouts(struct wk_thread *t, struct wk_conn *c, uint64_t now)
 	else if (!c->role && c->t_accept + o->hello_timeout_ms * MS < now)
 		wk_conn_fail(c, -ETIMEDOUT, "no HELLO within %u ms",
 			     o->hello_timeout_ms);
-	else if (c->role && !c->out && !c->sending && !c->fetch &&
+	else if (c->role && !c->out.head && !c->sending && !c->fetch &&
 		 c->t_active + o->idle_timeout_ms * MS < now)
 		wk_conn_close_with(c, -ETIMEDOUT, "idle for %u ms",
 				   o->idle_timeout_ms);

@@ -317,6 +317,11 @@ struct wk_out {
 	uint8_t data[];
 };
 
+/* A connection's output queue, oldest first. */
+struct wk_outq {
+	struct wk_out *head, *tail;
+};
+
 struct wk_fetch {
 	struct wk_thread *t;
 	uint32_t shuffle, partition;
@@ -332,7 +337,6 @@ struct wk_fetch {
 	unsigned rhead, rn;       /* reads queued, oldest first */
 	unsigned inflight;        /* reads the kernel holds */
 	uint64_t frames, bytes;
-	bool done;
 };
 
 struct wk_chunk {
@@ -384,7 +388,7 @@ struct wk_conn {
 	uint8_t *stage;
 	size_t scap, sgot, sneed; /* sneed: 0 when not staging */
 	/* output: one send in flight */
-	struct wk_out *out, *out_tail;
+	struct wk_outq out;
 	bool sending;
 	uint64_t credit;       /* DATA bytes consumed, not yet acked */
 	struct wk_fetch *fetch;
@@ -639,6 +643,24 @@ int wk_store_reclaim(struct wk_thread *t);
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 			   unsigned *n);
 
+/* out.c: what a connection sends. */
+/* An empty output with room for cap bytes, or NULL. */
+struct wk_out *wk_out_new(size_t cap);
+/* Frees o and what it holds (a pool buffer goes back to t's pool). */
+void wk_out_free(struct wk_thread *t, struct wk_out *o);
+/* Appends o to q; q's connection owns it from here on. */
+void wk_outq_add(struct wk_outq *q, struct wk_out *o);
+/* Frees what q holds (its connection sends nothing more). */
+void wk_outq_free(struct wk_thread *t, struct wk_outq *q);
+/* Queues a copy of the n-byte frame. */
+void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n);
+void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* wk_conn_fail() for what is no fault of the peer's (a timeout, a
+ * shutdown): the same ERROR and close, logged at info level. */
+void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* conn.c */
 void wk_conn_process(struct wk_conn *c);
 /* Before a receive is armed: gives a writer at a frame boundary its
@@ -649,31 +671,24 @@ void wk_conn_rb_arm(struct wk_conn *c);
 void wk_conn_rb_free(struct wk_conn *c);
 /* A closing writer's attempt, unless committed, becomes abandoned. */
 void wk_conn_leave(struct wk_conn *c);
-/* An empty output with room for cap bytes, or NULL. */
-struct wk_out *wk_out_new(size_t cap);
-/* Frees o and what it holds (a pool buffer goes back to t's pool). */
-void wk_out_free(struct wk_thread *t, struct wk_out *o);
-/* Appends o to c's output queue; c owns it from here on. */
-void wk_conn_queue(struct wk_conn *c, struct wk_out *o);
-/* Queues a copy of the n-byte frame. */
-void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n);
-void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-/* wk_conn_fail() for what is no fault of the peer's (a timeout, a
- * shutdown): the same ERROR and close, logged at info level. */
-void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 /* During a drain: whether c is in the middle of something that may
  * still finish (a push not yet closed, a stream, a frame, output). */
 bool wk_conn_busy(const struct wk_conn *c);
 void wk_conn_pump(struct wk_conn *c);
 
 /* fetch.c */
-int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
-		   const uint8_t *payload);
-/* Submits the stream's next reads and queues the oldest done one when
- * the connection's output is idle. */
-void wk_fetch_pump(struct wk_conn *c);
+/* Plans the stream that FETCH f (payload: its attempts) asks for and
+ * queues its MANIFEST on q: 0 and the stream in *out, or an error (with
+ * msg saying why, when it is not the caller's: a refused log, an attempt
+ * not committed here). */
+int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
+		   const uint8_t *payload, struct wk_outq *q,
+		   struct wk_fetch **out, char *msg, size_t n);
+/* Submits the stream's next reads and queues on q the frames of those
+ * done, in order, and FETCH_END after the last. Returns 1 when the stream
+ * has ended (the caller frees it), 0 while it goes on, or an error
+ * (USH_ECORRUPT: a log shorter than its index); then it reads no more. */
+int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q);
 /* Whether the kernel still holds reads of fe (it may not be freed). */
 bool wk_fetch_busy(const struct wk_fetch *fe);
 void wk_fetch_free(struct wk_fetch *fe);
