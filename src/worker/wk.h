@@ -661,19 +661,62 @@ void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
 void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* conn.c */
-void wk_conn_process(struct wk_conn *c);
+/* recv.c: frame reassembly. */
+/* Parses a complete header into c->f; fails the connection if it breaks
+ * a rule or names a frame c may not send now. */
+bool wk_header_ok(struct wk_conn *c, const uint8_t *h);
+/* Consumes n bytes of c's stream: whole frames are dispatched. */
+void wk_feed(struct wk_conn *c, const uint8_t *p, size_t n);
+
+/* inplace.c: a writer's in-place receive. */
+/* Parses the frames that arrived whole in rb, where they lie. */
+void wk_rb_parse(struct wk_conn *c);
 /* Before a receive is armed: gives a writer at a frame boundary its
  * in-place buffer when the pool can spare one, and takes it back from a
  * connection that no longer writes. */
 void wk_conn_rb_arm(struct wk_conn *c);
 /* Frees what the connection holds for its receives (no recv armed). */
 void wk_conn_rb_free(struct wk_conn *c);
+
+/* dispatch.c: what each frame does. */
+/* Whether c may send a frame of this type now (its header is all that
+ * came); fails c otherwise. */
+bool wk_type_ok(struct wk_conn *c, unsigned type);
+/* Checks and acts on the whole frame f at frame. Returns 1 for DATA the
+ * writer may store (counted against its quota): the caller stores it
+ * and reports with wk_data_stored(); 0 otherwise (done, or c failed). */
+int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
+		const uint8_t *frame);
+/* The DATA frame f that wk_dispatch() passed was stored (ret 0: credit
+ * for the writer) or not (ret: c fails, its bytes leave the quota). */
+void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret);
+/* Is c's attempt still its own (not dropped since)? */
+bool wk_still_mine(struct wk_conn *c);
 /* A closing writer's attempt, unless committed, becomes abandoned. */
 void wk_conn_leave(struct wk_conn *c);
+
+/* hello.c: the handshake. */
+/* A HELLO (the whole frame, f parsed). */
+void wk_hello(struct wk_conn *c, const struct ushi_frame *f,
+	      const uint8_t *frame);
+/* The client's AUTH (its payload). */
+void wk_auth(struct wk_conn *c, const uint8_t *payload);
+/* The client closed while its AUTH was due: logged and counted. */
+void wk_auth_abandoned(struct wk_conn *c);
+/* Is shuffle c's application's? An unowned one is claimed for it when
+ * claim is set. Fails c (-EACCES, -EDQUOT) otherwise. Lock held. */
+int wk_own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim);
+/* Fails c for wk_app_seen()'s error. */
+void wk_app_refused(struct wk_conn *c, int ret);
+
+/* conn.c: the connection. */
+/* Handles what its receives brought: frames dispatched, chunks given
+ * back. */
+void wk_conn_process(struct wk_conn *c);
 /* During a drain: whether c is in the middle of something that may
  * still finish (a push not yet closed, a stream, a frame, output). */
 bool wk_conn_busy(const struct wk_conn *c);
+/* Sends the next output (a credit ACK first when none is queued). */
 void wk_conn_pump(struct wk_conn *c);
 
 /* fetch.c */
