@@ -14,7 +14,8 @@
  * and wk_secret() expect wk->lock.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
 #include "net/auth.h"
 
 #include <dirent.h>

@@ -7,7 +7,9 @@
  * attempts are counted for its quotas as they change state.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,7 +9,13 @@
  * back up.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/conn.h"
+#include "worker/fetch.h"
+#include "worker/hello.h"
+#include "worker/inplace.h"
+#include "worker/out.h"
+#include "worker/recv.h"
 
 #include <errno.h>
 

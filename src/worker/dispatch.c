@@ -7,7 +7,15 @@
  * handshake (hello.c).
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
+#include "worker/dispatch.h"
+#include "worker/fetch.h"
+#include "worker/hello.h"
+#include "worker/out.h"
+#include "worker/state.h"
+#include "worker/store.h"
 
 #include <errno.h>
 

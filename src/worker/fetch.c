@@ -19,7 +19,12 @@
  * is checked before MANIFEST so that a refusal comes first.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/attempt.h"
+#include "worker/fetch.h"
+#include "worker/files.h"
+#include "worker/out.h"
+#include "worker/store.h"
 
 #include <errno.h>
 #include <fcntl.h>

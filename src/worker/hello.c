@@ -5,7 +5,12 @@
  * and for a writer the claim of its shuffle and attempt.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
+#include "worker/hello.h"
+#include "worker/out.h"
+#include "worker/state.h"
 #include "net/auth.h"
 
 #include <errno.h>

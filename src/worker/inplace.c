@@ -5,7 +5,12 @@
  * buffer to go on in, goes back to reassembly (recv.c).
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/dispatch.h"
+#include "worker/inplace.h"
+#include "worker/out.h"
+#include "worker/recv.h"
+#include "worker/store.h"
 
 #include <errno.h>
 

@@ -4,7 +4,7 @@
  * calling none.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
 
 #include <errno.h>
 #include <stdarg.h>

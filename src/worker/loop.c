@@ -10,7 +10,16 @@
  * at the drain's deadline), then flush buffers written, files synced.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/conn.h"
+#include "worker/dispatch.h"
+#include "worker/fetch.h"
+#include "worker/inplace.h"
+#include "worker/loop.h"
+#include "worker/out.h"
+#include "worker/state.h"
+#include "worker/store.h"
+#include "worker/wal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -5,7 +5,8 @@
  * sends.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/out.h"
 
 #include <stdarg.h>
 #include <stdio.h>

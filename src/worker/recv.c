@@ -4,7 +4,11 @@
  * and staged when one spans chunks, then dispatched.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/dispatch.h"
+#include "worker/out.h"
+#include "worker/recv.h"
+#include "worker/store.h"
 
 #include <errno.h>
 

@@ -8,7 +8,14 @@
  * but wk_app_expire(), wk_drop_files() and wk_sweep() expect wk->lock.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
+#include "worker/fetch.h"
+#include "worker/files.h"
+#include "worker/state.h"
+#include "worker/store.h"
+#include "worker/wal.h"
 
 #include <dirent.h>
 #include <errno.h>

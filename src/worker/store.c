@@ -24,7 +24,9 @@
  * it is dropped; other shuffles go on.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/files.h"
+#include "worker/store.h"
 
 #include <dirent.h>
 #include <errno.h>

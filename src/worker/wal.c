@@ -18,7 +18,8 @@
  * rebuild are state.c's, which calls it.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/wal.h"
 
 #include <dirent.h>
 #include <errno.h>

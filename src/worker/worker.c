@@ -1,6 +1,12 @@
 /* The worker object: options, listeners, threads; see worker.h. */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
+#include "worker/files.h"
+#include "worker/loop.h"
+#include "worker/state.h"
+#include "worker/wal.h"
 #include "net/auth.h"
 
 #include <arpa/inet.h>
