@@ -1,8 +1,8 @@
 #!/bin/sh
 # Which object files of one module folder call each other both ways.
 # For each pair of .o files A, B: does A reference a global defined in B,
-# and B one defined in A? Prints the one-way edges, then every two-way
-# pair; exits 1 when there is one.
+# and B one defined in A? Prints the edges, then every two-way pair and
+# any longer cycle (tsort); exits 1 when there is one.
 #   tools/modcycles.sh build-test/CMakeFiles/ushuffle_worker.dir/src/worker
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 OBJDIR..." >&2; exit 2; }
@@ -36,5 +36,11 @@ while IFS=: read -r e _; do
 		bad=1
 	fi
 done <"$tmp/edges"
-[ $bad = 0 ] && echo "no two-way pairs"
+sed 's/ -> / /; s/:.*//' "$tmp/edges" | tsort >/dev/null 2>"$tmp/tsort" ||
+	true
+if [ -s "$tmp/tsort" ]; then
+	grep -v 'input contains a loop' "$tmp/tsort" | sed 's/^tsort: /CYCLE: /'
+	bad=1
+fi
+[ $bad = 0 ] && echo "no two-way pairs, no cycles"
 exit $bad
