@@ -3,12 +3,15 @@
 # outside program builds and runs against it with pkg-config and with
 # find_package(ushuffle), statically and shared, and that the installed
 # ushuffled runs without LD_LIBRARY_PATH (its RPATH is $ORIGIN-relative).
-# Usage: install.sh BUILD_DIR SCRATCH_DIR LIBDIR [CFLAGS]
+# The C++ example (examples/shuffle_example.cpp) builds and runs the same
+# two ways. Usage: install.sh BUILD_DIR SCRATCH_DIR LIBDIR EXAMPLES_DIR
+# [CFLAGS]
 set -eu
 build=$1
 scratch=$2
 libdir=$3
-cflags=${4:-}
+examples=$4
+cflags=${5:-}
 rm -rf "$scratch"
 mkdir -p "$scratch"
 cmake --install "$build" --prefix "$scratch/first" >/dev/null
@@ -94,20 +97,34 @@ cc $cflags -o app-pc-static app.c $(pkg-config --cflags ushuffle) \
 	$(pkg-config --libs-only-l --static ushuffle | sed 's/-lushuffle //') \
 	-Wl,-rpath,"$p/$libdir"
 ./app-pc-static "$scratch/wd-pc-static"
+# The C++ example, pkg-config.
+cp "$examples/shuffle_example.cpp" .
+# shellcheck disable=SC2046
+c++ $cflags -std=c++11 -Wall -Wextra -Werror -o example-cxx-pc \
+	shuffle_example.cpp $(pkg-config --cflags --libs ushuffle) \
+	-Wl,-rpath,"$p/$libdir"
+./example-cxx-pc "$scratch/wd-cxx-pc" >/dev/null
 # find_package.
 cat >CMakeLists.txt <<'CM'
 cmake_minimum_required(VERSION 3.20)
-project(app C)
+project(app C CXX)
 find_package(ushuffle 0.3 REQUIRED)
 add_executable(app-cmake app.c)
 target_link_libraries(app-cmake PRIVATE ushuffle::worker ushuffle::ushuffle)
 add_executable(app-cmake-static app.c)
 target_link_libraries(app-cmake-static PRIVATE ushuffle::worker
   ushuffle::ushuffle_static)
+add_executable(example-cxx shuffle_example.cpp)
+target_link_libraries(example-cxx PRIVATE ushuffle::ushuffle)
+add_executable(example-cxx-static shuffle_example.cpp)
+target_link_libraries(example-cxx-static PRIVATE ushuffle::ushuffle_static)
 CM
-cmake -S . -B b -DCMAKE_PREFIX_PATH="$p" -DCMAKE_C_FLAGS="$cflags" >/dev/null
+cmake -S . -B b -DCMAKE_PREFIX_PATH="$p" -DCMAKE_C_FLAGS="$cflags" \
+	-DCMAKE_CXX_FLAGS="$cflags" >/dev/null
 cmake --build b >/dev/null
 b/app-cmake "$scratch/wd-cmake"
 b/app-cmake-static "$scratch/wd-cmake-static"
+b/example-cxx "$scratch/wd-cxx-cmake"
+b/example-cxx-static "$scratch/wd-cxx-cmake-static"
 rm -rf "$scratch"
-echo "install: pkg-config and find_package builds run from a moved prefix"
+echo "install: pkg-config and find_package builds, C and C++, run from a moved prefix"

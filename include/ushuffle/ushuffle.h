@@ -49,6 +49,10 @@
 
 #ifdef __cplusplus
 extern "C" {
+/* The stats getters share their struct's name (as stat() does), which
+ * C++'s -Wshadow reports at each caller's build: not theirs to fix. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
 #endif
 
 #if defined(USH_BUILDING) && defined(__GNUC__)
@@ -59,10 +63,14 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 
+/* The one place the version is kept: CMakeLists.txt reads these three. */
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 2
-#define USH_VERSION_STRING "0.4.2"
+#define USH_VERSION_PATCH 3
+#define USH_QUOTE_(x) #x
+#define USH_EXPAND_AND_QUOTE_(x) USH_QUOTE_(x)
+#define USH_VERSION_STRING                                                   \
+	USH_EXPAND_AND_QUOTE_(USH_VERSION_MAJOR.USH_VERSION_MINOR.USH_VERSION_PATCH)
 /* MAJOR * 10000 + MINOR * 100 + PATCH, as zstd's ZSTD_VERSION_NUMBER. */
 #define USH_VERSION_NUMBER                                                   \
 	(USH_VERSION_MAJOR * 10000 + USH_VERSION_MINOR * 100 + USH_VERSION_PATCH)
@@ -245,6 +253,12 @@ enum ush_target {
 	USH_TARGET_NET = 2,  /* push to ushuffled workers over TCP */
 };
 
+/* How a disk writer writes (ush_writer_opts.ioengine). */
+enum ush_ioengine {
+	USH_IOENGINE_URING = 0, /* the ring: WRITE_FIXED, batched */
+	USH_IOENGINE_PSYNC = 1, /* baseline: copy + pwrite, no ring */
+};
+
 struct ush_writer_opts {
 	uint32_t size;          /* sizeof, set by ush_writer_opts_init() */
 	uint32_t shuffle, map, attempt;
@@ -252,10 +266,7 @@ struct ush_writer_opts {
 	enum ush_target target;
 	const char *dir;        /* disk: spill directory (copied) */
 	int direct;             /* disk: 1 O_DIRECT where supported, 0 off */
-	enum ush_ioengine {
-		USH_IOENGINE_URING = 0, /* the ring: WRITE_FIXED, batched */
-		USH_IOENGINE_PSYNC = 1, /* baseline: copy + pwrite, no ring */
-	} ioengine;
+	enum ush_ioengine ioengine;
 	/* net: the workers, "HOST:PORT[@LABEL],..." (copied). Partition p
 	 * goes to worker ush_net_worker_of(p, number of workers), and its
 	 * further replicas to the next workers of the list (wrapping) whose
@@ -661,6 +672,7 @@ USH_API const struct ush_lat *ush_reader_load_lat(const ush_reader *r);
 #endif /* USH_UNSTABLE_API */
 
 #ifdef __cplusplus
+#pragma GCC diagnostic pop
 }
 #endif
 #endif /* USHUFFLE_H */

@@ -9,10 +9,10 @@
  *
  * Conventions are libushuffle's (ushuffle.h): 0 or a negative errno or
  * USH_E* code, described by ush_strerror(); extensible options structs
- * with a size field set by their _init(). The worker library carries its
- * own copy of the core, so it has its own per-thread detail message
- * (ush_worker_last_error(), not ush_last_error()) and its own log sink
- * (ush_worker_set_log(), not ush_set_log()).
+ * with a size field set by their _init(). The worker library links
+ * libushuffle (shared), whose per-thread detail message and log sink it
+ * uses: ush_worker_last_error() is ush_last_error(), ush_worker_set_log()
+ * is ush_set_log().
  */
 #ifndef USHUFFLE_WORKER_H
 #define USHUFFLE_WORKER_H
@@ -21,6 +21,9 @@
 
 #ifdef __cplusplus
 extern "C" {
+/* As in ushuffle.h: ush_worker_stats() names its struct. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
 #endif
 
 typedef struct ush_worker ush_worker;
@@ -226,11 +229,12 @@ USH_API void ush_worker_stats_size(const ush_worker *w,
 USH_SIZED_GET(ush_worker_stats, ush_worker)
 
 #ifdef USH_UNSTABLE_API
-/* ush_alloc_count() of the worker library: its heap allocations. */
+/* ush_alloc_count(): the worker allocates through libushuffle. */
 USH_API uint64_t ush_worker_alloc_count(void);
 #endif
 
 #ifdef __cplusplus
+#pragma GCC diagnostic pop
 }
 #endif
 #endif /* USHUFFLE_WORKER_H */

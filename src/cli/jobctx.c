@@ -75,8 +75,9 @@ void phase_barrier(struct thread_ctx *t, unsigned mark)
 	struct job_ctx *j = t->job;
 	/* Twice: nobody works while the count is taken. */
 	if (pthread_barrier_wait(&j->bar) == PTHREAD_BARRIER_SERIAL_THREAD) {
-		/* Process-wide: the embedded worker's library counts too. */
-		j->alloc_at[mark] = ush_alloc_count() + ush_worker_alloc_count();
+		/* Process-wide: the embedded worker allocates through
+		 * libushuffle, so its allocations count here too. */
+		j->alloc_at[mark] = ush_alloc_count();
 		atomic_store(&j->phase, mark + 1);
 	}
 	pthread_barrier_wait(&j->bar);

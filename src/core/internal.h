@@ -2,6 +2,8 @@
 #ifndef USHI_INTERNAL_H
 #define USHI_INTERNAL_H
 
+#include "core/prefix.h"
+
 #define USH_BUILDING 1
 #define USH_UNSTABLE_API 1
 #include "ushuffle/ushuffle.h"

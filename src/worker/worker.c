@@ -51,8 +51,8 @@ void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
 	ushi_struct_init(o, size, &worker_defaults, sizeof(*o));
 }
 
-/* This library's own copy of the core's state, for callers that also
- * link libushuffle (whose functions of the same names are not these). */
+/* Since the worker links libushuffle, the core's state is one per
+ * process: these are libushuffle's, kept for callers built against 0.4. */
 const char *ush_worker_last_error(void)
 {
 	return ush_last_error();
