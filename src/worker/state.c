@@ -188,11 +188,14 @@ void wk_app_expire(struct wk_thread *t)
 	if (err)
 		ngone = 0;
 	size_t napps = wk_app_free_silent(wk, now);
+	/* Counted with the drops, under the lock that a scrape takes for
+	 * the applications and shuffles: one that sees them gone sees
+	 * their expiries too (test_net_tenants read it in between). */
+	WK_COUNT(wk, expiries, ngone);
 	pthread_mutex_unlock(&wk->lock);
 	for (size_t i = 0; i < ngone; i++)
 		wk_drop_files(t, gone[i]);
 	ushi_free(gone);
-	WK_COUNT(wk, expiries, ngone);
 	if (ngone || napps || err)
 		wk_log(wk, err ? 0 : 1, "applications not heard of for %u ms: "
 		       "%zu removed, %zu shuffles of theirs dropped%s%s%s",

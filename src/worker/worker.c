@@ -81,7 +81,6 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	s.conns_accepted = LOAD(m->accepted), s.conns_refused = LOAD(m->refused);
 	s.conns_open = LOAD(wk->nconns);
 	s.commits = LOAD(m->commits), s.drops = LOAD(m->drops);
-	s.expiries = LOAD(m->expiries);
 	s.bytes_in_place = LOAD(m->bytes_in_place);
 	pthread_mutex_lock(&wk->m.sync_lock);
 	s.sync_count = m->sync_count, s.sync_ns = m->sync_ns;
@@ -100,6 +99,7 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 			s.stalled_ms = (now - pass) / 1000000;
 	}
 	pthread_mutex_lock(&wk->lock);
+	s.expiries = LOAD(m->expiries); /* with the drops it counts */
 	s.apps = wk->napps;
 	s.shuffles = wk->nowners;
 	s.bytes_stored = wk_app_bytes(wk);
