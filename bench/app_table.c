@@ -8,7 +8,8 @@
  *   ush_bench_app_table --apps=100000 --probe=100000
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
 
 #include <stdio.h>
 

@@ -253,10 +253,6 @@ struct job_result {
 	char errmsg[512];
 };
 
-/* Set by SIGINT/SIGTERM; every loop polls it. */
-extern atomic_int cli_stop;
-void cli_signals(void);
-uint32_t job_shuffle_id(const char *name);
 /* Runs one job to completion. Returns 0, EXIT_RUN or EXIT_INTR. */
 int job_run(const struct job_opts *o, struct job_result *res, int eta);
 void job_result_free(struct job_result *res);
@@ -294,7 +290,13 @@ struct thread_ctx {
 	int cpu; /* to pin to, or -1 */
 };
 
+/* ------------------------------------------------------------- jobctx.c */
+
+/* Set by SIGINT/SIGTERM; every loop polls it. */
+extern atomic_int cli_stop;
+void cli_signals(void);
 uint64_t now_ns(void);
+uint32_t job_shuffle_id(const char *name);
 /* The thread should stop early (Ctrl-C, another thread failed). */
 bool job_stopping(const struct job_ctx *j);
 /* Records this thread's first error and makes the others stop. */

@@ -5,15 +5,17 @@
  * HEARTBEAT, or any HELLO naming it. One that is silent for --app-ttl
  * loses its shuffles, as a DROP of each would (the Celeborn/Uniffle
  * application expiry: on explicit heartbeats, never on connection state,
- * which SPARK-12583 showed is not a sign of an application's end).
- * After a restart every application gets a full TTL again.
+ * which SPARK-12583 showed is not a sign of an application's end;
+ * state.c drops them). After a restart every application gets a full TTL
+ * again.
  *
  * Owners are kept sorted by shuffle; applications in a hash table by id,
- * their number bounded by --max-apps. All functions but wk_app_expire()
- * and wk_drop_files() expect wk->lock.
+ * their number bounded by --max-apps. All functions but wk_app_usage()
+ * and wk_secret() expect wk->lock.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
 #include "net/auth.h"
 
 #include <dirent.h>
@@ -23,9 +25,6 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Shuffles an expiry drops per tick at most, with one log write. */
-#define EXPIRE_BATCH 4096u
 
 /* Index of the first owner entry >= shuffle. */
 static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
@@ -217,67 +216,13 @@ uint64_t wk_app_bytes(struct ush_worker *wk)
 	return sum;
 }
 
-/* How many of the last drops some thread has not seen yet: the rest of
- * wk->drops can go, so that it stays as short as the threads' lag. */
-static size_t drops_unseen(struct ush_worker *wk)
-{
-	unsigned e = atomic_load(&wk->drop_epoch);
-	size_t keep = 0;
-	for (unsigned i = 0; i < wk->nthreads; i++) {
-		size_t lag = e - atomic_load(&wk->threads[i].drop_seen);
-		keep = lag > keep ? lag : keep;
-	}
-	return keep < wk->ndrops ? keep : wk->ndrops;
-}
-
-int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
-{
-	struct ush_worker *wk = t->wk;
-	/* What can fail without side effects first: the new drop list and
-	 * the records; then the log makes the drops durable (one write, one
-	 * sync), then memory follows. */
-	size_t keep = drops_unseen(wk);
-	uint32_t *d = ushi_malloc((keep + n) * sizeof(*d));
-	struct wk_rec *r = ushi_calloc(n, sizeof(*r));
-	int ret = d && r ? 0 : -ENOMEM;
-	for (size_t i = 0; !ret && i < n; i++)
-		r[i] = (struct wk_rec){.type = WK_REC_DROP,
-				       .shuffle = shuffles[i]};
-	if (!ret)
-		ret = wk_log_append(t, r, n);
-	for (size_t i = 0; !ret && i < n; i++)
-		wk_rec_apply(wk, &r[i]); /* a drop cannot fail */
-	ushi_free(r);
-	if (ret) {
-		ushi_free(d);
-		return ret;
-	}
-	if (keep)
-		memcpy(d, wk->drops + wk->ndrops - keep, keep * sizeof(*d));
-	memcpy(d + keep, shuffles, n * sizeof(*d));
-	wk->drops_base += (unsigned)(wk->ndrops - keep);
-	wk->ndrops = keep + n;
-	ushi_free(wk->drops);
-	wk->drops = d;
-	atomic_fetch_add(&wk->drop_epoch, (unsigned)n);
-	return 0;
-}
-
-void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
-{
-	wk_store_drop(t, shuffle);
-	wk_store_unlink(t->wk, shuffle);
-}
-
 static bool silent(const struct wk_app *a, uint64_t now, uint64_t ttl)
 {
 	return now > a->seen_ns && now - a->seen_ns > ttl;
 }
 
-/* The shuffles of silent applications, up to EXPIRE_BATCH, into gone
- * (allocated here); returns how many, and *more those left over. */
-static size_t silent_shuffles(struct ush_worker *wk, uint64_t now,
-			      uint32_t **gone, size_t *more)
+size_t wk_app_silent_shuffles(struct ush_worker *wk, uint64_t now,
+			      size_t batch, uint32_t **gone, size_t *more)
 {
 	uint64_t ttl = wk->o.app_ttl_ms * 1000000ull;
 	size_t n = 0;
@@ -286,10 +231,10 @@ static size_t silent_shuffles(struct ush_worker *wk, uint64_t now,
 		struct wk_app *a = wk_app_find(wk, wk->owners[i].app);
 		if (!a || !silent(a, now, ttl))
 			continue;
-		if (!*gone && !(*gone = ushi_malloc(EXPIRE_BATCH *
+		if (!*gone && !(*gone = ushi_malloc(batch *
 						    sizeof(**gone))))
 			return 0; /* next time */
-		if (n < EXPIRE_BATCH)
+		if (n < batch)
 			(*gone)[n++] = wk->owners[i].shuffle;
 		else
 			(*more)++;
@@ -297,9 +242,7 @@ static size_t silent_shuffles(struct ush_worker *wk, uint64_t now,
 	return n;
 }
 
-/* Frees every silent application that owns nothing (the drops before
- * took what they owned); returns how many. */
-static size_t silent_apps_free(struct ush_worker *wk, uint64_t now)
+size_t wk_app_free_silent(struct ush_worker *wk, uint64_t now)
 {
 	uint64_t ttl = wk->o.app_ttl_ms * 1000000ull;
 	size_t n = 0;
@@ -322,37 +265,6 @@ static size_t silent_apps_free(struct ush_worker *wk, uint64_t now)
 	return n;
 }
 
-void wk_app_expire(struct wk_thread *t)
-{
-	struct ush_worker *wk = t->wk;
-	uint32_t *gone = NULL;
-	size_t more;
-	pthread_mutex_lock(&wk->lock);
-	/* Read under the lock: a HELLO that another thread handled while
-	 * this one waited for it stamps a later time than a clock read
-	 * before, and the difference must not wrap into "expired". */
-	uint64_t now = ushi_now_ns();
-	/* Every silent application's shuffles are dropped with one log
-	 * write, up to a batch per tick: the lock is shared with every
-	 * thread. */
-	size_t ngone = silent_shuffles(wk, now, &gone, &more);
-	int err = ngone ? wk_drop_locked(t, gone, ngone) : 0;
-	if (err)
-		ngone = 0;
-	size_t napps = silent_apps_free(wk, now);
-	pthread_mutex_unlock(&wk->lock);
-	for (size_t i = 0; i < ngone; i++)
-		wk_drop_files(t, gone[i]);
-	ushi_free(gone);
-	WK_COUNT(wk, expiries, ngone);
-	if (ngone || napps || err)
-		wk_log(wk, err ? 0 : 1, "applications not heard of for %u ms: "
-		       "%zu removed, %zu shuffles of theirs dropped%s%s%s",
-		       wk->o.app_ttl_ms, napps, ngone,
-		       more ? ", more next time" : "", err ? ": " : "",
-		       err ? ush_strerror(err) : "");
-}
-
 void wk_app_free(struct ush_worker *wk)
 {
 	for (size_t i = 0; i < wk->capps; i++)
@@ -367,44 +279,6 @@ void wk_app_free(struct ush_worker *wk)
 	wk->owners = NULL;
 	wk->drops = NULL;
 	wk->napps = wk->capps = wk->nowners = wk->ndrops = 0;
-}
-
-static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
-{
-	for (size_t i = 0; i < wk->acap; i++)
-		if (wk->att[i].state == WK_COMMITTED &&
-		    wk->att[i].shuffle == shuffle)
-			return true;
-	return false;
-}
-
-void wk_sweep(struct ush_worker *wk)
-{
-	DIR *d = opendir(wk->dir);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		unsigned s;
-		char extra;
-		if (sscanf(de->d_name, "s%u%c", &s, &extra) != 1 ||
-		    wk_owner_of(wk, s))
-			continue;
-		if (has_commits(wk, s)) {
-			wk_log(wk, 0, "%s/%s: shuffle %u has commits but no "
-			       "owner (its claim record lost, and no commit "
-			       "names its application): kept, unowned",
-			       wk->dir, de->d_name, s);
-			continue;
-		}
-		/* No application owns it: a drop whose files outlived a
-		 * crash, or data of writers that never claimed it. */
-		struct wk_thread t = {.wk = wk};
-		wk_log(wk, 1, "sweeping %s/%s: no application owns shuffle %u",
-		       wk->dir, de->d_name, s);
-		wk_drop_files(&t, s);
-	}
-	closedir(d);
 }
 
 int wk_app_usage(struct ush_worker *wk)

@@ -7,7 +7,9 @@
  * attempts are counted for its quotas as they change state.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -114,32 +116,6 @@ void wk_attempt_drop(struct ush_worker *wk, uint32_t shuffle)
 	}
 	count(wk, shuffle, WK_OPEN, -open);
 	count(wk, shuffle, WK_COMMITTED, -done);
-}
-
-size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < wk->nowners; i++, k++)
-		if (k < n) {
-			out[k] = (struct wk_rec){.type = WK_REC_CLAIM,
-				.shuffle = wk->owners[i].shuffle};
-			memcpy(out[k].app, wk->owners[i].app,
-			       sizeof(out[k].app));
-		}
-	for (size_t i = 0; i < wk->acap; i++) {
-		const struct wk_attempt *e = &wk->att[i];
-		if (e->state != WK_COMMITTED)
-			continue;
-		const char *app = k < n ? wk_owner_of(wk, e->shuffle) : NULL;
-		if (k < n)
-			out[k] = (struct wk_rec){.type = WK_REC_COMMIT,
-				.shuffle = e->shuffle, .map = e->map,
-				.attempt = e->attempt};
-		if (app)
-			snprintf(out[k].app, sizeof(out[k].app), "%s", app);
-		k++;
-	}
-	return k;
 }
 
 void wk_attempt_free(struct ush_worker *wk)

@@ -19,7 +19,12 @@
  * is checked before MANIFEST so that a refusal comes first.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/attempt.h"
+#include "worker/fetch.h"
+#include "worker/files.h"
+#include "worker/out.h"
+#include "worker/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -427,41 +432,32 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 	return ret;
 }
 
-int wk_fetch_start(struct wk_conn *c, const struct ushi_frame *f,
-		   const uint8_t *payload)
+int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
+		   const uint8_t *payload, struct wk_outq *q,
+		   struct wk_fetch **out, char *msg, size_t n)
 {
-	struct ush_worker *wk = c->t->wk;
 	struct wk_fetch *fe = ushi_calloc(1, sizeof(*fe));
 	if (!fe)
 		return -ENOMEM;
-	fe->t = c->t;
+	fe->t = t;
 	fe->fd = fe->dfd = -1;
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
 	fe->skip = get_le64(payload);
-	char msg[256] = "";
-	int ret = wants(wk, fe, f, payload, msg, sizeof(msg));
+	int ret = wants(t->wk, fe, f, payload, msg, n);
 	if (!ret)
-		ret = plan(c->t, fe, msg, sizeof(msg));
+		ret = plan(t, fe, msg, n);
 	struct wk_out *o = ret ? NULL : wk_out_new(USHI_PROTO_SMALL);
 	if (!ret && !o)
 		ret = -ENOMEM;
 	if (ret) {
 		wk_fetch_free(fe);
-		if (*msg) {
-			wk_conn_fail(c, ret, "FETCH of partition %u: %s",
-				     f->partition, msg);
-			return 0;
-		}
 		return ret;
 	}
 	o->len = (uint32_t)proto_put_manifest(o->data, f->shuffle,
 					      f->partition);
-	wk_conn_queue(c, o);
-	c->fetch = fe;
-	wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u attempts, "
-	       "%u frames", c->peer, f->shuffle, f->partition, fe->nm,
-	       fe->nent);
+	wk_outq_add(q, o);
+	*out = fe;
 	return 0;
 }
 
@@ -603,9 +599,8 @@ static int read_next(struct wk_fetch *fe)
 	return 1;
 }
 
-void wk_fetch_pump(struct wk_conn *c)
+int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 {
-	struct wk_fetch *fe = c->fetch;
 	int ret = 0;
 	for (;;) {
 		while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
@@ -630,9 +625,9 @@ void wk_fetch_pump(struct wk_conn *c)
 		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
 		fe->rn--;
 		fe->frames += r->frames;
-		WK_COUNT(c->t->wk, frames_out, r->frames);
+		WK_COUNT(fe->t->wk, frames_out, r->frames);
 		fe->bytes += r->len;
-		wk_conn_queue(c, o);
+		wk_outq_add(q, o);
 	}
 	if (!ret && !fe->rn && fe->next == fe->nent) {
 		struct wk_out *o = wk_out_new(USHI_PROTO_SMALL);
@@ -640,20 +635,14 @@ void wk_fetch_pump(struct wk_conn *c)
 			o->len = (uint32_t)proto_put_fetch_end(
 				o->data, fe->shuffle, fe->partition,
 				fe->frames, fe->bytes);
-			wk_conn_queue(c, o);
-			fe->done = true;
-			wk_fetch_free(fe);
-			c->fetch = NULL;
-			return;
+			wk_outq_add(q, o);
+			return 1;
 		}
 		ret = -ENOMEM;
 	}
-	if (!ret)
-		return;
-	wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
-		     fe->shuffle, fe->partition,
-		     ret == USH_ECORRUPT ? "the log is shorter than its index" :
-					   ush_strerror(ret));
-	/* Its reads end before it is freed (conn_reap waits for them). */
-	fe->next = fe->nent;
+	if (ret)
+		/* Its reads end before it is freed (conn_reap waits for
+		 * them). */
+		fe->next = fe->nent;
+	return ret;
 }

@@ -20,7 +20,9 @@
  * committed (docs/format.md §6).
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/attempt.h"
+#include "worker/files.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,7 +10,16 @@
  * at the drain's deadline), then flush buffers written, files synced.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/conn.h"
+#include "worker/dispatch.h"
+#include "worker/fetch.h"
+#include "worker/inplace.h"
+#include "worker/loop.h"
+#include "worker/out.h"
+#include "worker/state.h"
+#include "worker/store.h"
+#include "worker/wal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -201,7 +210,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 {
 	for (struct wk_conn **cp = &t->conns; *cp;) {
 		struct wk_conn *c = *cp;
-		bool sent = c->failed && !c->out && !c->sending;
+		bool sent = c->failed && !c->out.head && !c->sending;
 		if (sent && !c->t_linger && !c->eof) {
 			shutdown(c->fd, SHUT_WR);
 			c->t_linger = now + WK_LINGER_MS * MS;
@@ -219,11 +228,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		}
 		*cp = c->next;
 		close(c->fd);
-		while (c->out) {
-			struct wk_out *o = c->out;
-			c->out = o->next;
-			wk_out_free(t, o);
-		}
+		wk_outq_free(t, &c->out);
 		wk_fetch_free(c->fetch);
 		wk_conn_rb_free(c);
 		ushi_free(c->rent);
@@ -282,6 +287,7 @@ static void teardown(struct wk_thread *t)
 {
 	if (t->ring) {
 		wk_store_close(t);
+		wk_pdir_close(t);
 		ring_drain(t->ring);
 		ush_ring_free(t->ring);
 		t->ring = NULL;
@@ -302,6 +308,7 @@ static void check_drops(struct wk_thread *t)
 		uint32_t s = wk->drops[seen - wk->drops_base];
 		pthread_mutex_unlock(&wk->lock);
 		wk_store_drop(t, s);
+		wk_pdir_drop(t, s);
 		atomic_store(&t->drop_seen, seen + 1);
 	}
 }
@@ -347,7 +354,7 @@ static void conn_timeouts(struct wk_thread *t, struct wk_conn *c, uint64_t now)
 	else if (!c->role && c->t_accept + o->hello_timeout_ms * MS < now)
 		wk_conn_fail(c, -ETIMEDOUT, "no HELLO within %u ms",
 			     o->hello_timeout_ms);
-	else if (c->role && !c->out && !c->sending && !c->fetch &&
+	else if (c->role && !c->out.head && !c->sending && !c->fetch &&
 		 c->t_active + o->idle_timeout_ms * MS < now)
 		wk_conn_close_with(c, -ETIMEDOUT, "idle for %u ms",
 				   o->idle_timeout_ms);

@@ -24,7 +24,9 @@
  * it is dropped; other shuffles go on.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/files.h"
+#include "worker/store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -624,7 +626,6 @@ void wk_store_drop(struct wk_thread *t, uint32_t shuffle)
 	struct wk_shuf *s = shuf_find(t, shuffle);
 	if (s)
 		shuf_free(t, s);
-	wk_pdir_drop(t, shuffle);
 }
 
 void wk_store_close(struct wk_thread *t)
@@ -635,7 +636,6 @@ void wk_store_close(struct wk_thread *t)
 	ushi_free(t->stab);
 	t->stab = NULL;
 	t->smask = 0;
-	wk_pdir_close(t);
 }
 
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,

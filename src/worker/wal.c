@@ -13,10 +13,13 @@
  * snapshot ("commit.snap", synced and renamed into place) and the logs
  * start over, so their size and restart time follow the live state
  * (bounded by the quotas), not the history. Replay reads the
- * snapshot and the logs and applies every record in sequence order.
+ * snapshot and the logs and hands every record, in sequence order, to
+ * the caller. This file knows records and files only: the tables they
+ * rebuild are state.c's, which calls it.
  */
 #define _GNU_SOURCE
-#include "worker/wk.h"
+#include "worker/thread.h"
+#include "worker/wal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -99,21 +102,6 @@ static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
 	return NULL;
 }
 
-int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r)
-{
-	switch (r->type) {
-	case WK_REC_CLAIM:
-		return wk_owner_set(wk, r->shuffle, r->app);
-	case WK_REC_COMMIT:
-		return wk_attempt_set(wk, r->shuffle, r->map, r->attempt,
-				      WK_COMMITTED);
-	default: /* WK_REC_DROP: allocates nothing, cannot fail */
-		wk_attempt_drop(wk, r->shuffle);
-		wk_owner_del(wk, r->shuffle);
-		return 0;
-	}
-}
-
 static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 {
 	while (n) {
@@ -159,19 +147,21 @@ int wk_log_open(struct wk_thread *t)
 		       ushi_fail(-errno, "worker: fsync %s", t->wk->dir) : 0;
 }
 
-/* Writes the live state as the snapshot and empties every thread's log.
- * Lock held. */
-static int compact(struct ush_worker *wk)
+bool wk_log_compact_due(const struct ush_worker *wk)
 {
-	size_t n = wk_live_records(wk, NULL, 0);
+	uint64_t live = REC * (uint64_t)(wk->ncommits + wk->nowners);
+	uint64_t total = wk->snap_bytes + wk->log_bytes;
+	return total > COMPACT_MIN && total > 2 * live;
+}
+
+int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
+{
 	uint8_t *b = ushi_malloc((n ? n : 1) * REC);
-	struct wk_rec *r = ushi_malloc((n ? n : 1) * sizeof(*r));
 	char tmp[4096], path[4096];
 	snprintf(tmp, sizeof(tmp), "%s/" SNAP ".tmp", wk->dir);
 	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
-	int ret = b && r ? 0 : -ENOMEM, fd = -1;
+	int ret = b ? 0 : -ENOMEM, fd = -1;
 	if (!ret) {
-		wk_live_records(wk, r, n);
 		for (size_t i = 0; i < n; i++)
 			rec_put(b + i * REC, &r[i],
 				atomic_fetch_add(&next_lsn, 1));
@@ -195,7 +185,6 @@ static int compact(struct ush_worker *wk)
 			t->log_off = 0;
 	}
 	ushi_free(b);
-	ushi_free(r);
 	if (ret) {
 		unlink(tmp);
 		wk_log(wk, 0, "compacting the commit log: %s (the logs keep "
@@ -211,17 +200,6 @@ static int compact(struct ush_worker *wk)
 int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n)
 {
 	struct ush_worker *wk = t->wk;
-	/* Compact before these records, never right after them: a caller
-	 * applies its records to memory only once they are logged, so a
-	 * snapshot of memory taken inside the append would miss the records
-	 * that the truncated logs no longer hold (a commit acknowledged,
-	 * then lost at the next restart). Every record appended before this
-	 * call has been applied: each caller holds wk->lock from its append
-	 * through its apply. */
-	uint64_t live = REC * (uint64_t)(wk->ncommits + wk->nowners);
-	uint64_t total = wk->snap_bytes + wk->log_bytes;
-	if (total > COMPACT_MIN && total > 2 * live)
-		compact(wk); /* a failure is logged; the appends stand */
 	uint8_t one[REC], *b = n == 1 ? one : ushi_malloc(n * REC);
 	if (!b)
 		return -ENOMEM;
@@ -312,22 +290,7 @@ static int read_log(struct ush_worker *wk, const char *path, bool cut,
 	return 0;
 }
 
-/* A commit of a shuffle no claim gave an owner (its claim record was
- * skipped as corrupt) gives it the application the commit names: the
- * writer that committed owned the shuffle then. Older records name none:
- * the shuffle stays unowned (the start-up sweep keeps it, wk_sweep). */
-static int owner_from_commit(struct ush_worker *wk, const struct wk_rec *r)
-{
-	if (r->type != WK_REC_COMMIT || !proto_app_ok(r->app) ||
-	    wk_owner_of(wk, r->shuffle))
-		return 0;
-	wk_log(wk, 0, "shuffle %u has a commit but no claim record (one "
-	       "skipped as corrupt?): owned by application %s, which its "
-	       "commit names", r->shuffle, r->app);
-	return wk_owner_set(wk, r->shuffle, r->app);
-}
-
-int wk_log_replay(struct ush_worker *wk)
+int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 {
 	struct item *items = NULL;
 	size_t n = 0, cap = 0, bad = 0;
@@ -357,8 +320,7 @@ int wk_log_replay(struct ush_worker *wk)
 	if (n)
 		qsort(items, n, sizeof(*items), by_lsn);
 	for (size_t i = 0; !ret && i < n; i++)
-		if ((ret = wk_rec_apply(wk, &items[i].r)) ||
-		    (ret = owner_from_commit(wk, &items[i].r)))
+		if ((ret = apply(wk, &items[i].r)))
 			ushi_fail(ret, "worker: replay");
 	/* next_lsn is shared by every worker of the process: moving it back
 	 * would let a later record sort before earlier ones at replay. */

@@ -47,6 +47,7 @@ struct ushi_stage {
 	uint32_t *count;          /* per partition: records staged */
 	uint8_t *scratch;         /* a frame of up to push size */
 	uint8_t *zbuf;            /* with a codec: its compressed form */
+	const struct ushi_stage_ops *ops; /* the writer's, above */
 };
 
 static void drop(struct ush_writer *w, struct ushi_stage *s)
@@ -73,7 +74,7 @@ void stage_free(struct ush_writer *w)
 	w->stage = NULL;
 }
 
-int stage_open(struct ush_writer *w)
+int stage_open(struct ush_writer *w, const struct ushi_stage_ops *ops)
 {
 	const struct ush_ring_opts *ro = w->ropts;
 	size_t chunk = (size_t)USHI_BUF_MIN << w->push_order;
@@ -86,6 +87,7 @@ int stage_open(struct ush_writer *w)
 	if (!s)
 		return ushi_fail(-ENOMEM, "writer: stage");
 	w->stage = s;
+	s->ops = ops;
 	s->shift = (unsigned)__builtin_ctz(USHI_BUF_MIN) + w->push_order;
 	/* Half the pool: the other half holds the last flush's packs while
 	 * the disk writes them and the stage fills again. */
@@ -183,8 +185,8 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 		}
 		a += nrec;
 		st->bytes += raw - nrec * USH_RECORD_HDR_SIZE;
-		if ((ret = writer_pack_frame(w, partition, dst, raw, nrec,
-					     s->zbuf)))
+		if ((ret = s->ops->pack_frame(w, partition, dst, raw, nrec,
+					      s->zbuf)))
 			return ret;
 	}
 	return 0;
@@ -197,7 +199,7 @@ int stage_flush(struct ush_writer *w)
 		return 0;
 	/* Batches handed off before these records carry lower sequence
 	 * numbers: they reach the sink first. */
-	int ret = w->qhead ? writer_flush_queue(w) : 0;
+	int ret = w->qhead ? s->ops->flush_queue(w) : 0;
 	/* Counting sort: count[p] becomes the end of p's positions. */
 	uint32_t at = 0, p;
 	for (p = 0; p < w->o.partitions; p++) {
@@ -268,7 +270,7 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	/* The pool short (packs in flight, swaps): it waits for them, or
 	 * flushes the stage. */
 	if (!ret)
-		ret = writer_get_buf(w, w->push_order, &b);
+		ret = s->ops->get_buf(w, w->push_order, &b);
 	if (ret)
 		return failed(w, ret);
 	s->chunks[s->nchunks++] = b;

@@ -35,14 +35,6 @@ void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	w->err = err;
 }
 
-void writer_error_keep(struct ush_writer *w, int err)
-{
-	if (!w->err) {
-		w->err = err;
-		snprintf(w->errmsg, sizeof(w->errmsg), "%s", ush_last_error());
-	}
-}
-
 const char *ush_writer_error(const ush_writer *w)
 {
 	return w->err ? w->errmsg : NULL;
@@ -155,7 +147,8 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 	return ret ? sink_failed(w, ret) : 0;
 }
 
-int writer_pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
+/* The stage's pack_frame: see struct ushi_stage_ops. */
+static int pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
 		      uint32_t raw, uint32_t nrec, uint8_t *zbuf)
 {
 	struct ushi_part *p = &w->parts[partition];
@@ -260,11 +253,6 @@ static int flush_queue(struct ush_writer *w)
 	return w->err ? sticky(w) : 0;
 }
 
-int writer_flush_queue(struct ush_writer *w)
-{
-	return flush_queue(w);
-}
-
 /* Queues b (state from) as the next batch of partition. O(1). */
 static int handoff(struct ush_writer *w, struct ushi_buf *b,
 		   enum ushi_buf_state from, uint32_t partition, uint32_t len,
@@ -366,10 +354,18 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 	}
 }
 
-int writer_get_buf(struct ush_writer *w, unsigned order, struct ushi_buf **b)
+static int stage_get_buf(struct ush_writer *w, unsigned order,
+			 struct ushi_buf **b)
 {
 	return get_buf(w, order, order, b);
 }
+
+/* What the stage, below the writer, asks of it. */
+static const struct ushi_stage_ops stage_ops = {
+	.get_buf = stage_get_buf,
+	.flush_queue = flush_queue,
+	.pack_frame = pack_frame,
+};
 
 /* Hands partition's open batch off if it holds records, else frees it. */
 static int close_part(struct ush_writer *w, uint32_t partition)
@@ -867,7 +863,7 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	w->ropts = ring_opts(ring);
 	w->push_order = w->pool->max_order;
 	ret = sink->open(w);
-	if (!ret && (ret = stage_open(w)))
+	if (!ret && (ret = stage_open(w, &stage_ops)))
 		sink->abort(w);
 	if (ret) {
 		w->sink = NULL;

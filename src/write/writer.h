@@ -5,6 +5,8 @@
 #include "core/frame.h"
 #include "core/ring.h"
 
+#include <stdio.h>
+
 struct ush_writer;
 
 struct ushi_sink_ops {
@@ -103,7 +105,13 @@ struct ush_writer {
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Makes err, whose message is this thread's last error, sticky. */
-void writer_error_keep(struct ush_writer *w, int err);
+static inline void writer_error_keep(struct ush_writer *w, int err)
+{
+	if (!w->err) {
+		w->err = err;
+		snprintf(w->errmsg, sizeof(w->errmsg), "%s", ush_last_error());
+	}
+}
 /* Sinks count the bytes they stored on the target through it. */
 void writer_stored(struct ush_writer *w, uint64_t bytes);
 /* The writer's totals, for a sink's own counters (net_*). */
@@ -118,23 +126,30 @@ int writer_build_status(struct ush_writer *w, const uint64_t *holders);
 void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
 		       const uint8_t *mem, uint64_t t0);
 
-/* Frames payload raw bytes of nrec records at hdr + 48 as partition's
- * next batch, counts it and gives it to the sink's pack_add; with zbuf
- * (push size bytes), compressed there with the ring's codec if it
- * shrinks. */
-int writer_pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
-		      uint32_t raw, uint32_t nrec, uint8_t *zbuf);
-/* An idle pool buffer of order, waiting, flushing or evicting as needed
- * (writer.c); and the hand-off queue framed and submitted. */
-int writer_get_buf(struct ush_writer *w, unsigned order, struct ushi_buf **b);
-int writer_flush_queue(struct ush_writer *w);
+/* What the stage asks of the writer above it (writer.c gives it at
+ * stage_open), so that the stage never calls back into writer.c. */
+struct ushi_stage_ops {
+	/* An idle pool buffer of order, waiting, flushing (the stage too)
+	 * or evicting as needed. */
+	int (*get_buf)(struct ush_writer *w, unsigned order,
+		       struct ushi_buf **b);
+	/* The hand-off queue framed and submitted. */
+	int (*flush_queue)(struct ush_writer *w);
+	/* Frames payload raw bytes of nrec records at hdr + 48 as
+	 * partition's next batch, counts it and gives it to the sink's
+	 * pack_add; with zbuf (push size bytes), compressed there with the
+	 * ring's codec if it shrinks. */
+	int (*pack_frame)(struct ush_writer *w, uint32_t partition,
+			  uint8_t *hdr, uint32_t raw, uint32_t nrec,
+			  uint8_t *zbuf);
+};
 
 /* Staged writes, for many partitions (stage.c). stage_open() decides at
  * writer open whether w stages: 0 or -ENOMEM. stage_write() appends one
  * record of at most push size - 52 bytes. stage_flush() frames and hands
  * over every staged record; a no-op when none is staged. stage_free()
  * drops what is staged (abort) and frees the stage. */
-int stage_open(struct ush_writer *w);
+int stage_open(struct ush_writer *w, const struct ushi_stage_ops *ops);
 int stage_write(struct ush_writer *w, uint32_t partition, const void *rec,
 		size_t len);
 int stage_flush(struct ush_writer *w);

@@ -1,0 +1,369 @@
+/*
+ * Protocol dispatch: which frames a connection may send now (decided at
+ * the header), and what each complete, checked frame does: a writer's
+ * DATA (checked against its attempt and its application's quota; the
+ * receive path stores it), MAPPER_END (sync, log, ACK), DROP,
+ * HEARTBEAT, and a reader's FETCH. The first frames go to the
+ * handshake (hello.c).
+ */
+#define _GNU_SOURCE
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
+#include "worker/dispatch.h"
+#include "worker/fetch.h"
+#include "worker/hello.h"
+#include "worker/out.h"
+#include "worker/state.h"
+#include "worker/store.h"
+
+#include <errno.h>
+
+static const char *type_name(unsigned type)
+{
+	static const char *names[] = {"?", "DATA", "HELLO", "MAPPER_END",
+				      "FETCH", "ACK", "ERROR", "DROP",
+				      "MANIFEST", "FETCH_END", "PAD",
+				      "HEARTBEAT", "AUTH"};
+	return type < ARRAY_SIZE(names) ? names[type] : "unknown";
+}
+
+/* c's attempt in the table, if it is still the one c opened: a DROP
+ * forgets it, and a later writer may then open it anew. Lock held. */
+static struct wk_attempt *mine(struct wk_conn *c)
+{
+	struct wk_attempt *e = wk_attempt_find(c->t->wk, c->att.shuffle,
+					       c->att.map, c->att.attempt);
+	return e && e->state == WK_OPEN && e->owner == c->id ? e : NULL;
+}
+
+/* The DATA bytes c stored for its attempt join its shuffle's count
+ * (kept: the attempt is still c's, so the shuffle was not dropped), or
+ * leave its application's (the shuffle was dropped with them). Lock
+ * held. */
+static void settle(struct wk_conn *c, bool kept)
+{
+	if (!c->att_bytes)
+		return;
+	struct wk_owner *o = kept ? wk_owner_find(c->t->wk, c->att.shuffle) :
+				    NULL;
+	if (o)
+		o->bytes += c->att_bytes;
+	else
+		atomic_fetch_sub(&c->appr->bytes, c->att_bytes);
+	c->att_bytes = 0;
+}
+
+void wk_conn_leave(struct wk_conn *c)
+{
+	struct ush_worker *wk = c->t->wk;
+	if (!c->appr)
+		return;
+	pthread_mutex_lock(&wk->lock);
+	struct wk_attempt *e = c->att.state == WK_OPEN ? mine(c) : NULL;
+	if (e)
+		wk_attempt_mark(wk, e, WK_ABANDONED);
+	settle(c, e != NULL);
+	c->appr->nconns--;
+	c->appr = NULL;
+	pthread_mutex_unlock(&wk->lock);
+	c->att.state = 0;
+}
+
+/* Is c's attempt still its own? Only a DROP since it was last known
+ * can have taken it, so the lock is taken only then. */
+bool wk_still_mine(struct wk_conn *c)
+{
+	struct ush_worker *wk = c->t->wk;
+	unsigned epoch = atomic_load(&wk->drop_epoch);
+	if (epoch == c->att_epoch)
+		return true;
+	pthread_mutex_lock(&wk->lock);
+	bool ok = mine(c) != NULL;
+	pthread_mutex_unlock(&wk->lock);
+	c->att_epoch = epoch;
+	if (!ok)
+		c->att.state = 0;
+	return ok;
+}
+
+/* A writer's frames belong to the attempt it named at HELLO, while that
+ * attempt is still its own. */
+static bool own_attempt(struct wk_conn *c, const struct ushi_frame *f)
+{
+	if (c->att.state == WK_OPEN && f->shuffle == c->att.shuffle &&
+	    f->map == c->att.map && f->attempt == c->att.attempt &&
+	    wk_still_mine(c))
+		return true;
+	wk_conn_fail(c, -EPROTO, "%s frame of shuffle %u map %u attempt %u "
+		     "from the writer of shuffle %u map %u attempt %u%s",
+		     f->type == USHI_FRAME_DATA ? "DATA" : "MAPPER_END",
+		     f->shuffle, f->map, f->attempt, c->att.shuffle,
+		     c->att.map, c->att.attempt,
+		     c->att.state == WK_COMMITTED ? " (committed)" :
+		     c->att.state ? "" : " (dropped since)");
+	return false;
+}
+
+static void ack(struct wk_conn *c, const struct ushi_frame *f, uint32_t kind,
+		int status)
+{
+	uint8_t b[USHI_PROTO_SMALL];
+	struct proto_ack a = {kind, status, 0};
+	wk_conn_send(c, b, proto_put_ack(b, f->shuffle, f->map, f->attempt,
+					 &a));
+}
+
+/* MAPPER_END: make the attempt's frames durable, log, then ACK. */
+static void commit(struct wk_conn *c, const struct ushi_frame *f)
+{
+	struct wk_thread *t = c->t;
+	struct ush_worker *wk = t->wk;
+	if (!own_attempt(c, f))
+		return;
+	uint64_t t0 = ushi_now_ns();
+	int ret = wk_store_sync_shuffle(t, f->shuffle);
+	if (ret) {
+		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
+			     "%u map %u attempt %u: %s", f->shuffle, f->map,
+			     f->attempt, ush_strerror(ret));
+		return;
+	}
+	/* The application too: should the shuffle's claim record be
+	 * damaged, a replay takes its owner from here (wal.c). */
+	struct wk_rec r = {.type = WK_REC_COMMIT, .shuffle = f->shuffle,
+			   .map = f->map, .attempt = f->attempt};
+	memcpy(r.app, c->app, sizeof(r.app));
+	pthread_mutex_lock(&wk->lock);
+	struct wk_attempt *e = mine(c);
+	unsigned ncommits = c->appr->ncommits;
+	if (!e) /* dropped meanwhile */
+		ret = -ENOENT;
+	else if (ncommits >= wk->o.max_app_commits)
+		ret = -EDQUOT;
+	else if (!(ret = wk_rec_log(t, &r, 1)))
+		wk_attempt_mark(wk, e, WK_COMMITTED);
+	if (!ret || !e)
+		settle(c, e != NULL);
+	pthread_mutex_unlock(&wk->lock);
+	if (ret == -EDQUOT) {
+		wk_conn_fail(c, ret, "application '%s' has %u attempts "
+			     "committed here, its quota (--max-app-commits): "
+			     "the commit of shuffle %u map %u attempt %u "
+			     "refused; drop shuffles it no longer needs",
+			     c->app, ncommits, f->shuffle, f->map, f->attempt);
+		return;
+	}
+	if (ret) {
+		wk_conn_fail(c, ret, "commit of shuffle %u map %u attempt %u: "
+			     "%s", f->shuffle, f->map, f->attempt,
+			     ret == -ENOENT ? "the shuffle was dropped" :
+					      ush_strerror(ret));
+		return;
+	}
+	c->att.state = WK_COMMITTED;
+	wk_count_sync(wk, ushi_now_ns() - t0);
+	WK_COUNT(wk, commits, 1);
+	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u committed",
+	       c->peer, f->shuffle, f->map, f->attempt);
+	ack(c, f, USHI_ACK_COMMIT, 0);
+}
+
+static void drop(struct wk_conn *c, const struct ushi_frame *f)
+{
+	struct wk_thread *t = c->t;
+	struct ush_worker *wk = t->wk;
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_own_shuffle(c, f->shuffle, false);
+	bool owned = !ret && wk_owner_of(wk, f->shuffle);
+	if (owned)
+		ret = wk_drop_locked(t, &f->shuffle, 1);
+	pthread_mutex_unlock(&wk->lock);
+	if (ret == -EACCES)
+		return;
+	if (ret) {
+		wk_conn_fail(c, ret, "DROP of shuffle %u: %s", f->shuffle,
+			     ush_strerror(ret));
+		return;
+	}
+	/* Unowned: nothing durable to forget, files only (if any). */
+	wk_drop_files(t, f->shuffle);
+	WK_COUNT(wk, drops, owned);
+	if (owned)
+		wk_log(wk, 1, "peer %s: application %s dropped shuffle %u",
+		       c->peer, c->app, f->shuffle);
+	ack(c, f, USHI_ACK_DROP, 0);
+}
+
+static void heartbeat(struct wk_conn *c, const struct ushi_frame *f)
+{
+	struct ush_worker *wk = c->t->wk;
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_app_seen(wk, c->app, NULL);
+	pthread_mutex_unlock(&wk->lock);
+	if (ret)
+		wk_app_refused(c, ret);
+	else
+		ack(c, f, USHI_ACK_HEARTBEAT, 0);
+}
+
+/* A reader fetches only its application's shuffles. */
+static int fetch(struct wk_conn *c, const struct ushi_frame *f,
+		 const uint8_t *payload)
+{
+	struct ush_worker *wk = c->t->wk;
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_own_shuffle(c, f->shuffle, false);
+	pthread_mutex_unlock(&wk->lock);
+	if (ret)
+		return 0;
+	char msg[256] = "";
+	ret = wk_fetch_start(c->t, f, payload, &c->out, &c->fetch, msg,
+			     sizeof(msg));
+	if (ret && *msg) {
+		wk_conn_fail(c, ret, "FETCH of partition %u: %s", f->partition,
+			     msg);
+		return 0;
+	}
+	if (!ret)
+		wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u "
+		       "attempts, %u frames", c->peer, f->shuffle,
+		       f->partition, c->fetch->nm, c->fetch->nent);
+	return ret;
+}
+
+/* Counts n more bytes stored for c's application, within its quota. */
+static bool take_bytes(struct wk_conn *c, uint64_t n)
+{
+	uint64_t max = c->t->wk->o.max_app_bytes;
+	uint64_t had = atomic_fetch_add(&c->appr->bytes, n);
+	if (had + n <= max)
+		return true;
+	atomic_fetch_sub(&c->appr->bytes, n);
+	wk_conn_fail(c, -EDQUOT, "application '%s' stores %llu bytes here, "
+		     "its quota is %llu (--max-app-bytes): a frame of %llu "
+		     "bytes of shuffle %u refused; drop shuffles it no longer "
+		     "needs", c->app, (unsigned long long)had,
+		     (unsigned long long)max, (unsigned long long)n,
+		     c->att.shuffle);
+	return false;
+}
+
+/* The frames a connection of role may send once it said HELLO. */
+static bool role_sends(uint32_t role, unsigned type)
+{
+	switch (type) {
+	case USHI_FRAME_DATA:
+	case USHI_FRAME_MAPPER_END:
+		return role == USHI_ROLE_WRITER;
+	case USHI_FRAME_FETCH:
+		return role == USHI_ROLE_READER;
+	case USHI_FRAME_DROP:
+		return role == USHI_ROLE_WRITER || role == USHI_ROLE_ADMIN;
+	case USHI_FRAME_HEARTBEAT:
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Whether c may send a frame of this type now, decided from its header,
+ * before any of its payload is kept: until the client proved its secret
+ * only a HELLO, then the AUTH it asked for (fixed, small lengths), so a
+ * connection that proved nothing holds no more than those; after it,
+ * only what its role sends. Fails c otherwise.
+ */
+bool wk_type_ok(struct wk_conn *c, unsigned type)
+{
+	if (c->auth_wait) {
+		if (type == USHI_FRAME_AUTH)
+			return true;
+		wk_conn_fail(c, -EPROTO, "%s frame where the client's AUTH was "
+			     "due", type_name(type));
+	} else if (!c->role) {
+		if (type == USHI_FRAME_HELLO)
+			return true;
+		wk_conn_fail(c, -EPROTO, "%s frame before HELLO",
+			     type_name(type));
+	} else if (type == USHI_FRAME_HELLO) {
+		wk_conn_fail(c, -EPROTO, "a second HELLO: a connection stays "
+			     "with the application it said HELLO for ('%s')",
+			     c->app);
+	} else if (!role_sends(c->role, type)) {
+		wk_conn_fail(c, -EPROTO, "unexpected %s frame",
+			     type_name(type));
+	} else {
+		return true;
+	}
+	return false;
+}
+
+int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
+		const uint8_t *frame)
+{
+	WK_COUNT(c->t->wk, frames_in, 1);
+	c->flast = (uint32_t)proto_size(f);
+	if (frame_check(frame, f)) {
+		wk_conn_fail(c, USH_ECRC, "%s frame (shuffle %u partition %u "
+			     "seq %llu): CRC32C mismatch", type_name(f->type),
+			     f->shuffle, f->partition,
+			     (unsigned long long)f->seq);
+		return 0;
+	}
+	/* wk_type_ok() let this type through at its header. */
+	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
+	if (c->auth_wait) {
+		wk_auth(c, payload);
+		return 0;
+	}
+	if (!c->role) {
+		wk_hello(c, f, frame);
+		return 0;
+	}
+	int ret;
+	switch (f->type) {
+	case USHI_FRAME_DATA:
+		if (f->partition >= USHI_PARTS_MAX) {
+			wk_conn_fail(c, -EPROTO, "DATA frame of partition %u: "
+				     "partitions are below %u", f->partition,
+				     USHI_PARTS_MAX);
+			break;
+		}
+		if (!own_attempt(c, f) || !take_bytes(c, proto_size(f)))
+			break;
+		return 1;
+	case USHI_FRAME_MAPPER_END:
+		commit(c, f);
+		break;
+	case USHI_FRAME_FETCH:
+		if (c->fetch) {
+			wk_conn_fail(c, -EPROTO, "unexpected FETCH frame: one "
+				     "is being served");
+			break;
+		}
+		ret = fetch(c, f, payload);
+		if (ret)
+			wk_conn_fail(c, ret, "FETCH of shuffle %u partition "
+				     "%u: %s", f->shuffle, f->partition,
+				     ush_strerror(ret));
+		break;
+	case USHI_FRAME_DROP:
+		drop(c, f);
+		break;
+	case USHI_FRAME_HEARTBEAT:
+		heartbeat(c, f);
+		break;
+	}
+	return 0;
+}
+
+void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret)
+{
+	if (ret)
+		wk_conn_fail(c, ret, "storing shuffle %u partition %u: %s",
+			     f->shuffle, f->partition, ush_strerror(ret));
+	else
+		c->credit += proto_size(f), c->att_bytes += proto_size(f);
+	if (ret)
+		atomic_fetch_sub(&c->appr->bytes, proto_size(f));
+}

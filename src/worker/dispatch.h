@@ -1,0 +1,28 @@
+/* Protocol dispatch: what each frame does (dispatch.c). */
+#ifndef USHI_WK_DISPATCH_H
+#define USHI_WK_DISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct wk_conn;
+struct ushi_frame;
+
+/* Whether c may send a frame of this type now (its header is all that
+ * came); fails c otherwise. */
+bool wk_type_ok(struct wk_conn *c, unsigned type);
+/* Checks and acts on the whole frame f at frame. Returns 1 for DATA the
+ * writer may store (counted against its quota): the caller stores it
+ * and reports with wk_data_stored(); 0 otherwise (done, or c failed). */
+int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
+		const uint8_t *frame);
+/* The DATA frame f that wk_dispatch() passed was stored (ret 0: credit
+ * for the writer) or not (ret: c fails, its bytes leave the quota). */
+void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret);
+/* Is c's attempt still its own (not dropped since)? */
+bool wk_still_mine(struct wk_conn *c);
+/* A closing writer's attempt, unless committed, becomes abandoned. */
+void wk_conn_leave(struct wk_conn *c);
+
+#endif

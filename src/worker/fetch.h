@@ -1,0 +1,103 @@
+/* FETCH streams and the partition directories (fetch.c). */
+#ifndef USHI_WK_FETCH_H
+#define USHI_WK_FETCH_H
+
+#include "worker/list.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ush_worker;
+struct wk_thread;
+struct wk_outq;
+struct ushi_buf;
+struct ushi_frame;
+struct proto_want;
+
+/* FETCH reads this long or longer are O_DIRECT (where the worker
+ * writes so); shorter ones go through the page cache. */
+#define WK_FETCH_DIRECT_MIN (32u << 10)
+/* Reads of one FETCH stream in flight at once. */
+#define WK_FETCH_READS 8
+
+/* One frame of a partition directory. */
+struct wk_pent {
+	uint64_t off;
+	uint32_t len, map, attempt, partition;
+};
+
+/* A (shuffle, thread)'s frames by partition, built from its index. */
+struct wk_pdir {
+	struct wk_link lru;     /* t->pdirs, least recently used first */
+	uint32_t shuffle, thread;
+	uint64_t idx_size;      /* index bytes it was built from */
+	struct wk_pent *ent;    /* by partition, log order within one */
+	uint32_t nent;
+	uint32_t *start;        /* partition p: ent[start[p] .. start[p+1]),
+				   or NULL: binary search */
+	uint32_t nparts;        /* start has nparts + 1 entries */
+	struct wk_pent *bad;    /* extents the repair marked damaged */
+	uint32_t nbad;
+	size_t bytes;
+};
+
+/* What a FETCH streams: the wanted frames of the partition, in order. */
+struct wk_fent {
+	uint64_t off;
+	uint32_t len;
+	uint16_t thread;
+};
+
+struct wk_fetch;
+
+/* A read of a FETCH stream: a run of adjacent frames of one log. */
+struct wk_fread {
+	struct wk_fetch *fe;
+	struct ushi_buf *buf;   /* pool memory, or NULL: heap */
+	uint8_t *mem;
+	uint64_t off;           /* aligned file offset of mem[0] */
+	uint32_t need, got;     /* bytes asked for; read so far */
+	uint32_t lead;          /* mem[lead] is the first frame's byte */
+	uint32_t len, frames;   /* frame bytes and frames to send */
+	int res;                /* an error, or 0 */
+	bool inflight, done;
+};
+
+struct wk_fetch {
+	struct wk_thread *t;
+	uint32_t shuffle, partition;
+	uint64_t skip;            /* stream bytes the reader already has */
+	struct proto_want *m;     /* attempts asked for, ascending maps */
+	uint32_t nm;
+	struct wk_fent *ent;      /* the frames to stream */
+	uint32_t nent, next;      /* entries; the next one to read */
+	int fd, dfd;              /* log being read, buffered and O_DIRECT
+				     (-1: not open, -2: refused) */
+	unsigned fd_thread;
+	struct wk_fread rd[WK_FETCH_READS];
+	unsigned rhead, rn;       /* reads queued, oldest first */
+	unsigned inflight;        /* reads the kernel holds */
+	uint64_t frames, bytes;
+};
+
+/* Plans the stream that FETCH f (payload: its attempts) asks for and
+ * queues its MANIFEST on q: 0 and the stream in *out, or an error (with
+ * msg saying why, when it is not the caller's: a refused log, an attempt
+ * not committed here). */
+int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
+		   const uint8_t *payload, struct wk_outq *q,
+		   struct wk_fetch **out, char *msg, size_t n);
+/* Submits the stream's next reads and queues on q the frames of those
+ * done, in order, and FETCH_END after the last. Returns 1 when the stream
+ * has ended (the caller frees it), 0 while it goes on, or an error
+ * (USH_ECORRUPT: a log shorter than its index); then it reads no more. */
+int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q);
+/* Whether the kernel still holds reads of fe (it may not be freed). */
+bool wk_fetch_busy(const struct wk_fetch *fe);
+void wk_fetch_free(struct wk_fetch *fe);
+/* Forgets the cached partition directories of shuffle. */
+void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle);
+void wk_pdir_close(struct wk_thread *t);
+
+#endif

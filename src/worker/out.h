@@ -1,0 +1,43 @@
+/* What a connection sends (out.c). */
+#ifndef USHI_WK_OUT_H
+#define USHI_WK_OUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct wk_conn;
+struct wk_thread;
+struct ushi_buf;
+
+struct wk_out {
+	struct wk_out *next;
+	uint32_t len;
+	const uint8_t *ptr;     /* what to send: data, or a read's memory */
+	struct ushi_buf *buf;   /* pool buffer to return after the send */
+	void *heap;             /* memory to free after the send */
+	uint8_t data[];
+};
+
+/* A connection's output queue, oldest first. */
+struct wk_outq {
+	struct wk_out *head, *tail;
+};
+
+/* An empty output with room for cap bytes, or NULL. */
+struct wk_out *wk_out_new(size_t cap);
+/* Frees o and what it holds (a pool buffer goes back to t's pool). */
+void wk_out_free(struct wk_thread *t, struct wk_out *o);
+/* Appends o to q; q's connection owns it from here on. */
+void wk_outq_add(struct wk_outq *q, struct wk_out *o);
+/* Frees what q holds (its connection sends nothing more). */
+void wk_outq_free(struct wk_thread *t, struct wk_outq *q);
+/* Queues a copy of the n-byte frame. */
+void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n);
+void wk_conn_fail(struct wk_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* wk_conn_fail() for what is no fault of the peer's (a timeout, a
+ * shutdown): the same ERROR and close, logged at info level. */
+void wk_conn_close_with(struct wk_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * The worker's state as the commit log makes it durable: every change
+ * (a claim, a commit, a drop) is logged first (wal.c), then applied to
+ * the tables (app.c, attempt.c); replay applies the logged records
+ * again at start. A shuffle's end is here too: a DROP, the expiry of a
+ * silent application, the start-up sweep of what nobody owns, and the
+ * files each leaves (store.c, files.c, fetch.c's cache). All functions
+ * but wk_app_expire(), wk_drop_files() and wk_sweep() expect wk->lock.
+ */
+#define _GNU_SOURCE
+#include "worker/thread.h"
+#include "worker/app.h"
+#include "worker/attempt.h"
+#include "worker/fetch.h"
+#include "worker/files.h"
+#include "worker/state.h"
+#include "worker/store.h"
+#include "worker/wal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+
+/* Shuffles an expiry drops per tick at most, with one log write. */
+#define EXPIRE_BATCH 4096u
+
+int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r)
+{
+	switch (r->type) {
+	case WK_REC_CLAIM:
+		return wk_owner_set(wk, r->shuffle, r->app);
+	case WK_REC_COMMIT:
+		return wk_attempt_set(wk, r->shuffle, r->map, r->attempt,
+				      WK_COMMITTED);
+	default: /* WK_REC_DROP: allocates nothing, cannot fail */
+		wk_attempt_drop(wk, r->shuffle);
+		wk_owner_del(wk, r->shuffle);
+		return 0;
+	}
+}
+
+/* A commit of a shuffle no claim gave an owner (its claim record was
+ * skipped as corrupt) gives it the application the commit names: the
+ * writer that committed owned the shuffle then. Older records name none:
+ * the shuffle stays unowned (the start-up sweep keeps it, wk_sweep). */
+static int owner_from_commit(struct ush_worker *wk, const struct wk_rec *r)
+{
+	if (r->type != WK_REC_COMMIT || !proto_app_ok(r->app) ||
+	    wk_owner_of(wk, r->shuffle))
+		return 0;
+	wk_log(wk, 0, "shuffle %u has a commit but no claim record (one "
+	       "skipped as corrupt?): owned by application %s, which its "
+	       "commit names", r->shuffle, r->app);
+	return wk_owner_set(wk, r->shuffle, r->app);
+}
+
+int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r)
+{
+	int ret = wk_rec_apply(wk, r);
+	return ret ? ret : owner_from_commit(wk, r);
+}
+
+size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < wk->nowners; i++, k++)
+		if (k < n) {
+			out[k] = (struct wk_rec){.type = WK_REC_CLAIM,
+				.shuffle = wk->owners[i].shuffle};
+			memcpy(out[k].app, wk->owners[i].app,
+			       sizeof(out[k].app));
+		}
+	for (size_t i = 0; i < wk->acap; i++) {
+		const struct wk_attempt *e = &wk->att[i];
+		if (e->state != WK_COMMITTED)
+			continue;
+		const char *app = k < n ? wk_owner_of(wk, e->shuffle) : NULL;
+		if (k < n)
+			out[k] = (struct wk_rec){.type = WK_REC_COMMIT,
+				.shuffle = e->shuffle, .map = e->map,
+				.attempt = e->attempt};
+		if (app)
+			snprintf(out[k].app, sizeof(out[k].app), "%s", app);
+		k++;
+	}
+	return k;
+}
+
+/* Writes the live state as the snapshot; the logs start over. */
+static void compact(struct ush_worker *wk)
+{
+	size_t n = wk_live_records(wk, NULL, 0);
+	struct wk_rec *r = ushi_malloc((n ? n : 1) * sizeof(*r));
+	if (!r) {
+		wk_log(wk, 0, "compacting the commit log: %s (the logs keep "
+		       "growing)", ush_strerror(-ENOMEM));
+		return;
+	}
+	wk_live_records(wk, r, n);
+	wk_log_compact(wk, r, n);
+	ushi_free(r);
+}
+
+int wk_rec_log(struct wk_thread *t, const struct wk_rec *r, size_t n)
+{
+	struct ush_worker *wk = t->wk;
+	/* Compact before these records, never right after them: a caller
+	 * applies its records to memory only once they are logged, so a
+	 * snapshot of memory taken inside the append would miss the records
+	 * that the truncated logs no longer hold (a commit acknowledged,
+	 * then lost at the next restart). Every record appended before this
+	 * call has been applied: each caller holds wk->lock from its append
+	 * through its apply. */
+	if (wk_log_compact_due(wk))
+		compact(wk); /* a failure is logged; the appends stand */
+	return wk_log_append(t, r, n);
+}
+
+/* How many of the last drops some thread has not seen yet: the rest of
+ * wk->drops can go, so that it stays as short as the threads' lag. */
+static size_t drops_unseen(struct ush_worker *wk)
+{
+	unsigned e = atomic_load(&wk->drop_epoch);
+	size_t keep = 0;
+	for (unsigned i = 0; i < wk->nthreads; i++) {
+		size_t lag = e - atomic_load(&wk->threads[i].drop_seen);
+		keep = lag > keep ? lag : keep;
+	}
+	return keep < wk->ndrops ? keep : wk->ndrops;
+}
+
+int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
+{
+	struct ush_worker *wk = t->wk;
+	/* What can fail without side effects first: the new drop list and
+	 * the records; then the log makes the drops durable (one write, one
+	 * sync), then memory follows. */
+	size_t keep = drops_unseen(wk);
+	uint32_t *d = ushi_malloc((keep + n) * sizeof(*d));
+	struct wk_rec *r = ushi_calloc(n, sizeof(*r));
+	int ret = d && r ? 0 : -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i++)
+		r[i] = (struct wk_rec){.type = WK_REC_DROP,
+				       .shuffle = shuffles[i]};
+	if (!ret)
+		ret = wk_rec_log(t, r, n);
+	for (size_t i = 0; !ret && i < n; i++)
+		wk_rec_apply(wk, &r[i]); /* a drop cannot fail */
+	ushi_free(r);
+	if (ret) {
+		ushi_free(d);
+		return ret;
+	}
+	if (keep)
+		memcpy(d, wk->drops + wk->ndrops - keep, keep * sizeof(*d));
+	memcpy(d + keep, shuffles, n * sizeof(*d));
+	wk->drops_base += (unsigned)(wk->ndrops - keep);
+	wk->ndrops = keep + n;
+	ushi_free(wk->drops);
+	wk->drops = d;
+	atomic_fetch_add(&wk->drop_epoch, (unsigned)n);
+	return 0;
+}
+
+void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
+{
+	wk_store_drop(t, shuffle);
+	wk_pdir_drop(t, shuffle);
+	wk_store_unlink(t->wk, shuffle);
+}
+
+void wk_app_expire(struct wk_thread *t)
+{
+	struct ush_worker *wk = t->wk;
+	uint32_t *gone = NULL;
+	size_t more;
+	pthread_mutex_lock(&wk->lock);
+	/* Read under the lock: a HELLO that another thread handled while
+	 * this one waited for it stamps a later time than a clock read
+	 * before, and the difference must not wrap into "expired". */
+	uint64_t now = ushi_now_ns();
+	/* Every silent application's shuffles are dropped with one log
+	 * write, up to a batch per tick: the lock is shared with every
+	 * thread. */
+	size_t ngone = wk_app_silent_shuffles(wk, now, EXPIRE_BATCH, &gone,
+					     &more);
+	int err = ngone ? wk_drop_locked(t, gone, ngone) : 0;
+	if (err)
+		ngone = 0;
+	size_t napps = wk_app_free_silent(wk, now);
+	/* Counted with the drops, under the lock that a scrape takes for
+	 * the applications and shuffles: one that sees them gone sees
+	 * their expiries too (test_net_tenants read it in between). */
+	WK_COUNT(wk, expiries, ngone);
+	pthread_mutex_unlock(&wk->lock);
+	for (size_t i = 0; i < ngone; i++)
+		wk_drop_files(t, gone[i]);
+	ushi_free(gone);
+	if (ngone || napps || err)
+		wk_log(wk, err ? 0 : 1, "applications not heard of for %u ms: "
+		       "%zu removed, %zu shuffles of theirs dropped%s%s%s",
+		       wk->o.app_ttl_ms, napps, ngone,
+		       more ? ", more next time" : "", err ? ": " : "",
+		       err ? ush_strerror(err) : "");
+}
+
+static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
+{
+	for (size_t i = 0; i < wk->acap; i++)
+		if (wk->att[i].state == WK_COMMITTED &&
+		    wk->att[i].shuffle == shuffle)
+			return true;
+	return false;
+}
+
+void wk_sweep(struct ush_worker *wk)
+{
+	DIR *d = opendir(wk->dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		unsigned s;
+		char extra;
+		if (sscanf(de->d_name, "s%u%c", &s, &extra) != 1 ||
+		    wk_owner_of(wk, s))
+			continue;
+		if (has_commits(wk, s)) {
+			wk_log(wk, 0, "%s/%s: shuffle %u has commits but no "
+			       "owner (its claim record lost, and no commit "
+			       "names its application): kept, unowned",
+			       wk->dir, de->d_name, s);
+			continue;
+		}
+		/* No application owns it: a drop whose files outlived a
+		 * crash, or data of writers that never claimed it. */
+		struct wk_thread t = {.wk = wk};
+		wk_log(wk, 1, "sweeping %s/%s: no application owns shuffle %u",
+		       wk->dir, de->d_name, s);
+		wk_drop_files(&t, s);
+	}
+	closedir(d);
+}
+

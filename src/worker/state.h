@@ -1,0 +1,29 @@
+/* The durable state (state.c): changes logged, then applied. */
+#ifndef USHI_WK_STATE_H
+#define USHI_WK_STATE_H
+
+#include "worker/wal.h"
+
+/* The caller holds wk->lock around each of these but wk_app_expire(),
+ * wk_drop_files() and wk_sweep(). */
+/* Applies a logged record to the tables. */
+int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r);
+/* Replay's apply: wk_rec_apply(), and a commit gives an unowned shuffle
+ * its application. */
+int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r);
+/* The records that rebuild the live state (claims, then commits): fills
+ * out (room for n) and returns how many there are. */
+size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
+/* wk_log_append(), compacting first when most of the logs is dead. */
+int wk_rec_log(struct wk_thread *t, const struct wk_rec *r, size_t n);
+/* Logs (one write) and applies the drops of the n shuffles; their files
+ * go with wk_drop_files() after the lock is released. */
+int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);
+void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
+/* Drops the shuffles of every application silent for the TTL, and
+ * removes those applications. */
+void wk_app_expire(struct wk_thread *t);
+/* At start: removes shuffle directories no application owns. */
+void wk_sweep(struct ush_worker *wk);
+
+#endif

@@ -1,0 +1,49 @@
+/* The shuffle logs and their buffers (store.c). */
+#ifndef USHI_WK_STORE_H
+#define USHI_WK_STORE_H
+
+#include "worker/files.h"
+
+struct ushi_frame;
+
+/* Index entries are written in batches of at least this many bytes
+ * (and at every sync). */
+#define WK_IDX_BATCH (64u << 10)
+
+/* Copies frame (f, received whole) into its shuffle's log buffer. */
+int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
+		    const uint8_t *frame);
+/* A DATA frame in a received buffer: its offset there and its entry. */
+struct wk_rent {
+	uint32_t rel, len, partition, map, attempt;
+};
+/*
+ * Writes pool buffer b as it was received (conn.c's in-place receive) to
+ * the log of shuffle at the next aligned offset: its first `have` bytes
+ * hold the n DATA frames ents (in order) and other bytes around them,
+ * which are indexed as holes. The ring owns b from here on, whatever the
+ * result. Returns 0 or the shuffle's error.
+ */
+int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
+		    uint32_t have, const struct wk_rent *ents, size_t n);
+/* Writes the shuffle's log buffer and index entries, waits for its
+ * writes and syncs its log, then its index (and directories): after it
+ * every frame of the shuffle received so far on this thread is durable.
+ * Fails with the shuffle's first failed write or sync, if it had one
+ * here. */
+int wk_store_sync_shuffle(struct wk_thread *t, uint32_t shuffle);
+/* The same for every shuffle; returns the first failure that is new. */
+int wk_store_sync(struct wk_thread *t);
+void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
+void wk_store_close(struct wk_thread *t);
+/* Frees a log buffer for someone else (a FETCH's read): waits for a
+ * write, or parks the oldest idle log's buffer. Returns 0, or -EAGAIN
+ * when there is nothing to free. */
+int wk_store_reclaim(struct wk_thread *t);
+/* How many thread numbers may have logs of shuffle here: this run's
+ * threads and those of an earlier run with more (found by listing s<S>
+ * once per thread and shuffle). Returns 0 or -errno. */
+int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
+			   unsigned *n);
+
+#endif

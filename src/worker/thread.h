@@ -1,0 +1,201 @@
+/*
+ * ushuffled's server loop, run by the library (src/worker/). One thread,
+ * ring and SO_REUSEPORT listener per thread; a connection belongs to the
+ * thread that accepted it. Threads share only the commit table.
+ *
+ * Callbacks of ring ops only record what happened (queue a chunk, note a
+ * completion); the thread's loop does the work. So code that waits on the
+ * ring from inside the loop (a full pool, a commit) never re-enters
+ * itself.
+ *
+ * This header holds the objects every layer reads: the worker, its
+ * threads and their connections. Each module declares its functions in
+ * a header of its own (docs/design.md, "The worker in layers").
+ */
+#ifndef USHI_WK_THREAD_H
+#define USHI_WK_THREAD_H
+
+#include "net/proto.h"
+#include "ushuffle/worker.h"
+#include "core/ring.h"
+#include "worker/attempt.h"
+#include "worker/list.h"
+#include "worker/log.h"
+#include "worker/out.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define WK_BUFS 256          /* provided recv buffers per thread */
+#define WK_BUF_SIZE (64u << 10)
+#define WK_BGID 7
+/* A thread's ring: WK_IODEPTH ops for partition writes, plus two per
+ * connection (its armed recv and one send); the ring's own bound (4096)
+ * caps the connections one thread serves at WK_THREAD_CONNS_MAX. */
+#define WK_IODEPTH 1024
+#define WK_THREAD_CONNS_MAX 1536
+#define WK_SEND_TIMEOUT_MS 30000
+/* A failed connection keeps reading (and dropping) what its peer still
+ * sends this long after its ERROR frame, so that closing with unread
+ * bytes does not reset the connection before the peer reads the ERROR. */
+#define WK_LINGER_MS 2000
+/* Accept errors (EMFILE...) pause accepting, from 10 ms doubling to 1 s. */
+#define WK_ACCEPT_BACKOFF_MIN_MS 10u
+#define WK_ACCEPT_BACKOFF_MAX_MS 1000u
+
+struct wk_app;
+struct wk_owner;
+struct wk_fetch;
+struct wk_rent;
+struct wk_shuf;
+
+struct ush_worker {
+	struct ush_worker_opts o;
+	struct wk_metrics m;
+	char *dir, *host;
+	int port;
+	unsigned nthreads;
+	struct wk_thread *threads;
+	bool started;
+	atomic_int stop;
+	int dir_lock;         /* fd holding the flock on <dir>/ushuffled.lock */
+	pthread_mutex_t lock; /* attempts, owners, apps, drops, the logs */
+	struct wk_attempt *att; /* open addressing, acap a power of two */
+	size_t natt, nslots, acap; /* live entries, used slots, slots */
+	struct wk_owner *owners; /* ascending shuffle */
+	size_t nowners, cowners;
+	struct wk_app **apps; /* hash chains by id, capps a power of two */
+	size_t napps, capps;
+	uint64_t app_key[2];  /* the hash's key, random: ids are the
+				 clients' choice */
+	size_t ncommits;      /* committed attempts: with nowners, the
+				 records a compaction keeps */
+	uint8_t *secret;      /* the secret of every application without a
+				 file in secrets_dir (NULL: none) */
+	size_t secret_len;
+	int secrets_dirfd;    /* --secrets-dir, or -1 */
+	uint64_t log_bytes;   /* appended since the last compaction */
+	uint64_t snap_bytes;  /* the snapshot's size */
+	uint32_t *drops;      /* shuffles dropped that some thread has not
+				 yet seen (its drop_seen), in epoch order */
+	size_t ndrops;
+	unsigned drops_base;  /* the drop epoch of drops[0] */
+	atomic_uint drop_epoch;
+	atomic_uint_fast64_t next_conn_id;
+	atomic_uint nconns;   /* connections accepted and not yet freed, all
+				 threads: at most o.max_conns */
+	unsigned thread_conns; /* what one thread may hold (its ring) */
+	pthread_mutex_t log_lock;
+	struct wk_log_kind log_kinds[WK_LOG_KINDS];
+	atomic_bool log_suppressed; /* some kind has lines to report */
+	int dirfd;            /* --dir, opened once: paths resolve beneath */
+	unsigned open_max;    /* open log and index files per thread */
+	size_t pdir_budget;   /* partition directory cache per thread */
+	atomic_bool direct_refused; /* O_DIRECT refused for a log (logged) */
+	int err;
+};
+
+struct wk_chunk {
+	uint16_t bid;
+	uint32_t len;
+};
+
+struct wk_conn {
+	struct wk_conn *next;
+	struct wk_thread *t;
+	int fd;
+	char peer[64];
+	uint32_t role;         /* 0 until HELLO */
+	char app[USHI_PROTO_APP_MAX + 1]; /* its HELLO's application */
+	struct wk_app *appr;   /* that application, held (nconns) from the
+				  HELLO's answer until the connection closes */
+	struct proto_hello pending; /* a HELLO waiting for its AUTH */
+	bool auth_wait;        /* challenge sent: expect the client's AUTH */
+	bool authed;           /* the client proved the secret */
+	uint8_t expect[USHI_PROTO_MAC]; /* the client's proof, precomputed */
+	uint64_t att_bytes;    /* DATA bytes of its attempt not yet settled
+				  into the shuffle's owner entry */
+	uint64_t id;           /* unique in the worker, from 1 */
+	struct wk_attempt att; /* a writer's attempt (state: WK_OPEN while
+				  it writes) */
+	unsigned att_epoch;    /* drop_epoch when the attempt was last known
+				  to be this connection's */
+	uint64_t t_accept;     /* ushi_now_ns() when accepted */
+	uint64_t t_active;     /* when bytes last came in or went out */
+	uint64_t t_linger;     /* failed: when it stops waiting for the
+				  peer's close (0: not lingering yet) */
+	struct wk_chunk q[WK_BUFS];
+	unsigned qhead, qn;
+	/* In-place receive (a writer's, once the pool can spare a buffer):
+	 * bytes land in rb, frames are parsed where they lie, and rb goes
+	 * to the log as it is (wk_store_region): no copy. */
+	struct ushi_buf *rb;
+	uint32_t rlen, rpos;   /* bytes received into rb; parsed */
+	bool rgot;             /* rb got bytes the loop has not looked at */
+	uint32_t flast;        /* the size of the last frame received */
+	struct wk_rent *rent;  /* rb's DATA frames */
+	size_t rn, rcap;
+	bool recv_armed, eof, failed, closed;
+	int rerr;
+	/* frame reassembly */
+	uint8_t hdr[USH_FRAME_HDR_SIZE];
+	uint32_t hlen;
+	struct ushi_frame f;
+	uint8_t *stage;
+	size_t scap, sgot, sneed; /* sneed: 0 when not staging */
+	/* output: one send in flight */
+	struct wk_outq out;
+	bool sending;
+	uint64_t credit;       /* DATA bytes consumed, not yet acked */
+	struct wk_fetch *fetch;
+};
+
+struct wk_thread {
+	struct ush_worker *wk;
+	unsigned idx;
+	pthread_t tid;
+	struct ush_ring *ring;
+	int lfd;
+	bool accept_armed;
+	unsigned accept_backoff_ms; /* 0 after an accept that worked */
+	uint64_t accept_resume;     /* no accept armed before (ushi_now_ns) */
+	struct io_uring_buf_ring *br;
+	uint8_t *bufs;
+	size_t br_bytes;
+	struct wk_conn *conns;
+	unsigned nconns;
+	int *accepted;         /* fds accepted, not yet set up (at most
+				  wk->thread_conns, counted in wk->nconns) */
+	unsigned naccepted;
+	bool stopping;         /* draining: see drain_start() */
+	uint64_t drain_end;    /* then every connection is told to go */
+	struct wk_shuf **stab;
+	size_t smask, nshuf;
+	struct wk_list lru;    /* logs with open files, least recently
+				  written first */
+	struct wk_list bufq;   /* logs holding a log buffer, oldest first */
+	atomic_uint nopen;     /* open log and index files (at most
+				  wk->open_max; atomic for the metrics) */
+	unsigned writes;       /* log and index writes in flight */
+	unsigned flush_order;
+	struct wk_list pdirs;  /* cached partition directories, LRU */
+	size_t pdir_bytes;     /* their memory (at most wk->pdir_budget) */
+	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
+				  half the pool) */
+	int log_fd;
+	uint64_t log_off;
+	bool dir_unsynced;
+	atomic_uint drop_seen; /* drop epoch up to which it has dropped the
+				  shuffles from its files (read by others to
+				  trim wk->drops) */
+	uint64_t expire_ns;    /* thread 0: the last TTL check */
+	atomic_int ready;      /* 1 set up and serving, -1 setup failed */
+	atomic_uint_fast64_t pass_ns; /* when its loop last passed (stalls) */
+	char errmsg[512];      /* why setup failed (ush_last_error is
+				  per thread) */
+	int err;
+};
+
+#endif
