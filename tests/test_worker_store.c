@@ -15,7 +15,10 @@
 #include "helpers.h"
 #include "core/frame.h"
 #include "core/pool.h"
-#include "worker/wk.h"
+#include "worker/files.h"
+#include "worker/state.h"
+#include "worker/store.h"
+#include "worker/thread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,7 +269,7 @@ static void claim(struct rig *r, uint32_t shuffle, const char *app)
 	snprintf(rec.app, sizeof(rec.app), "%s", app);
 	th_ok(wk_log_open(r->t));
 	pthread_mutex_lock(&r->wk->lock);
-	int ret = wk_log_append(r->t, &rec, 1);
+	int ret = wk_rec_log(r->t, &rec, 1);
 	if (!ret)
 		ret = wk_rec_apply(r->wk, &rec);
 	pthread_mutex_unlock(&r->wk->lock);

@@ -9,7 +9,10 @@
  */
 #define _GNU_SOURCE
 #include "helpers.h"
-#include "worker/wk.h"
+#include "worker/app.h"
+#include "worker/files.h"
+#include "worker/state.h"
+#include "worker/thread.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -58,7 +61,7 @@ static void append(ush_worker *wk, unsigned t, uint8_t type,
 			   .attempt = attempt};
 	snprintf(r.app, sizeof(r.app), "%s", app);
 	pthread_mutex_lock(&wk->lock);
-	int ret = wk_log_append(&wk->threads[t], &r, 1);
+	int ret = wk_rec_log(&wk->threads[t], &r, 1);
 	if (!ret)
 		ret = wk_rec_apply(wk, &r);
 	pthread_mutex_unlock(&wk->lock);
