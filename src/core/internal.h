@@ -136,6 +136,29 @@ static inline uint64_t ushi_now_ns(void)
 }
 
 /* Smallest power of two >= v (v >= 1). */
+/* fileio.c: pwrite() of all n bytes (EINTR and short writes resumed);
+ * fsync() of the directory at path. 0 or -errno. */
+int ushi_pwrite_all(int fd, const void *p, size_t n, uint64_t off);
+int ushi_sync_dir(const char *path);
+
+/* The index of the first of n structs of size bytes at base, sorted by
+ * the uint32_t at offset off of each, whose key is >= key (n if none). */
+static inline size_t ushi_lower_bound(const void *base, size_t n,
+				      size_t size, size_t off, uint32_t key)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint32_t k;
+		memcpy(&k, (const char *)base + mid * size + off, sizeof(k));
+		if (k < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static inline size_t pow2_ceil(size_t v)
 {
 	return v <= 1 ? 1 : (size_t)1 << (64 - __builtin_clzl(v - 1));

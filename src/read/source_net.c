@@ -39,14 +39,8 @@ static int net_create(struct ush_reader *r, const struct ush_reader_opts *o)
 
 static struct rmap *find_map(struct ush_reader *r, uint32_t map)
 {
-	uint32_t lo = 0, hi = r->nmaps;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (r->maps[mid].map < map)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	size_t lo = ushi_lower_bound(r->maps, r->nmaps, sizeof(*r->maps),
+				     offsetof(struct rmap, map), map);
 	return lo < r->nmaps && r->maps[lo].map == map ? &r->maps[lo] : NULL;
 }
 

@@ -29,15 +29,8 @@
 /* Index of the first owner entry >= shuffle. */
 static size_t owner_pos(const struct ush_worker *wk, uint32_t shuffle)
 {
-	size_t lo = 0, hi = wk->nowners;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (wk->owners[mid].shuffle < shuffle)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return ushi_lower_bound(wk->owners, wk->nowners, sizeof(*wk->owners),
+				offsetof(struct wk_owner, shuffle), shuffle);
 }
 
 struct wk_owner *wk_owner_find(struct ush_worker *wk, uint32_t shuffle)

@@ -60,7 +60,7 @@ void wk_attempt_mark(struct ush_worker *wk, struct wk_attempt *e,
 }
 
 /* Places e in a table with room (no duplicate there). */
-static void place(struct ush_worker *wk, const struct wk_attempt *e)
+static void slot_put(struct ush_worker *wk, const struct wk_attempt *e)
 {
 	size_t i = slot_of(wk, e->shuffle, e->map, e->attempt);
 	while (wk->att[i].state)
@@ -92,10 +92,10 @@ int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 		wk->nslots = 0;
 		for (size_t i = 0; i < ocap; i++)
 			if (old[i].state && old[i].state != WK_GONE)
-				place(wk, &old[i]);
+				slot_put(wk, &old[i]);
 		ushi_free(old);
 	}
-	place(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state,
+	slot_put(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state,
 				       0});
 	wk->natt++;
 	count(wk, shuffle, (uint8_t)state, 1);

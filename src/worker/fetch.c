@@ -100,14 +100,8 @@ static int wants(struct ush_worker *wk, struct wk_fetch *fe,
 static struct proto_want *wanted(struct wk_fetch *fe, uint32_t map,
 				 uint32_t attempt)
 {
-	uint32_t lo = 0, hi = fe->nm;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (fe->m[mid].map < map)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	size_t lo = ushi_lower_bound(fe->m, fe->nm, sizeof(*fe->m),
+				     offsetof(struct proto_want, map), map);
 	return lo < fe->nm && fe->m[lo].map == map &&
 	       fe->m[lo].attempt == attempt ? &fe->m[lo] : NULL;
 }

@@ -24,7 +24,7 @@ bool wk_header_ok(struct wk_conn *c, const uint8_t *h)
 }
 
 /* Makes the stage hold n bytes, keeping the first c->sgot. */
-static bool stage_grow(struct wk_conn *c, size_t n)
+static bool reasm_grow(struct wk_conn *c, size_t n)
 {
 	if (n <= c->scap)
 		return true;
@@ -52,13 +52,13 @@ static bool stage_grow(struct wk_conn *c, size_t n)
  * as its bytes arrive. So an announced length costs nothing that does
  * not come (proto_header bounds it by max_frame or the control limit).
  */
-static bool stage_start(struct wk_conn *c, const uint8_t *h, size_t avail)
+static bool reasm_start(struct wk_conn *c, const uint8_t *h, size_t avail)
 {
 	size_t need = proto_size(&c->f), window = c->t->wk->o.window;
 	size_t first = need <= window ? need : USH_FRAME_HDR_SIZE + avail;
 	c->sneed = need;
 	c->sgot = 0;
-	if (!stage_grow(c, first))
+	if (!reasm_grow(c, first))
 		return false;
 	memcpy(c->stage, h, USH_FRAME_HDR_SIZE);
 	c->sgot = USH_FRAME_HDR_SIZE;
@@ -67,7 +67,7 @@ static bool stage_start(struct wk_conn *c, const uint8_t *h, size_t avail)
 
 /* After a frame: a stage above the window (an outsized frame's) is not
  * kept for a connection that may stay quiet for long. */
-static void stage_done(struct wk_conn *c)
+static void reasm_done(struct wk_conn *c)
 {
 	if (c->scap > c->t->wk->o.window) {
 		ushi_free(c->stage);
@@ -91,7 +91,7 @@ void wk_feed(struct wk_conn *c, const uint8_t *p, size_t n)
 		if (c->sneed) {
 			size_t k = c->sneed - c->sgot;
 			k = k < n ? k : n;
-			if (!stage_grow(c, c->sgot + k))
+			if (!reasm_grow(c, c->sgot + k))
 				return;
 			memcpy(c->stage + c->sgot, p, k);
 			c->sgot += k;
@@ -100,7 +100,7 @@ void wk_feed(struct wk_conn *c, const uint8_t *p, size_t n)
 			if (c->sgot == c->sneed) {
 				c->sneed = 0;
 				frame_in(c, c->stage);
-				stage_done(c);
+				reasm_done(c);
 			}
 			continue;
 		}
@@ -130,7 +130,7 @@ void wk_feed(struct wk_conn *c, const uint8_t *p, size_t n)
 			n -= plen;
 		} else if (!plen) {
 			frame_in(c, h);
-		} else if (!stage_start(c, h, n)) {
+		} else if (!reasm_start(c, h, n)) {
 			return;
 		}
 	}

@@ -514,7 +514,7 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 
 /* ------------------------------------------------------------ sync */
 
-static int sync_dir(struct ush_worker *wk, uint32_t shuffle)
+static int sync_shuffle_dir(struct ush_worker *wk, uint32_t shuffle)
 {
 	char path[16];
 	snprintf(path, sizeof(path), "s%u", shuffle);
@@ -571,7 +571,7 @@ static int shuf_sync(struct wk_thread *t, struct wk_shuf *s)
 		return s->err;
 	if (s->dir_unsynced) {
 		/* New files and shuffle directories must survive a crash. */
-		int ret = sync_dir(t->wk, s->shuffle);
+		int ret = sync_shuffle_dir(t->wk, s->shuffle);
 		if (ret)
 			return ret;
 		s->dir_unsynced = false;

@@ -102,31 +102,6 @@ static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
 	return NULL;
 }
 
-static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
-{
-	while (n) {
-		ssize_t r = pwrite(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
-static int sync_dir(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int ret = fsync(fd) ? -errno : 0;
-	close(fd);
-	return ret;
-}
-
 int wk_log_open(struct wk_thread *t)
 {
 	char path[4096];
@@ -143,7 +118,7 @@ int wk_log_open(struct wk_thread *t)
 	t->log_fd = fd;
 	t->log_off = (uint64_t)st.st_size;
 	pthread_mutex_unlock(&t->wk->lock);
-	return sync_dir(t->wk->dir) ?
+	return ushi_sync_dir(t->wk->dir) ?
 		       ushi_fail(-errno, "worker: fsync %s", t->wk->dir) : 0;
 }
 
@@ -169,7 +144,7 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 		ret = fd < 0 ? -errno : 0;
 	}
 	if (!ret)
-		ret = pwrite_all(fd, b, n * REC, 0);
+		ret = ushi_pwrite_all(fd, b, n * REC, 0);
 	if (!ret && fdatasync(fd))
 		ret = -errno;
 	if (fd >= 0)
@@ -177,7 +152,7 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 	if (!ret && rename(tmp, path))
 		ret = -errno;
 	if (!ret)
-		ret = sync_dir(wk->dir);
+		ret = ushi_sync_dir(wk->dir);
 	/* Published: the logs' records are all in it or older than it. */
 	for (unsigned i = 0; !ret && i < wk->nthreads; i++) {
 		struct wk_thread *t = &wk->threads[i];
@@ -206,7 +181,7 @@ int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n)
 	uint64_t lsn = atomic_fetch_add(&next_lsn, n);
 	for (size_t i = 0; i < n; i++)
 		rec_put(b + i * REC, &r[i], lsn + i);
-	int ret = pwrite_all(t->log_fd, b, n * REC, t->log_off);
+	int ret = ushi_pwrite_all(t->log_fd, b, n * REC, t->log_off);
 	if (!ret && fdatasync(t->log_fd))
 		ret = -errno;
 	if (b != one)

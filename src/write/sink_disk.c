@@ -220,25 +220,6 @@ static void disk_close(struct ush_writer *w, struct disk *d)
 	w->sink_state = NULL;
 }
 
-static int pwrite_all(int fd, const void *p, size_t n, uint64_t off,
-		      const char *path)
-{
-	const uint8_t *b = p;
-	while (n) {
-		ssize_t r = pwrite(fd, b, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return ushi_fail(r < 0 ? -errno : -EIO,
-					"disk: write %s offset %llu", path,
-					(unsigned long long)off);
-		b += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 /* A failed write is the writer's sticky error. */
 static void write_failed(struct ushi_op *op, int res)
 {
@@ -598,12 +579,8 @@ static int disk_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 
 static int sync_dir(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return ushi_fail(-errno, "disk: open %s", path);
-	int ret = fsync(fd) ? ushi_fail(-errno, "disk: fsync %s", path) : 0;
-	close(fd);
-	return ret;
+	int ret = ushi_sync_dir(path);
+	return ret ? ushi_fail(ret, "disk: fsync %s", path) : 0;
 }
 
 /* Writes the last pack and waits for every data write. */
@@ -649,7 +626,9 @@ static int publish(struct ush_writer *w, struct disk *d)
 		return ushi_fail(-ENOMEM, "disk: index of %llu frames, %u "
 				"partitions", (unsigned long long)d->entries,
 				w->o.partitions);
-	ret = pwrite_all(d->ifd, img, len, 0, d->itmp);
+	ret = ushi_pwrite_all(d->ifd, img, len, 0);
+	if (ret)
+		ret = ushi_fail(ret, "disk: write %s", d->itmp);
 	ushi_free(img);
 	if (ret)
 		return ret;

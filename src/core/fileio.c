@@ -1,0 +1,34 @@
+/* The blocking file calls that more than one module needs whole: a
+ * write that survives short writes and EINTR, a directory's fsync (what
+ * makes a create, rename or unlink in it durable). */
+#include "core/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+int ushi_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+{
+	const uint8_t *b = p;
+	while (n) {
+		ssize_t r = pwrite(fd, b, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		b += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int ushi_sync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int ret = fsync(fd) ? -errno : 0;
+	close(fd);
+	return ret;
+}
