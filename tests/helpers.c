@@ -292,3 +292,21 @@ int th_uring_refused(void)
 		io_uring_queue_exit(&ring);
 	return ret;
 }
+
+long th_vm_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	long kb = -1;
+	size_t n = strlen(field);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, n) &&
+		    sscanf(line + n, ": %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	assert_true(kb > 0);
+	return kb;
+}
+

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <cmocka.h>
 
 #include <ushuffle/ushuffle.h>
@@ -92,5 +93,9 @@ void th_index_load(const char *path, struct spill_header *h,
 		   struct spill_entry **ents, size_t *n);
 void th_index_store(const char *path, struct spill_header *h,
 		    const struct spill_entry *ents, size_t n);
+
+/* A field of /proc/<pid>/status ("VmRSS", "VmHWM", "VmData"), in KiB;
+ * fails the test when it is missing. */
+long th_vm_kb(pid_t pid, const char *field);
 
 #endif

@@ -15,24 +15,6 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-/* A field of /proc/<pid>/status ("VmRSS", "VmHWM"), in KiB. */
-static long vm_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	long kb = -1;
-	size_t n = strlen(field);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, n) &&
-		    sscanf(line + n, ": %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	assert_true(kb > 0);
-	return kb;
-}
-
 /* Sets pid's VmHWM back to its VmRSS (proc(5), clear_refs "5"). */
 static void reset_hwm(pid_t pid)
 {
@@ -105,7 +87,7 @@ static void unauthenticated_memory_is_bounded(void **state)
 	th_worker_spawn(&w, "127.0.0.1", 0, 2);
 	/* One honest round trip first: the threads' setup is behind. */
 	th_ok(ush_app_heartbeat(w.addr, "default", 10000));
-	long rss0 = vm_kb(w.pid, "VmRSS");
+	long rss0 = th_vm_kb(w.pid, "VmRSS");
 	reset_hwm(w.pid);
 	int *fd = calloc((size_t)n, sizeof(*fd));
 	uint8_t *b = malloc(USH_FRAME_HDR_SIZE + SENT);
@@ -131,7 +113,7 @@ static void unauthenticated_memory_is_bounded(void **state)
 			snprintf(last, sizeof(last), "%d '%s'", code, msg);
 		close(fd[i]);
 	}
-	long hwm = vm_kb(w.pid, "VmHWM"), bound = (long)n * 64;
+	long hwm = th_vm_kb(w.pid, "VmHWM"), bound = (long)n * 64;
 	print_message("%d connections that never authenticate, each "
 		      "announcing a 64 MiB DATA or 16 MiB FETCH frame and "
 		      "sending %u KiB of it: worker VmRSS %ld KiB before, peak "

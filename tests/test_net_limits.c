@@ -116,24 +116,6 @@ static void expect_error(int fd, int code, const char *want)
 	close(fd);
 }
 
-/* A field of /proc/<pid>/status ("VmRSS", "VmData"), in KiB. */
-static long vm_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	long kb = -1;
-	size_t n = strlen(field);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, n) &&
-		    sscanf(line + n, ": %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	assert_true(kb > 0);
-	return kb;
-}
-
 static void spawn(struct th_worker *w, const char *tag, unsigned threads,
 		  const char *extra)
 {
@@ -322,7 +304,7 @@ static void header_cannot_reserve_memory(void **state)
 	struct th_worker w;
 	spawn(&w, "netlim-rss", 1, NULL);
 	round_trip(&w, 1000);
-	long rss0 = vm_kb(w.pid, "VmRSS"), data0 = vm_kb(w.pid, "VmData");
+	long rss0 = th_vm_kb(w.pid, "VmRSS"), data0 = th_vm_kb(w.pid, "VmData");
 	int fd[HOLDERS];
 	uint8_t b[USH_FRAME_HDR_SIZE + 4096] = {0};
 	for (int i = 0; i < HOLDERS; i++) {
@@ -341,7 +323,7 @@ static void header_cannot_reserve_memory(void **state)
 		th_send_all(fd[i], b, sizeof(b));
 	}
 	round_trip(&w, 1001);
-	long rss = vm_kb(w.pid, "VmRSS"), data = vm_kb(w.pid, "VmData");
+	long rss = th_vm_kb(w.pid, "VmRSS"), data = th_vm_kb(w.pid, "VmData");
 	/* The window is 4 MiB by default; slack for the allocator. */
 	long slack = 16384, window = 4096;
 	print_message("worker memory with %d connections announcing 64 MiB "
