@@ -456,39 +456,27 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	wk->o = o;
 	wk->dirfd = -1;
 	/* Zero fields take the defaults. */
-	if (!wk->o.listen)
-		wk->o.listen = def->listen;
-	if (!wk->o.window)
-		wk->o.window = def->window;
-	if (!wk->o.max_frame)
-		wk->o.max_frame = def->max_frame;
-	if (!wk->o.pool_bytes)
-		wk->o.pool_bytes = def->pool_bytes;
+#define TAKE_DEFAULT(f) (wk->o.f = wk->o.f ? wk->o.f : def->f)
+	TAKE_DEFAULT(listen);
+	TAKE_DEFAULT(window);
+	TAKE_DEFAULT(max_frame);
+	TAKE_DEFAULT(pool_bytes);
+	TAKE_DEFAULT(hello_timeout_ms);
+	TAKE_DEFAULT(app_ttl_ms);
+	TAKE_DEFAULT(idle_timeout_ms);
+	TAKE_DEFAULT(max_conns);
+	TAKE_DEFAULT(drain_timeout_ms);
+	TAKE_DEFAULT(max_app_conns);
+	TAKE_DEFAULT(max_app_shuffles);
+	TAKE_DEFAULT(max_app_attempts);
+	TAKE_DEFAULT(max_app_commits);
+	TAKE_DEFAULT(max_apps);
+#undef TAKE_DEFAULT
 	/* Log buffers of 1 MiB, or a quarter of a smaller pool. */
 	for (uint32_t fs = 1u << 20; !wk->o.flush_size; fs /= 2)
 		if (fs <= 16384 || (size_t)fs * 4 <= wk->o.pool_bytes)
 			wk->o.flush_size = fs;
-	if (!wk->o.hello_timeout_ms)
-		wk->o.hello_timeout_ms = def->hello_timeout_ms;
-	if (!wk->o.app_ttl_ms)
-		wk->o.app_ttl_ms = def->app_ttl_ms;
 	wk->dir_lock = -1;
-	if (!wk->o.idle_timeout_ms)
-		wk->o.idle_timeout_ms = def->idle_timeout_ms;
-	if (!wk->o.max_conns)
-		wk->o.max_conns = def->max_conns;
-	if (!wk->o.drain_timeout_ms)
-		wk->o.drain_timeout_ms = def->drain_timeout_ms;
-	if (!wk->o.max_app_conns)
-		wk->o.max_app_conns = def->max_app_conns;
-	if (!wk->o.max_app_shuffles)
-		wk->o.max_app_shuffles = def->max_app_shuffles;
-	if (!wk->o.max_app_attempts)
-		wk->o.max_app_attempts = def->max_app_attempts;
-	if (!wk->o.max_app_commits)
-		wk->o.max_app_commits = def->max_app_commits;
-	if (!wk->o.max_apps)
-		wk->o.max_apps = def->max_apps;
 	wk->secrets_dirfd = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
