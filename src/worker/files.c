@@ -438,8 +438,10 @@ static int keep_unread(struct wk_shuf *s, struct wk_scan *sc, uint64_t lsize)
 	ushi_free(sc->ent);
 	sc->ent = b;
 	wk_log(s->t->wk, 0, "%s/s%u/t%u.idx: entry %llu is unreadable: the "
-	       "log's %llu bytes from offset %llu are kept as damaged (a "
-	       "committed map with frames there reads as USH_ECORRUPT)",
+	       "log's %llu bytes from offset %llu are kept as damaged: a "
+	       "committed map with frames there reads as USH_ECORRUPT and "
+	       "is rerun by its driver (docs/operations.md, 'A damaged log "
+	       "or index')",
 	       s->t->wk->dir, s->shuffle, s->t->idx,
 	       (unsigned long long)sc->n,
 	       (unsigned long long)(lsize - sc->end),
