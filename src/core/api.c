@@ -1,5 +1,6 @@
-/* Version queries and the size-versioned copy of options and stats
- * structs (see "Extensible structs" in ushuffle.h). */
+/* The library's own queries (version, ush_lib_stats()) and the
+ * size-versioned copy of options and stats structs (see "Extensible
+ * structs" in ushuffle.h). */
 #include "core/internal.h"
 
 #include <errno.h>
@@ -62,4 +63,25 @@ int ushi_opts_load(void *dst, const void *defaults, size_t ours,
 	uint32_t s = (uint32_t)ours;
 	memcpy(dst, &s, sizeof(s));
 	return 0;
+}
+
+#define LOAD(f) atomic_load_explicit(&ushi_counters.f, memory_order_relaxed)
+
+void ush_lib_stats_size(struct ush_lib_stats *st, size_t size)
+{
+	struct ush_lib_stats s = {
+		.size = sizeof(s),
+		.writers_committed = LOAD(writers_committed),
+		.writers_aborted = LOAD(writers_aborted),
+		.readers = LOAD(readers),
+		.records_written = LOAD(records_written),
+		.bytes_written = LOAD(bytes_written),
+		.bytes_stored = LOAD(bytes_stored),
+		.records_read = LOAD(records_read),
+		.bytes_read = LOAD(bytes_read),
+		.net_connects = LOAD(net_connects),
+		.net_connect_errors = LOAD(net_connect_errors),
+		.errors = LOAD(errors),
+	};
+	ushi_struct_init(st, size, &s, sizeof(s));
 }

@@ -614,7 +614,7 @@ static int sink_net_open(struct ush_writer *w)
 		return ushi_fail(-ENOMEM, "net: %u workers", nc);
 	}
 	n->w = w;
-	n->st = writer_counters(w);
+	n->st = &w->st; /* its net_* counters */
 	n->c = c;
 	n->timeout_ms = o->timeout_ms ? o->timeout_ms : USHI_NET_TIMEOUT_MS;
 	n->threshold = o->zc_threshold ? o->zc_threshold :

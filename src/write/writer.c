@@ -16,24 +16,9 @@
 #include "write/writer.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #define USHI_QUEUE_BATCH 16
-
-void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
-{
-	if (w->err)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
-	va_end(ap);
-	if (n >= 0 && (size_t)n < sizeof(w->errmsg))
-		snprintf(w->errmsg + n, sizeof(w->errmsg) - (size_t)n, ": %s",
-			 ush_strerror(err));
-	w->err = err;
-}
 
 const char *ush_writer_error(const ush_writer *w)
 {
@@ -44,18 +29,6 @@ const char *ush_writer_error(const ush_writer *w)
 static int sticky(struct ush_writer *w)
 {
 	return ushi_fail_msg(w->err, w->errmsg);
-}
-
-void writer_frame_done(struct ush_writer *w, struct ushi_buf *b,
-		       const uint8_t *mem, uint64_t t0)
-{
-	if (t0)
-		ush_lat_add(&w->complete_lat, ushi_now_ns() - t0);
-	if (b)
-		pool_put(w->pool, b);
-	else
-		ushi_free((void *)mem);
-	w->inflight--;
 }
 
 static int check_open(struct ush_writer *w)
@@ -645,43 +618,6 @@ static int drain(struct ush_writer *w)
 	return ret;
 }
 
-static void part_entry(const void *arg, uint32_t p, uint64_t *batches,
-		       uint32_t *sum)
-{
-	const struct ushi_part *part = &((const struct ushi_part *)arg)[p];
-	*batches = part->st.batches;
-	*sum = ~part->sum;
-}
-
-/* The map status of the committed output: where it lives and, per
- * partition, its batches and their checksum. */
-int writer_build_status(struct ush_writer *w, const uint64_t *holders)
-{
-	if (w->o.target == USH_TARGET_NULL)
-		return 0; /* nothing stored, nothing to read */
-	const char *loc = w->o.target == USH_TARGET_NET ? w->o.workers :
-							  w->o.dir;
-	struct status s = {
-		.target = (uint8_t)w->o.target,
-		.shuffle = w->o.shuffle,
-		.map = w->o.map,
-		.attempt = w->o.attempt,
-		.partitions = w->o.partitions,
-		.app = w->o.app,
-		.app_len = (uint32_t)strlen(w->o.app),
-		.loc = loc,
-		.loc_len = (uint32_t)strlen(loc),
-		.holders = holders,
-	};
-	ushi_free(w->status); /* a retried commit's */
-	w->status = NULL;
-	if (status_build(&w->status, &w->status_len, &s, part_entry,
-			 w->parts))
-		return ushi_fail(-ENOMEM, "writer: map status of %u "
-				"partitions", w->o.partitions);
-	return 0;
-}
-
 int ush_writer_status(const ush_writer *w, struct ush_status *st)
 {
 	if (w->state != W_COMMITTED || !w->status)
@@ -763,16 +699,6 @@ void ush_writer_stats_size(const ush_writer *w, struct ush_writer_stats *st,
 const struct ush_lat *ush_writer_complete_lat(const ush_writer *w)
 {
 	return &w->complete_lat;
-}
-
-void writer_stored(struct ush_writer *w, uint64_t bytes)
-{
-	w->st.stored_bytes += bytes;
-}
-
-struct ush_writer_stats *writer_counters(struct ush_writer *w)
-{
-	return &w->st;
 }
 
 /* Every writer option's zero value is its default (the net sink reads

@@ -113,9 +113,10 @@ static inline void writer_error_keep(struct ush_writer *w, int err)
 	}
 }
 /* Sinks count the bytes they stored on the target through it. */
-void writer_stored(struct ush_writer *w, uint64_t bytes);
-/* The writer's totals, for a sink's own counters (net_*). */
-struct ush_writer_stats *writer_counters(struct ush_writer *w);
+static inline void writer_stored(struct ush_writer *w, uint64_t bytes)
+{
+	w->st.stored_bytes += bytes;
+}
 /* (Re)builds the map status; holders: per partition the mask of the
  * workers holding it (a version 2 status), or NULL. 0 or -ENOMEM. */
 int writer_build_status(struct ush_writer *w, const uint64_t *holders);
