@@ -54,7 +54,10 @@ static void read_rest(struct prefetch_slot *s, struct ushi_op *op, int fd)
  * A read of slot s came back. The rest of a short one is read through
  * the page cache, which tells the end of the file (a read of 0) from a
  * pause (the kernel may stop at a page-cache boundary); so is all of an
- * O_DIRECT read the file refused after all.
+ * O_DIRECT read the file refused after all. A read that failed on
+ * another thread than the one reaping it is read again: a reader moves
+ * between threads, and io_uring fails what a thread that exits left in
+ * flight (-ECANCELED, or -EFAULT for a read it was to finish).
  */
 static void read_done(struct ushi_op *op, int res)
 {
@@ -63,7 +66,9 @@ static void read_done(struct ushi_op *op, int res)
 	if (res > 0)
 		s->got += (uint32_t)res;
 	bool direct = op->arm.fd == pf->dfd;
-	if (res == -EINTR || res == -EAGAIN || (res < 0 && direct) ||
+	bool orphan = res < 0 && s->tid != ushi_tid();
+	s->tid = ushi_tid();
+	if (res == -EINTR || res == -EAGAIN || (res < 0 && direct) || orphan ||
 	    (res > 0 && s->got < s->need)) {
 		read_rest(s, op, pf->fd);
 		op->arm.rearm = true;
@@ -96,6 +101,7 @@ static int issue(struct prefetch *pf)
 	s->len = (uint32_t)len;
 	s->need = skew + e->len;
 	s->got = 0;
+	s->tid = ushi_tid();
 	s->done = false;
 	op->kind = OP_READ;
 	op->cb = read_done;

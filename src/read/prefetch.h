@@ -32,6 +32,7 @@ struct prefetch_slot {
 	uint32_t got;  /* bytes read so far */
 	uint64_t off;  /* file offset of buf[0] */
 	int res;       /* once done: 0, -errno or USH_ECORRUPT */
+	pid_t tid;     /* the thread that issued the read in flight */
 	bool done;
 };
 
