@@ -94,9 +94,11 @@ void ring_writers(struct ush_ring *r, int n)
  * (ring_use_uring()). */
 static int engine_create(struct ush_ring *r)
 {
-	int ret = r->unbound ? 1 : ushi_engine_uring.create(r, &r->eng);
+	if (r->unbound)
+		return ushi_engine_sync.create(r, &r->eng);
+	int ret = ushi_engine_uring.create(r, &r->eng);
 	if (ret > 0) {
-		r->refused = r->unbound ? 0 : -ret;
+		r->refused = -ret;
 		ret = ushi_engine_sync.create(r, &r->eng);
 	}
 	return ret;

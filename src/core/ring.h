@@ -1,8 +1,7 @@
 /*
- * One io_uring per thread, with its buffer pool and codec contexts (the
- * one set of a thread's compression and decompression contexts: the
- * writer's sinks compress with them, a reader's sources decompress with
- * its ring's).
+ * One io_uring per thread, with its buffer pool and codec contexts: the
+ * one set of contexts, for both directions (a writer's sinks compress
+ * with their ring's, a reader decompresses with its own ring's).
  * Operations are preallocated records (at most iodepth exist); each SQE's
  * user_data points at one. Writes and sends are started (ring_start()):
  * they are in flight until their callback, and the ring resubmits short

@@ -283,7 +283,7 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	ret = r->maps && r->srcs ? 0 : -ENOMEM;
 	if (ret)
 		ushi_fail(ret, "reader: allocation for %u maps", o.nstatuses);
-	else
+	else /* as deep as the disk source reads ahead */
 		ret = ring_create_unbound(&r->ring, USHI_PREFETCH_DEPTH);
 	for (uint32_t i = 0; !ret && i < o.nstatuses; i++)
 		ret = add_map(r, &o, i, &r->maps[i]);
