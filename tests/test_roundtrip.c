@@ -3,7 +3,8 @@
  * maps) of 1,000 partitions concurrently, with records from 0 bytes to
  * above the push size, for every codec, with and without O_DIRECT. Every
  * partition read back must hold exactly the multiset of records written:
- * none missing, none duplicated, none altered.
+ * none missing, none duplicated, none altered. And a reader read on
+ * threads other than the one that opened it.
  */
 #define _GNU_SOURCE
 #include "helpers.h"
@@ -368,6 +369,100 @@ RT(lz4_direct, USH_CODEC_LZ4, 1)
 RT(zstd_buffered, USH_CODEC_ZSTD, 0)
 RT(zstd_direct, USH_CODEC_ZSTD, 1)
 
+/* --------------------------------------- a reader moves between threads */
+
+#define HOP_RECS 2000
+#define HOP_LEN 1000
+
+struct hop {
+	ush_reader *r;
+	uint32_t part, next; /* records checked so far */
+	int ret;
+};
+
+/* Partition 0's records compress (a pattern), partition 1's do not. */
+static uint64_t hop_seed(uint32_t part, uint32_t i)
+{
+	return part ? rec_seed(99, 1, i) : 0;
+}
+
+static void hop_fill(uint8_t *buf, uint32_t part, uint32_t i)
+{
+	if (part)
+		th_fill(buf, HOP_LEN, hop_seed(part, i));
+	else
+		memset(buf, 'a' + (int)(i % 26), HOP_LEN);
+}
+
+/* Checks up to n more records of the hop's partition, in write order. */
+static void *hop_read(void *arg)
+{
+	struct hop *h = arg;
+	uint8_t want[HOP_LEN];
+	const void *rec;
+	size_t len;
+	for (uint32_t end = h->next + HOP_RECS / 2; h->next < end; h->next++) {
+		h->ret = ush_reader_next(h->r, &rec, &len);
+		hop_fill(want, h->part, h->next);
+		if (h->ret != 1 || len != HOP_LEN || memcmp(rec, want, len)) {
+			h->ret = h->ret == 1 ? -1 : h->ret;
+			break;
+		}
+		h->ret = 0;
+	}
+	return NULL;
+}
+
+/* A reader serves any thread, one at a time (ushuffle.h): opened here,
+ * half read on a second thread with reads ahead still in flight, the
+ * rest on a third, freed here; through its ring's io_uring from the
+ * second frame on, or the sync engine where io_uring is refused. */
+static void reader_moves_between_threads(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("hop");
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.codec = USH_CODEC_LZ4;
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro));
+	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = SHUFFLE,
+		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
+		.direct = 1};
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	uint8_t rec[HOP_LEN];
+	for (uint32_t i = 0; i < HOP_RECS; i++)
+		for (uint32_t p = 0; p < 2; p++) {
+			hop_fill(rec, p, i);
+			th_ok(ush_writer_write(w, p, rec, HOP_LEN));
+		}
+	struct ush_part_stats parts[2];
+	struct ush_status st;
+	th_ok(th_commit(w, parts, &st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	assert_true(parts[1].batches > 16); /* more than one window */
+	for (uint32_t p = 0; p < 2; p++) {
+		struct hop h = {.part = p};
+		th_ok(th_reader_open(&h.r, &st, 1, p, 0));
+		for (int k = 0; k < 2; k++) {
+			pthread_t t;
+			assert_int_equal(pthread_create(&t, NULL, hop_read, &h),
+					 0);
+			assert_int_equal(pthread_join(t, NULL), 0);
+			if (h.ret)
+				fail_msg("partition %u record %u: %d: %s", p,
+					 h.next, h.ret, ush_last_error());
+		}
+		const void *end;
+		size_t len;
+		assert_int_equal(ush_reader_next(h.r, &end, &len), 0);
+		ush_reader_free(h.r);
+	}
+	th_status_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -377,6 +472,8 @@ int main(void)
 		cmocka_unit_test_teardown(lz4_direct, th_teardown),
 		cmocka_unit_test_teardown(zstd_buffered, th_teardown),
 		cmocka_unit_test_teardown(zstd_direct, th_teardown),
+		cmocka_unit_test_teardown(reader_moves_between_threads,
+					  th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,9 @@
 /*
- * Compression contexts, created once per ring (or reader) and reused for
- * every batch. Each batch is compressed as an independent frame, so any
- * batch decodes alone, in any order, with a fresh context.
+ * Compression and decompression contexts: one set per ring (ring.c; a
+ * reader's too), created with it and reused for every batch, in both
+ * directions. Each batch is compressed as an independent frame and every
+ * call resets its context's session first, so any batch decodes alone,
+ * in any order, with a fresh context.
  */
 #ifndef USHI_CODEC_H
 #define USHI_CODEC_H

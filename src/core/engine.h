@@ -9,12 +9,15 @@
  *
  *   engine_uring.c  io_uring: SQEs, registered buffers and files, link
  *                   timeouts, CQEs
- *   engine_sync.c   plain system calls (pwrite, send, recv, poll), for
- *                   where io_uring is refused: a seccomp filter, the
- *                   io_uring_disabled sysctl, a kernel without it
+ *   engine_sync.c   plain system calls (pwrite, pread, send, recv,
+ *                   poll), for where io_uring is refused: a seccomp
+ *                   filter, the io_uring_disabled sysctl, a kernel
+ *                   without it
  *
  * A ring tries io_uring first; where the kernel refuses it, it runs the
- * sync engine instead (ring.c, engine_create()).
+ * sync engine instead (ring.c, engine_create()). A reader's ring starts
+ * on the sync engine and moves to io_uring once it reads ahead
+ * (ring_use_uring()).
  */
 #ifndef USHI_ENGINE_H
 #define USHI_ENGINE_H

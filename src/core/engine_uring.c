@@ -43,8 +43,15 @@ static int setup(struct uring *u, const struct ush_ring_opts *o)
 		IORING_SETUP_SQPOLL | IORING_SETUP_SINGLE_ISSUER,
 		IORING_SETUP_SQPOLL,
 	};
+	/* An unbound ring (ring.h) may be entered by any thread: none of
+	 * the flags that tie completions to the submitter. */
+	static const unsigned unbound[] = {0};
 	const unsigned *sets = o->sqpoll ? sqpoll : plain;
 	size_t nsets = o->sqpoll ? ARRAY_SIZE(sqpoll) : ARRAY_SIZE(plain);
+	if (ring_unbound(u->e.ring)) {
+		sets = unbound;
+		nsets = ARRAY_SIZE(unbound);
+	}
 	int ret = -EINVAL;
 	for (size_t i = 0; i < nsets; i++) {
 		struct io_uring_params p = {0};
@@ -115,9 +122,13 @@ static int uring_create(struct ush_ring *r, struct ushi_engine **out)
 		ushi_free(u);
 		return ret;
 	}
-	io_uring_register_ring_fd(&u->uring); /* an optimisation only */
-	u->files = io_uring_register_files_sparse(&u->uring,
-						  USHI_FILE_SLOTS) == 0;
+	/* Optimisations only; a registered ring fd is the registering
+	 * thread's, and an unbound ring's users need no file slots. */
+	if (!ring_unbound(r)) {
+		io_uring_register_ring_fd(&u->uring);
+		u->files = io_uring_register_files_sparse(&u->uring,
+							  USHI_FILE_SLOTS) == 0;
+	}
 	ret = register_pool(u, o, ring_pool(r));
 	if (ret) {
 		io_uring_queue_exit(&u->uring);

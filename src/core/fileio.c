@@ -1,6 +1,6 @@
 /* The blocking file calls that more than one module needs whole: a
- * write that survives short writes and EINTR, a directory's fsync (what
- * makes a create, rename or unlink in it durable). */
+ * write and a read that survive short transfers and EINTR, a directory's
+ * fsync (what makes a create, rename or unlink in it durable). */
 #include "core/internal.h"
 
 #include <errno.h>
@@ -16,6 +16,24 @@ int ushi_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
 			continue;
 		if (r <= 0)
 			return r < 0 ? -errno : -EIO;
+		b += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int ushi_pread_all(int fd, void *p, size_t n, uint64_t off)
+{
+	uint8_t *b = p;
+	while (n) {
+		ssize_t r = pread(fd, b, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return USH_ECORRUPT; /* shorter than its index says */
 		b += r;
 		n -= (size_t)r;
 		off += (uint64_t)r;

@@ -20,6 +20,8 @@ struct ush_ring {
 	pid_t owner;         /* the creator thread: the only one served */
 	unsigned gen;        /* ushi_fork_gen at creation */
 	unsigned writers;    /* open on it: each uses the pool */
+	bool unbound;        /* a reader's: serves any thread (one at a time) */
+	bool uring_tried;    /* unbound: ring_use_uring() was called */
 	int refused;         /* -errno io_uring_setup gave: the sync engine */
 	struct ushi_op *ops, *free_ops;
 	unsigned inflight;   /* ops started, not completed */
@@ -61,7 +63,8 @@ static int check_opts(const struct ush_ring_opts *o)
 
 int ring_check_thread(const struct ush_ring *r, const char *who)
 {
-	if (likely(r->owner == ushi_tid() && !ushi_forked(r->gen)))
+	if (likely((r->unbound || r->owner == ushi_tid()) &&
+		   !ushi_forked(r->gen)))
 		return 0;
 	if (ushi_forked(r->gen))
 		return ushi_fork_refused(who);
@@ -75,6 +78,11 @@ bool ring_forked(const struct ush_ring *r)
 	return ushi_forked(r->gen);
 }
 
+bool ring_unbound(const struct ush_ring *r)
+{
+	return r->unbound;
+}
+
 void ring_writers(struct ush_ring *r, int n)
 {
 	r->writers += (unsigned)n;
@@ -82,9 +90,12 @@ void ring_writers(struct ush_ring *r, int n)
 
 /* io_uring, or the sync engine where the kernel refuses io_uring. There
  * nothing is registered: fixedbufs=1 cannot fail, since the log has
- * already said why nothing is. */
+ * already said why nothing is. An unbound ring starts on the sync engine
+ * (ring_use_uring()). */
 static int engine_create(struct ush_ring *r)
 {
+	if (r->unbound)
+		return ushi_engine_sync.create(r, &r->eng);
 	int ret = ushi_engine_uring.create(r, &r->eng);
 	if (ret > 0) {
 		r->refused = -ret;
@@ -93,26 +104,44 @@ static int engine_create(struct ush_ring *r)
 	return ret;
 }
 
-int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
+int ring_use_uring(struct ush_ring *r)
 {
-	struct ush_ring_opts o;
-	*out = NULL;
-	int ret = ushi_opts_load(&o, &ring_defaults, sizeof(o), opts,
-				 "ring options");
+	if (!r->unbound || r->uring_tried)
+		return 0;
+	r->uring_tried = true;
+	if (r->inflight || r->armed)
+		ushi_panic("ring: engine changed with %u ops in flight, %u armed",
+			   r->inflight, r->armed);
+	struct ushi_engine *e;
+	int ret = ushi_engine_uring.create(r, &e);
+	if (ret > 0)
+		r->refused = -ret;
 	if (ret)
-		return ret;
-	opts = &o;
-	ret = check_opts(opts);
+		return ret > 0 ? 0 : ret;
+	r->eng->ops->destroy(r->eng);
+	r->eng = e;
+	return 0;
+}
+
+/* The one constructor of rings: ush_ring_create()'s, and a reader's. */
+static int ring_create(struct ush_ring **out, const struct ush_ring_opts *opts,
+		       bool unbound)
+{
+	*out = NULL;
+	int ret = check_opts(opts);
 	if (ret)
 		return ret;
 	struct ush_ring *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "ring: allocation");
+	r->unbound = unbound;
 	r->owner = ushi_tid();
 	r->gen = ushi_fork_gen;
 	r->opts = *opts;
-	r->opts.pool_bytes = ALIGN_UP(opts->pool_bytes, opts->push_size);
-	ret = pool_init(&r->pool, r->opts.pool_bytes, r->opts.push_size);
+	r->opts.pool_bytes = unbound ? 0 : ALIGN_UP(opts->pool_bytes,
+						     opts->push_size);
+	ret = unbound ? 0 : pool_init(&r->pool, r->opts.pool_bytes,
+				      r->opts.push_size);
 	if (ret) {
 		ushi_fail(ret, "ring: mapping a %zu KiB pool",
 			 r->opts.pool_bytes >> 10);
@@ -157,6 +186,23 @@ int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
 fail:
 	ush_ring_free(r);
 	return ret;
+}
+
+int ush_ring_create(ush_ring **out, const struct ush_ring_opts *opts)
+{
+	struct ush_ring_opts o;
+	*out = NULL;
+	int ret = ushi_opts_load(&o, &ring_defaults, sizeof(o), opts,
+				 "ring options");
+	return ret ? ret : ring_create(out, &o, false);
+}
+
+int ring_create_unbound(struct ush_ring **out, unsigned iodepth)
+{
+	struct ush_ring_opts o = ring_defaults;
+	o.iodepth = iodepth;
+	o.fixedbufs = 0;
+	return ring_create(out, &o, true);
 }
 
 void ush_ring_free(ush_ring *r)
@@ -235,6 +281,12 @@ long ring_compress(struct ush_ring *r, const void *src, size_t n, void *dst,
 {
 	return codec_compress(&r->codec, r->opts.codec, r->opts.level, src, n,
 			      dst, cap);
+}
+
+int ring_decompress(struct ush_ring *r, enum ush_codec codec, const void *src,
+		    size_t n, void *dst, size_t raw)
+{
+	return codec_decompress(&r->codec, codec, src, n, dst, raw);
 }
 
 int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg)

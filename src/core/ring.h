@@ -1,5 +1,7 @@
 /*
- * One io_uring per thread, with its buffer pool and codec contexts.
+ * One io_uring per thread, with its buffer pool and codec contexts: the
+ * one set of contexts, for both directions (a writer's sinks compress
+ * with their ring's, a reader decompresses with its own ring's).
  * Operations are preallocated records (at most iodepth exist); each SQE's
  * user_data points at one. Writes and sends are started (ring_start()):
  * they are in flight until their callback, and the ring resubmits short
@@ -195,15 +197,38 @@ void ring_teardown_failed(int err, unsigned *fails);
  * Returns 0 or the reap's error. */
 int ring_drain(struct ush_ring *r);
 
-/* 0 when the calling thread created r, else -EINVAL with a message
- * naming who (-EPERM in a fork() child of r's process). A ring and all on it serve their creator thread only
- * (io_uring SINGLE_ISSUER, and nothing here is locked), so every entry
- * point that may submit or touch the pool checks first. */
+/* 0 when the calling thread created r (or r is unbound), else -EINVAL
+ * with a message naming who (-EPERM in a fork() child of r's process). A
+ * ring and all on it serve their creator thread only (io_uring
+ * SINGLE_ISSUER, and nothing here is locked), so every entry point that
+ * may submit or touch the pool checks first. */
 int ring_check_thread(const struct ush_ring *r, const char *who);
 /* Whether r is a fork() child's copy of its parent's ring (fork.c):
  * ring_check_thread() refuses every call then, and teardown touches
  * nothing the parent's ring still uses. */
 bool ring_forked(const struct ush_ring *r);
+/*
+ * A reader's ring (reader.h), made by ush_ring_create()'s constructor:
+ * iodepth ops and codec contexts, but no pool (a reader reads into
+ * buffers of its own: a frame may exceed any push size). A reader is not
+ * bound to a thread, so neither is its ring: it serves whichever thread
+ * holds the reader, one at a time; ring_check_thread() passes for any
+ * thread. It starts on the sync engine: an io_uring's setup and teardown
+ * cost more than reading a small partition (a few hundred µs), so a
+ * reader that reads one frame makes none. Returns 0 and *out (freed with
+ * ush_ring_free()), or -errno.
+ */
+int ring_create_unbound(struct ush_ring **out, unsigned iodepth);
+bool ring_unbound(const struct ush_ring *r);
+/*
+ * Moves an unbound ring, with nothing in flight or armed, onto io_uring,
+ * once: set up without SINGLE_ISSUER (nor DEFER_TASKRUN or COOP_TASKRUN,
+ * whose completions wait for the submitting thread) and without a
+ * registered ring fd (registered per thread). Where the kernel refuses
+ * io_uring, or on any other ring, nothing changes. Returns 0, or -errno
+ * when the setup failed otherwise (the ring stays on the sync engine).
+ */
+int ring_use_uring(struct ush_ring *r);
 /* Counts n writers opened on r (negative: freed); ush_ring_free() of a
  * ring with writers open is a bug. */
 void ring_writers(struct ush_ring *r, int n);
@@ -219,6 +244,9 @@ struct ushi_pool *ring_pool(struct ush_ring *r);
 /* codec_compress() with the ring's codec, level and reused context. */
 long ring_compress(struct ush_ring *r, const void *src, size_t n, void *dst,
 		   size_t cap);
+/* codec_decompress() with the ring's reused context. */
+int ring_decompress(struct ush_ring *r, enum ush_codec codec, const void *src,
+		    size_t n, void *dst, size_t raw);
 /* io_uring_register_buf_ring() on the ring: returns 0 or -errno. */
 int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg);
 /* Registers fd in the ring's file table: returns the slot, or -1 when the

@@ -1,14 +1,11 @@
-/* Worker lists, connect with a deadline, HELLO; see net.h. */
+/* Worker lists, the HELLO handshake, admin requests; see net.h. The
+ * blocking socket calls they make are in sock.c, which says why. */
 #define _GNU_SOURCE
 #include "net/net.h"
 #include "net/auth.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -165,74 +162,6 @@ int ush_workers_check(const char *list, int resolve)
 	return n;
 }
 
-static int connect_deadline(const struct addrinfo *ai, uint32_t timeout_ms)
-{
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC |
-			SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
-	int ret = 0;
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen)) {
-		ret = -errno;
-		if (ret == -EINPROGRESS) {
-			struct pollfd pfd = {fd, POLLOUT, 0};
-			int n = poll(&pfd, 1, (int)timeout_ms);
-			int err = 0;
-			socklen_t el = sizeof(err);
-			if (n == 0)
-				ret = -ETIMEDOUT;
-			else if (n < 0)
-				ret = -errno;
-			else
-				ret = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err,
-						 &el) ? -errno : -err;
-		}
-	}
-	if (ret) {
-		close(fd);
-		return ret;
-	}
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
-int net_read(int fd, void *buf, size_t n)
-{
-	uint8_t *p = buf;
-	while (n) {
-		ssize_t r = recv(fd, p, n, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		if (r == 0)
-			return -EPIPE;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-int net_write(int fd, const void *buf, size_t n)
-{
-	const uint8_t *p = buf;
-	while (n) {
-		ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
 /*
  * Reads the worker's answer to req into b (USHI_PROTO_ERROR_SIZE bytes):
  * a frame of type want, or an ERROR, which becomes the error returned.
@@ -346,7 +275,7 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 	}
 	int fd = -ENOENT;
 	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next)
-		fd = connect_deadline(a, timeout_ms);
+		fd = net_connect(a, timeout_ms);
 	freeaddrinfo(ai);
 	USHI_COUNT(net_connects, 1);
 	if (fd < 0) {

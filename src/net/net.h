@@ -1,8 +1,8 @@
 /*
  * Client side of the worker protocol shared by the net sink and the net
- * reader: worker lists, connecting with a deadline, the HELLO handshake
- * and blocking frame reads (setup and the reader; the writer's data path
- * runs on its ring).
+ * reader: worker lists, the HELLO handshake (net.c), and the blocking
+ * socket calls under them and under the reader's FETCH streams (sock.c,
+ * which says why they block; the writer's data path runs on its ring).
  */
 #ifndef USHI_NET_H
 #define USHI_NET_H
@@ -45,9 +45,21 @@ int net_app(struct proto_hello *h, const char *app);
  * when there is none (the HELLO asks for no authentication), or -EINVAL
  * for a bad $USHUFFLE_SECRET. */
 int net_secret(const char *app, uint8_t *key);
-/* Reads exactly n bytes; -ETIMEDOUT after the socket's timeout, -EPIPE
- * at EOF. */
+/* ---------------------------------------- blocking socket calls (sock.c) */
+
+struct addrinfo;
+/* A TCP connection to ai within timeout_ms: the fd, blocking, with
+ * TCP_NODELAY and send and receive timeouts of timeout_ms; or -errno
+ * (-ETIMEDOUT when the deadline passed). */
+int net_connect(const struct addrinfo *ai, uint32_t timeout_ms);
+/* Receives what the socket holds, up to cap bytes, waiting for at least
+ * one: the count, -ETIMEDOUT after the socket's timeout, -EPIPE at EOF,
+ * or -errno. */
+int net_recv(int fd, void *buf, size_t cap);
+/* Reads exactly n bytes: 0, or net_recv()'s errors. */
 int net_read(int fd, void *buf, size_t n);
+/* Sends all n bytes: 0, -ETIMEDOUT after the socket's timeout, or
+ * -errno. */
 int net_write(int fd, const void *buf, size_t n);
 
 #endif

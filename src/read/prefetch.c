@@ -1,28 +1,15 @@
 /* Read-ahead of a partition's frames in one map's data file; see
  * prefetch.h. */
-#define _GNU_SOURCE
 #include "read/prefetch.h"
-#include "core/engine.h"
 
 #include <errno.h>
-#include <unistd.h>
 
-int pread_all(int fd, void *p, size_t n, uint64_t off)
+void prefetch_init(struct prefetch *pf, struct ush_ring *ring)
 {
-	uint8_t *b = p;
-	while (n) {
-		ssize_t r = pread(fd, b, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return USH_ECORRUPT; /* file shorter than its index */
-		b += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
+	pf->ring = ring;
+	pf->fd = pf->dfd = -1;
+	for (unsigned k = 0; k < USHI_PREFETCH_DEPTH; k++)
+		pf->slot[k].pf = pf;
 }
 
 void prefetch_reset(struct prefetch *pf, int fd, int dfd,
@@ -51,126 +38,126 @@ static int slot_room(struct prefetch_slot *s, size_t n)
 	return 0;
 }
 
-/* Issues entry pf->next into its slot: false when the slot's memory
- * cannot be had (the read is then done at take, by pread). */
-static bool issue(struct prefetch *pf)
+/* Points op at what slot s still lacks, read from fd: an O_DIRECT read
+ * asks for the whole aligned range, a buffered one up to the frame's
+ * end. */
+static void read_rest(struct prefetch_slot *s, struct ushi_op *op, int fd)
+{
+	uint32_t end = fd == s->pf->dfd ? s->len : s->need;
+	op->arm.fd = fd;
+	op->arm.addr = s->buf + s->got;
+	op->arm.len = end - s->got;
+	op->arm.off = s->off + s->got;
+}
+
+/*
+ * A read of slot s came back. The rest of a short one is read through
+ * the page cache, which tells the end of the file (a read of 0) from a
+ * pause (the kernel may stop at a page-cache boundary); so is all of an
+ * O_DIRECT read the file refused after all. A read that failed on
+ * another thread than the one reaping it is read again: a reader moves
+ * between threads, and io_uring fails what a thread that exits left in
+ * flight (-ECANCELED, or -EFAULT for a read it was to finish).
+ */
+static void read_done(struct ushi_op *op, int res)
+{
+	struct prefetch_slot *s = op->owner;
+	struct prefetch *pf = s->pf;
+	if (res > 0)
+		s->got += (uint32_t)res;
+	bool direct = op->arm.fd == pf->dfd;
+	bool orphan = res < 0 && s->tid != ushi_tid();
+	s->tid = ushi_tid();
+	if (res == -EINTR || res == -EAGAIN || (res < 0 && direct) || orphan ||
+	    (res > 0 && s->got < s->need)) {
+		read_rest(s, op, pf->fd);
+		op->arm.rearm = true;
+		return;
+	}
+	s->res = res < 0 ? res : s->got < s->need ? USH_ECORRUPT : 0;
+	s->done = true;
+	pf->inflight--;
+}
+
+/* Issues entry pf->next into its slot: 0, or -ENOMEM when the slot's
+ * memory cannot be had, or the ring's error. */
+static int issue(struct prefetch *pf)
 {
 	const struct spill_entry *e = &pf->ents[pf->next];
 	struct prefetch_slot *s = &pf->slot[pf->next % USHI_PREFETCH_DEPTH];
-	s->direct = pf->dfd >= 0 && e->len >= USHI_PACK_MIN;
-	s->off = s->direct ? e->off & ~(uint64_t)(USHI_ALIGN - 1) : e->off;
-	s->skew = (uint32_t)(e->off - s->off);
-	size_t len = s->direct ? ALIGN_UP(s->skew + (size_t)e->len,
-					  (size_t)USHI_ALIGN) : e->len;
-	struct io_uring_sqe *sqe = NULL;
-	/* The SQE last: one taken is submitted, prepared or not. */
-	if (slot_room(s, len) || !(sqe = io_uring_get_sqe(&pf->ring)))
-		return false;
+	bool direct = pf->dfd >= 0 && e->len >= USHI_PACK_MIN;
+	uint64_t off = direct ? e->off & ~(uint64_t)(USHI_ALIGN - 1) : e->off;
+	uint32_t skew = (uint32_t)(e->off - off);
+	size_t len = direct ? ALIGN_UP(skew + (size_t)e->len,
+				       (size_t)USHI_ALIGN) : e->len;
+	struct ushi_op *op;
+	int ret = slot_room(s, len);
+	if (!ret)
+		ret = ring_op_get(pf->ring, &op);
+	if (ret)
+		return ret;
+	s->off = off;
+	s->skew = skew;
 	s->len = (uint32_t)len;
-	io_uring_prep_read(sqe, s->direct ? pf->dfd : pf->fd, s->buf,
-			   (unsigned)len, s->off);
-	io_uring_sqe_set_data64(sqe, pf->next % USHI_PREFETCH_DEPTH);
-	s->busy = true;
+	s->need = skew + e->len;
+	s->got = 0;
+	s->tid = ushi_tid();
 	s->done = false;
+	op->kind = OP_READ;
+	op->cb = read_done;
+	op->owner = s;
+	read_rest(s, op, direct ? pf->dfd : pf->fd);
+	ring_arm(pf->ring, op);
 	pf->inflight++;
 	pf->ahead += len;
 	pf->next++;
-	return true;
+	return 0;
 }
 
-/* Runs the completions there are, waiting for one when wait is set. */
-static int reap(struct prefetch *pf, bool wait)
-{
-	struct io_uring_cqe *cqe;
-	int ret = wait ? io_uring_wait_cqe(&pf->ring, &cqe) :
-			 io_uring_peek_cqe(&pf->ring, &cqe);
-	while (!ret) {
-		struct prefetch_slot *s = &pf->slot[cqe->user_data];
-		s->res = cqe->res;
-		s->done = true;
-		s->busy = false;
-		pf->inflight--;
-		io_uring_cqe_seen(&pf->ring, cqe);
-		ret = io_uring_peek_cqe(&pf->ring, &cqe);
-	}
-	return ret == -EAGAIN || ret == -EINTR ? 0 : ret;
-}
-
-/* Frame i from its slot once read; a short read (the kernel may stop
- * at a page-cache boundary, or at the end of the file) is completed by
- * pread, which tells the end of the file from a pause. */
+/* Frame i from its slot once read. */
 static int finish(struct prefetch *pf, size_t i, const uint8_t **frame)
 {
 	struct prefetch_slot *s = &pf->slot[i % USHI_PREFETCH_DEPTH];
 	int ret = 0;
 	while (!s->done && !ret)
-		ret = reap(pf, true);
+		ret = ring_reap(pf->ring, 1);
 	if (ret)
 		return ret;
 	s->done = false;
 	pf->ahead -= s->len;
-	size_t need = s->skew + (size_t)pf->ents[i].len;
-	if (s->res < 0 && s->direct) /* O_DIRECT refused after all */
-		s->res = 0;
-	if (s->res < 0)
-		return s->res;
-	if ((size_t)s->res < need)
-		ret = pread_all(pf->fd, s->buf + s->res, need - (size_t)s->res,
-				s->off + (uint64_t)s->res);
 	*frame = s->buf + s->skew;
-	return ret;
+	return s->res;
 }
 
 int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame)
 {
-	const struct spill_entry *e = &pf->ents[i];
-	/* A ring pays once a second frame is asked for: the first comes by
-	 * pread, so a reader that wants one record sets nothing up. */
-	if (!pf->state && i > 0 && USHI_PREFETCH_DEPTH > 1) {
-		int ret = io_uring_queue_init(USHI_PREFETCH_DEPTH, &pf->ring, 0);
-		if (ret)
-			ushi_uring_refused(ret, "io_uring_setup");
-		pf->state = ret ? -1 : 1;
-	}
-	if (pf->state > 0) {
-		/* The slot of i - 1 is free now: its records were read. The
-		 * window grows with the frames taken: 2, 3, … up to the
-		 * depth, so a short read reads little ahead. */
-		size_t win = i + 1 < USHI_PREFETCH_DEPTH ? i + 1 :
-							   USHI_PREFETCH_DEPTH;
-		bool queued = false;
-		if (pf->next < i)
-			pf->next = i; /* before the ring: read by pread */
-		while (pf->next < pf->n && pf->next < i + win &&
-		       (pf->next == i || pf->ahead < USHI_PREFETCH_BYTES) &&
-		       issue(pf))
-			queued = true;
-		if (queued) {
-			int ret = io_uring_submit(&pf->ring);
-			if (ret < 0)
-				return ret;
-		}
-		if (i < pf->next)
-			return finish(pf, i, frame);
-		/* Not issued (no memory): read here. */
-	}
-	int ret = ushi_grow(&pf->fbuf, &pf->fcap, e->len);
-	if (!ret)
-		ret = pread_all(pf->fd, pf->fbuf, e->len, e->off);
+	/* An io_uring pays once a second frame is asked for: the first
+	 * comes through the sync engine, so a reader that wants one record
+	 * sets none up. A ring that cannot be had leaves the reads there. */
+	if (i > 0 && USHI_PREFETCH_DEPTH > 1)
+		ring_use_uring(pf->ring);
+	/* The slot of i - 1 is free now: its records were read. The window
+	 * grows with the frames taken: 1, 2, … up to the depth, so a short
+	 * read reads little ahead. A read ahead that cannot be issued is
+	 * issued again when its frame is due. */
+	size_t win = i + 1 < USHI_PREFETCH_DEPTH ? i + 1 : USHI_PREFETCH_DEPTH;
+	bool queued = false;
+	int ret = 0;
+	while (!ret && pf->next < pf->n && pf->next < i + win &&
+	       (pf->next == i || pf->ahead < USHI_PREFETCH_BYTES))
+		queued |= !(ret = issue(pf));
 	if (pf->next <= i)
-		pf->next = i + 1;
-	*frame = pf->fbuf;
-	return ret;
+		return ret;
+	if (queued && (ret = ring_submit(pf->ring)))
+		return ret;
+	return finish(pf, i, frame);
 }
 
 void prefetch_drain(struct prefetch *pf)
 {
-	while (pf->state > 0 && pf->inflight) {
-		int ret = reap(pf, true);
-		if (ret && ret != -EINTR)
-			ushi_panic("prefetch: waiting for reads in flight: %d",
-				   ret);
-	}
+	unsigned fails = 0;
+	while (pf->inflight)
+		ring_teardown_failed(ring_reap(pf->ring, 1), &fails);
 	pf->n = pf->next = pf->ahead = 0;
 	for (unsigned k = 0; k < USHI_PREFETCH_DEPTH; k++)
 		pf->slot[k].done = false;
@@ -184,10 +171,6 @@ void prefetch_forget(struct prefetch *pf)
 void prefetch_destroy(struct prefetch *pf)
 {
 	prefetch_drain(pf);
-	if (pf->state > 0)
-		io_uring_queue_exit(&pf->ring);
-	pf->state = 0;
 	for (unsigned k = 0; k < USHI_PREFETCH_DEPTH; k++)
 		ushi_free(pf->slot[k].buf);
-	ushi_free(pf->fbuf);
 }

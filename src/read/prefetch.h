@@ -1,52 +1,54 @@
 /*
  * Reads ahead in one map's data file: the frames of the partition, whose
- * entries the reader found in the index, several in flight through a
- * small io_uring of the reader's own, each in its own aligned buffer. A
+ * entries the reader found in the index, several in flight as read ops
+ * on the reader's ring (reader.h), each into its own aligned buffer. A
  * frame of at least USHI_PACK_MIN bytes is read with O_DIRECT, the
  * aligned range around it (no page-cache copy); smaller frames are
  * read through the page cache, which serves the neighbours other
- * partitions' readers will ask for. Without a ring (a kernel that
- * refuses one) every frame is a blocking pread, as before.
+ * partitions' readers will ask for. Whatever engine runs the ring runs
+ * the reads: io_uring from the second frame on (ring_use_uring()), or
+ * plain pread where the kernel refuses io_uring.
  */
 #ifndef USHI_PREFETCH_H
 #define USHI_PREFETCH_H
 
+#include "core/ring.h"
 #include "core/spill.h"
 
-#include <liburing.h>
-
-#ifndef USHI_PREFETCH_DEPTH /* -DUSHI_PREFETCH_DEPTH=1: pread only */
+#ifndef USHI_PREFETCH_DEPTH /* -DUSHI_PREFETCH_DEPTH=1: one read at a time */
 #define USHI_PREFETCH_DEPTH 16u
 #endif
 #define USHI_PREFETCH_BYTES (8u << 20) /* most bytes read ahead */
 
+struct prefetch;
+
 struct prefetch_slot {
+	struct prefetch *pf;
 	uint8_t *buf;
 	size_t cap;
 	uint32_t skew; /* the frame's offset in buf (O_DIRECT alignment) */
 	uint32_t len;  /* bytes asked for */
-	uint64_t off;  /* their file offset */
-	int res;
-	bool busy, done, direct;
+	uint32_t need; /* bytes the frame ends at: skew + its length */
+	uint32_t got;  /* bytes read so far */
+	uint64_t off;  /* file offset of buf[0] */
+	int res;       /* once done: 0, -errno or USH_ECORRUPT */
+	pid_t tid;     /* the thread that issued the read in flight */
+	bool done;
 };
 
 struct prefetch {
-	struct io_uring ring;
-	int state;        /* 0 not tried, 1 live, -1 refused: pread */
+	struct ush_ring *ring; /* the reader's: prefetch_init() */
 	int fd, dfd;      /* the data file, buffered and O_DIRECT (or -1) */
 	const struct spill_entry *ents;
 	size_t n, next;   /* entries; next to issue */
 	size_t ahead;     /* bytes issued and not yet taken */
 	unsigned inflight;
-	uint8_t *fbuf;    /* pread path */
-	size_t fcap;
 	struct prefetch_slot slot[USHI_PREFETCH_DEPTH];
 };
 
-/* Reads n bytes at off: 0, -errno, or USH_ECORRUPT where the file ends
- * first (it is shorter than its index says). */
-int pread_all(int fd, void *p, size_t n, uint64_t off);
-
+/* Reads go through ring (at least USHI_PREFETCH_DEPTH ops deep), which
+ * outlives pf. */
+void prefetch_init(struct prefetch *pf, struct ush_ring *ring);
 /* A map's n entries (kept by the caller until the next reset) in its
  * data file fd; dfd: the same file opened O_DIRECT, or -1. Nothing of
  * the previous map may be in flight (prefetch_drain). */

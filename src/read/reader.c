@@ -9,6 +9,7 @@
  * corruption naming both places, whichever came first.
  */
 #define _GNU_SOURCE
+#include "read/prefetch.h"
 #include "read/reader.h"
 
 #include <errno.h>
@@ -108,9 +109,9 @@ int reader_take(struct ush_reader *r, struct rmap *m,
 	if (!ret && f->codec != USH_CODEC_NONE) {
 		ret = ushi_grow(&r->rbuf, &r->rcap, f->raw_len ? f->raw_len : 1);
 		if (!ret)
-			ret = codec_decompress(&r->codec, f->codec, payload,
-					       f->payload_len, r->rbuf,
-					       f->raw_len);
+			ret = ring_decompress(r->ring, f->codec, payload,
+					      f->payload_len, r->rbuf,
+					      f->raw_len);
 		what = "decompressing the frame";
 		payload = r->rbuf;
 	}
@@ -279,9 +280,11 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	 * at most once (a new source, at worst one per map). */
 	r->srcs = ushi_calloc((size_t)o.nstatuses * USH_REPLICAS_MAX,
 			      sizeof(*r->srcs));
-	ret = r->maps && r->srcs ? codec_init(&r->codec) : -ENOMEM;
+	ret = r->maps && r->srcs ? 0 : -ENOMEM;
 	if (ret)
 		ushi_fail(ret, "reader: allocation for %u maps", o.nstatuses);
+	else /* as deep as the disk source reads ahead */
+		ret = ring_create_unbound(&r->ring, USHI_PREFETCH_DEPTH);
 	for (uint32_t i = 0; !ret && i < o.nstatuses; i++)
 		ret = add_map(r, &o, i, &r->maps[i]);
 	r->nmaps = o.nstatuses;
@@ -326,7 +329,7 @@ void ush_reader_free(ush_reader *r)
 		r->source->destroy(r);
 	for (uint32_t i = 0; r->srcs && i < r->nsrcs; i++)
 		ushi_free(r->srcs[i]);
-	codec_destroy(&r->codec);
+	ush_ring_free(r->ring);
 	for (uint32_t i = 0; r->maps && i < r->nmaps; i++)
 		reader_map_done(&r->maps[i]);
 	ushi_free(r->srcs);

@@ -8,8 +8,8 @@
 #ifndef USHI_READER_H
 #define USHI_READER_H
 
-#include "core/codec.h"
 #include "core/frame.h"
+#include "core/ring.h"
 #include "core/status.h"
 
 /* One map: the attempt its status names and what it says of the
@@ -76,7 +76,11 @@ struct ush_reader {
 	char **srcs;               /* the places maps live: spill directory
 				      or worker */
 	uint32_t nsrcs;
-	struct ushi_codec_ctx codec;
+	/* The reader's own ring (ring_create_unbound(), freed with the
+	 * reader): its codec contexts decompress every batch, and the disk
+	 * source's reads run on it. A reader is not bound to a thread, as
+	 * a ush_ring is, so it lends its ring to no one and borrows none. */
+	struct ush_ring *ring;
 	uint8_t *rbuf;             /* decompressed batch */
 	size_t rcap;
 	const uint8_t *batch;      /* records being yielded */

@@ -4,7 +4,8 @@
  * anything is allocated and their CRC (the writer's, end to end) checked
  * here; the reader checks everything else against its map statuses.
  *
- * The stream is received in large recvs into one buffer and frames are
+ * The stream is received in large blocking receives (net/sock.c says
+ * why they block) into one buffer and frames are
  * parsed where they lie: the caller gets a pointer into it, valid until
  * the next call. Only the start of a frame that the buffer's end cut off
  * moves to the front (at most one frame per RECV_BUF received).
@@ -14,7 +15,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* Receive buffer while the stream is read; a larger frame grows it to
@@ -93,13 +93,9 @@ static int fill(struct reader_net *r, size_t n)
 		r->pos = 0;
 	}
 	while (r->len - r->pos < n) {
-		ssize_t got = recv(r->fd, r->buf + r->len, r->cap - r->len, 0);
-		if (got < 0 && errno == EINTR)
-			continue;
+		int got = net_recv(r->fd, r->buf + r->len, r->cap - r->len);
 		if (got < 0)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		if (got == 0)
-			return -EPIPE;
+			return got;
 		r->len += (size_t)got;
 	}
 	return 0;

@@ -1,8 +1,8 @@
 /*
  * The disk source: each map's index in its spill directory (this
  * partition's entries, three small reads), then the frames of the
- * partition read ahead from its data file (prefetch.h), one map after
- * another in ascending map order.
+ * partition read ahead from its data file on the reader's ring
+ * (prefetch.h), one map after another in ascending map order.
  */
 #define _GNU_SOURCE
 #include "core/spill.h"
@@ -35,6 +35,7 @@ static int disk_create(struct ush_reader *r, const struct ush_reader_opts *o)
 	if (!d)
 		return -ENOMEM;
 	d->fd = d->dfd = -1;
+	prefetch_init(&d->pf, r->ring);
 	r->source_state = d;
 	return 0;
 }
@@ -59,8 +60,8 @@ static int index_path(char *buf, size_t n, const struct ush_reader *r,
 static bool index_v1(int fd, size_t size)
 {
 	uint8_t t[USHI_INDEX_V1_TRAILER];
-	return size >= sizeof(t) && !pread_all(fd, t, sizeof(t),
-					      size - sizeof(t)) &&
+	return size >= sizeof(t) &&
+	       !ushi_pread_all(fd, t, sizeof(t), size - sizeof(t)) &&
 	       spill_is_v1(t);
 }
 
@@ -79,7 +80,7 @@ static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
 	*what = "index shorter than its header";
 	if (size < USHI_INDEX_HEADER)
 		return USH_ECORRUPT;
-	int ret = pread_all(fd, hdr, sizeof(hdr), 0);
+	int ret = ushi_pread_all(fd, hdr, sizeof(hdr), 0);
 	if (ret)
 		return ret;
 	*what = "index header";
@@ -103,7 +104,7 @@ static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
 	    size != spill_index_size(h->partitions, h->entries))
 		return USH_ECORRUPT;
 	*bad = spill_slot_off(r->partition);
-	if ((ret = pread_all(fd, sl, sizeof(sl), *bad)))
+	if ((ret = ushi_pread_all(fd, sl, sizeof(sl), *bad)))
 		return ret;
 	struct spill_slot s0, s1;
 	spill_slot_get(sl, &s0);
@@ -118,7 +119,7 @@ static int index_lookup(struct ush_reader *r, const struct rmap *m, int fd,
 			     n * sizeof(*d->ents))))
 		return ret;
 	*bad = spill_entry_off(h->partitions, s0.start);
-	if ((ret = pread_all(fd, d->ibuf, n * USHI_INDEX_ENTRY, *bad)))
+	if ((ret = ushi_pread_all(fd, d->ibuf, n * USHI_INDEX_ENTRY, *bad)))
 		return ret;
 	*what = "directory slot CRC";
 	*bad = spill_slot_off(r->partition);
