@@ -4,6 +4,7 @@ import os
 import secrets
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -51,6 +52,15 @@ class Workers:
                         not f.startswith("commit.")]
         return out
 
+    def emptied(self, timeout=30):
+        """Waits until the workers hold nothing (drops are asynchronous:
+        the scheduler's plugin sends them when keys are forgotten); the
+        files left after timeout seconds."""
+        end = time.monotonic() + timeout
+        while self.stored() and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.stored()
+
     def stop(self):
         for p in self.procs:
             p.terminate()
@@ -75,3 +85,12 @@ def client():
                       dashboard_address=None) as cluster, \
             Client(cluster) as c:
         yield c
+
+
+@pytest.fixture
+def registered(client, workers):
+    """shuffle="ushuffle" through the two ushuffled."""
+    import ushuffle.dask
+    ushuffle.dask.register(workers=workers.addr)
+    yield workers
+    assert workers.emptied() == [], "a shuffle outlived its keys"
