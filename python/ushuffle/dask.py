@@ -73,10 +73,12 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
 # What the scheduler needs to drop a shuffle.
 _TARGET = ("workers", "app", "dir", "secret_file", "timeout_ms")
 # The Dask and distributed releases the hook was tested with, and the
-# signature of the function it replaces.
+# signatures of the functions it replaces.
 _TESTED = "2022.12."
-_SIGNATURE = ("df", "col", "npartitions", "max_branch", "shuffle",
-              "compute", "ignore_index")
+_SIGNATURES = (("df", "col", "npartitions", "max_branch", "shuffle",
+                "compute", "ignore_index"),
+               ("df", "index", "shuffle", "npartitions", "max_branch",
+                "ignore_index", "compute"))
 _local = threading.local()
 log = logging.getLogger("ushuffle.dask")
 # Writer threads per process: one map's rows are written while another's
@@ -590,7 +592,26 @@ def _rearrange(df, col, npartitions=None, max_branch=None, shuffle=None,
                   dict(cfg))
 
 
+def _shuffle(df, index, shuffle=None, npartitions=None, max_branch=32,
+             ignore_index=False, compute=None):
+    """dask.dataframe.shuffle.shuffle, once register()ed: column labels
+    named with shuffle="ushuffle" go straight to rearrange_by_column, as
+    Dask sends them for "tasks" (no "_partitions" column: it would cost a
+    copy of every partition, and Dask's removal of it makes an empty
+    output partition the meta, not map 0's empty piece)."""
+    if shuffle == "ushuffle" and (isinstance(index, str) or (
+            pd.api.types.is_list_like(index) and
+            not is_dask_collection(index))):
+        cols = [index] if isinstance(index, str) else list(index)
+        if set(cols) <= set(df.columns):
+            return _rearrange(df, cols, npartitions=npartitions,
+                              shuffle=shuffle, ignore_index=ignore_index)
+    return _dask_shuffle(df, index, shuffle, npartitions, max_branch,
+                         ignore_index, compute)
+
+
 _dask_rearrange = _dshuffle.rearrange_by_column
+_dask_shuffle = _dshuffle.shuffle
 _registered = None
 
 
@@ -601,18 +622,22 @@ def _check_opts(opts):
 
 
 def _install():
-    """Hooks rearrange_by_column, once, on the Dask it was tested with."""
+    """Hooks dask.dataframe.shuffle, on the Dask it was tested with:
+    rearrange_by_column, which every shuffle method goes through, and
+    shuffle's column-label path."""
     import distributed
     found = (dask.__version__, distributed.__version__)
-    params = tuple(inspect.signature(_dask_rearrange).parameters)
+    params = tuple(tuple(inspect.signature(f).parameters)
+                   for f in (_dask_rearrange, _dask_shuffle))
     if not all(v.startswith(_TESTED) for v in found) or \
-            params != _SIGNATURE:
+            params != _SIGNATURES:
         raise RuntimeError(
             f"ushuffle.dask: the hook into dask.dataframe.shuffle."
             f"rearrange_by_column was tested with dask and distributed "
             f"{_TESTED}x only; found dask {found[0]}, distributed "
             f"{found[1]}")
     _dshuffle.rearrange_by_column = _rearrange
+    _dshuffle.shuffle = _shuffle
 
 
 def register(workers=None, **opts):
