@@ -84,8 +84,8 @@ LOST = """
 
 def test_lost_client(client, registered):
     here = os.path.dirname(__file__)
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([here, os.environ["PYTHONPATH"]])}
+    path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOST),
                           client.scheduler.address, registered.addr],
                          stdout=subprocess.PIPE, text=True, env=env)
