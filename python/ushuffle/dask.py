@@ -4,7 +4,8 @@ register() hooks dask.dataframe.shuffle.rearrange_by_column, the one
 function every hash and range shuffle of Dask 2022.12 goes through
 (df.shuffle, set_index, merge, groupby with split_out, sort_values), so
 that shuffle="ushuffle", or dask.config.set(shuffle="ushuffle"), moves
-the rows through ushuffle. A shuffle is three layers: one map task per
+the rows through ushuffle (and dask.dataframe.shuffle.shuffle, whose
+column-label path Dask reserves to "tasks"). A shuffle is three layers: one map task per
 input partition (write each output partition's rows through a ushuffle
 Writer, commit, return the map status bytes and the rows per partition),
 one statuses task that lists them, and one reduce task per output
@@ -49,7 +50,7 @@ from pandas._libs.algos import groupsort_indexer
 
 import ushuffle
 
-__all__ = ["register", "shuffle", "stats", "cpu"]
+__all__ = ["register", "shuffle", "Lifetimes", "stats", "cpu"]
 
 # A row batch is one record: a header "<4s I I I I Q" (magic, rows, map,
 # the map's sorted row it starts at, layout length, rest length), the
