@@ -1,13 +1,15 @@
 """ushuffle.dask.shuffle on a real LocalCluster and real ushuffled: every
-output partition holds the rows Dask's own shuffle="tasks" puts there."""
-import gc
+output partition holds the rows Dask's own shuffle="tasks" puts there, in
+its order."""
 import os
 import signal
+import time
 
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from distributed import wait
 
 import ushuffle
 import ushuffle.dask as ud
@@ -32,29 +34,26 @@ def parts(client, ddf):
     return client.gather(client.compute(ddf.to_delayed()))
 
 
-def canon(p):
-    p = p.reset_index()
-    return p.sort_values(list(p.columns)).reset_index(drop=True)
-
-
 def assert_same(client, ours, theirs):
+    """Partition by partition, row by row: the tasks shuffle is
+    deterministic (map order, then row order)."""
     a, b = parts(client, ours), parts(client, theirs)
     assert len(a) == len(b)
     for i, (x, y) in enumerate(zip(a, b)):
-        assert list(x.columns) == list(y.columns)
-        pd.testing.assert_frame_equal(canon(x), canon(y), obj=f"part {i}")
+        pd.testing.assert_frame_equal(x, y, obj=f"part {i}")
     return a
 
 
 def check(client, workers, ddf, on, nparts, **opts):
     ours = ud.shuffle(ddf, on, npartitions=nparts, workers=workers.addr,
                       **opts)
-    got = assert_same(client, ours,
-                      ddf.shuffle(on, npartitions=nparts, shuffle="tasks"))
+    p = ours.persist()
+    wait(p)
     assert workers.stored(), "the shuffle stored nothing on the workers"
-    del ours
-    gc.collect()
-    assert workers.stored() == [], "the shuffle was not dropped"
+    got = assert_same(client, p,
+                      ddf.shuffle(on, npartitions=nparts, shuffle="tasks"))
+    del p
+    assert workers.emptied() == [], "the shuffle was not dropped"
     return got
 
 
@@ -119,8 +118,10 @@ def test_disk_target(client, tmp_path):
     ours = ud.shuffle(ddf, "k", npartitions=4, dir=str(tmp_path))
     assert_same(client, ours, ddf.shuffle("k", npartitions=4,
                                           shuffle="tasks"))
-    del ours
-    gc.collect()
+    for _ in range(600):  # the scheduler drops it when its keys go
+        if not os.listdir(tmp_path):
+            break
+        time.sleep(0.05)
     assert os.listdir(tmp_path) == []
 
 

@@ -106,19 +106,34 @@ lib = ffi.dlopen(_find_lib())
 
 class Error(OSError):
     """A libushuffle call failed: .code is the negative error code, .name
-    its symbol ("ECONNREFUSED", "USH_ECRC"), str() ush_last_error()."""
+    its symbol ("ECONNREFUSED", "USH_ECRC"), str() ush_last_error().
+    Pickles as itself (class, code, name, text), so that it crosses
+    process boundaries (Dask workers) unchanged."""
 
     def __init__(self, code, what):
-        self.code = code
-        self.name = ffi.string(lib.ush_err_name(code)).decode()
+        name = ffi.string(lib.ush_err_name(code)).decode()
         msg = ffi.string(lib.ush_last_error()).decode(errors="replace")
         if not msg:
             msg = ffi.string(lib.ush_strerror(code)).decode()
-        text = f"{what}: {msg} ({self.name})"
-        if -code < 4000:  # an errno: OSError's errno and subclass
-            super().__init__(-code, text)
+        self._set(code, name, f"{what}: {msg} ({name})")
+
+    def _set(self, code, name, text):
+        self.code, self.name = code, name
+        if -code < 4000:  # an errno: OSError's errno and strerror
+            OSError.__init__(self, -code, text)
         else:
-            super().__init__(text)
+            OSError.__init__(self, text)
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.code, self.name,
+                          self.strerror or self.args[0])
+
+
+def _rebuild(cls, code, name, text):
+    """An Error of class cls as pickled: no library call, no new text."""
+    e = cls.__new__(cls)
+    e._set(code, name, text)
+    return e
 
 
 class NotCommitted(Error):

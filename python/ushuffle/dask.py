@@ -1,60 +1,87 @@
-"""A Dask DataFrame shuffle over ushuffle (docs/python.md).
+"""ushuffle as Dask's shuffle method (docs/python.md).
 
-shuffle(df, on) builds three layers: one map task per input partition
-(hash rows as dask's partitioning_index does, write each partition's rows
-through a ushuffle Writer, commit, return the map status bytes and the
-rows per partition), one task that lists the statuses and sums the rows,
-and one reduce task per output partition (read exactly the attempts whose
-statuses Dask delivered). A map task that Dask re-runs (its worker died)
-writes a new, random attempt number; the attempts Dask did not deliver
-are never read.
+register() hooks dask.dataframe.shuffle.rearrange_by_column, the one
+function every hash and range shuffle of Dask 2022.12 goes through
+(df.shuffle, set_index, merge, groupby with split_out, sort_values), so
+that shuffle="ushuffle", or dask.config.set(shuffle="ushuffle"), moves
+the rows through ushuffle (and dask.dataframe.shuffle.shuffle, whose
+column-label path Dask reserves to "tasks"). A shuffle is three layers: one map task per
+input partition (write each output partition's rows through a ushuffle
+Writer, commit, return the map status bytes and the rows per partition),
+one statuses task that lists them, and one reduce task per output
+partition (read exactly the attempts whose statuses Dask delivered). A
+map task that Dask re-runs (its worker died) writes a new, random attempt
+number; the attempts Dask did not deliver are never read.
+
+Lifetimes are the scheduler's: a SchedulerPlugin hands each incarnation of
+a shuffle its id when its first map asks, and drops it on the ushuffled
+workers when the statuses task, on which every output partition depends,
+is forgotten: after the last output key was released by every future,
+persisted collection and client that held it.
 
 Row batches carry the numeric columns (and index) as raw bytes, sliced
 from one sorted copy per map and copied once into the reducer's columns;
-the other columns travel pickled.
+the other columns travel pickled. Each batch names its map and its first
+row, so the reducer puts a partition's rows in map order, then row order,
+and concatenates per map as Dask's tasks shuffle does.
 """
 import collections
+import inspect
+import logging
 import os
 import pickle
 import shutil
 import struct
 import threading
 import time
-import uuid
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 
+import dask
+import dask.dataframe.shuffle as _dshuffle
 import numpy as np
 import pandas as pd
-from dask.base import tokenize
+from dask.base import is_dask_collection, tokenize
+from dask.dataframe import methods
 from dask.dataframe.core import new_dd_object
 from dask.dataframe.shuffle import partitioning_index
 from dask.highlevelgraph import HighLevelGraph
+from distributed.diagnostics.plugin import SchedulerPlugin
 from pandas._libs.algos import groupsort_indexer
 
 import ushuffle
 
-__all__ = ["shuffle", "drop"]
+__all__ = ["register", "shuffle", "Lifetimes", "stats", "cpu"]
 
-# A row batch is one record: a header "<4s I I Q" (magic, rows, layout
-# length, rest length), the layout (a pickle: the frame's columns, which of
-# them and whether the index travel raw, their dtypes), the rest (a pickle
-# of the columns without a numpy dtype: object, string, nullable,
-# categorical), then each raw column's bytes (the index first); every part
-# starts 8-byte aligned. Raw columns cost no Python per row: the map sorts
-# each once and writes slices of it, the reducer copies each record's
-# slice straight into its output column. Every record is a whole batch
-# within one frame (Writer.write_gather), so the frames of maps interleaved
-# on a worker never split one.
-_MAGIC = b"USD3"
-_HDR = struct.Struct("<4sIIQ")
+# A row batch is one record: a header "<4s I I I I Q" (magic, rows, map,
+# the map's sorted row it starts at, layout length, rest length), the
+# layout (a pickle: the frame's columns, which of them and whether the
+# index travel raw, their dtypes), the rest (a pickle of the columns
+# without a numpy dtype: object, string, nullable, categorical), then each
+# raw column's bytes (the index first); every part starts 8-byte aligned.
+# Raw columns cost no Python per row: the map sorts each once and writes
+# slices of it, the reducer copies each record's slice straight into its
+# output column. Every record is a whole batch within one frame
+# (Writer.write_gather), so the frames of maps interleaved on a worker
+# never split one.
+_MAGIC = b"USD4"
+_HDR = struct.Struct("<4sIIIIQ")
 _PAD = bytes(8)
 _RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "push_size": 1 << 20, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
+# What the scheduler needs to drop a shuffle.
+_TARGET = ("workers", "app", "dir", "secret_file", "timeout_ms")
+# The Dask and distributed releases the hook was tested with, and the
+# signatures of the functions it replaces.
+_TESTED = "2022.12."
+_SIGNATURES = (("df", "col", "npartitions", "max_branch", "shuffle",
+                "compute", "ignore_index"),
+               ("df", "index", "shuffle", "npartitions", "max_branch",
+                "ignore_index", "compute"))
 _local = threading.local()
+log = logging.getLogger("ushuffle.dask")
 # Writer threads per process: one map's rows are written while another's
 # commit waits. At most that many maps are handed over at once: each such
 # map's task (and input frame) waits outside the worker's thread pool.
@@ -134,12 +161,14 @@ def _sorted_parts(frame, order):
     return layout, raws, [a.dtype.itemsize for a in sort], rest
 
 
-def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
-    """Writes rows [a, b) of the sorted columns to part as one batch, or
-    halves it if its record came out larger than limit bytes."""
+def _write_rows(w, m, part, a, b, layout, raws, sizes, rest, limit):
+    """Writes rows [a, b) of map m's sorted columns to part as one batch,
+    or halves it if its record came out larger than limit bytes; a single
+    row larger than that goes out alone (Writer.write: a batch of its
+    own, as large as the workers' frame limit allows)."""
     t = _clock()
     rp = b"" if rest is None else pickle.dumps(rest.iloc[a:b], protocol=5)
-    pieces = [_HDR.pack(_MAGIC, b - a, len(layout), len(rp)),
+    pieces = [_HDR.pack(_MAGIC, b - a, m, a, len(layout), len(rp)),
               layout, _pad(len(layout)), rp, _pad(len(rp))]
     for r, sz in zip(raws, sizes):
         pieces += [r[a * sz:b * sz], _pad((b - a) * sz)]
@@ -147,10 +176,12 @@ def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
     t = _tally("pickle", t)
     if n > limit and b - a > 1:
         half = (a + b) // 2
-        _write_rows(w, part, a, half, layout, raws, sizes, rest, limit)
-        _write_rows(w, part, half, b, layout, raws, sizes, rest, limit)
-        return
-    w.write_gather(part, pieces)
+        _write_rows(w, m, part, a, half, layout, raws, sizes, rest, limit)
+        _write_rows(w, m, part, half, b, layout, raws, sizes, rest, limit)
+    elif n > limit:
+        w.write(part, b"".join(pieces))
+    else:
+        w.write_gather(part, pieces)
     _tally("write", t)
 
 
@@ -175,21 +206,21 @@ def _secede():
     secede()
 
 
-def _map(frame, on, nparts, sid, index, cfg):
-    """Writes frame's rows to their partitions and commits: returns the
-    map status and the rows per partition (the reducers size their
-    columns by them). The task thread hashes and sorts; a writer thread
-    writes and commits while the task waits outside the worker's pool, so
-    that the commit's wait (the workers' sync) overlaps the next map."""
-    _auth(cfg)
+def _write_map(frame, ids, nparts, sid, index, cfg):
+    """The map side: writes frame's rows to their partitions (ids: each
+    row's) as map `index` of shuffle sid and commits; returns the map
+    status and the rows per partition (the reducers size their columns by
+    them). The task thread sorts; a writer thread writes and commits while
+    the task waits outside the worker's pool, so that the commit's wait
+    (the workers' sync) overlaps the next map."""
     t0 = t = _clock()
-    idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.intp)
-    # A counting sort by partition, as dask's own group_split_pandas does.
-    order, counts = groupsort_indexer(idx, nparts)
-    counts = counts[1:]  # [0] counts the label -1, which hashes never give
+    # A stable counting sort by partition, as dask's group_split_pandas
+    # does: each partition's rows keep their order.
+    order, counts = groupsort_indexer(ids, nparts)
+    counts = counts[1:]  # [0] counts the label -1, which ids never hold
     t = _tally("hash", t)
     parts = list(_sorted_parts(frame, order))
-    del idx, order
+    del order
     _tally("take", t)
     pool, slots = _io()
     slots.acquire()  # a writer thread is free
@@ -202,8 +233,6 @@ def _map(frame, on, nparts, sid, index, cfg):
     _secede()
     status = job.result()
     _tally("map", t0)
-    if cfg["on_commit"]:
-        cfg["on_commit"](index)
     return status, counts
 
 
@@ -240,7 +269,7 @@ def _write(cfg, sid, index, nparts, counts, parts):
         with w:
             for p in np.flatnonzero(counts):
                 for a in range(ends[p] - counts[p], ends[p], step):
-                    _write_rows(w, int(p), a, min(a + step, ends[p]),
+                    _write_rows(w, index, int(p), a, min(a + step, ends[p]),
                                 layout, raws, sizes, rest, limit)
             t = _clock()
             del raws, rest  # in the push buffers now
@@ -258,18 +287,20 @@ def _bad(what):
 
 class _Gather:
     """The rows of records sharing one layout: each raw column copied
-    once, into an array sized for the partition's rows still to come."""
+    once, in arrival order, into an array sized for the partition's rows
+    still to come; frame() puts them in map order."""
 
     def __init__(self, layout, capacity):
-        self.layout = layout
         (self.columns, self.index_name, self.raw_index, self.pos,
          dtypes) = pickle.loads(layout)
         self.dtypes = [np.dtype(d) for d in dtypes]
         self.raws = [np.empty(capacity, d) for d in self.dtypes]
         self.bytes = [r.view(np.uint8) for r in self.raws]
-        self.rests, self.rows = [], 0
+        # Per record: (map, its first row in the map, its first row here,
+        # rows) and its rest frame (None when every column is raw).
+        self.recs, self.rests, self.rows = [], [], 0
 
-    def add(self, rec, off, rows, rest):
+    def add(self, rec, off, m, first, rows, rest):
         for r, d in zip(self.bytes, self.dtypes):
             n = rows * d.itemsize
             if off + n > rec.nbytes or self.rows + rows > len(r) // d.itemsize:
@@ -277,19 +308,30 @@ class _Gather:
             r[self.rows * d.itemsize:][:n] = np.frombuffer(rec, np.uint8,
                                                            n, off)
             off += n + len(_pad(n))
+        self.recs.append((m, first, self.rows, rows))
+        self.rests.append(rest)
         self.rows += rows
-        if rest is not None:
-            self.rests.append(rest)
 
     def frame(self):
+        """The rows in map order, then row order, and (map, rows) of each
+        map's run of them."""
+        order = sorted(range(len(self.recs)), key=lambda i: self.recs[i][:2])
         raws = [r[:self.rows] for r in self.raws]
+        if order != list(range(len(order))):  # arrived out of map order
+            take = np.concatenate([np.arange(self.recs[i][2], self.recs[i][2] +
+                                             self.recs[i][3])
+                                   for i in order])
+            raws = [r[take] for r in raws]
         index = None
         if self.raw_index:
             index = pd.Index(raws.pop(0), name=self.index_name, copy=False)
+        rests = [self.rests[i] for i in order if self.rests[i] is not None]
         rest = None
-        if self.rests:
-            rest = pd.concat(self.rests, ignore_index=self.raw_index) \
-                if len(self.rests) > 1 else self.rests[0]
+        if rests:
+            # Dask's concat, as the tasks shuffle's: it unions the
+            # categories of categoricals that differ between maps.
+            rest = methods.concat(rests, uniform=True) \
+                if len(rests) > 1 else rests[0]
             if index is None:
                 index = rest.index
         cols, others = dict(zip(self.pos, raws)), iter(range(
@@ -298,24 +340,20 @@ class _Gather:
                 for i in range(len(self.columns))}
         out = pd.DataFrame(data, index=index, copy=False)
         out.columns = self.columns
-        return out
+        runs = []
+        for i in order:
+            m, rows = self.recs[i][0], self.recs[i][3]
+            if runs and runs[-1][0] == m:
+                runs[-1][1] += rows
+            else:
+                runs.append([m, rows])
+        return out, runs
 
 
-def _statuses(results, nparts):
-    """The maps' statuses and the rows of each partition over all maps:
-    what every reducer needs, in O(maps + partitions)."""
-    rows = np.zeros(nparts, np.int64)
-    for _, counts in results:
-        rows += counts
-    return [s for s, _ in results], rows
-
-
-def _reduce(maps, part, meta, cfg):
-    _auth(cfg)
-    t0 = _clock()
-    statuses, rows = maps
-    left = int(rows[part])
-    frames, g = [], None
+def _read(part, statuses, rows, cfg):
+    """Partition part's records, by layout (maps whose frames had other
+    dtypes write other layouts)."""
+    gathers = {}
     with ushuffle.Reader(part, statuses, cfg["timeout_ms"]) as r:
         while True:
             t = _clock()
@@ -325,92 +363,329 @@ def _reduce(maps, part, meta, cfg):
                 break
             if rec.nbytes < _HDR.size:
                 raise _bad("short")
-            magic, rows, llen, rlen = _HDR.unpack_from(rec)
+            magic, n, m, first, llen, rlen = _HDR.unpack_from(rec)
             off = _HDR.size + llen + len(_pad(llen))
             if magic != _MAGIC or off + rlen > rec.nbytes:
                 raise _bad("header")
-            layout = rec[_HDR.size:_HDR.size + llen]
-            if g is None or layout != g.layout:
-                if g is not None:
-                    frames.append(g.frame())
-                g = _Gather(bytes(layout), left)
+            layout = bytes(rec[_HDR.size:_HDR.size + llen])
+            g = gathers.get(layout)
+            if g is None:
+                g = gathers[layout] = _Gather(layout, rows)
             rest = pickle.loads(rec[off:off + rlen]) if rlen else None
-            g.add(rec, off + rlen + len(_pad(rlen)), rows, rest)
-            left -= rows
+            g.add(rec, off + rlen + len(_pad(rlen)), m, first, n, rest)
             _tally("decode", t)
+    return gathers.values()
+
+
+def _assemble(gathers, ignore_index):
+    """One frame of the gathers' rows, per map in map order, as the tasks
+    shuffle concatenates its pieces (dask's _concat)."""
+    frames = [g.frame() for g in gathers]
+    if len(frames) == 1:
+        out, runs = frames[0]
+    else:
+        pieces = []
+        for f, fruns in frames:
+            lo = 0
+            for m, n in fruns:
+                pieces.append((m, f.iloc[lo:lo + n]))
+                lo += n
+        pieces.sort(key=lambda p: p[0])
+        runs = [(m, len(f)) for m, f in pieces]
+        out = methods.concat([f for _, f in pieces], uniform=True)
+    if ignore_index:
+        # Each map's piece numbered from 0, as tasks leaves it.
+        out.index = pd.RangeIndex(len(out)) if len(runs) == 1 else \
+            pd.Index(np.concatenate([np.arange(n) for _, n in runs]))
+    return out
+
+
+def _statuses(results, nparts):
+    """The maps' statuses, the rows of each partition over all maps and
+    map 0's empty frame: what every reducer needs, in O(maps +
+    partitions)."""
+    rows = np.zeros(nparts, np.int64)
+    for _, counts, _ in results:
+        rows += counts
+    return [s for s, _, _ in results], rows, results[0][2]
+
+
+def _reduce(maps, part, ignore_index, cfg):
+    _auth(cfg)
+    t0 = _clock()
+    statuses, rows, head = maps
+    if not rows[part]:
+        # The tasks shuffle's empty partition: map 0's empty piece, with
+        # its dtypes (and categories).
+        return head.reset_index(drop=True) if ignore_index else head
+    gathers = _read(part, statuses, int(rows[part]), cfg)
     t = _clock()
-    if g is not None:
-        frames.append(g.frame())
-    out = meta.copy() if not frames else \
-        pd.concat(frames) if len(frames) > 1 else frames[0]
+    out = _assemble(gathers, ignore_index)
     _tally("concat", t)
     _tally("reduce", t0)
     return out
 
 
-def _drop(cfg, sid):
-    if cfg["workers"]:
-        try:
-            ushuffle.shuffle_drop(cfg["workers"], cfg["app"], sid)
-        except ushuffle.Error:
-            pass  # an unreachable worker drops it at its --app-ttl
+def _partition_ids(frame, col, nparts):
+    """Each row's output partition, as dask's shuffle_group computes it:
+    the "_partitions" column Dask assigned, else a hash of the columns."""
+    cols = [col] if isinstance(col, str) else list(col)
+    if cols[0] == "_partitions":
+        ids = frame["_partitions"].to_numpy() % nparts
     else:
-        shutil.rmtree(os.path.join(cfg["dir"], f"s{sid}"),
-                      ignore_errors=True)
+        ids = partitioning_index(frame[cols], nparts)
+    return np.asarray(ids, dtype=np.intp)
 
 
-def drop(result):
-    """Drops the shuffle behind a collection shuffle() returned now,
-    instead of when the collection is freed."""
-    for layer in result.dask.layers.values():
-        f = getattr(layer, "_ushuffle_drop", None)
-        if f:
-            f()
+def _map(frame, col, nparts, token, index, ignore_index, cfg):
+    """A map task: the status, rows per partition and, from map 0, the
+    empty frame an empty output partition is."""
+    _auth(cfg)
+    sid = _shuffle_id(token, cfg)
+    t = _clock()
+    ids = _partition_ids(frame, col, nparts)
+    _tally("hash", t)
+    head = frame.take(np.empty(0, np.intp)) if index == 0 else None
+    if ignore_index:
+        frame = frame.reset_index(drop=True)  # computed, not gathered
+    status, counts = _write_map(frame, ids, nparts, sid, index, cfg)
+    if cfg["on_commit"]:
+        cfg["on_commit"](index)
+    return status, counts, head
 
 
-def shuffle(df, on, npartitions=None, workers=None, **opts):
-    """df shuffled by column(s) on into npartitions (df's by default)
-    through ushuffled workers ("HOST:PORT,...") or, without workers, the
-    disk target under opts["dir"] (one host only).
+# Lifetimes: the scheduler's.
 
-    opts: app, dir, codec, push_size, pool_bytes, timeout_ms,
-    secret_file (else $USHUFFLE_SECRET on the Dask workers), on_commit
-    (called with the map index after each commit: for tests).
+def _statuses_key(token):
+    return f"ushuffle-statuses-{token}"
 
-    The shuffle's data is dropped when the returned collection (every
-    collection derived from it) has been freed: compute, then let go."""
-    unknown = set(opts) - set(_DEFAULTS)
-    if unknown:
-        raise TypeError(f"ushuffle.dask.shuffle: unknown options {unknown}")
-    cfg = {**_DEFAULTS, **opts, "workers": workers}
-    on = [on] if isinstance(on, str) else list(on)
-    missing = [c for c in on if c not in df.columns]
-    if missing:
-        raise KeyError(f"ushuffle.dask.shuffle: no column {missing} in "
-                       f"the frame (columns: {list(df.columns)})")
-    nparts = int(npartitions or df.npartitions)
-    if workers:
+
+def _shuffle_id(token, cfg):
+    """The id of this incarnation of the shuffle, from the scheduler."""
+    try:
+        from distributed import get_worker
+        from distributed.utils import sync
+        w = get_worker()
+    except ValueError:
+        raise RuntimeError("ushuffle.dask: a shuffle=\"ushuffle\" task ran "
+                           "outside a distributed worker (compute it with "
+                           "the Client it was built with)") from None
+    sid = sync(w.loop, w.scheduler.ushuffle_shuffle_id,
+               key=_statuses_key(token),
+               target={k: cfg[k] for k in _TARGET})
+    if sid is None:
+        raise RuntimeError(f"ushuffle.dask: shuffle {token} was forgotten "
+                           f"by the scheduler")
+    return sid
+
+
+def _drop(target, sid):
+    """Drops shuffle sid on every ushuffled worker of target (or its
+    directory on the disk target)."""
+    try:
+        if target["workers"]:
+            _auth(target)
+            ushuffle.shuffle_drop(target["workers"], target["app"], sid,
+                                  target["timeout_ms"])
+        else:
+            shutil.rmtree(os.path.join(target["dir"], f"s{sid}"),
+                          ignore_errors=True)
+    except ushuffle.Error as e:  # an unreachable worker drops it at its
+        log.warning("ushuffle.dask: %s", e)  # --app-ttl
+
+
+class Lifetimes(SchedulerPlugin):
+    """The scheduler plugin that owns shuffle lifetimes: each incarnation
+    of a shuffle (from its first map until its statuses key is forgotten)
+    gets an id of its own, dropped on the workers when the key goes. A
+    recompute is a new incarnation: it never adds to a dropped one."""
+
+    name = "ushuffle"
+
+    def __init__(self):
+        self.live = {}  # statuses key: (shuffle id, target)
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+        scheduler.handlers["ushuffle_shuffle_id"] = self.shuffle_id
+        # Drops talk to the workers: off the scheduler's event loop, in
+        # order.
+        self.dropper = ThreadPoolExecutor(1, "ushuffle-drop")
+
+    def shuffle_id(self, key, target):
+        if key not in self.scheduler.tasks:
+            return None  # forgotten while the map was on its way
+        if key not in self.live:
+            sid = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+            self.live[key] = (sid, target)
+        return self.live[key][0]
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish == "forgotten" and key in self.live:
+            sid, target = self.live.pop(key)
+            self.dropper.submit(_drop, target, sid)
+
+    def restart(self, scheduler):
+        for key in list(self.live):
+            self.transition(key, None, "forgotten")
+
+    async def close(self):
+        self.restart(self.scheduler)
+        self.dropper.shutdown(wait=True)
+
+
+# The hook.
+
+def _client():
+    try:
+        from distributed import get_client
+        return get_client()
+    except ValueError:
+        raise RuntimeError("ushuffle.dask: shuffle=\"ushuffle\" needs a "
+                           "distributed.Client (its scheduler drops each "
+                           "shuffle when its keys are forgotten)") from None
+
+
+def _graph(df, col, nparts, ignore_index, cfg):
+    """df's rows in nparts partitions by col, through ushuffle."""
+    _client().register_scheduler_plugin(Lifetimes(), name=Lifetimes.name,
+                                        idempotent=True)
+    if cfg["workers"]:
         _auth(cfg)
         # Fails now, naming the worker, before any task writes anything.
-        ushuffle.app_heartbeat(workers, cfg["app"], cfg["timeout_ms"])
+        ushuffle.app_heartbeat(cfg["workers"], cfg["app"], cfg["timeout_ms"])
     else:
         cfg["dir"] = cfg["dir"] or os.path.join(
             "/var/tmp", f"ushuffle-dask-{os.getuid()}")
         os.makedirs(cfg["dir"], exist_ok=True)
-    sid = uuid.uuid4().int & 0x7FFFFFFF
-    token = tokenize(df, on, nparts, sid)
-    mname, sname, rname = (f"ushuffle-{k}-{token}"
-                           for k in ("map", "statuses", "reduce"))
-    graph = {(mname, i): (_map, (df._name, i), on, nparts, sid, i, cfg)
+    token = tokenize(df, col, nparts, ignore_index, cfg)
+    mname, rname = f"ushuffle-map-{token}", f"ushuffle-reduce-{token}"
+    sname = _statuses_key(token)
+    graph = {(mname, i): (_map, (df._name, i), col, nparts, token, i,
+                          ignore_index, cfg)
              for i in range(df.npartitions)}
     graph[sname] = (_statuses, [(mname, i) for i in range(df.npartitions)],
                     nparts)
-    meta = df._meta
-    graph.update({(rname, j): (_reduce, sname, j, meta, cfg)
+    graph.update({(rname, j): (_reduce, sname, j, ignore_index, cfg)
                   for j in range(nparts)})
+    meta = df._meta.reset_index(drop=True) if ignore_index else df._meta
     hlg = HighLevelGraph.from_collections(rname, graph, dependencies=[df])
-    # Every collection derived from the result shares this layer: the
-    # shuffle lives as long as one of them does.
-    layer = hlg.layers[rname]
-    layer._ushuffle_drop = weakref.finalize(layer, _drop, cfg, sid)
     return new_dd_object(hlg, rname, meta, [None] * (nparts + 1))
+
+
+def _rearrange(df, col, npartitions=None, max_branch=None, shuffle=None,
+               compute=None, ignore_index=False):
+    """dask.dataframe.shuffle.rearrange_by_column, once register()ed:
+    shuffle="ushuffle" (or the config's) comes here, any other method
+    goes to Dask's own."""
+    method = shuffle or dask.config.get("shuffle", None) or "disk"
+    if method != "ushuffle":
+        return _dask_rearrange(df, col, npartitions, max_branch, shuffle,
+                               compute, ignore_index)
+    cfg = getattr(_local, "cfg", None) or _registered
+    if cfg is None:
+        raise RuntimeError("ushuffle.dask: shuffle=\"ushuffle\" before "
+                           "ushuffle.dask.register()")
+    # As Dask's: fewer outputs than inputs repartitions first.
+    if npartitions is not None and npartitions < df.npartitions:
+        df = df.repartition(npartitions=npartitions)
+    return _graph(df, col, npartitions or df.npartitions, ignore_index,
+                  dict(cfg))
+
+
+def _shuffle(df, index, shuffle=None, npartitions=None, max_branch=32,
+             ignore_index=False, compute=None):
+    """dask.dataframe.shuffle.shuffle, once register()ed: column labels
+    named with shuffle="ushuffle" go straight to rearrange_by_column, as
+    Dask sends them for "tasks" (no "_partitions" column: it would cost a
+    copy of every partition, and Dask's removal of it makes an empty
+    output partition the meta, not map 0's empty piece)."""
+    if shuffle == "ushuffle" and (isinstance(index, str) or (
+            pd.api.types.is_list_like(index) and
+            not is_dask_collection(index))):
+        cols = [index] if isinstance(index, str) else list(index)
+        if set(cols) <= set(df.columns):
+            return _rearrange(df, cols, npartitions=npartitions,
+                              shuffle=shuffle, ignore_index=ignore_index)
+    return _dask_shuffle(df, index, shuffle, npartitions, max_branch,
+                         ignore_index, compute)
+
+
+_dask_rearrange = _dshuffle.rearrange_by_column
+_dask_shuffle = _dshuffle.shuffle
+_registered = None
+
+
+def _check_opts(opts):
+    unknown = set(opts) - set(_DEFAULTS)
+    if unknown:
+        raise TypeError(f"ushuffle.dask: unknown options {sorted(unknown)}")
+
+
+def _install():
+    """Hooks dask.dataframe.shuffle, on the Dask it was tested with:
+    rearrange_by_column, which every shuffle method goes through, and
+    shuffle's column-label path."""
+    import distributed
+    found = (dask.__version__, distributed.__version__)
+    params = tuple(tuple(inspect.signature(f).parameters)
+                   for f in (_dask_rearrange, _dask_shuffle))
+    if not all(v.startswith(_TESTED) for v in found) or \
+            params != _SIGNATURES:
+        raise RuntimeError(
+            f"ushuffle.dask: the hook into dask.dataframe.shuffle."
+            f"rearrange_by_column was tested with dask and distributed "
+            f"{_TESTED}x only; found dask {found[0]}, distributed "
+            f"{found[1]}")
+    _dshuffle.rearrange_by_column = _rearrange
+    _dshuffle.shuffle = _shuffle
+
+
+def register(workers=None, **opts):
+    """Makes shuffle="ushuffle" a shuffle method of Dask's DataFrame
+    operations, through ushuffled workers ("HOST:PORT,...") or, without
+    workers, the disk target under opts["dir"] (one host only). Calling
+    it again replaces the options.
+
+    opts: app, dir, codec, push_size, pool_bytes, timeout_ms,
+    secret_file (else $USHUFFLE_SECRET on the Dask workers and the
+    scheduler), on_commit (called with the map index after each commit:
+    for tests)."""
+    global _registered
+    _check_opts(opts)
+    _install()
+    _registered = {**_DEFAULTS, **opts, "workers": workers}
+
+
+def _check_on(df, on):
+    """on, as Dask's shuffle takes it: column labels, the index name, or
+    a Series or Index of df; a short KeyError for a label df lacks."""
+    if is_dask_collection(on):
+        return on
+    if isinstance(on, tuple) and on in df.columns:
+        return [on]  # a tuple label, not a tuple of labels
+    labels = list(on) if pd.api.types.is_list_like(on) else [on]
+    missing = [c for c in labels
+               if c not in df.columns and c != df._meta.index.name]
+    if missing:
+        cols = list(df.columns)
+        more = f", ... ({len(cols)} in all)" if len(cols) > 10 else ""
+        raise KeyError(f"ushuffle.dask.shuffle: no column {missing} in the "
+                       f"frame (columns: {cols[:10]}{more})")
+    return on
+
+
+def shuffle(df, on, npartitions=None, ignore_index=False, workers=None,
+            **opts):
+    """df.shuffle(on, npartitions, ignore_index=..., shuffle="ushuffle")
+    with these options (register()'s) for this one shuffle."""
+    _check_opts(opts)
+    on = _check_on(df, on)
+    _install()
+    _local.cfg = {**_DEFAULTS, **opts, "workers": workers}
+    try:
+        return _dshuffle.shuffle(df, on, shuffle="ushuffle",
+                                 npartitions=npartitions,
+                                 ignore_index=ignore_index)
+    finally:
+        del _local.cfg
