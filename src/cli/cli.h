@@ -66,6 +66,7 @@ struct job_opts {
 	char workers[1024];
 	uint64_t replicas;   /* net: workers each batch goes to */
 	char secret_file[PATH_MAX]; /* net: the application's secret */
+	char app[65];        /* net: the application the shuffles belong to */
 	/* process-wide: from the command line or a [global] section */
 	int output_format, eta;
 	char output[PATH_MAX];
@@ -110,7 +111,8 @@ void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 void opts_defaults(struct job_opts *j);
 void opts_help(FILE *f);
 const char *choice_name(const struct opt_choice *c, int value);
-extern const struct opt_choice rw_choices[], verify_choices[];
+extern const struct opt_choice rw_choices[], verify_choices[],
+	target_choices[];
 
 /* ------------------------------------------------------------ jobfile.c */
 
@@ -206,6 +208,8 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 		  size_t n);
 void manifest_free(struct manifest *m);
+/* Where the write job put the data: TARGET_NET if it named workers. */
+int manifest_target(const struct manifest *m);
 
 /* ---------------------------------------------------------------- job.c */
 
@@ -251,6 +255,10 @@ struct job_result {
 	uint32_t maps, partitions, rec_min, rec_max;
 	int err;                /* first error, 0 if none */
 	char errmsg[512];
+	char warning[512];      /* what went wrong without failing the job */
+	/* The job's options as it ran them: a read takes its target from
+	 * the write job's manifest. o points here. */
+	struct job_opts opts;
 };
 
 /* Runs one job to completion. Returns 0, EXIT_RUN or EXIT_INTR. */
@@ -337,6 +345,9 @@ const char *verify_status(const struct job_result *r);
 void report_describe(FILE *f, const struct job_list *l);
 /* The causes of a failed job and its first mismatches, on stderr. */
 void report_errors(const struct job_result *r);
+/* What the error err of r's job (or of one of its threads) was, never
+ * empty when err is not 0; "" when it is. */
+const char *report_error_message(const struct job_result *r, int err);
 void report_normal(FILE *f, const struct job_result *res, size_t njobs);
 int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs);

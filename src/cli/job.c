@@ -126,6 +126,9 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 					sizeof(res->errmsg));
 		if (ret)
 			return ret;
+		/* The data is where the write job put it, whatever this
+		 * job's --target says. */
+		res->opts.target = manifest_target(&j->expect);
 		j->maps = j->expect.maps;
 		j->partitions = j->expect.partitions;
 		j->gen.min = j->expect.rec_min;
@@ -321,16 +324,20 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 
 /* Workers keep every attempt until the shuffle is dropped: a job writing
  * the shuffle anew drops what an earlier run left (as the disk target
- * cleans its files), and a shuffle job drops it when done. */
-static int net_drop(struct job_ctx *j, struct job_result *res)
+ * cleans its files), and a shuffle job drops it when done. A drop is
+ * cleanup: a worker it cannot reach (a dead replica) is a warning, not
+ * the job's failure, since what that worker holds expires with the
+ * application's TTL and the job's result is its data's. */
+static void net_drop(struct job_ctx *j, struct job_result *res)
 {
-	if (j->o->target != TARGET_NET || j->o->rw == RW_READ)
-		return 0;
-	int ret = ush_shuffle_drop(j->workers, NULL, j->shuffle, 0);
-	if (ret)
-		snprintf(res->errmsg, sizeof(res->errmsg), "dropping shuffle %u "
-			 "on the workers: %.400s", j->shuffle, ush_last_error());
-	return ret;
+	if (j->o->target != TARGET_NET || j->o->rw == RW_READ ||
+	    !ush_shuffle_drop(j->workers, j->o->app, j->shuffle, 0) ||
+	    res->warning[0])
+		return;
+	snprintf(res->warning, sizeof(res->warning), "dropping shuffle %u on "
+		 "the workers: %.300s; what they keep of it expires with "
+		 "application '%s' (the workers' --app-ttl)", j->shuffle,
+		 ush_last_error(), j->o->app);
 }
 
 static void net_teardown(struct job_ctx *j)
@@ -344,7 +351,8 @@ static void net_teardown(struct job_ctx *j)
 int job_run(const struct job_opts *o, struct job_result *res, int eta)
 {
 	memset(res, 0, sizeof(*res));
-	res->o = o;
+	res->opts = *o;
+	res->o = o = &res->opts;
 	res->shuffle = job_shuffle_id(o->name);
 	res->nthreads = (unsigned)o->numjobs;
 	verify_log_init(&res->vlog);
@@ -365,9 +373,8 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 		ret = res->err = prepare(&j, res);
 	if (!ret)
 		ret = res->err = net_setup(&j, res);
-	if (!ret)
-		ret = res->err = net_drop(&j, res);
 	if (!ret) {
+		net_drop(&j, res);
 		pthread_barrier_init(&j.bar, NULL, res->nthreads);
 		j.t_start = now_ns();
 		int err = start(&j, tc, tid);
@@ -384,9 +391,12 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 			 * worker drops the shuffles of a silent one. */
 			if (o->target == TARGET_NET && now_ns() >= next_beat) {
 				next_beat += HEARTBEAT_NS;
-				if (ush_app_heartbeat(j.workers, NULL, 5000))
-					fprintf(stderr, CLI_NAME ": heartbeat: "
-						"%s\n", ush_last_error());
+				if (ush_app_heartbeat(j.workers, o->app, 5000) &&
+				    !res->warning[0]) /* the others got it */
+					snprintf(res->warning,
+						 sizeof(res->warning),
+						 "heartbeat: %.400s",
+						 ush_last_error());
 			}
 			if (eta && now_ns() >= next_eta) {
 				eta_tick(&j, false);
@@ -400,9 +410,8 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 		pthread_barrier_destroy(&j.bar);
 		res->ran = true;
 		finish(&j, res);
-		if (o->rw == RW_SHUFFLE && !o->keep && net_drop(&j, res) &&
-		    !res->err)
-			res->err = -EIO;
+		if (o->rw == RW_SHUFFLE && !o->keep)
+			net_drop(&j, res);
 	} else if (!res->err) {
 		res->err = -EINVAL;
 	}

@@ -243,6 +243,12 @@ static int check_job(const struct job_opts *j, bool named)
 			    ush_last_error());
 		return -1;
 	}
+	if (j->app[strspn(j->app, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+			  "qrstuvwxyz0123456789._:-")]) {
+		usage_error("%s--app=%s: not an application id; accepted: 1..64 "
+			    "characters of A-Z a-z 0-9 . _ : -", pre, j->app);
+		return -1;
+	}
 	if (check_dir(j, pre))
 		return -1;
 	opt_format(opt_find("record-size"), j, v, sizeof(v));

@@ -109,9 +109,12 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	add_u64(o, "threads", a->threads);
 	if (t)
 		add_u64(o, "thread", (uint64_t)(t - r->t));
-	add(o, "error", json_object_new_int(t ? t->err : r->err));
-	if (r->err && r->errmsg[0])
-		add(o, "error_message", json_object_new_string(r->errmsg));
+	int err = t ? t->err : r->err;
+	add(o, "error", json_object_new_int(err));
+	add(o, "error_message",
+	    json_object_new_string(report_error_message(r, err)));
+	if (r->warning[0])
+		add(o, "warning", json_object_new_string(r->warning));
 	add(o, "interrupted", json_object_new_boolean(r->interrupted));
 	add(o, "job options", options_json(r->o));
 	/* What it used: a read job's shape is its manifest's. */
@@ -172,8 +175,8 @@ int report_json(FILE *f, const struct job_list *l,
 			add(o, "jobname", json_object_new_string(r->o->name));
 			add_u64(o, "groupid", g);
 			add(o, "error", json_object_new_int(r->err));
-			add(o, "error_message",
-			    json_object_new_string(r->errmsg));
+			add(o, "error_message", json_object_new_string(
+					report_error_message(r, r->err)));
 			json_object_array_add(jobs, o);
 			continue;
 		}

@@ -215,6 +215,11 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 	return ret;
 }
 
+int manifest_target(const struct manifest *m)
+{
+	return m->workers[0] ? TARGET_NET : TARGET_DISK;
+}
+
 void manifest_free(struct manifest *m)
 {
 	for (uint32_t i = 0; m->status && i < m->maps; i++)

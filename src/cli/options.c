@@ -20,7 +20,7 @@
 
 const struct opt_choice rw_choices[] = {
 	{"write", RW_WRITE}, {"read", RW_READ}, {"shuffle", RW_SHUFFLE}, {0}};
-static const struct opt_choice target_choices[] = {
+const struct opt_choice target_choices[] = {
 	{"null", TARGET_NULL}, {"disk", TARGET_DISK}, {"net", TARGET_NET}, {0}};
 static const struct opt_choice handoff_choices[] = {
 	{"swap", HANDOFF_SWAP}, {"copy", HANDOFF_COPY}, {0}};
@@ -87,6 +87,10 @@ const struct opt cli_opts[] = {
 	{"secret-file", T_STR, F(secret_file), "", "net: file holding the "
 	 "application's secret (else $USHUFFLE_SECRET; the embedded worker "
 	 "makes one up)", 0, PATH_MAX - 1, NULL, 0},
+	{"app", T_STR, F(app), "default", "net: the application the job's "
+	 "shuffles belong to (A-Z a-z 0-9 . _ : -); workers check its "
+	 "secret (per application with their --secrets-dir) and drop its "
+	 "shuffles when its heartbeats stop", 1, 64, NULL, 0},
 	{"verify", T_ENUM, F(verify), "crc32c", "check every record read "
 	 "back (needs records of 16 bytes or more)", 0, 0, verify_choices, 0},
 	{"buffer_compress_percentage", T_UINT, F(compress_pct), "50",

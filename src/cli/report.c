@@ -259,14 +259,17 @@ void report_describe(FILE *f, const struct job_list *l)
 				m.maps, m.partitions, m.rec_min);
 			if (m.rec_max != m.rec_min)
 				fprintf(f, "-%u", m.rec_max);
-			fprintf(f, " (from the write job's manifest)");
+			fprintf(f, ", target=%s (from the write job's "
+				"manifest)", choice_name(target_choices,
+							 manifest_target(&m)));
 			manifest_free(&m);
 		}
 		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
 			/* Reading makes no batches: bs, codec and handoff
 			 * are the write job's business, and its shape came
 			 * from the manifest above. */
-			if (o->rw == RW_READ && (k < 4 || k == 5))
+			if (o->rw == RW_READ && (k < 4 || k == 5 ||
+						 (man && k == 4)))
 				continue;
 			opt_format(opt_find(keys[k]), o, v, sizeof(v));
 			fprintf(f, ", %s=%s", keys[k], v);
@@ -301,6 +304,16 @@ void report_normal(FILE *f, const struct job_result *res, size_t njobs)
 	}
 }
 
+const char *report_error_message(const struct job_result *r, int err)
+{
+	if (!err)
+		return "";
+	if (r->errmsg[0])
+		return r->errmsg;
+	/* A reader's error is told by the verify log (read.c). */
+	return r->vlog.nfirst ? r->vlog.first[0] : ush_strerror(err);
+}
+
 void report_errors(const struct job_result *r)
 {
 	const char *job = r->o->name;
@@ -322,4 +335,8 @@ void report_errors(const struct job_result *r)
 	if (r->interrupted)
 		fprintf(stderr, CLI_NAME ": job '%s': interrupted; the report "
 			"is partial\n", job);
+	/* Last: the first line of a failed job names its failure. */
+	if (r->warning[0])
+		fprintf(stderr, CLI_NAME ": warning: job '%s': %s\n", job,
+			r->warning);
 }

@@ -256,7 +256,7 @@ void write_phase(struct thread_ctx *t)
 		.target = o->target == TARGET_DISK  ? USH_TARGET_DISK : o->target == TARGET_NET ? USH_TARGET_NET : USH_TARGET_NULL,
 		.dir = o->dir, .direct = o->direct,
 		.workers = j->workers[0] ? j->workers : NULL,
-		.replicas = (uint32_t)o->replicas,
+		.replicas = (uint32_t)o->replicas, .app = o->app,
 		.ioengine = (enum ush_ioengine)o->ioengine};
 	ush_ring *ring = NULL;
 	ush_writer *w = NULL;
