@@ -375,6 +375,61 @@ static void job_files_layer_under_the_command_line(void **state)
 	th_rmrf(dir);
 }
 
+/* As in fio, each --name starts a job, the options before the first one
+ * are every job's, and jobs run side by side unless --stonewall makes one
+ * wait (a new group); each job reports in its own blocks. */
+static void name_starts_a_job(void **state)
+{
+	(void)state;
+	struct cli_out r = cli_run(NULL, "--size=64k", "--numjobs=1",
+				   "--target=null", "--name=a", "--rw=write",
+				   "--name=b", "--bs=128k", "--name=c",
+				   "--stonewall", "--output-format=json",
+				   "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	assert_int_equal(json_object_array_length(jget(j, "jobs")), 3);
+	static const char *const want[][4] = {
+		/* jobname, rw, bs, groupid */
+		{"a", "write", "64k", "0"},
+		{"b", "shuffle", "128k", "0"},
+		{"c", "shuffle", "64k", "1"},
+	};
+	for (size_t i = 0; i < 3; i++) {
+		json_object *o = job_n(j, i);
+		assert_string_equal(jstr(o, "jobname"), want[i][0]);
+		assert_string_equal(jstr(o, "job options/rw"), want[i][1]);
+		assert_string_equal(jstr(o, "job options/bs"), want[i][2]);
+		assert_string_equal(jstr(o, "job options/size"), "64k");
+		assert_int_equal(jint(o, "groupid"), want[i][3][0] - '0');
+		assert_true(jint(o, "write/io_bytes") >= 64 * 1024);
+	}
+	assert_string_equal(jstr(j, "global options/size"), "64k");
+	json_object *g;
+	assert_false(json_object_object_get_ex(jget(j, "global options"),
+					       "bs", &g));
+	json_object_put(j);
+	cli_free(&r);
+
+	r = cli_run(NULL, "--size=64k", "--numjobs=1", "--target=null",
+		    "--name=a", "--name=b", "--stonewall", "--eta=never");
+	cli_expect(&r, 0);
+	cli_has(r.out, "a: (g=0): rw=shuffle");
+	cli_has(r.out, "b: (g=1): rw=shuffle");
+	cli_has(r.out, "a thread 0: (groupid=0");
+	cli_has(r.out, "b thread 0: (groupid=1");
+	cli_has(r.out, "Run status group 1 (all jobs)");
+	cli_free(&r);
+
+	/* Side by side, one name is one shuffle: refused before any I/O. */
+	r = cli_run(NULL, "--target=null", "--name=a", "--rw=write",
+		    "--name=a");
+	cli_expect(&r, 2);
+	cli_has(r.err, "jobs 'a' and 'a' run at the same time");
+	cli_has(r.err, "--stonewall");
+	cli_free(&r);
+}
+
 static void job_file_errors_exit_2(void **state)
 {
 	(void)state;
@@ -431,6 +486,7 @@ int main(void)
 		cmocka_unit_test(bad_input_exits_2),
 		cmocka_unit_test(config_mistakes_exit_2),
 		cmocka_unit_test(job_files_layer_under_the_command_line),
+		cmocka_unit_test(name_starts_a_job),
 		cmocka_unit_test(job_file_errors_exit_2),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

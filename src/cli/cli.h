@@ -53,6 +53,7 @@ struct job_opts {
 	uint64_t size;
 	uint64_t runtime_ms; /* 0: no limit */
 	int time_based, group_reporting, keep, pin;
+	int stonewall;       /* wait for the jobs before this one */
 	int rw;
 	uint64_t partitions;
 	uint64_t record_size[2]; /* min, max */
@@ -119,10 +120,16 @@ extern const struct opt_choice rw_choices[], verify_choices[],
 struct cli_setting { /* one command-line option, as given */
 	const struct opt *o;
 	const char *value;
+	int job; /* -1: before the first --name (every job); else the
+		    command-line job it belongs to, counted from 0 */
 };
 
 struct job_list {
-	struct job_opts *jobs; /* sections in order; run one after another */
+	/* The jobs in order: the files' sections, then the command line's.
+	 * A job runs at the same time as the ones before it, back to the
+	 * last one with stonewall set, which waits for all before it. */
+	struct job_opts *jobs;
+	unsigned *group;       /* per job: its stonewall group, from 0 */
 	size_t n;
 	struct job_opts global; /* process-wide settings */
 	struct cli_setting *given; /* command-line options, for reports */
@@ -335,6 +342,8 @@ struct agg {
 };
 
 void agg_threads(struct agg *a, const struct thread_result *t, unsigned n);
+/* Adds n threads' results to a. */
+void agg_add(struct agg *a, const struct thread_result *t, unsigned n);
 double pct_cpu(uint64_t cpu_ns, uint64_t wall_ns);
 /* Percentiles reported for every latency histogram, fio's list. */
 extern const double report_pcts[];
@@ -348,7 +357,8 @@ void report_errors(const struct job_result *r);
 /* What the error err of r's job (or of one of its threads) was, never
  * empty when err is not 0; "" when it is. */
 const char *report_error_message(const struct job_result *r, int err);
-void report_normal(FILE *f, const struct job_result *res, size_t njobs);
+void report_normal(FILE *f, const struct job_list *l,
+		   const struct job_result *res, size_t njobs);
 int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs);
 

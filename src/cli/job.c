@@ -252,22 +252,25 @@ static int net_secret(const struct job_opts *o, struct ush_worker_opts *wo,
 {
 	static uint8_t made[32];
 	static int have_made;
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	const char *env = getenv("USHUFFLE_SECRET");
 	int ret = 0;
 	if (o->secret_file[0]) {
-		ret = ush_auth_secret_file(NULL, o->secret_file);
+		ret = ush_auth_secret_file(o->app, o->secret_file);
 		if (wo)
 			wo->secret_file = o->secret_file;
 	} else if (env && *env) {
 		if (wo)
 			wo->secret = env, wo->secret_len = strlen(env);
 	} else if (wo) {
+		pthread_mutex_lock(&lock); /* jobs run side by side */
 		if (!have_made) {
 			ret = getentropy(made, sizeof(made)) ? -errno : 0;
 			if (!ret)
 				ret = ush_auth_secret(NULL, made, sizeof(made));
 			have_made = !ret;
 		}
+		pthread_mutex_unlock(&lock);
 		wo->secret = made;
 		wo->secret_len = sizeof(made);
 	}
@@ -293,8 +296,8 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 	}
 	j->wdir_tmp = o->rw == RW_SHUFFLE && !o->keep;
 	if (j->wdir_tmp)
-		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled.%d", o->dir,
-			 (int)getpid());
+		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled.%d.%u",
+			 o->dir, (int)getpid(), j->shuffle);
 	else
 		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled", o->dir);
 	struct ush_worker_opts wo;

@@ -273,9 +273,10 @@ static int check_job(const struct job_opts *j, bool named)
 	return 0;
 }
 
-/* Returns 1 after --help/--version, 0 to go on, -1 after a message. */
+/* Returns 1 after --help/--version, 0 to go on, -1 after a message.
+ * As in fio, each --name starts a job; *named counts them. */
 static int scan_argv(int argc, char **argv, struct job_list *l,
-		     const char ***files, size_t *nfiles)
+		     const char ***files, size_t *nfiles, int *named)
 {
 	struct job_opts scratch;
 	char key[64], why[512];
@@ -315,16 +316,87 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 			usage_error("%s: %s", a, why);
 			return -1;
 		}
-		l->given[l->ngiven++] = (struct cli_setting){o, v ? v : "1"};
+		if (o->off == offsetof(struct job_opts, name))
+			(*named)++;
+		l->given[l->ngiven++] = (struct cli_setting){
+			o, v ? v : "1",
+			o->flags & OPT_GLOBAL ? -1 : *named - 1};
+	}
+	return 0;
+}
+
+/* Applies the command-line settings of job k (-1: those before the first
+ * --name, which every job takes) to o. */
+static void apply_given(const struct job_list *l, int k, struct job_opts *o)
+{
+	char why[512];
+	for (size_t g = 0; g < l->ngiven; g++)
+		if (l->given[g].job == k)
+			opt_set(l->given[g].o, o, l->given[g].value, why,
+				sizeof(why)); /* checked in scan_argv */
+}
+
+/* Adds the command line's jobs after the files': each from the defaults,
+ * the settings before the first --name, then its own. With neither
+ * files nor --name, the command line is one job over base. */
+static int add_cli_jobs(struct job_list *l, int named,
+			const struct job_opts *base)
+{
+	size_t n = l->n + (size_t)named + (!l->n && !named);
+	struct job_opts *j = realloc(l->jobs, n * sizeof(*j));
+	if (!j)
+		return -1;
+	l->jobs = j;
+	if (!l->n && !named) {
+		j[l->n++] = *base;
+		apply_given(l, -1, &j[0]);
+	}
+	for (int k = 0; k < named; k++) {
+		opts_defaults(&j[l->n]);
+		apply_given(l, -1, &j[l->n]);
+		apply_given(l, k, &j[l->n++]);
+	}
+	return 0;
+}
+
+/*
+ * Jobs of one group run at the same time, so they must not share what a
+ * job owns: its shuffle (its id comes from its name) and an embedded
+ * worker's storage kept in --dir. Numbers the groups; -1 after a message.
+ */
+static int check_groups(struct job_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		const struct job_opts *a = &l->jobs[i];
+		l->group[i] = i ? l->group[i - 1] + (a->stonewall != 0) : 0;
+		for (size_t k = i; k-- > 0 && l->group[k] == l->group[i];) {
+			const struct job_opts *b = &l->jobs[k];
+			bool embeds = a->target == TARGET_NET &&
+				      b->target == TARGET_NET &&
+				      !a->workers[0] && !b->workers[0] &&
+				      (a->rw != RW_SHUFFLE || a->keep) &&
+				      (b->rw != RW_SHUFFLE || b->keep) &&
+				      !strcmp(a->dir, b->dir);
+			if (strcmp(a->name, b->name) && !embeds)
+				continue;
+			usage_error("jobs '%s' and '%s' run at the same time "
+				    "and would share %s; accepted: --stonewall "
+				    "(stonewall=1) on the second, or another "
+				    "%s", b->name, a->name, embeds ?
+				    "the embedded worker's storage in --dir" :
+				    "a shuffle (its id comes from the name)",
+				    embeds ? "--dir" : "--name");
+			return -1;
+		}
 	}
 	return 0;
 }
 
 int cli_parse(int argc, char **argv, struct job_list *l)
 {
-	char why[512];
 	const char **files = calloc((size_t)argc + 1, sizeof(*files));
 	size_t nfiles = 0;
+	int named = 0;
 	memset(l, 0, sizeof(*l));
 	opts_defaults(&l->global);
 	l->given = calloc((size_t)argc + 1, sizeof(*l->given));
@@ -333,27 +405,30 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 		usage_error("out of memory");
 		return EXIT_USAGE;
 	}
-	int ret = scan_argv(argc, argv, l, &files, &nfiles);
+	int ret = scan_argv(argc, argv, l, &files, &nfiles, &named);
 	struct job_opts global = l->global;
 	for (size_t i = 0; !ret && i < nfiles; i++)
 		ret = parse_file(l, files[i], &global);
 	free(files);
-	bool named = l->n > 0; /* jobs from sections: say which failed */
-	if (!ret && !l->n) {
-		l->jobs = malloc(sizeof(*l->jobs));
-		if (l->jobs)
-			l->jobs[l->n++] = global;
-	}
-	for (size_t j = 0; !ret && j <= l->n; j++) {
-		struct job_opts *o = j < l->n ? &l->jobs[j] : &l->global;
-		for (size_t g = 0; g < l->ngiven; g++)
-			opt_set(l->given[g].o, o, l->given[g].value, why,
-				sizeof(why)); /* checked in scan_argv */
+	size_t from_files = l->n;
+	/* Jobs from sections or --name: say which failed. */
+	bool name_them = l->n > 0 || named > 1;
+	for (size_t j = 0; !ret && j < from_files; j++)
+		apply_given(l, -1, &l->jobs[j]);
+	if (!ret && add_cli_jobs(l, named, &global))
+		usage_error("out of memory"), ret = -1;
+	apply_given(l, -1, &l->global);
+	for (size_t j = 0; !ret && j < l->n; j++) {
+		struct job_opts *o = &l->jobs[j];
 		if (!o->numjobs)
 			o->numjobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
-		if (j < l->n && check_job(o, named))
+		if (check_job(o, name_them))
 			ret = -1;
 	}
+	if (!ret && !(l->group = calloc(l->n, sizeof(*l->group))))
+		usage_error("out of memory"), ret = -1;
+	if (!ret)
+		ret = check_groups(l);
 	if (ret) {
 		job_list_free(l);
 		return ret > 0 ? 0 : EXIT_USAGE;
@@ -364,6 +439,7 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 void job_list_free(struct job_list *l)
 {
 	free(l->jobs);
+	free(l->group);
 	free(l->given);
 	memset(l, 0, sizeof(*l));
 }

@@ -162,9 +162,10 @@ int report_json(FILE *f, const struct job_list *l,
 	add(top, "timestamp", json_object_new_int64((int64_t)now));
 	add(top, "time", json_object_new_string(date));
 	given = json_object_new_object();
-	for (size_t i = 0; i < l->ngiven; i++)
-		add(given, l->given[i].o->name,
-		    json_object_new_string(l->given[i].value));
+	for (size_t i = 0; i < l->ngiven; i++) /* before the first --name */
+		if (l->given[i].job < 0)
+			add(given, l->given[i].o->name,
+			    json_object_new_string(l->given[i].value));
 	add(top, "global options", given);
 	jobs = json_object_new_array();
 	struct agg a;
@@ -173,7 +174,7 @@ int report_json(FILE *f, const struct job_list *l,
 		if (!r->ran) { /* failed before its threads started */
 			json_object *o = json_object_new_object();
 			add(o, "jobname", json_object_new_string(r->o->name));
-			add_u64(o, "groupid", g);
+			add_u64(o, "groupid", l->group[g]);
 			add(o, "error", json_object_new_int(r->err));
 			add(o, "error_message", json_object_new_string(
 					report_error_message(r, r->err)));
@@ -182,13 +183,14 @@ int report_json(FILE *f, const struct job_list *l,
 		}
 		if (r->o->group_reporting) {
 			agg_threads(&a, r->t, r->nthreads);
-			json_object_array_add(jobs, unit_json(r, g, &a, NULL));
+			json_object_array_add(jobs, unit_json(r, l->group[g],
+							      &a, NULL));
 			continue;
 		}
 		for (unsigned i = 0; i < r->nthreads; i++) {
 			agg_threads(&a, &r->t[i], 1);
-			json_object_array_add(jobs,
-					      unit_json(r, g, &a, &r->t[i]));
+			json_object_array_add(jobs, unit_json(r, l->group[g],
+							      &a, &r->t[i]));
 		}
 	}
 	add(top, "jobs", jobs);

@@ -1,11 +1,12 @@
 /*
- * ushuffle [options] [jobfile ...]: parse, run each job in turn (like
- * fio's stonewall: a job file's sections are A/B runs, not rivals for the
- * same cores), then report. See docs/cli.md.
+ * ushuffle [options] [jobfile ...]: parse, run the jobs as fio does (those
+ * of one stonewall group at the same time, the groups one after another),
+ * then report. See docs/cli.md.
  */
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +29,58 @@ static void log_once(void *arg, const char *msg)
 		fprintf(stderr, CLI_NAME ": warning: %s\n", msg);
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+struct runner {
+	const struct job_opts *o;
+	struct job_result *res;
+	int eta, ret;
+};
+
+static void *run_one(void *arg)
+{
+	struct runner *r = arg;
+	r->ret = job_run(r->o, r->res, r->eta);
+	return NULL;
+}
+
+/* Runs the n jobs at o at the same time, a thread each, with SIGINT and
+ * SIGTERM blocked there: the main thread takes them. The status line
+ * follows the first job. Returns the worst exit status. */
+static int run_group(const struct job_opts *o, struct job_result *res,
+		     size_t n, int eta)
+{
+	struct runner *r = calloc(n, sizeof(*r));
+	pthread_t *tid = calloc(n, sizeof(*tid));
+	bool *started = calloc(n, sizeof(*started));
+	sigset_t block, old;
+	int worst = 0;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	for (size_t i = 0; r && tid && started && i < n; i++) {
+		r[i] = (struct runner){&o[i], &res[i], eta && !i, 0};
+		started[i] = n > 1 && !pthread_create(&tid[i], NULL, run_one,
+						       &r[i]);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	for (size_t i = 0; r && tid && started && i < n; i++) {
+		if (started[i])
+			pthread_join(tid[i], NULL);
+		else /* alone, or no thread to be had: here */
+			run_one(&r[i]);
+		report_errors(&res[i]);
+		worst = r[i].ret > worst ? r[i].ret : worst;
+	}
+	if (!r || !tid || !started) {
+		fprintf(stderr, CLI_NAME ": out of memory\n");
+		worst = EXIT_RUN;
+	}
+	free(r);
+	free(tid);
+	free(started);
+	return worst;
 }
 
 int main(int argc, char **argv)
@@ -57,13 +110,13 @@ int main(int argc, char **argv)
 	}
 	struct job_result *res = calloc(l.n, sizeof(*res));
 	size_t ran = 0;
-	for (size_t i = 0; res && i < l.n; i++) {
-		int ret = job_run(&l.jobs[i], &res[ran++], eta);
-		report_errors(&res[ran - 1]);
-		if (ret > status)
-			status = ret;
-		if (ret == EXIT_INTR)
-			break;
+	while (res && ran < l.n && status != EXIT_INTR) {
+		size_t n = 1;
+		while (ran + n < l.n && l.group[ran + n] == l.group[ran])
+			n++;
+		int ret = run_group(&l.jobs[ran], &res[ran], n, eta);
+		ran += n;
+		status = ret > status ? ret : status;
 	}
 	if (!res) {
 		fprintf(stderr, CLI_NAME ": out of memory\n");
@@ -72,7 +125,7 @@ int main(int argc, char **argv)
 		if (report_json(out, &l, res, ran))
 			status = EXIT_RUN;
 	} else {
-		report_normal(out, res, ran);
+		report_normal(out, &l, res, ran);
 	}
 	if (out != stdout ? fclose(out) : fflush(out)) {
 		fprintf(stderr, CLI_NAME ": --output=%s: writing the report: "

@@ -47,6 +47,9 @@ const struct opt cli_opts[] = {
 	 "--rw=read) after this long; 0: no limit", 0, 365 * 86400, NULL, 0},
 	{"time_based", T_BOOL, F(time_based), "0", "run for --runtime even "
 	 "when --size is reached", 0, 1, NULL, 0},
+	{"stonewall", T_BOOL, F(stonewall), "0", "wait until the jobs before "
+	 "this one have ended, then start (a new group); without it jobs "
+	 "run at the same time", 0, 1, NULL, 0},
 	{"group_reporting", T_BOOL, F(group_reporting), "0", "report each "
 	 "job's threads together, not one by one", 0, 1, NULL, 0},
 	{"rw", T_ENUM, F(rw), "shuffle", "write: map phase, keep the output; "

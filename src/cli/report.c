@@ -46,6 +46,11 @@ void agg_threads(struct agg *a, const struct thread_result *t, unsigned n)
 	memset(a, 0, sizeof(*a));
 	dir_stats_init(&a->w);
 	dir_stats_init(&a->r);
+	agg_add(a, t, n);
+}
+
+void agg_add(struct agg *a, const struct thread_result *t, unsigned n)
+{
 	for (unsigned i = 0; i < n; i++) {
 		agg_dir(&a->w, &t[i].w);
 		agg_dir(&a->r, &t[i].r);
@@ -243,7 +248,7 @@ void report_describe(FILE *f, const struct job_list *l)
 	char v[64];
 	for (size_t i = 0; i < l->n; i++) {
 		const struct job_opts *o = &l->jobs[i];
-		fprintf(f, "%s: (g=%zu): rw=%s", o->name, i,
+		fprintf(f, "%s: (g=%u): rw=%s", o->name, l->group[i],
 			choice_name(rw_choices, o->rw));
 		static const char *const keys[] = {
 			"bs", "partitions", "record-size", "codec", "target",
@@ -283,24 +288,32 @@ void report_describe(FILE *f, const struct job_list *l)
 		threads, threads == 1 ? "" : "s");
 }
 
-void report_normal(FILE *f, const struct job_result *res, size_t njobs)
+/* Each job in its own blocks, then its group's run status: the jobs
+ * that ran together (fio's stonewall groups). */
+void report_normal(FILE *f, const struct job_list *l,
+		   const struct job_result *res, size_t njobs)
 {
-	struct agg a;
-	for (size_t g = 0; g < njobs; g++) {
-		const struct job_result *r = &res[g];
-		if (!r->ran)
-			continue;
-		if (r->o->group_reporting) {
+	struct agg a, group;
+	agg_threads(&group, NULL, 0);
+	for (size_t k = 0; k < njobs; k++) {
+		const struct job_result *r = &res[k];
+		size_t g = l->group[k];
+		if (r->ran && r->o->group_reporting) {
 			agg_threads(&a, r->t, r->nthreads);
 			print_unit(f, r, g, &a, NULL);
-		} else {
-			for (unsigned i = 0; i < r->nthreads; i++) {
-				agg_threads(&a, &r->t[i], 1);
-				print_unit(f, r, g, &a, &r->t[i]);
-			}
 		}
-		agg_threads(&a, r->t, r->nthreads);
-		print_group(f, g, &a);
+		for (unsigned i = 0; r->ran && !r->o->group_reporting &&
+				     i < r->nthreads; i++) {
+			agg_threads(&a, &r->t[i], 1);
+			print_unit(f, r, g, &a, &r->t[i]);
+		}
+		if (r->ran)
+			agg_add(&group, r->t, r->nthreads);
+		if (k + 1 < njobs && l->group[k + 1] == g)
+			continue;
+		if (group.threads)
+			print_group(f, g, &group);
+		agg_threads(&group, NULL, 0);
 	}
 }
 
