@@ -286,6 +286,45 @@ static void replicas_shuffle(void **state)
 	th_rmrf(dir);
 }
 
+/* fio's --directory list: map i spills to the i-th directory, a read
+ * finds every map, --unlink=1 removes even a write's output;
+ * --cpus_allowed confines the threads. */
+static void directory_list_and_unlink(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("clidirs");
+	char d[2][600], arg[1300];
+	for (int i = 0; i < 2; i++) {
+		snprintf(d[i], sizeof(d[i]), "%s/d%d", dir, i);
+		assert_int_equal(mkdir(d[i], 0755), 0);
+	}
+	snprintf(arg, sizeof(arg), "--directory=%s:%s", d[0], d[1]);
+	struct cli_out r = cli_run(NULL, "--name=dirs", arg, "--rw=write",
+				   "--numjobs=2", "--size=" SIZE,
+				   "--cpus_allowed=0", "--eta=never");
+	cli_expect(&r, 0);
+	cli_free(&r);
+	for (int i = 0; i < 2; i++)
+		assert_false(dir_is_empty(d[i]));
+	r = cli_run(NULL, "--name=dirs", arg, "--rw=read", "--numjobs=1",
+		    "--output-format=json", "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	struct sums s = summarize(j);
+	assert_true(s.verified > 0);
+	assert_string_equal(jstr(json_object_array_get_idx(jget(j, "jobs"), 0),
+				 "verify/status"), "ok");
+	json_object_put(j);
+	cli_free(&r);
+	r = cli_run(NULL, "--name=dirs", arg, "--rw=write", "--unlink=1",
+		    "--numjobs=2", "--size=" SIZE, "--eta=never");
+	cli_expect(&r, 0);
+	cli_free(&r);
+	for (int i = 0; i < 2; i++)
+		assert_true(dir_is_empty(d[i]));
+	th_rmrf(dir);
+}
+
 /* Runs one disk shuffle with extra arguments; all records verified. */
 static void shuffle_ok(const char *dir, const char *const *extra)
 {
@@ -465,6 +504,7 @@ int main(void)
 		cmocka_unit_test(every_target_rw_codec),
 		cmocka_unit_test(embedded_worker_allocations_count),
 		cmocka_unit_test(replicas_shuffle),
+		cmocka_unit_test(directory_list_and_unlink),
 		cmocka_unit_test(ab_switches_and_paths),
 		cmocka_unit_test(time_based_keep_and_grouping),
 		cmocka_unit_test(normal_report_to_file),

@@ -10,7 +10,8 @@
  *   verify.c   record content derived from (job, map, sequence), checks
  *   manifest.c what a write job leaves for a later read job
  *   eta.c      the live status line
- *   report.c   normal (fio-like) report; json.c: the JSON report
+ *   report.c   normal (fio-like) report; json.c: the JSON report;
+ *              terse.c: fio's terse lines
  */
 #ifndef USH_CLI_H
 #define USH_CLI_H
@@ -38,7 +39,7 @@ enum rw_mode { RW_WRITE, RW_READ, RW_SHUFFLE };
 enum cli_target { TARGET_NULL, TARGET_DISK, TARGET_NET };
 enum handoff { HANDOFF_SWAP, HANDOFF_COPY };
 enum verify_mode { VERIFY_NONE, VERIFY_CRC32C };
-enum out_format { OUT_NORMAL, OUT_JSON };
+enum out_format { OUT_NORMAL, OUT_JSON, OUT_JSON_PLUS, OUT_TERSE };
 enum eta_mode { ETA_AUTO, ETA_ALWAYS, ETA_NEVER };
 
 struct codec_opt {
@@ -54,6 +55,11 @@ struct job_opts {
 	uint64_t runtime_ms; /* 0: no limit */
 	int time_based, group_reporting, keep, pin;
 	int stonewall;       /* wait for the jobs before this one */
+	uint64_t loops;      /* runs of the job, one after another */
+	int loop;            /* which of them this is: not an option */
+	int thread;          /* fio's; jobs are threads anyway */
+	int unlink;          /* remove the output at the end: -1 auto */
+	char cpus_allowed[256]; /* fio's CPU list; "": the process's */
 	int rw;
 	uint64_t partitions;
 	uint64_t record_size[2]; /* min, max */
@@ -69,9 +75,23 @@ struct job_opts {
 	char secret_file[PATH_MAX]; /* net: the application's secret */
 	char app[65];        /* net: the application the shuffles belong to */
 	/* process-wide: from the command line or a [global] section */
-	int output_format, eta;
+	int output_format, eta, parse_only, minimal;
+	uint64_t status_interval_ms, eta_newline_ms; /* 0: off */
 	char output[PATH_MAX];
 };
+
+/* Does the job leave its output for a later read? (--keep, --unlink; a
+ * read leaves what it read) */
+static inline bool job_keeps(const struct job_opts *o)
+{
+	return o->rw == RW_READ || o->unlink == 0 ||
+	       (o->unlink < 0 && (o->rw == RW_WRITE || o->keep));
+}
+
+/* --dir is fio's list, DIR[:DIR...]: map i spills to the i-th (modulo
+ * their count); the manifest and an embedded worker live in the first.
+ * job_dir() writes the i-th into buf, returns the count. */
+unsigned job_dir(const struct job_opts *o, unsigned i, char *buf, size_t n);
 
 /* ------------------------------------------------------------ options.c */
 
@@ -98,8 +118,12 @@ struct opt {
 extern const struct opt cli_opts[];
 extern const size_t cli_nopts;
 
-/* The option called name ('-' and '_' match each other), or NULL. */
+/* The option called name ('-' and '_' match each other; fio's aliases
+ * too, such as blocksize for bs), or NULL. */
 const struct opt *opt_find(const char *name);
+/* Why fio's option name has no meaning here and what to use instead, or
+ * NULL for a name that is not one of those. */
+const char *opt_refused(const char *name);
 /* The option whose name is closest to name (a typo), or NULL. */
 const struct opt *opt_suggest(const char *name);
 /* Sets o in j from text v. Returns 0, or -1 with "why; accepted: what"
@@ -268,8 +292,16 @@ struct job_result {
 	struct job_opts opts;
 };
 
+/* What a job prints while it runs (--eta, --eta-newline,
+ * --status-interval); intervals in ns, 0: off. */
+struct progress {
+	int eta;
+	uint64_t newline_ns, status_ns;
+};
+
 /* Runs one job to completion. Returns 0, EXIT_RUN or EXIT_INTR. */
-int job_run(const struct job_opts *o, struct job_result *res, int eta);
+int job_run(const struct job_opts *o, struct job_result *res,
+	    const struct progress *p);
 void job_result_free(struct job_result *res);
 
 /* Shared state of one job's threads; write.c and read.c see it. */
@@ -303,6 +335,7 @@ struct thread_ctx {
 	unsigned index;
 	struct thread_result *res;
 	int cpu; /* to pin to, or -1 */
+	const void *cpus; /* cpu_set_t to run in (--cpus_allowed), or NULL */
 };
 
 /* ------------------------------------------------------------- jobctx.c */
@@ -314,6 +347,10 @@ uint64_t now_ns(void);
 uint32_t job_shuffle_id(const char *name);
 /* The thread should stop early (Ctrl-C, another thread failed). */
 bool job_stopping(const struct job_ctx *j);
+/* Parses fio's CPU list s ("0-3,8") into set (a cpu_set_t, or NULL to
+ * check only). Returns 0, or -1 with *at where s stops being one. */
+#define CPU_LIST_MAX 1024 /* CPU_SETSIZE */
+int cpu_list(const char *s, void *set, const char **at);
 /* Records this thread's first error and makes the others stop. */
 void job_fail(struct thread_ctx *t, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -327,8 +364,14 @@ void read_phase(struct thread_ctx *t);
 
 /* ---------------------------------------------------------------- eta.c */
 
-/* Prints the status line (final: clears it). From the main thread. */
-void eta_tick(struct job_ctx *j, bool final);
+enum eta_tick {
+	ETA_REDRAW,  /* the status line on stderr, over the last one */
+	ETA_NEWLINE, /* ... then a new line, so that a log keeps it */
+	ETA_STATUS,  /* the status line as a line of its own */
+	ETA_CLEAR,   /* clears it at the end */
+};
+/* Prints the status line. From the thread that runs the job. */
+void eta_tick(struct job_ctx *j, enum eta_tick how);
 /* "512MiB", "1.50GiB": 3 significant digits, binary units. */
 void fmt_iec(char *buf, size_t n, double v);
 
@@ -361,5 +404,8 @@ void report_normal(FILE *f, const struct job_list *l,
 		   const struct job_result *res, size_t njobs);
 int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs);
+/* fio's terse lines (terse.c). */
+void report_terse(FILE *f, const struct job_list *l,
+		  const struct job_result *res, size_t njobs);
 
 #endif

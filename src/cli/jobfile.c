@@ -143,6 +143,9 @@ static int on_key(void *user, const char *section, const char *key,
 		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: key outside a "
 			 "section; accepted: keys under [global] or [JOBNAME]",
 			 s->file, s->line, key, value);
+	else if (opt_refused(key))
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: %s", s->file,
+			 s->line, key, value, opt_refused(key));
 	else if (!o && opt_suggest(key))
 		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key "
 			 "(did you mean %s?); accepted: the option names that "
@@ -194,28 +197,51 @@ static int parse_file(struct job_list *l, const char *file,
 	return rerr || ret || s.err[0] ? -1 : 0;
 }
 
-/* --dir, where the job writes (disk spills, manifests, an embedded
- * worker's storage), must exist: the job creates nothing outside it. */
+/* Each directory of --dir, where the job writes (disk spills, manifests,
+ * an embedded worker's storage), must exist: the job creates nothing
+ * outside them. */
 static int check_dir(const struct job_opts *j, const char *pre)
 {
 	struct stat st;
+	char d[PATH_MAX], what[2 * PATH_MAX + 16];
 	bool used = j->target == TARGET_DISK ||
 		    (j->target == TARGET_NET &&
-		     (!j->workers[0] || j->rw != RW_SHUFFLE || j->keep));
-	if (!used)
+		     (!j->workers[0] || j->rw != RW_SHUFFLE || job_keeps(j)));
+	unsigned n = job_dir(j, 0, d, sizeof(d));
+	for (unsigned i = 0; used && i < n; i++) {
+		job_dir(j, i, d, sizeof(d));
+		/* one of a list is named after the list */
+		snprintf(what, sizeof(what), n > 1 ? "--dir=%s: %s" : "--dir=%s",
+			 j->dir, d);
+		if (!*d)
+			usage_error("%s%s: an empty directory in the list; "
+				    "accepted: DIR[:DIR...]", pre, what);
+		else if (stat(d, &st))
+			usage_error("%s%s: %s; accepted: an existing directory "
+				    "(the job creates nothing outside it)", pre,
+				    what, strerror(errno));
+		else if (!S_ISDIR(st.st_mode))
+			usage_error("%s%s: not a directory; accepted: an "
+				    "existing directory", pre, what);
+		else if (access(d, W_OK | X_OK) && j->rw != RW_READ)
+			usage_error("%s%s: %s; accepted: a directory this user "
+				    "may write in", pre, what, strerror(errno));
+		else
+			continue;
+		return -1;
+	}
+	return 0;
+}
+
+/* --cpus_allowed: fio's CPU list. Returns 0, or -1 after a message. */
+static int check_cpus(const struct job_opts *j, const char *pre)
+{
+	const char *at;
+	if (!cpu_list(j->cpus_allowed, NULL, &at))
 		return 0;
-	if (stat(j->dir, &st))
-		usage_error("%s--dir=%s: %s; accepted: an existing directory "
-			    "(the job creates nothing outside it)", pre,
-			    j->dir, strerror(errno));
-	else if (!S_ISDIR(st.st_mode))
-		usage_error("%s--dir=%s: not a directory; accepted: an "
-			    "existing directory", pre, j->dir);
-	else if (access(j->dir, W_OK | X_OK) && j->rw != RW_READ)
-		usage_error("%s--dir=%s: %s; accepted: a directory this user "
-			    "may write in", pre, j->dir, strerror(errno));
-	else
-		return 0;
+	usage_error("%s--cpus_allowed=%s: not a CPU list at '%s'; accepted: "
+		    "N or N-M, comma-separated, each below %d", pre,
+		    j->cpus_allowed, at, CPU_LIST_MAX);
 	return -1;
 }
 
@@ -249,7 +275,12 @@ static int check_job(const struct job_opts *j, bool named)
 			    "characters of A-Z a-z 0-9 . _ : -", pre, j->app);
 		return -1;
 	}
-	if (check_dir(j, pre))
+	if (j->keep && j->unlink == 1) {
+		usage_error("%s--keep with --unlink=1: one keeps the output, the "
+			    "other removes it; accepted: one of them", pre);
+		return -1;
+	}
+	if (check_dir(j, pre) || check_cpus(j, pre))
 		return -1;
 	opt_format(opt_find("record-size"), j, v, sizeof(v));
 	if (j->verify == VERIFY_CRC32C && j->rw != RW_READ &&
@@ -299,6 +330,11 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 		size_t k = eq ? (size_t)(eq - a) : strlen(a);
 		snprintf(key, sizeof(key), "%.*s", (int)k, a);
 		const struct opt *o = a[1] == '-' ? opt_find(key + 2) : NULL;
+		const char *no = a[1] == '-' ? opt_refused(key + 2) : NULL;
+		if (no) {
+			usage_error("%s: %s", a, no);
+			return -1;
+		}
 		if (!o) {
 			const struct opt *near = opt_suggest(key + (a[1] == '-'
 								   ? 2 : 1));
@@ -359,6 +395,29 @@ static int add_cli_jobs(struct job_list *l, int named,
 	return 0;
 }
 
+/* A job with --loops=N becomes N jobs, run one after another on one
+ * thread (main.c), each with its own report block. Returns 0 or -1. */
+static int expand_loops(struct job_list *l)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < l->n; i++)
+		n += (size_t)l->jobs[i].loops;
+	if (n == l->n)
+		return 0;
+	struct job_opts *j = malloc(n * sizeof(*j));
+	if (!j)
+		return -1;
+	for (size_t i = 0, k = 0; i < l->n; i++)
+		for (int loop = 0; loop < (int)l->jobs[i].loops; loop++) {
+			j[k] = l->jobs[i];
+			j[k++].loop = loop;
+		}
+	free(l->jobs);
+	l->jobs = j;
+	l->n = n;
+	return 0;
+}
+
 /*
  * Jobs of one group run at the same time, so they must not share what a
  * job owns: its shuffle (its id comes from its name) and an embedded
@@ -368,14 +427,16 @@ static int check_groups(struct job_list *l)
 {
 	for (size_t i = 0; i < l->n; i++) {
 		const struct job_opts *a = &l->jobs[i];
-		l->group[i] = i ? l->group[i - 1] + (a->stonewall != 0) : 0;
-		for (size_t k = i; k-- > 0 && l->group[k] == l->group[i];) {
+		l->group[i] = i ? l->group[i - 1] + (a->stonewall && !a->loop)
+			      : 0;
+		/* a's earlier loops run before it, on its thread */
+		for (size_t k = i - (size_t)a->loop;
+		     k-- > 0 && l->group[k] == l->group[i];) {
 			const struct job_opts *b = &l->jobs[k];
 			bool embeds = a->target == TARGET_NET &&
 				      b->target == TARGET_NET &&
 				      !a->workers[0] && !b->workers[0] &&
-				      (a->rw != RW_SHUFFLE || a->keep) &&
-				      (b->rw != RW_SHUFFLE || b->keep) &&
+				      job_keeps(a) && job_keeps(b) &&
 				      !strcmp(a->dir, b->dir);
 			if (strcmp(a->name, b->name) && !embeds)
 				continue;
@@ -418,6 +479,8 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 	if (!ret && add_cli_jobs(l, named, &global))
 		usage_error("out of memory"), ret = -1;
 	apply_given(l, -1, &l->global);
+	if (l->global.minimal)
+		l->global.output_format = OUT_TERSE;
 	for (size_t j = 0; !ret && j < l->n; j++) {
 		struct job_opts *o = &l->jobs[j];
 		if (!o->numjobs)
@@ -425,7 +488,8 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 		if (check_job(o, name_them))
 			ret = -1;
 	}
-	if (!ret && !(l->group = calloc(l->n, sizeof(*l->group))))
+	if (!ret && (expand_loops(l) ||
+		     !(l->group = calloc(l->n, sizeof(*l->group)))))
 		usage_error("out of memory"), ret = -1;
 	if (!ret)
 		ret = check_groups(l);

@@ -31,24 +31,31 @@ static void log_once(void *arg, const char *msg)
 	pthread_mutex_unlock(&lock);
 }
 
+/* A job and its further loops (--loops), run one after another. */
 struct runner {
 	const struct job_opts *o;
 	struct job_result *res;
-	int eta, ret;
+	size_t n;
+	struct progress p;
+	int ret;
 };
 
 static void *run_one(void *arg)
 {
 	struct runner *r = arg;
-	r->ret = job_run(r->o, r->res, r->eta);
+	for (size_t i = 0; i < r->n; i++) {
+		int ret = job_run(&r->o[i], &r->res[i], &r->p);
+		r->ret = ret > r->ret ? ret : r->ret;
+	}
 	return NULL;
 }
 
-/* Runs the n jobs at o at the same time, a thread each, with SIGINT and
- * SIGTERM blocked there: the main thread takes them. The status line
- * follows the first job. Returns the worst exit status. */
+/* Runs the n jobs at o at the same time, a thread each (a job's loops
+ * on one), with SIGINT and SIGTERM blocked there: the main thread takes
+ * them. The status line follows the first job. Returns the worst exit
+ * status. */
 static int run_group(const struct job_opts *o, struct job_result *res,
-		     size_t n, int eta)
+		     size_t n, const struct progress *p)
 {
 	struct runner *r = calloc(n, sizeof(*r));
 	pthread_t *tid = calloc(n, sizeof(*tid));
@@ -59,18 +66,22 @@ static int run_group(const struct job_opts *o, struct job_result *res,
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
-	for (size_t i = 0; r && tid && started && i < n; i++) {
-		r[i] = (struct runner){&o[i], &res[i], eta && !i, 0};
-		started[i] = n > 1 && !pthread_create(&tid[i], NULL, run_one,
-						       &r[i]);
+	size_t nr = 0; /* runners */
+	for (size_t i = 0; r && tid && started && i < n; i += r[nr++].n) {
+		size_t loops = (size_t)o[i].loops;
+		r[nr] = (struct runner){&o[i], &res[i], loops, *p, 0};
+		r[nr].p.eta = p->eta && !i;
+		started[nr] = loops < n && !pthread_create(&tid[nr], NULL,
+							    run_one, &r[nr]);
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	for (size_t i = 0; r && tid && started && i < n; i++) {
+	for (size_t i = 0; r && tid && started && i < nr; i++) {
 		if (started[i])
 			pthread_join(tid[i], NULL);
 		else /* alone, or no thread to be had: here */
 			run_one(&r[i]);
-		report_errors(&res[i]);
+		for (size_t k = 0; k < r[i].n; k++)
+			report_errors(&r[i].res[k]);
 		worst = r[i].ret > worst ? r[i].ret : worst;
 	}
 	if (!r || !tid || !started) {
@@ -87,8 +98,10 @@ int main(int argc, char **argv)
 {
 	struct job_list l;
 	int status = cli_parse(argc, argv, &l);
-	if (status || !l.n)
+	if (status || !l.n || l.global.parse_only) {
+		job_list_free(&l);
 		return status;
+	}
 	FILE *out = stdout;
 	if (strcmp(l.global.output, "-") &&
 	    !(out = fopen(l.global.output, "w"))) {
@@ -101,10 +114,13 @@ int main(int argc, char **argv)
 	ush_set_log(log_once, NULL);
 	ush_worker_set_log(log_once, NULL); /* the embedded worker */
 	cli_signals();
-	int eta = l.global.eta == ETA_ALWAYS ||
-		  (l.global.eta == ETA_AUTO && isatty(STDERR_FILENO));
-	bool json = l.global.output_format == OUT_JSON;
-	if (!json) {
+	struct progress p = {
+		.eta = l.global.eta == ETA_ALWAYS ||
+		       (l.global.eta == ETA_AUTO && isatty(STDERR_FILENO)),
+		.newline_ns = l.global.eta_newline_ms * 1000000,
+		.status_ns = l.global.status_interval_ms * 1000000};
+	int fmt = l.global.output_format;
+	if (fmt == OUT_NORMAL) {
 		report_describe(out, &l);
 		fflush(out);
 	}
@@ -114,16 +130,18 @@ int main(int argc, char **argv)
 		size_t n = 1;
 		while (ran + n < l.n && l.group[ran + n] == l.group[ran])
 			n++;
-		int ret = run_group(&l.jobs[ran], &res[ran], n, eta);
+		int ret = run_group(&l.jobs[ran], &res[ran], n, &p);
 		ran += n;
 		status = ret > status ? ret : status;
 	}
 	if (!res) {
 		fprintf(stderr, CLI_NAME ": out of memory\n");
 		status = EXIT_RUN;
-	} else if (json) {
+	} else if (fmt == OUT_JSON || fmt == OUT_JSON_PLUS) {
 		if (report_json(out, &l, res, ran))
 			status = EXIT_RUN;
+	} else if (fmt == OUT_TERSE) {
+		report_terse(out, &l, res, ran);
 	} else {
 		report_normal(out, &l, res, ran);
 	}

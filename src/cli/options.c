@@ -31,7 +31,10 @@ const struct opt_choice verify_choices[] = {
 static const struct opt_choice fixedbufs_choices[] = {
 	{"0", 0}, {"1", 1}, {"auto", -1}, {0}};
 static const struct opt_choice format_choices[] = {
-	{"normal", OUT_NORMAL}, {"json", OUT_JSON}, {0}};
+	{"normal", OUT_NORMAL}, {"json", OUT_JSON}, {"json+", OUT_JSON_PLUS},
+	{"terse", OUT_TERSE}, {0}};
+static const struct opt_choice unlink_choices[] = {
+	{"0", 0}, {"1", 1}, {"auto", -1}, {0}};
 static const struct opt_choice eta_choices[] = {
 	{"auto", ETA_AUTO}, {"always", ETA_ALWAYS}, {"never", ETA_NEVER}, {0}};
 
@@ -57,6 +60,12 @@ const struct opt cli_opts[] = {
 	 "write, read back, remove", 0, 0, rw_choices, 0},
 	{"keep", T_BOOL, F(keep), "0", "shuffle: keep the spill files", 0, 1,
 	 NULL, 0},
+	{"unlink", T_ENUM, F(unlink), "auto", "remove the job's output when "
+	 "it ends: 1 always (a write too), 0 never (a shuffle too, as "
+	 "--keep); auto: a shuffle removes, a write keeps", 0, 0,
+	 unlink_choices, 0},
+	{"loops", T_UINT, F(loops), "1", "run the job this many times, one "
+	 "after another, each run reported", 1, 1000, NULL, 0},
 	{"partitions", T_UINT, F(partitions), "64", "reduce partitions", 1,
 	 1u << 24, NULL, 0},
 	{"record-size", T_RANGE, F(record_size), "100-1000", "record bytes, "
@@ -100,25 +109,75 @@ const struct opt cli_opts[] = {
 	 "compressible share of each record", 0, 100, NULL, 0},
 	{"pin", T_BOOL, F(pin), "1", "pin thread i to the i-th allowed CPU", 0,
 	 1, NULL, 0},
+	{"cpus_allowed", T_STR, F(cpus_allowed), "", "the CPUs the job's "
+	 "threads may run on, as fio's list (0-3,8); empty: the process's",
+	 0, 255, NULL, 0},
+	{"thread", T_BOOL, F(thread), "1", "accepted for fio's job files: "
+	 "ushuffle's jobs always run as threads", 0, 1, NULL, 0},
 	{"output-format", T_ENUM, F(output_format), "normal", "report format",
 	 0, 0, format_choices, OPT_GLOBAL},
 	{"output", T_STR, F(output), "-", "report file; -: standard output",
 	 1, PATH_MAX - 1, NULL, OPT_GLOBAL},
 	{"eta", T_ENUM, F(eta), "auto", "live status line on stderr; auto: "
 	 "when stderr is a terminal", 0, 0, eta_choices, OPT_GLOBAL},
+	{"eta-newline", T_TIME, F(eta_newline_ms), "0", "end the status line "
+	 "with a new line this often, so a log keeps it; 0: redraw in place",
+	 0, 86400, NULL, OPT_GLOBAL},
+	{"status-interval", T_TIME, F(status_interval_ms), "0", "print the "
+	 "status line on standard output this often (a log of progress); 0: "
+	 "never", 0, 86400, NULL, OPT_GLOBAL},
+	{"minimal", T_BOOL, F(minimal), "0", "fio's terse report, as "
+	 "--output-format=terse", 0, 1, NULL, OPT_GLOBAL},
+	{"parse-only", T_BOOL, F(parse_only), "0", "check the options and job "
+	 "files, run nothing", 0, 1, NULL, OPT_GLOBAL},
 };
 const size_t cli_nopts = sizeof(cli_opts) / sizeof(cli_opts[0]);
 
+/* fio's names for options that mean the same here. */
+static const struct {
+	const char *name, *is;
+} aliases[] = {
+	{"directory", "dir"}, {"blocksize", "bs"}, {"readwrite", "rw"},
+	{"wait_for_previous", "stonewall"},
+};
+
+/* fio's options without a meaning for a shuffle, and what to use. */
+static const struct {
+	const char *name, *why;
+} refused[] = {
+	{"filename", "a shuffle has no one file: each map spills a data file "
+	 "and an index under --dir; accepted: --dir=DIR, or "
+	 "--directory=DIR1:DIR2 to spread the maps over drives"},
+	{"nrfiles", "the files are one data file and one index per map; "
+	 "accepted: --numjobs (maps) and --partitions"},
+	{"filesize", "each map writes --size bytes of records; accepted: "
+	 "--size"},
+};
+
+static bool same_name(const char *a, const char *b)
+{
+	for (; *a && *b; a++, b++)
+		if (*a != *b && !(strchr("-_", *a) && strchr("-_", *b)))
+			return false;
+	return !*a && !*b;
+}
+
 const struct opt *opt_find(const char *name)
 {
-	for (size_t i = 0; i < cli_nopts; i++) {
-		const char *a = cli_opts[i].name, *b = name;
-		for (; *a && *b; a++, b++)
-			if (*a != *b && !(strchr("-_", *a) && strchr("-_", *b)))
-				break;
-		if (!*a && !*b)
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+		if (same_name(aliases[i].name, name))
+			name = aliases[i].is;
+	for (size_t i = 0; i < cli_nopts; i++)
+		if (same_name(cli_opts[i].name, name))
 			return &cli_opts[i];
-	}
+	return NULL;
+}
+
+const char *opt_refused(const char *name)
+{
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (same_name(refused[i].name, name))
+			return refused[i].why;
 	return NULL;
 }
 
@@ -355,6 +414,10 @@ int opt_set(const struct opt *o, struct job_opts *j, const char *v,
 				*(int *)field = c->value;
 				return 0;
 			}
+		if (o->choices == verify_choices) /* fio's md5, sha256... */
+			return bad(o, err, n, "records are checked with "
+				   "CRC32C only (a CRC32C header in each record, "
+				   "over the frames' own CRC32C)");
 		return bad(o, err, n, "unknown value");
 	case T_RANGE: {
 		char lo[32];

@@ -185,12 +185,14 @@ static void print_unit(FILE *f, const struct job_result *res, size_t gid,
 	char date[64];
 	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
 	/* Each thread's block says whose it is (its index is its map id). */
-	char who[160];
+	char who[192], loop[32] = "";
+	if (o->loops > 1)
+		snprintf(loop, sizeof(loop), " loop %d", o->loop);
 	if (t)
-		snprintf(who, sizeof(who), "%s thread %u", o->name,
+		snprintf(who, sizeof(who), "%s%s thread %u", o->name, loop,
 			 (unsigned)(t - res->t));
 	else
-		snprintf(who, sizeof(who), "%s", o->name);
+		snprintf(who, sizeof(who), "%s%s", o->name, loop);
 	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", who,
 		gid, a->threads, t ? t->err : res->err, (int)getpid(), date);
 	print_dir(f, "write", &a->w, true);
