@@ -138,7 +138,7 @@ static const struct {
 	const char *name, *is;
 } aliases[] = {
 	{"directory", "dir"}, {"blocksize", "bs"}, {"readwrite", "rw"},
-	{"wait_for_previous", "stonewall"},
+	{"wait_for_previous", "stonewall"}, {"sqthread_poll", "sqpoll"},
 };
 
 /* fio's options without a meaning for a shuffle, and what to use. */
