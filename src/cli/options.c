@@ -39,8 +39,9 @@ static const struct opt_choice eta_choices[] = {
 	{"auto", ETA_AUTO}, {"always", ETA_ALWAYS}, {"never", ETA_NEVER}, {0}};
 
 const struct opt cli_opts[] = {
-	{"name", T_STR, F(name), "ushuffle", "job name; the shuffle id is "
-	 "derived from it, so --rw=read finds what --rw=write left",
+	{"name", T_STR, F(name), "ushuffle", "starts a job, as in fio (the "
+	 "options before the first --name are every job's); the shuffle id "
+	 "is derived from the name, so --rw=read finds what --rw=write left",
 	 1, 127, NULL, 0},
 	{"numjobs", T_UINT, F(numjobs), "auto", "threads, each with its own "
 	 "ring and map id; auto: one per online CPU", 1, 1024, NULL, OPT_AUTO},
@@ -597,6 +598,7 @@ void opts_help(FILE *f)
 	}
 	fprintf(f, "  %-28s%s\n  %-28s%s\n", "--help", "this text",
 		"--version", "the version");
-	fprintf(f, "\nnumjobs=auto is %ld here. docs/cli.md shows a job file "
-		"and both report formats.\n", sysconf(_SC_NPROCESSORS_ONLN));
+	fprintf(f, "\nnumjobs=auto is %ld here.\nMore in ushuffle(1) and "
+		"docs/cli.md: job files, the reports, and what\nushuffle does "
+		"with each fio option.\n", sysconf(_SC_NPROCESSORS_ONLN));
 }
