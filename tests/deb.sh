@@ -89,8 +89,7 @@ suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
 mmdebstrap --variant=apt --format=null \
 	--hook-dir=/usr/share/mmdebstrap/hooks/eatmydata \
 	--customize-hook="copy-in $scratch/debs $scratch/job.sh /tmp" \
-	--customize-hook='chroot "$1" sh -c "apt-get install -y
-		--no-install-recommends /tmp/debs/*.deb"' \
+	--customize-hook='chroot "$1" sh -c "apt-get install -y --no-install-recommends /tmp/debs/*.deb"' \
 	--customize-hook='chroot "$1" sh /tmp/job.sh' \
 	"$suite" - "$mirror" >"$scratch/chroot.log" 2>&1 || {
 	tail -40 "$scratch/chroot.log" >&2

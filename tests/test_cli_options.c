@@ -481,6 +481,18 @@ static void fio_names(void **state)
 	cli_has(r.out, ";t2;0;0;");
 	cli_free(&r);
 
+	/* A 3 s time-based run: the status line ends with a new line at
+	 * 1 s (--eta-newline), and at 2 s stands as a line of its own,
+	 * naming its job (--status-interval). */
+	r = cli_run(NULL, "--target=null", "--numjobs=1", "--name=st",
+		    "--runtime=3", "--time_based", "--eta=always",
+		    "--eta-newline=1", "--status-interval=2");
+	cli_expect(&r, 0);
+	cli_has(r.err, "\rJobs: 1 (f=1): [W(1)][");
+	cli_has(r.err, "s]\n");
+	cli_has(r.err, "\nst: Jobs: 1 (f=1)");
+	cli_free(&r);
+
 	r = cli_run(NULL, "--parse-only", "--size=1z");
 	cli_expect(&r, 2);
 	cli_free(&r);
