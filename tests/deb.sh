@@ -48,6 +48,12 @@ t2=$(date +%s)
 # read back; the Python package imports the packaged library.
 cat >"$scratch/job.sh" <<'JOB'
 set -eu
+pid=
+# On failure: what the worker logged; never leave it running (mmdebstrap
+# would wait for it).
+trap 'st=$?; [ -z "$pid" ] || kill $pid 2>/dev/null || :; [ $st -eq 0 ] ||
+	{ echo "deb: the job in the chroot failed; the worker logged:"
+	  cat /tmp/ushuffled.log; } >&2' EXIT
 id ushuffle
 [ "$(stat -c %U:%a /var/lib/ushuffle)" = ushuffle:700 ]
 grep -q '^listen = 127.0.0.1:' /etc/ushuffle/ushuffled.conf
@@ -55,7 +61,7 @@ grep -q '^listen = 127.0.0.1:' /etc/ushuffle/ushuffled.conf
 [ -f /lib/systemd/system/ushuffled.service ]
 ushuffled --config=/etc/ushuffle/ushuffled.conf \
 	--secret-file=/etc/ushuffle/secret --listen=127.0.0.1:0 \
-	--metrics=127.0.0.1:0 2>/tmp/ushuffled.log &
+	--metrics=127.0.0.1:0 >/tmp/ushuffled.log 2>&1 &
 pid=$!
 port=
 for i in $(seq 300); do
@@ -70,6 +76,7 @@ ushuffle --target=net --workers=127.0.0.1:$port \
 	--partitions=16 --eta=never --output-format=json >/tmp/job.json
 kill -TERM $pid
 wait $pid
+pid=
 python3 - <<'PY'
 import json, ushuffle
 jobs = json.load(open("/tmp/job.json"))["jobs"]
