@@ -15,6 +15,29 @@ cflags=${5:-}
 rm -rf "$scratch"
 mkdir -p "$scratch"
 cmake --install "$build" --prefix "$scratch/first" >/dev/null
+# The unit, config and sysusers file name the prefix installed to (not
+# the configured one), and the installed unit verifies as it is.
+f=$scratch/first
+grep -q "^ExecStart=$f/bin/ushuffled --config=$f/etc/ushuffle/ushuffled.conf " \
+	"$f/lib/systemd/system/ushuffled.service" &&
+	grep -q "^dir = $f/var/lib/ushuffle\$" "$f/etc/ushuffle/ushuffled.conf" &&
+	grep -q "^listen = 127.0.0.1:" "$f/etc/ushuffle/ushuffled.conf" &&
+	grep -q "^u ushuffle - .* $f/var/lib/ushuffle\$" \
+		"$f/lib/sysusers.d/ushuffle.conf" || {
+	echo "install: the unit, config or sysusers file do not follow" \
+	     "the prefix $f, or the config listens beyond loopback"; exit 1; }
+if command -v systemd-analyze >/dev/null 2>&1; then
+	out=$(systemd-analyze verify "$f/lib/systemd/system/ushuffled.service" \
+		2>&1) && [ -z "$out" ] || {
+		echo "install: systemd-analyze verify on the installed unit:"
+		echo "$out"; exit 1; }
+fi
+# Manuals and completion
+for m in man1/ushuffle.1 man8/ushuffled.8 man3/libushuffle.3 \
+	 ../bash-completion/completions/ushuffle \
+	 ../bash-completion/completions/ushuffled; do
+	[ -s "$f/share/man/$m" ] || { echo "install: no $m"; exit 1; }
+done
 # Moved after install: nothing may point at the first prefix.
 mv "$scratch/first" "$scratch/p"
 p=$scratch/p
@@ -24,12 +47,6 @@ if grep -rq "$scratch/first" "$p/$libdir/pkgconfig" "$p/$libdir/cmake"; then
 fi
 "$p/bin/ushuffled" --help >/dev/null || {
 	echo "install: the installed ushuffled does not run"; exit 1; }
-# The systemd unit (naming the configured prefix, as units must: absolute
-# paths) starts ushuffled with the installed config.
-grep -q "^ExecStart=/.*/bin/ushuffled --config=/.*/ushuffle/ushuffled.conf" \
-	"$p/lib/systemd/system/ushuffled.service" &&
-	[ -f "$p/etc/ushuffle/ushuffled.conf" ] || {
-	echo "install: no systemd unit or config file"; exit 1; }
 "$p/bin/ushuffle" --help >/dev/null 2>&1 || {
 	echo "install: the installed ushuffle does not run"; exit 1; }
 

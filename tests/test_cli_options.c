@@ -192,9 +192,15 @@ static void bad_input_exits_2(void **state)
 		{"--ioengine=libaio", "unknown value", "io_uring or psync"},
 		{"--fixedbufs=2", "--fixedbufs=2: unknown value",
 		 "0, 1 or auto"},
-		{"--verify=md5", "--verify=md5: unknown value",
-		 "crc32c or none"},
-		{"--output-format=xml", "unknown value", "normal or json"},
+		{"--verify=md5", "--verify=md5: records are checked with CRC32C "
+		 "only", "crc32c or none"},
+		{"--output-format=xml", "unknown value",
+		 "normal, json, json+ or terse"},
+		{"--filename=/dev/nvme0n1", "a shuffle has no one file",
+		 "--directory=DIR1:DIR2"},
+		{"--cpus_allowed=0-x", "not a CPU list at '0-x'", "N or N-M"},
+		{"--cpus_allowed=3-1", "not a CPU list", "comma-separated"},
+		{"--loops=0", "out of range", "1..1000"},
 		{"--eta=sometimes", "unknown value", "auto, always or never"},
 		{"--buffer_compress_percentage=101", "out of range", "0..100"},
 		{"--name=", "--name=: empty", "non-empty string"},
@@ -375,6 +381,127 @@ static void job_files_layer_under_the_command_line(void **state)
 	th_rmrf(dir);
 }
 
+/* As in fio, each --name starts a job, the options before the first one
+ * are every job's, and jobs run side by side unless --stonewall makes one
+ * wait (a new group); each job reports in its own blocks. */
+static void name_starts_a_job(void **state)
+{
+	(void)state;
+	struct cli_out r = cli_run(NULL, "--size=64k", "--numjobs=1",
+				   "--target=null", "--name=a", "--rw=write",
+				   "--name=b", "--bs=128k", "--name=c",
+				   "--stonewall", "--output-format=json",
+				   "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	assert_int_equal(json_object_array_length(jget(j, "jobs")), 3);
+	static const char *const want[][4] = {
+		/* jobname, rw, bs, groupid */
+		{"a", "write", "64k", "0"},
+		{"b", "shuffle", "128k", "0"},
+		{"c", "shuffle", "64k", "1"},
+	};
+	for (size_t i = 0; i < 3; i++) {
+		json_object *o = job_n(j, i);
+		assert_string_equal(jstr(o, "jobname"), want[i][0]);
+		assert_string_equal(jstr(o, "job options/rw"), want[i][1]);
+		assert_string_equal(jstr(o, "job options/bs"), want[i][2]);
+		assert_string_equal(jstr(o, "job options/size"), "64k");
+		assert_int_equal(jint(o, "groupid"), want[i][3][0] - '0');
+		assert_true(jint(o, "write/io_bytes") >= 64 * 1024);
+	}
+	assert_string_equal(jstr(j, "global options/size"), "64k");
+	json_object *g;
+	assert_false(json_object_object_get_ex(jget(j, "global options"),
+					       "bs", &g));
+	json_object_put(j);
+	cli_free(&r);
+
+	r = cli_run(NULL, "--size=64k", "--numjobs=1", "--target=null",
+		    "--name=a", "--name=b", "--stonewall", "--eta=never");
+	cli_expect(&r, 0);
+	cli_has(r.out, "a: (g=0): rw=shuffle");
+	cli_has(r.out, "b: (g=1): rw=shuffle");
+	cli_has(r.out, "a thread 0: (groupid=0");
+	cli_has(r.out, "b thread 0: (groupid=1");
+	cli_has(r.out, "Run status group 1 (all jobs)");
+	cli_free(&r);
+
+	/* Side by side, one name is one shuffle: refused before any I/O. */
+	r = cli_run(NULL, "--target=null", "--name=a", "--rw=write",
+		    "--name=a");
+	cli_expect(&r, 2);
+	cli_has(r.err, "jobs 'a' and 'a' run at the same time");
+	cli_has(r.err, "--stonewall");
+	cli_free(&r);
+}
+
+/* The fio names that mean the same here; fio's terse and json+ reports;
+ * --loops; --parse-only. */
+static void fio_names(void **state)
+{
+	(void)state;
+	struct cli_out r = cli_run(NULL, "--blocksize=128k", "--readwrite=write",
+				   "--thread", "--size=64k", "--numjobs=1",
+				   "--target=null", "--loops=2",
+				   "--output-format=json+", "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	assert_int_equal(json_object_array_length(jget(j, "jobs")), 2);
+	for (size_t i = 0; i < 2; i++) {
+		json_object *o = job_n(j, i);
+		assert_string_equal(jstr(o, "job options/bs"), "128k");
+		assert_string_equal(jstr(o, "job options/rw"), "write");
+		assert_int_equal(jint(o, "loop"), i);
+		assert_int_equal(jint(o, "groupid"), 0);
+		/* json+: the handoff histogram's buckets add up to N */
+		json_object *bins = jget(o, "write/handoff_ns/bins");
+		uint64_t n = 0;
+		json_object_object_foreach(bins, k, v) {
+			assert_true(strtoull(k, NULL, 10) > 0);
+			n += json_object_get_uint64(v);
+		}
+		assert_int_equal(n, jint(o, "write/handoff_ns/N"));
+	}
+	json_object_put(j);
+	cli_free(&r);
+
+	/* terse, version 3: fio's field count (no disk utilisation) */
+	r = cli_run(NULL, "--minimal", "--size=64k", "--numjobs=1",
+		    "--target=null", "--name=t1", "--name=t2", "--eta=never");
+	cli_expect(&r, 0);
+	size_t seps = 0, lines = 0;
+	for (const char *p = r.out; *p; p++) {
+		seps += *p == ';';
+		lines += *p == '\n';
+	}
+	assert_int_equal(lines, 2);
+	assert_int_equal(seps, 2 * (121 - 1)); /* 121 fields a line */
+	assert_true(!strncmp(r.out, "3;ushuffle-", 11));
+	cli_has(r.out, ";t2;0;0;");
+	cli_free(&r);
+
+	/* A 3 s time-based run: the status line ends with a new line at
+	 * 1 s (--eta-newline), and at 2 s stands as a line of its own,
+	 * naming its job (--status-interval). */
+	r = cli_run(NULL, "--target=null", "--numjobs=1", "--name=st",
+		    "--runtime=3", "--time_based", "--eta=always",
+		    "--eta-newline=1", "--status-interval=2");
+	cli_expect(&r, 0);
+	cli_has(r.err, "\rJobs: 1 (f=1): [W(1)][");
+	cli_has(r.err, "s]\n");
+	cli_has(r.err, "\nst: Jobs: 1 (f=1)");
+	cli_free(&r);
+
+	r = cli_run(NULL, "--parse-only", "--size=1z");
+	cli_expect(&r, 2);
+	cli_free(&r);
+	r = cli_run(NULL, "--parse-only", "--target=null", "--size=1t");
+	cli_expect(&r, 0);
+	assert_string_equal(r.out, "");
+	cli_free(&r);
+}
+
 static void job_file_errors_exit_2(void **state)
 {
 	(void)state;
@@ -431,6 +558,8 @@ int main(void)
 		cmocka_unit_test(bad_input_exits_2),
 		cmocka_unit_test(config_mistakes_exit_2),
 		cmocka_unit_test(job_files_layer_under_the_command_line),
+		cmocka_unit_test(name_starts_a_job),
+		cmocka_unit_test(fio_names),
 		cmocka_unit_test(job_file_errors_exit_2),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

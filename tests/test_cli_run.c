@@ -151,6 +151,18 @@ static void every_target_rw_codec(void **state)
 	/* shuffles remove their files; write jobs leave theirs */
 	assert_true(dir_is_empty(sdir));
 	assert_false(dir_is_empty(dir));
+	/* A read finds the data where the write put it: the manifest names
+	 * the embedded worker, started again without --target=net. */
+	struct cli_out rd = cli_run(NULL, "--name=m-net-zstd", dirarg,
+				    "--rw=read", "--output-format=json",
+				    "--eta=never");
+	cli_expect(&rd, 0);
+	json_object *jr = cli_json(&rd);
+	json_object *jr0 = json_object_array_get_idx(jget(jr, "jobs"), 0);
+	assert_string_equal(jstr(jr0, "verify/status"), "ok");
+	assert_string_equal(jstr(jr0, "job options/target"), "net");
+	json_object_put(jr);
+	cli_free(&rd);
 	/* a worker that is not there: a run-time error naming it */
 	struct cli_out r = cli_run(NULL, "--target=net", dirarg, "--size=1m",
 				   "--workers=127.0.0.1:1", "--eta=never");
@@ -250,8 +262,66 @@ static void replicas_shuffle(void **state)
 	cli_expect(&r, 0);
 	cli_has(r.out, "replicas     : sent=");
 	cli_free(&r);
+	/* One worker dead: the writers fail over and the job is its data's;
+	 * the drops before and after it, which cannot reach that worker,
+	 * only warn (its copy expires with the application). */
+	th_worker_kill(&wk[2]);
+	r = cli_run(NULL, "--name=rep", "--target=net", "--rw=shuffle",
+		    dirarg, "--size=1m", "--numjobs=1", "--replicas=2", list,
+		    "--app=rep-test", "--output-format=json", "--eta=never");
+	cli_expect(&r, 0);
+	cli_has(r.err, "warning: job 'rep': dropping shuffle");
+	cli_has(r.err, wk[2].addr);
+	j = cli_json(&r);
+	s = summarize(j);
+	assert_true(s.wrec > 0);
+	assert_int_equal(s.verified, s.wrec);
+	j0 = json_object_array_get_idx(jget(j, "jobs"), 0);
+	cli_has(jstr(j0, "warning"), "application 'rep-test'");
+	assert_string_equal(jstr(j0, "error_message"), "");
+	json_object_put(j);
+	cli_free(&r);
 	for (int i = 0; i < 3; i++)
 		th_worker_stop(&wk[i]);
+	th_rmrf(dir);
+}
+
+/* fio's --directory list: map i spills to the i-th directory, a read
+ * finds every map, --unlink=1 removes even a write's output;
+ * --cpus_allowed confines the threads. */
+static void directory_list_and_unlink(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("clidirs");
+	char d[2][600], arg[1300];
+	for (int i = 0; i < 2; i++) {
+		snprintf(d[i], sizeof(d[i]), "%s/d%d", dir, i);
+		assert_int_equal(mkdir(d[i], 0755), 0);
+	}
+	snprintf(arg, sizeof(arg), "--directory=%s:%s", d[0], d[1]);
+	struct cli_out r = cli_run(NULL, "--name=dirs", arg, "--rw=write",
+				   "--numjobs=2", "--size=" SIZE,
+				   "--cpus_allowed=0", "--eta=never");
+	cli_expect(&r, 0);
+	cli_free(&r);
+	for (int i = 0; i < 2; i++)
+		assert_false(dir_is_empty(d[i]));
+	r = cli_run(NULL, "--name=dirs", arg, "--rw=read", "--numjobs=1",
+		    "--output-format=json", "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	struct sums s = summarize(j);
+	assert_true(s.verified > 0);
+	assert_string_equal(jstr(json_object_array_get_idx(jget(j, "jobs"), 0),
+				 "verify/status"), "ok");
+	json_object_put(j);
+	cli_free(&r);
+	r = cli_run(NULL, "--name=dirs", arg, "--rw=write", "--unlink=1",
+		    "--numjobs=2", "--size=" SIZE, "--eta=never");
+	cli_expect(&r, 0);
+	cli_free(&r);
+	for (int i = 0; i < 2; i++)
+		assert_true(dir_is_empty(d[i]));
 	th_rmrf(dir);
 }
 
@@ -434,6 +504,7 @@ int main(void)
 		cmocka_unit_test(every_target_rw_codec),
 		cmocka_unit_test(embedded_worker_allocations_count),
 		cmocka_unit_test(replicas_shuffle),
+		cmocka_unit_test(directory_list_and_unlink),
 		cmocka_unit_test(ab_switches_and_paths),
 		cmocka_unit_test(time_based_keep_and_grouping),
 		cmocka_unit_test(normal_report_to_file),

@@ -90,7 +90,13 @@ static void corrupted_spill_file_fails_the_read(void **state)
 		cli_has(r.out, "errors (failed)");
 		/* A read job reports the shape it reads, not its defaults. */
 		cli_has(r.out, "rw=read, maps=2, partitions=4, record-size="
-			"100-1000 (from the write job's manifest), target=disk");
+			"100-1000, target=disk (from the write job's manifest)");
+		/* The first line names the failure (after the library's
+		 * warnings: without io_uring, one says so). */
+		const char *line = r.err;
+		while (!strncmp(line, "ushuffle: warning: ", 19))
+			line = strchr(line, '\n') + 1;
+		assert_true(!strncmp(line, "ushuffle: job 'flip-", 20));
 		cli_free(&r);
 		r = read_job(name, "json");
 		cli_expect(&r, 1);
@@ -103,6 +109,12 @@ static void corrupted_spill_file_fails_the_read(void **state)
 		const char *first = json_object_get_string(
 			json_object_array_get_idx(errs, 0));
 		assert_non_null(strstr(first, data));
+		/* Every error comes with its message. */
+		for (size_t i = 0; i < 2; i++) {
+			o = json_object_array_get_idx(jget(j, "jobs"), i);
+			if (json_object_get_int(jget(o, "error")))
+				cli_has(jstr(o, "error_message"), "mismatch");
+		}
 		json_object_put(j);
 		cli_free(&r);
 	}

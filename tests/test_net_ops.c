@@ -168,7 +168,7 @@ static void config_file_sets_options(void **state)
 	snprintf(conf, sizeof(conf), "%s.conf", dir);
 	FILE *f = fopen(conf, "w");
 	assert_non_null(f);
-	fputs("; as dist/ushuffled.conf\n[ushuffled]\nmax-conns = 7\n"
+	fputs("; as dist/ushuffled.conf.in\n[ushuffled]\nmax-conns = 7\n"
 	      "max_app_shuffles = 9\nlisten = 127.0.0.1:1\n", f);
 	fclose(f);
 	snprintf(arg, sizeof(arg), "--config=%s", conf);

@@ -10,7 +10,8 @@
  *   verify.c   record content derived from (job, map, sequence), checks
  *   manifest.c what a write job leaves for a later read job
  *   eta.c      the live status line
- *   report.c   normal (fio-like) report; json.c: the JSON report
+ *   report.c   normal (fio-like) report; json.c: the JSON report;
+ *              terse.c: fio's terse lines
  */
 #ifndef USH_CLI_H
 #define USH_CLI_H
@@ -38,7 +39,7 @@ enum rw_mode { RW_WRITE, RW_READ, RW_SHUFFLE };
 enum cli_target { TARGET_NULL, TARGET_DISK, TARGET_NET };
 enum handoff { HANDOFF_SWAP, HANDOFF_COPY };
 enum verify_mode { VERIFY_NONE, VERIFY_CRC32C };
-enum out_format { OUT_NORMAL, OUT_JSON };
+enum out_format { OUT_NORMAL, OUT_JSON, OUT_JSON_PLUS, OUT_TERSE };
 enum eta_mode { ETA_AUTO, ETA_ALWAYS, ETA_NEVER };
 
 struct codec_opt {
@@ -53,6 +54,12 @@ struct job_opts {
 	uint64_t size;
 	uint64_t runtime_ms; /* 0: no limit */
 	int time_based, group_reporting, keep, pin;
+	int stonewall;       /* wait for the jobs before this one */
+	uint64_t loops;      /* runs of the job, one after another */
+	int loop;            /* which of them this is: not an option */
+	int thread;          /* fio's; jobs are threads anyway */
+	int unlink;          /* remove the output at the end: -1 auto */
+	char cpus_allowed[256]; /* fio's CPU list; "": the process's */
 	int rw;
 	uint64_t partitions;
 	uint64_t record_size[2]; /* min, max */
@@ -66,10 +73,25 @@ struct job_opts {
 	char workers[1024];
 	uint64_t replicas;   /* net: workers each batch goes to */
 	char secret_file[PATH_MAX]; /* net: the application's secret */
+	char app[65];        /* net: the application the shuffles belong to */
 	/* process-wide: from the command line or a [global] section */
-	int output_format, eta;
+	int output_format, eta, parse_only, minimal;
+	uint64_t status_interval_ms, eta_newline_ms; /* 0: off */
 	char output[PATH_MAX];
 };
+
+/* Does the job leave its output for a later read? (--keep, --unlink; a
+ * read leaves what it read) */
+static inline bool job_keeps(const struct job_opts *o)
+{
+	return o->rw == RW_READ || o->unlink == 0 ||
+	       (o->unlink < 0 && (o->rw == RW_WRITE || o->keep));
+}
+
+/* --dir is fio's list, DIR[:DIR...]: map i spills to the i-th (modulo
+ * their count); the manifest and an embedded worker live in the first.
+ * job_dir() writes the i-th into buf, returns the count. */
+unsigned job_dir(const struct job_opts *o, unsigned i, char *buf, size_t n);
 
 /* ------------------------------------------------------------ options.c */
 
@@ -96,8 +118,12 @@ struct opt {
 extern const struct opt cli_opts[];
 extern const size_t cli_nopts;
 
-/* The option called name ('-' and '_' match each other), or NULL. */
+/* The option called name ('-' and '_' match each other; fio's aliases
+ * too, such as blocksize for bs), or NULL. */
 const struct opt *opt_find(const char *name);
+/* Why fio's option name has no meaning here and what to use instead, or
+ * NULL for a name that is not one of those. */
+const char *opt_refused(const char *name);
 /* The option whose name is closest to name (a typo), or NULL. */
 const struct opt *opt_suggest(const char *name);
 /* Sets o in j from text v. Returns 0, or -1 with "why; accepted: what"
@@ -110,17 +136,24 @@ void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 void opts_defaults(struct job_opts *j);
 void opts_help(FILE *f);
 const char *choice_name(const struct opt_choice *c, int value);
-extern const struct opt_choice rw_choices[], verify_choices[];
+extern const struct opt_choice rw_choices[], verify_choices[],
+	target_choices[];
 
 /* ------------------------------------------------------------ jobfile.c */
 
 struct cli_setting { /* one command-line option, as given */
 	const struct opt *o;
 	const char *value;
+	int job; /* -1: before the first --name (every job); else the
+		    command-line job it belongs to, counted from 0 */
 };
 
 struct job_list {
-	struct job_opts *jobs; /* sections in order; run one after another */
+	/* The jobs in order: the files' sections, then the command line's.
+	 * A job runs at the same time as the ones before it, back to the
+	 * last one with stonewall set, which waits for all before it. */
+	struct job_opts *jobs;
+	unsigned *group;       /* per job: its stonewall group, from 0 */
 	size_t n;
 	struct job_opts global; /* process-wide settings */
 	struct cli_setting *given; /* command-line options, for reports */
@@ -206,6 +239,8 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 		  size_t n);
 void manifest_free(struct manifest *m);
+/* Where the write job put the data: TARGET_NET if it named workers. */
+int manifest_target(const struct manifest *m);
 
 /* ---------------------------------------------------------------- job.c */
 
@@ -251,10 +286,22 @@ struct job_result {
 	uint32_t maps, partitions, rec_min, rec_max;
 	int err;                /* first error, 0 if none */
 	char errmsg[512];
+	char warning[512];      /* what went wrong without failing the job */
+	/* The job's options as it ran them: a read takes its target from
+	 * the write job's manifest. o points here. */
+	struct job_opts opts;
+};
+
+/* What a job prints while it runs (--eta, --eta-newline,
+ * --status-interval); intervals in ns, 0: off. */
+struct progress {
+	int eta;
+	uint64_t newline_ns, status_ns;
 };
 
 /* Runs one job to completion. Returns 0, EXIT_RUN or EXIT_INTR. */
-int job_run(const struct job_opts *o, struct job_result *res, int eta);
+int job_run(const struct job_opts *o, struct job_result *res,
+	    const struct progress *p);
 void job_result_free(struct job_result *res);
 
 /* Shared state of one job's threads; write.c and read.c see it. */
@@ -288,6 +335,7 @@ struct thread_ctx {
 	unsigned index;
 	struct thread_result *res;
 	int cpu; /* to pin to, or -1 */
+	const void *cpus; /* cpu_set_t to run in (--cpus_allowed), or NULL */
 };
 
 /* ------------------------------------------------------------- jobctx.c */
@@ -299,6 +347,10 @@ uint64_t now_ns(void);
 uint32_t job_shuffle_id(const char *name);
 /* The thread should stop early (Ctrl-C, another thread failed). */
 bool job_stopping(const struct job_ctx *j);
+/* Parses fio's CPU list s ("0-3,8") into set (a cpu_set_t, or NULL to
+ * check only). Returns 0, or -1 with *at where s stops being one. */
+#define CPU_LIST_MAX 1024 /* CPU_SETSIZE */
+int cpu_list(const char *s, void *set, const char **at);
 /* Records this thread's first error and makes the others stop. */
 void job_fail(struct thread_ctx *t, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -312,8 +364,14 @@ void read_phase(struct thread_ctx *t);
 
 /* ---------------------------------------------------------------- eta.c */
 
-/* Prints the status line (final: clears it). From the main thread. */
-void eta_tick(struct job_ctx *j, bool final);
+enum eta_tick {
+	ETA_REDRAW,  /* the status line on stderr, over the last one */
+	ETA_NEWLINE, /* ... then a new line, so that a log keeps it */
+	ETA_STATUS,  /* the status line as a line of its own */
+	ETA_CLEAR,   /* clears it at the end */
+};
+/* Prints the status line. From the thread that runs the job. */
+void eta_tick(struct job_ctx *j, enum eta_tick how);
 /* "512MiB", "1.50GiB": 3 significant digits, binary units. */
 void fmt_iec(char *buf, size_t n, double v);
 
@@ -327,6 +385,8 @@ struct agg {
 };
 
 void agg_threads(struct agg *a, const struct thread_result *t, unsigned n);
+/* Adds n threads' results to a. */
+void agg_add(struct agg *a, const struct thread_result *t, unsigned n);
 double pct_cpu(uint64_t cpu_ns, uint64_t wall_ns);
 /* Percentiles reported for every latency histogram, fio's list. */
 extern const double report_pcts[];
@@ -337,8 +397,15 @@ const char *verify_status(const struct job_result *r);
 void report_describe(FILE *f, const struct job_list *l);
 /* The causes of a failed job and its first mismatches, on stderr. */
 void report_errors(const struct job_result *r);
-void report_normal(FILE *f, const struct job_result *res, size_t njobs);
+/* What the error err of r's job (or of one of its threads) was, never
+ * empty when err is not 0; "" when it is. */
+const char *report_error_message(const struct job_result *r, int err);
+void report_normal(FILE *f, const struct job_list *l,
+		   const struct job_result *res, size_t njobs);
 int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs);
+/* fio's terse lines (terse.c). */
+void report_terse(FILE *f, const struct job_list *l,
+		  const struct job_result *res, size_t njobs);
 
 #endif

@@ -38,10 +38,10 @@ static double total_bytes(const struct job_ctx *j, uint64_t w)
 	return reads ? 2 * tw : tw;
 }
 
-void eta_tick(struct job_ctx *j, bool final)
+void eta_tick(struct job_ctx *j, enum eta_tick how)
 {
 	const struct job_opts *o = j->o;
-	if (final) {
+	if (how == ETA_CLEAR) {
 		fprintf(stderr, "\r%79s\r", "");
 		return;
 	}
@@ -68,8 +68,14 @@ void eta_tick(struct job_ctx *j, bool final)
 		eta = rt > el ? rt - el : 0;
 	unsigned left = (unsigned)o->numjobs - atomic_load(&j->threads_done);
 	unsigned secs = (unsigned)(eta + 0.5);
-	fprintf(stderr, "\rJobs: %u (f=%u): [%c(%u)][%.1f%%][w=%s/s,r=%s/s]"
-		"[eta %02um:%02us]", left, left, writing ? 'W' : 'R', left,
-		100 * pct, wbw, rbw, secs / 60, secs % 60);
+	/* A status line of its own names its job: jobs run side by side. */
+	if (how == ETA_STATUS)
+		fprintf(stderr, "%s: ", o->name);
+	else
+		fputc('\r', stderr);
+	fprintf(stderr, "Jobs: %u (f=%u): [%c(%u)][%.1f%%][w=%s/s,r=%s/s]"
+		"[eta %02um:%02us]%s", left, left, writing ? 'W' : 'R', left,
+		100 * pct, wbw, rbw, secs / 60, secs % 60,
+		how == ETA_REDRAW ? "" : "\n");
 	fflush(stderr);
 }

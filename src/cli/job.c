@@ -44,6 +44,9 @@ static void *thread_main(void *arg)
 		CPU_ZERO(&set);
 		CPU_SET(t->cpu, &set);
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	} else if (t->cpus) { /* --cpus_allowed without --pin */
+		pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t),
+				       t->cpus);
 	}
 	getrusage(RUSAGE_THREAD, &r0);
 	uint64_t t0 = now_ns();
@@ -77,8 +80,8 @@ static bool spill_file(const char *n)
 	       !strcmp(n, ".index.tmp");
 }
 
-/* Removes a shuffle's spill files and manifest, then its directory. */
-static void spill_clean(const char *dir, uint32_t shuffle)
+/* One directory's part of spill_clean(). */
+static void spill_clean_dir(const char *dir, uint32_t shuffle)
 {
 	char path[PATH_MAX + 64];
 	int k = snprintf(path, sizeof(path), "%s/s%u", dir, shuffle);
@@ -99,15 +102,45 @@ static void spill_clean(const char *dir, uint32_t shuffle)
 	rmdir(path); /* fails, rightly, if something else is left */
 }
 
-/* The i-th CPU this process may run on, or -1 when unpinned. */
-static int nth_cpu(unsigned i)
+/* Removes a shuffle's spill files and manifest from each directory of
+ * the job, then its directories. */
+static void spill_clean(const struct job_opts *o, uint32_t shuffle)
 {
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set))
-		return -1;
-	unsigned n = (unsigned)CPU_COUNT(&set), k = 0;
+	char dir[PATH_MAX];
+	unsigned n = job_dir(o, 0, dir, sizeof(dir));
+	for (unsigned i = 0; i < n; i++) {
+		job_dir(o, i, dir, sizeof(dir));
+		spill_clean_dir(dir, shuffle);
+	}
+}
+
+/* The CPUs the job's threads may run on: the process's, within
+ * --cpus_allowed. Returns 0, or -EINVAL with res->errmsg when none is
+ * left. */
+static int job_cpus(const struct job_opts *o, cpu_set_t *set,
+		    struct job_result *res)
+{
+	cpu_set_t list;
+	const char *at;
+	if (sched_getaffinity(0, sizeof(*set), set))
+		CPU_ZERO(set);
+	if (!o->cpus_allowed[0] || cpu_list(o->cpus_allowed, &list, &at))
+		return 0; /* the list was checked when parsed */
+	CPU_AND(set, set, &list);
+	if (CPU_COUNT(set))
+		return 0;
+	snprintf(res->errmsg, sizeof(res->errmsg), "--cpus_allowed=%s: none "
+		 "of these CPUs is one this process may run on",
+		 o->cpus_allowed);
+	return -EINVAL;
+}
+
+/* The i-th CPU of set, or -1 when set is empty. */
+static int nth_cpu(const cpu_set_t *set, unsigned i)
+{
+	unsigned n = (unsigned)CPU_COUNT(set), k = 0;
 	for (int c = 0; n && c < CPU_SETSIZE; c++)
-		if (CPU_ISSET(c, &set) && k++ == i % n)
+		if (CPU_ISSET(c, set) && k++ == i % n)
 			return c;
 	return -1;
 }
@@ -126,6 +159,9 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 					sizeof(res->errmsg));
 		if (ret)
 			return ret;
+		/* The data is where the write job put it, whatever this
+		 * job's --target says. */
+		res->opts.target = manifest_target(&j->expect);
 		j->maps = j->expect.maps;
 		j->partitions = j->expect.partitions;
 		j->gen.min = j->expect.rec_min;
@@ -154,7 +190,7 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 			return -ENOMEM;
 		}
 		if (o->target == TARGET_DISK)
-			spill_clean(o->dir, j->shuffle); /* an earlier run's */
+			spill_clean(o, j->shuffle); /* an earlier run's */
 	}
 	j->gen.partitions = j->partitions;
 	res->maps = j->maps;
@@ -166,7 +202,8 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 
 /* Starts the threads with SIGINT/SIGTERM blocked: only the main thread
  * takes them, so no worker sees EINTR. Returns 0 or an errno. */
-static int start(struct job_ctx *j, struct thread_ctx *tc, pthread_t *tid)
+static int start(struct job_ctx *j, struct thread_ctx *tc, pthread_t *tid,
+		 const cpu_set_t *cpus)
 {
 	sigset_t block, old;
 	sigemptyset(&block);
@@ -175,9 +212,10 @@ static int start(struct job_ctx *j, struct thread_ctx *tc, pthread_t *tid)
 	pthread_sigmask(SIG_BLOCK, &block, &old);
 	int ret = 0;
 	for (unsigned i = 0; !ret && i < j->res->nthreads; i++) {
-		tc[i] = (struct thread_ctx){.job = j, .index = i,
-					    .res = &j->res->t[i],
-					    .cpu = j->o->pin ? nth_cpu(i) : -1};
+		tc[i] = (struct thread_ctx){
+			.job = j, .index = i, .res = &j->res->t[i],
+			.cpu = j->o->pin ? nth_cpu(cpus, i) : -1,
+			.cpus = j->o->cpus_allowed[0] ? cpus : NULL};
 		ret = pthread_create(&tid[i], NULL, thread_main, &tc[i]);
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -206,7 +244,7 @@ static void finish(struct job_ctx *j, struct job_result *res)
 			   atomic_load(&j->parts_done) >= j->partitions;
 	if (o->target == TARGET_NULL || o->rw == RW_READ)
 		return;
-	if (ok && (o->rw == RW_WRITE || o->keep)) {
+	if (ok && job_keeps(o)) {
 		j->expect.shuffle = j->shuffle;
 		j->expect.maps = j->maps;
 		j->expect.partitions = j->partitions;
@@ -220,8 +258,8 @@ static void finish(struct job_ctx *j, struct job_result *res)
 		if (ret)
 			res->err = ret, ok = false;
 	}
-	if (!ok || (o->rw == RW_SHUFFLE && !o->keep))
-		spill_clean(o->dir, j->shuffle);
+	if (!ok || !job_keeps(o))
+		spill_clean(o, j->shuffle);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag,
@@ -249,22 +287,25 @@ static int net_secret(const struct job_opts *o, struct ush_worker_opts *wo,
 {
 	static uint8_t made[32];
 	static int have_made;
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	const char *env = getenv("USHUFFLE_SECRET");
 	int ret = 0;
 	if (o->secret_file[0]) {
-		ret = ush_auth_secret_file(NULL, o->secret_file);
+		ret = ush_auth_secret_file(o->app, o->secret_file);
 		if (wo)
 			wo->secret_file = o->secret_file;
 	} else if (env && *env) {
 		if (wo)
 			wo->secret = env, wo->secret_len = strlen(env);
 	} else if (wo) {
+		pthread_mutex_lock(&lock); /* jobs run side by side */
 		if (!have_made) {
 			ret = getentropy(made, sizeof(made)) ? -errno : 0;
 			if (!ret)
 				ret = ush_auth_secret(NULL, made, sizeof(made));
 			have_made = !ret;
 		}
+		pthread_mutex_unlock(&lock);
 		wo->secret = made;
 		wo->secret_len = sizeof(made);
 	}
@@ -288,12 +329,14 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 		snprintf(j->workers, sizeof(j->workers), "%s", given);
 		return net_secret(o, NULL, res);
 	}
-	j->wdir_tmp = o->rw == RW_SHUFFLE && !o->keep;
+	char dir[PATH_MAX];
+	job_dir(o, 0, dir, sizeof(dir));
+	j->wdir_tmp = !job_keeps(o);
 	if (j->wdir_tmp)
-		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled.%d", o->dir,
-			 (int)getpid());
+		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled.%d.%u", dir,
+			 (int)getpid(), j->shuffle);
 	else
-		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled", o->dir);
+		snprintf(j->wdir, sizeof(j->wdir), "%s/ushuffled", dir);
 	struct ush_worker_opts wo;
 	ush_worker_opts_init(&wo);
 	wo.listen = o->rw == RW_READ ? j->expect.workers : "127.0.0.1:0";
@@ -321,16 +364,20 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 
 /* Workers keep every attempt until the shuffle is dropped: a job writing
  * the shuffle anew drops what an earlier run left (as the disk target
- * cleans its files), and a shuffle job drops it when done. */
-static int net_drop(struct job_ctx *j, struct job_result *res)
+ * cleans its files), and a shuffle job drops it when done. A drop is
+ * cleanup: a worker it cannot reach (a dead replica) is a warning, not
+ * the job's failure, since what that worker holds expires with the
+ * application's TTL and the job's result is its data's. */
+static void net_drop(struct job_ctx *j, struct job_result *res)
 {
-	if (j->o->target != TARGET_NET || j->o->rw == RW_READ)
-		return 0;
-	int ret = ush_shuffle_drop(j->workers, NULL, j->shuffle, 0);
-	if (ret)
-		snprintf(res->errmsg, sizeof(res->errmsg), "dropping shuffle %u "
-			 "on the workers: %.400s", j->shuffle, ush_last_error());
-	return ret;
+	if (j->o->target != TARGET_NET || j->o->rw == RW_READ ||
+	    !ush_shuffle_drop(j->workers, j->o->app, j->shuffle, 0) ||
+	    res->warning[0])
+		return;
+	snprintf(res->warning, sizeof(res->warning), "dropping shuffle %u on "
+		 "the workers: %.300s; what they keep of it expires with "
+		 "application '%s' (the workers' --app-ttl)", j->shuffle,
+		 ush_last_error(), j->o->app);
 }
 
 static void net_teardown(struct job_ctx *j)
@@ -341,10 +388,53 @@ static void net_teardown(struct job_ctx *j)
 		nftw(j->wdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-int job_run(const struct job_opts *o, struct job_result *res, int eta)
+/* Until the threads are done: heartbeats for the job's application (a
+ * worker drops the shuffles of a silent one), the status lines. */
+static void watch(struct job_ctx *j, const struct progress *p)
+{
+	const struct job_opts *o = j->o;
+	struct job_result *res = j->res;
+	uint64_t next_eta = j->t_start + 1000000000u;
+	uint64_t next_nl = j->t_start + p->newline_ns;
+	uint64_t next_status = j->t_start + p->status_ns;
+	uint64_t next_beat = j->t_start + HEARTBEAT_NS;
+	while (atomic_load(&j->threads_done) < res->nthreads) {
+		nanosleep(&(struct timespec){0, 50000000}, NULL);
+		uint64_t now = now_ns();
+		if (o->target == TARGET_NET && now >= next_beat) {
+			next_beat += HEARTBEAT_NS;
+			if (ush_app_heartbeat(j->workers, o->app, 5000) &&
+			    !res->warning[0]) /* the others got it */
+				snprintf(res->warning, sizeof(res->warning),
+					 "heartbeat: %.400s", ush_last_error());
+		}
+		if (p->status_ns && now >= next_status) {
+			next_status += p->status_ns;
+			eta_tick(j, ETA_STATUS);
+		} else if (p->eta && now >= next_eta) {
+			bool nl = p->newline_ns && now >= next_nl;
+			if (nl)
+				next_nl += p->newline_ns;
+			eta_tick(j, nl ? ETA_NEWLINE : ETA_REDRAW);
+		}
+		if (p->eta && now >= next_eta)
+			next_eta += 1000000000u;
+	}
+}
+
+int job_run(const struct job_opts *o, struct job_result *res,
+	    const struct progress *p)
 {
 	memset(res, 0, sizeof(*res));
-	res->o = o;
+	res->opts = *o;
+	res->o = o = &res->opts;
+	if (atomic_load(&cli_stop)) { /* Ctrl-C before its turn came */
+		res->interrupted = true;
+		snprintf(res->errmsg, sizeof(res->errmsg), "interrupted "
+			 "before it started");
+		verify_log_init(&res->vlog);
+		return EXIT_INTR;
+	}
 	res->shuffle = job_shuffle_id(o->name);
 	res->nthreads = (unsigned)o->numjobs;
 	verify_log_init(&res->vlog);
@@ -361,48 +451,33 @@ int job_run(const struct job_opts *o, struct job_result *res, int eta)
 		dir_stats_init(&res->t[i].r);
 		res->t[i].fixedbufs = -1;
 	}
+	cpu_set_t cpus;
+	if (!ret)
+		ret = res->err = job_cpus(o, &cpus, res);
 	if (!ret)
 		ret = res->err = prepare(&j, res);
 	if (!ret)
 		ret = res->err = net_setup(&j, res);
-	if (!ret)
-		ret = res->err = net_drop(&j, res);
 	if (!ret) {
+		net_drop(&j, res);
 		pthread_barrier_init(&j.bar, NULL, res->nthreads);
 		j.t_start = now_ns();
-		int err = start(&j, tc, tid);
+		int err = start(&j, tc, tid, &cpus);
 		if (err) { /* the barrier would wait for it forever */
 			fprintf(stderr, CLI_NAME ": cannot start a thread: "
 				"%s\n", strerror(err));
 			exit(EXIT_RUN);
 		}
-		uint64_t next_eta = j.t_start + 1000000000u;
-		uint64_t next_beat = j.t_start + HEARTBEAT_NS;
-		while (atomic_load(&j.threads_done) < res->nthreads) {
-			nanosleep(&(struct timespec){0, 50000000}, NULL);
-			/* The job's application is alive while it runs: a
-			 * worker drops the shuffles of a silent one. */
-			if (o->target == TARGET_NET && now_ns() >= next_beat) {
-				next_beat += HEARTBEAT_NS;
-				if (ush_app_heartbeat(j.workers, NULL, 5000))
-					fprintf(stderr, CLI_NAME ": heartbeat: "
-						"%s\n", ush_last_error());
-			}
-			if (eta && now_ns() >= next_eta) {
-				eta_tick(&j, false);
-				next_eta += 1000000000u;
-			}
-		}
+		watch(&j, p);
 		for (unsigned i = 0; i < res->nthreads; i++)
 			pthread_join(tid[i], NULL);
-		if (eta)
-			eta_tick(&j, true);
+		if (p->eta)
+			eta_tick(&j, ETA_CLEAR);
 		pthread_barrier_destroy(&j.bar);
 		res->ran = true;
 		finish(&j, res);
-		if (o->rw == RW_SHUFFLE && !o->keep && net_drop(&j, res) &&
-		    !res->err)
-			res->err = -EIO;
+		if (!job_keeps(o))
+			net_drop(&j, res);
 	} else if (!res->err) {
 		res->err = -EINVAL;
 	}

@@ -7,7 +7,10 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include <ctype.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -45,6 +48,44 @@ uint32_t job_shuffle_id(const char *name)
 	for (; *name; name++)
 		h = (h ^ (uint8_t)*name) * 16777619u;
 	return h;
+}
+
+unsigned job_dir(const struct job_opts *o, unsigned i, char *buf, size_t n)
+{
+	unsigned count = 1;
+	for (const char *p = o->dir; *p; p++)
+		count += *p == ':';
+	const char *p = o->dir;
+	for (unsigned k = i % count; k; k--)
+		p = strchr(p, ':') + 1;
+	snprintf(buf, n, "%.*s", (int)strcspn(p, ":"), p);
+	return count;
+}
+
+_Static_assert(CPU_LIST_MAX == CPU_SETSIZE, "CPU_LIST_MAX");
+
+int cpu_list(const char *s, void *set, const char **at)
+{
+	if (set)
+		CPU_ZERO((cpu_set_t *)set);
+	while (*s) {
+		char *end;
+		unsigned long lo = strtoul(s, &end, 10), hi = lo;
+		bool ok = isdigit((unsigned char)*s);
+		if (ok && *end == '-') {
+			ok = isdigit((unsigned char)end[1]);
+			hi = strtoul(end + 1, &end, 10);
+		}
+		if (!ok || lo > hi || hi >= CPU_SETSIZE ||
+		    (*end && *end != ',') || (*end == ',' && !end[1])) {
+			*at = s;
+			return -1;
+		}
+		for (unsigned long c = lo; set && c <= hi; c++)
+			CPU_SET(c, (cpu_set_t *)set);
+		s = *end ? end + 1 : end;
+	}
+	return 0;
 }
 
 bool job_stopping(const struct job_ctx *j)

@@ -143,6 +143,9 @@ static int on_key(void *user, const char *section, const char *key,
 		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: key outside a "
 			 "section; accepted: keys under [global] or [JOBNAME]",
 			 s->file, s->line, key, value);
+	else if (opt_refused(key))
+		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: %s", s->file,
+			 s->line, key, value, opt_refused(key));
 	else if (!o && opt_suggest(key))
 		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key "
 			 "(did you mean %s?); accepted: the option names that "
@@ -194,28 +197,51 @@ static int parse_file(struct job_list *l, const char *file,
 	return rerr || ret || s.err[0] ? -1 : 0;
 }
 
-/* --dir, where the job writes (disk spills, manifests, an embedded
- * worker's storage), must exist: the job creates nothing outside it. */
+/* Each directory of --dir, where the job writes (disk spills, manifests,
+ * an embedded worker's storage), must exist: the job creates nothing
+ * outside them. */
 static int check_dir(const struct job_opts *j, const char *pre)
 {
 	struct stat st;
+	char d[PATH_MAX], what[2 * PATH_MAX + 16];
 	bool used = j->target == TARGET_DISK ||
 		    (j->target == TARGET_NET &&
-		     (!j->workers[0] || j->rw != RW_SHUFFLE || j->keep));
-	if (!used)
+		     (!j->workers[0] || j->rw != RW_SHUFFLE || job_keeps(j)));
+	unsigned n = job_dir(j, 0, d, sizeof(d));
+	for (unsigned i = 0; used && i < n; i++) {
+		job_dir(j, i, d, sizeof(d));
+		/* one of a list is named after the list */
+		snprintf(what, sizeof(what), n > 1 ? "--dir=%s: %s" : "--dir=%s",
+			 j->dir, d);
+		if (!*d)
+			usage_error("%s%s: an empty directory in the list; "
+				    "accepted: DIR[:DIR...]", pre, what);
+		else if (stat(d, &st))
+			usage_error("%s%s: %s; accepted: an existing directory "
+				    "(the job creates nothing outside it)", pre,
+				    what, strerror(errno));
+		else if (!S_ISDIR(st.st_mode))
+			usage_error("%s%s: not a directory; accepted: an "
+				    "existing directory", pre, what);
+		else if (access(d, W_OK | X_OK) && j->rw != RW_READ)
+			usage_error("%s%s: %s; accepted: a directory this user "
+				    "may write in", pre, what, strerror(errno));
+		else
+			continue;
+		return -1;
+	}
+	return 0;
+}
+
+/* --cpus_allowed: fio's CPU list. Returns 0, or -1 after a message. */
+static int check_cpus(const struct job_opts *j, const char *pre)
+{
+	const char *at;
+	if (!cpu_list(j->cpus_allowed, NULL, &at))
 		return 0;
-	if (stat(j->dir, &st))
-		usage_error("%s--dir=%s: %s; accepted: an existing directory "
-			    "(the job creates nothing outside it)", pre,
-			    j->dir, strerror(errno));
-	else if (!S_ISDIR(st.st_mode))
-		usage_error("%s--dir=%s: not a directory; accepted: an "
-			    "existing directory", pre, j->dir);
-	else if (access(j->dir, W_OK | X_OK) && j->rw != RW_READ)
-		usage_error("%s--dir=%s: %s; accepted: a directory this user "
-			    "may write in", pre, j->dir, strerror(errno));
-	else
-		return 0;
+	usage_error("%s--cpus_allowed=%s: not a CPU list at '%s'; accepted: "
+		    "N or N-M, comma-separated, each below %d", pre,
+		    j->cpus_allowed, at, CPU_LIST_MAX);
 	return -1;
 }
 
@@ -243,7 +269,18 @@ static int check_job(const struct job_opts *j, bool named)
 			    ush_last_error());
 		return -1;
 	}
-	if (check_dir(j, pre))
+	if (j->app[strspn(j->app, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+			  "qrstuvwxyz0123456789._:-")]) {
+		usage_error("%s--app=%s: not an application id; accepted: 1..64 "
+			    "characters of A-Z a-z 0-9 . _ : -", pre, j->app);
+		return -1;
+	}
+	if (j->keep && j->unlink == 1) {
+		usage_error("%s--keep with --unlink=1: one keeps the output, the "
+			    "other removes it; accepted: one of them", pre);
+		return -1;
+	}
+	if (check_dir(j, pre) || check_cpus(j, pre))
 		return -1;
 	opt_format(opt_find("record-size"), j, v, sizeof(v));
 	if (j->verify == VERIFY_CRC32C && j->rw != RW_READ &&
@@ -267,9 +304,10 @@ static int check_job(const struct job_opts *j, bool named)
 	return 0;
 }
 
-/* Returns 1 after --help/--version, 0 to go on, -1 after a message. */
+/* Returns 1 after --help/--version, 0 to go on, -1 after a message.
+ * As in fio, each --name starts a job; *named counts them. */
 static int scan_argv(int argc, char **argv, struct job_list *l,
-		     const char ***files, size_t *nfiles)
+		     const char ***files, size_t *nfiles, int *named)
 {
 	struct job_opts scratch;
 	char key[64], why[512];
@@ -292,6 +330,11 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 		size_t k = eq ? (size_t)(eq - a) : strlen(a);
 		snprintf(key, sizeof(key), "%.*s", (int)k, a);
 		const struct opt *o = a[1] == '-' ? opt_find(key + 2) : NULL;
+		const char *no = a[1] == '-' ? opt_refused(key + 2) : NULL;
+		if (no) {
+			usage_error("%s: %s", a, no);
+			return -1;
+		}
 		if (!o) {
 			const struct opt *near = opt_suggest(key + (a[1] == '-'
 								   ? 2 : 1));
@@ -309,16 +352,112 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 			usage_error("%s: %s", a, why);
 			return -1;
 		}
-		l->given[l->ngiven++] = (struct cli_setting){o, v ? v : "1"};
+		if (o->off == offsetof(struct job_opts, name))
+			(*named)++;
+		l->given[l->ngiven++] = (struct cli_setting){
+			o, v ? v : "1",
+			o->flags & OPT_GLOBAL ? -1 : *named - 1};
+	}
+	return 0;
+}
+
+/* Applies the command-line settings of job k (-1: those before the first
+ * --name, which every job takes) to o. */
+static void apply_given(const struct job_list *l, int k, struct job_opts *o)
+{
+	char why[512];
+	for (size_t g = 0; g < l->ngiven; g++)
+		if (l->given[g].job == k)
+			opt_set(l->given[g].o, o, l->given[g].value, why,
+				sizeof(why)); /* checked in scan_argv */
+}
+
+/* Adds the command line's jobs after the files': each from the defaults,
+ * the settings before the first --name, then its own. With neither
+ * files nor --name, the command line is one job over base. */
+static int add_cli_jobs(struct job_list *l, int named,
+			const struct job_opts *base)
+{
+	size_t n = l->n + (size_t)named + (!l->n && !named);
+	struct job_opts *j = realloc(l->jobs, n * sizeof(*j));
+	if (!j)
+		return -1;
+	l->jobs = j;
+	if (!l->n && !named) {
+		j[l->n++] = *base;
+		apply_given(l, -1, &j[0]);
+	}
+	for (int k = 0; k < named; k++) {
+		opts_defaults(&j[l->n]);
+		apply_given(l, -1, &j[l->n]);
+		apply_given(l, k, &j[l->n++]);
+	}
+	return 0;
+}
+
+/* A job with --loops=N becomes N jobs, run one after another on one
+ * thread (main.c), each with its own report block. Returns 0 or -1. */
+static int expand_loops(struct job_list *l)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < l->n; i++)
+		n += (size_t)l->jobs[i].loops;
+	if (n == l->n)
+		return 0;
+	struct job_opts *j = malloc(n * sizeof(*j));
+	if (!j)
+		return -1;
+	for (size_t i = 0, k = 0; i < l->n; i++)
+		for (int loop = 0; loop < (int)l->jobs[i].loops; loop++) {
+			j[k] = l->jobs[i];
+			j[k++].loop = loop;
+		}
+	free(l->jobs);
+	l->jobs = j;
+	l->n = n;
+	return 0;
+}
+
+/*
+ * Jobs of one group run at the same time, so they must not share what a
+ * job owns: its shuffle (its id comes from its name) and an embedded
+ * worker's storage kept in --dir. Numbers the groups; -1 after a message.
+ */
+static int check_groups(struct job_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		const struct job_opts *a = &l->jobs[i];
+		l->group[i] = i ? l->group[i - 1] + (a->stonewall && !a->loop)
+			      : 0;
+		/* a's earlier loops run before it, on its thread */
+		for (size_t k = i - (size_t)a->loop;
+		     k-- > 0 && l->group[k] == l->group[i];) {
+			const struct job_opts *b = &l->jobs[k];
+			bool embeds = a->target == TARGET_NET &&
+				      b->target == TARGET_NET &&
+				      !a->workers[0] && !b->workers[0] &&
+				      job_keeps(a) && job_keeps(b) &&
+				      !strcmp(a->dir, b->dir);
+			if (strcmp(a->name, b->name) && !embeds)
+				continue;
+			usage_error("jobs '%s' and '%s' run at the same time "
+				    "and would share %s; accepted: --stonewall "
+				    "(stonewall=1) on the second, or another "
+				    "%s", b->name, a->name, embeds ?
+				    "the embedded worker's storage in --dir" :
+				    "a shuffle (its id comes from the name)",
+				    embeds ? "--dir" : "--name");
+			return -1;
+		}
 	}
 	return 0;
 }
 
 int cli_parse(int argc, char **argv, struct job_list *l)
 {
-	char why[512];
 	const char **files = calloc((size_t)argc + 1, sizeof(*files));
 	size_t nfiles = 0;
+	int named = 0;
 	memset(l, 0, sizeof(*l));
 	opts_defaults(&l->global);
 	l->given = calloc((size_t)argc + 1, sizeof(*l->given));
@@ -327,27 +466,33 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 		usage_error("out of memory");
 		return EXIT_USAGE;
 	}
-	int ret = scan_argv(argc, argv, l, &files, &nfiles);
+	int ret = scan_argv(argc, argv, l, &files, &nfiles, &named);
 	struct job_opts global = l->global;
 	for (size_t i = 0; !ret && i < nfiles; i++)
 		ret = parse_file(l, files[i], &global);
 	free(files);
-	bool named = l->n > 0; /* jobs from sections: say which failed */
-	if (!ret && !l->n) {
-		l->jobs = malloc(sizeof(*l->jobs));
-		if (l->jobs)
-			l->jobs[l->n++] = global;
-	}
-	for (size_t j = 0; !ret && j <= l->n; j++) {
-		struct job_opts *o = j < l->n ? &l->jobs[j] : &l->global;
-		for (size_t g = 0; g < l->ngiven; g++)
-			opt_set(l->given[g].o, o, l->given[g].value, why,
-				sizeof(why)); /* checked in scan_argv */
+	size_t from_files = l->n;
+	/* Jobs from sections or --name: say which failed. */
+	bool name_them = l->n > 0 || named > 1;
+	for (size_t j = 0; !ret && j < from_files; j++)
+		apply_given(l, -1, &l->jobs[j]);
+	if (!ret && add_cli_jobs(l, named, &global))
+		usage_error("out of memory"), ret = -1;
+	apply_given(l, -1, &l->global);
+	if (l->global.minimal)
+		l->global.output_format = OUT_TERSE;
+	for (size_t j = 0; !ret && j < l->n; j++) {
+		struct job_opts *o = &l->jobs[j];
 		if (!o->numjobs)
 			o->numjobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
-		if (j < l->n && check_job(o, named))
+		if (check_job(o, name_them))
 			ret = -1;
 	}
+	if (!ret && (expand_loops(l) ||
+		     !(l->group = calloc(l->n, sizeof(*l->group)))))
+		usage_error("out of memory"), ret = -1;
+	if (!ret)
+		ret = check_groups(l);
 	if (ret) {
 		job_list_free(l);
 		return ret > 0 ? 0 : EXIT_USAGE;
@@ -358,6 +503,7 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 void job_list_free(struct job_list *l)
 {
 	free(l->jobs);
+	free(l->group);
 	free(l->given);
 	memset(l, 0, sizeof(*l));
 }

@@ -31,7 +31,34 @@ static void add_u64(json_object *o, const char *key, uint64_t v)
 	add(o, key, json_object_new_uint64(v));
 }
 
-static json_object *lat_json(const struct ush_lat *l)
+/* The value bucket b of a histogram stands for: a histogram of one
+ * sample in b, asked for its maximum, says so through the public API. */
+static uint64_t bucket_value(unsigned b)
+{
+	struct ush_lat one;
+	ush_lat_init(&one);
+	one.bucket[b] = one.count = 1;
+	one.min_ns = 0;
+	one.max_ns = UINT64_MAX;
+	return ush_lat_percentile(&one, 100);
+}
+
+/* json+: fio's "bins", each histogram bucket's value (ns) and count. */
+static json_object *bins_json(const struct ush_lat *l)
+{
+	json_object *o = json_object_new_object();
+	char key[32];
+	for (unsigned b = 0; b < USH_LAT_BUCKETS; b++) {
+		if (!l->bucket[b])
+			continue;
+		snprintf(key, sizeof(key), "%llu",
+			 (unsigned long long)bucket_value(b));
+		add_u64(o, key, l->bucket[b]);
+	}
+	return o;
+}
+
+static json_object *lat_json(const struct ush_lat *l, bool plus)
 {
 	json_object *o = json_object_new_object();
 	add_u64(o, "min", l->count ? l->min_ns : 0);
@@ -48,10 +75,12 @@ static json_object *lat_json(const struct ush_lat *l)
 		}
 		add(o, "percentile", p);
 	}
+	if (plus)
+		add(o, "bins", bins_json(l));
 	return o;
 }
 
-static json_object *dir_json(const struct dir_stats *d)
+static json_object *dir_json(const struct dir_stats *d, bool plus)
 {
 	json_object *o = json_object_new_object();
 	double secs = (double)d->runtime_ns / 1e9;
@@ -81,8 +110,8 @@ static json_object *dir_json(const struct dir_stats *d)
 	add(o, "allocs_per_batch",
 	    jdouble(d->phase_batches ? (double)d->allocs /
 					       (double)d->phase_batches : 0));
-	add(o, "handoff_ns", lat_json(&d->handoff));
-	add(o, "clat_ns", lat_json(&d->clat));
+	add(o, "handoff_ns", lat_json(&d->handoff, plus));
+	add(o, "clat_ns", lat_json(&d->clat, plus));
 	return o;
 }
 
@@ -101,17 +130,22 @@ static json_object *options_json(const struct job_opts *j)
 
 static json_object *unit_json(const struct job_result *r, size_t gid,
 			      const struct agg *a,
-			      const struct thread_result *t)
+			      const struct thread_result *t, bool plus)
 {
 	json_object *o = json_object_new_object();
 	add(o, "jobname", json_object_new_string(r->o->name));
 	add_u64(o, "groupid", gid);
+	if (r->o->loops > 1)
+		add_u64(o, "loop", (uint64_t)r->o->loop);
 	add_u64(o, "threads", a->threads);
 	if (t)
 		add_u64(o, "thread", (uint64_t)(t - r->t));
-	add(o, "error", json_object_new_int(t ? t->err : r->err));
-	if (r->err && r->errmsg[0])
-		add(o, "error_message", json_object_new_string(r->errmsg));
+	int err = t ? t->err : r->err;
+	add(o, "error", json_object_new_int(err));
+	add(o, "error_message",
+	    json_object_new_string(report_error_message(r, err)));
+	if (r->warning[0])
+		add(o, "warning", json_object_new_string(r->warning));
 	add(o, "interrupted", json_object_new_boolean(r->interrupted));
 	add(o, "job options", options_json(r->o));
 	/* What it used: a read job's shape is its manifest's. */
@@ -121,8 +155,8 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	add_u64(shape, "record_size_min", r->rec_min);
 	add_u64(shape, "record_size_max", r->rec_max);
 	add(o, "shape", shape);
-	add(o, "write", dir_json(&a->w));
-	add(o, "read", dir_json(&a->r));
+	add(o, "write", dir_json(&a->w, plus));
+	add(o, "read", dir_json(&a->r, plus));
 	add(o, "usr_cpu", jdouble(pct_cpu(a->usr_ns, a->wall_ns)));
 	add(o, "sys_cpu", jdouble(pct_cpu(a->sys_ns, a->wall_ns)));
 	add_u64(o, "ctx", a->ctx);
@@ -151,6 +185,7 @@ int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs)
 {
 	json_object *top = json_object_new_object(), *jobs, *given;
+	bool plus = l->global.output_format == OUT_JSON_PLUS;
 	time_t now = time(NULL);
 	char date[64];
 	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
@@ -159,9 +194,10 @@ int report_json(FILE *f, const struct job_list *l,
 	add(top, "timestamp", json_object_new_int64((int64_t)now));
 	add(top, "time", json_object_new_string(date));
 	given = json_object_new_object();
-	for (size_t i = 0; i < l->ngiven; i++)
-		add(given, l->given[i].o->name,
-		    json_object_new_string(l->given[i].value));
+	for (size_t i = 0; i < l->ngiven; i++) /* before the first --name */
+		if (l->given[i].job < 0)
+			add(given, l->given[i].o->name,
+			    json_object_new_string(l->given[i].value));
 	add(top, "global options", given);
 	jobs = json_object_new_array();
 	struct agg a;
@@ -170,22 +206,24 @@ int report_json(FILE *f, const struct job_list *l,
 		if (!r->ran) { /* failed before its threads started */
 			json_object *o = json_object_new_object();
 			add(o, "jobname", json_object_new_string(r->o->name));
-			add_u64(o, "groupid", g);
+			add_u64(o, "groupid", l->group[g]);
 			add(o, "error", json_object_new_int(r->err));
-			add(o, "error_message",
-			    json_object_new_string(r->errmsg));
+			add(o, "error_message", json_object_new_string(
+					report_error_message(r, r->err)));
 			json_object_array_add(jobs, o);
 			continue;
 		}
 		if (r->o->group_reporting) {
 			agg_threads(&a, r->t, r->nthreads);
-			json_object_array_add(jobs, unit_json(r, g, &a, NULL));
+			json_object_array_add(jobs, unit_json(r, l->group[g],
+							      &a, NULL, plus));
 			continue;
 		}
 		for (unsigned i = 0; i < r->nthreads; i++) {
 			agg_threads(&a, &r->t[i], 1);
-			json_object_array_add(jobs,
-					      unit_json(r, g, &a, &r->t[i]));
+			json_object_array_add(jobs, unit_json(r, l->group[g],
+							      &a, &r->t[i],
+							      plus));
 		}
 	}
 	add(top, "jobs", jobs);

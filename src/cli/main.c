@@ -1,11 +1,12 @@
 /*
- * ushuffle [options] [jobfile ...]: parse, run each job in turn (like
- * fio's stonewall: a job file's sections are A/B runs, not rivals for the
- * same cores), then report. See docs/cli.md.
+ * ushuffle [options] [jobfile ...]: parse, run the jobs as fio does (those
+ * of one stonewall group at the same time, the groups one after another),
+ * then report. See docs/cli.md.
  */
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,12 +31,77 @@ static void log_once(void *arg, const char *msg)
 	pthread_mutex_unlock(&lock);
 }
 
+/* A job and its further loops (--loops), run one after another. */
+struct runner {
+	const struct job_opts *o;
+	struct job_result *res;
+	size_t n;
+	struct progress p;
+	int ret;
+};
+
+static void *run_one(void *arg)
+{
+	struct runner *r = arg;
+	for (size_t i = 0; i < r->n; i++) {
+		int ret = job_run(&r->o[i], &r->res[i], &r->p);
+		r->ret = ret > r->ret ? ret : r->ret;
+	}
+	return NULL;
+}
+
+/* Runs the n jobs at o at the same time, a thread each (a job's loops
+ * on one), with SIGINT and SIGTERM blocked there: the main thread takes
+ * them. The status line follows the first job. Returns the worst exit
+ * status. */
+static int run_group(const struct job_opts *o, struct job_result *res,
+		     size_t n, const struct progress *p)
+{
+	struct runner *r = calloc(n, sizeof(*r));
+	pthread_t *tid = calloc(n, sizeof(*tid));
+	bool *started = calloc(n, sizeof(*started));
+	sigset_t block, old;
+	int worst = 0;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	size_t nr = 0; /* runners */
+	for (size_t i = 0; r && tid && started && i < n; i += r[nr++].n) {
+		size_t loops = (size_t)o[i].loops;
+		r[nr] = (struct runner){&o[i], &res[i], loops, *p, 0};
+		r[nr].p.eta = p->eta && !i;
+		started[nr] = loops < n && !pthread_create(&tid[nr], NULL,
+							    run_one, &r[nr]);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	for (size_t i = 0; r && tid && started && i < nr; i++) {
+		if (started[i])
+			pthread_join(tid[i], NULL);
+		else /* alone, or no thread to be had: here */
+			run_one(&r[i]);
+		for (size_t k = 0; k < r[i].n; k++)
+			report_errors(&r[i].res[k]);
+		worst = r[i].ret > worst ? r[i].ret : worst;
+	}
+	if (!r || !tid || !started) {
+		fprintf(stderr, CLI_NAME ": out of memory\n");
+		worst = EXIT_RUN;
+	}
+	free(r);
+	free(tid);
+	free(started);
+	return worst;
+}
+
 int main(int argc, char **argv)
 {
 	struct job_list l;
 	int status = cli_parse(argc, argv, &l);
-	if (status || !l.n)
+	if (status || !l.n || l.global.parse_only) {
+		job_list_free(&l);
 		return status;
+	}
 	FILE *out = stdout;
 	if (strcmp(l.global.output, "-") &&
 	    !(out = fopen(l.global.output, "w"))) {
@@ -48,31 +114,36 @@ int main(int argc, char **argv)
 	ush_set_log(log_once, NULL);
 	ush_worker_set_log(log_once, NULL); /* the embedded worker */
 	cli_signals();
-	int eta = l.global.eta == ETA_ALWAYS ||
-		  (l.global.eta == ETA_AUTO && isatty(STDERR_FILENO));
-	bool json = l.global.output_format == OUT_JSON;
-	if (!json) {
+	struct progress p = {
+		.eta = l.global.eta == ETA_ALWAYS ||
+		       (l.global.eta == ETA_AUTO && isatty(STDERR_FILENO)),
+		.newline_ns = l.global.eta_newline_ms * 1000000,
+		.status_ns = l.global.status_interval_ms * 1000000};
+	int fmt = l.global.output_format;
+	if (fmt == OUT_NORMAL) {
 		report_describe(out, &l);
 		fflush(out);
 	}
 	struct job_result *res = calloc(l.n, sizeof(*res));
 	size_t ran = 0;
-	for (size_t i = 0; res && i < l.n; i++) {
-		int ret = job_run(&l.jobs[i], &res[ran++], eta);
-		report_errors(&res[ran - 1]);
-		if (ret > status)
-			status = ret;
-		if (ret == EXIT_INTR)
-			break;
+	while (res && ran < l.n && status != EXIT_INTR) {
+		size_t n = 1;
+		while (ran + n < l.n && l.group[ran + n] == l.group[ran])
+			n++;
+		int ret = run_group(&l.jobs[ran], &res[ran], n, &p);
+		ran += n;
+		status = ret > status ? ret : status;
 	}
 	if (!res) {
 		fprintf(stderr, CLI_NAME ": out of memory\n");
 		status = EXIT_RUN;
-	} else if (json) {
+	} else if (fmt == OUT_JSON || fmt == OUT_JSON_PLUS) {
 		if (report_json(out, &l, res, ran))
 			status = EXIT_RUN;
+	} else if (fmt == OUT_TERSE) {
+		report_terse(out, &l, res, ran);
 	} else {
-		report_normal(out, res, ran);
+		report_normal(out, &l, res, ran);
 	}
 	if (out != stdout ? fclose(out) : fflush(out)) {
 		fprintf(stderr, CLI_NAME ": --output=%s: writing the report: "

@@ -38,8 +38,9 @@ static json_object *u64_matrix(const uint64_t *v, uint32_t rows,
 int manifest_save(const struct manifest *m, const struct job_opts *o,
 		  char *err, size_t n)
 {
-	char path[PATH_MAX + 32], tmp[PATH_MAX + 40], codec[32];
+	char path[PATH_MAX + 32], tmp[PATH_MAX + 40], codec[32], dir[PATH_MAX];
 	json_object *j = json_object_new_object();
+	job_dir(o, 0, dir, sizeof(dir));
 	opt_format(opt_find("codec"), o, codec, sizeof(codec));
 	json_object_object_add(j, "ushuffle version",
 			       json_object_new_string(CLI_NAME "-"
@@ -76,9 +77,9 @@ int manifest_save(const struct manifest *m, const struct job_opts *o,
 	}
 	json_object_object_add(j, "map_statuses", st);
 	/* The disk target made these; a net job's spill lives elsewhere. */
-	snprintf(tmp, sizeof(tmp), "%s/s%u", o->dir, m->shuffle);
+	snprintf(tmp, sizeof(tmp), "%s/s%u", dir, m->shuffle);
 	mkdir(tmp, 0755); /* in --dir, which exists (checked at parse) */
-	manifest_path(path, sizeof(path), o->dir, m->shuffle);
+	manifest_path(path, sizeof(path), dir, m->shuffle);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	errno = 0; /* the mkdir()s above leave EEXIST */
 	int ret = json_object_to_file_ext(tmp, j, JSON_C_TO_STRING_PLAIN);
@@ -149,15 +150,16 @@ static int get_matrix(json_object *j, const char *key, uint64_t *v,
 int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 		  size_t n)
 {
-	char path[PATH_MAX + 32];
+	char path[PATH_MAX + 32], dir[PATH_MAX];
 	memset(m, 0, sizeof(*m));
 	m->shuffle = job_shuffle_id(o->name);
-	manifest_path(path, sizeof(path), o->dir, m->shuffle);
+	job_dir(o, 0, dir, sizeof(dir));
+	manifest_path(path, sizeof(path), dir, m->shuffle);
 	if (access(path, R_OK)) {
 		int e = -errno;
 		snprintf(err, n, "no output of job '%s' in %s: %s: %s; run "
 			 "--rw=write (or --rw=shuffle --keep) with the same "
-			 "--name and --dir first", o->name, o->dir, path,
+			 "--name and --dir first", o->name, dir, path,
 			 strerror(-e));
 		return e;
 	}
@@ -213,6 +215,11 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 		manifest_free(m);
 	}
 	return ret;
+}
+
+int manifest_target(const struct manifest *m)
+{
+	return m->workers[0] ? TARGET_NET : TARGET_DISK;
 }
 
 void manifest_free(struct manifest *m)

@@ -20,7 +20,7 @@
 
 const struct opt_choice rw_choices[] = {
 	{"write", RW_WRITE}, {"read", RW_READ}, {"shuffle", RW_SHUFFLE}, {0}};
-static const struct opt_choice target_choices[] = {
+const struct opt_choice target_choices[] = {
 	{"null", TARGET_NULL}, {"disk", TARGET_DISK}, {"net", TARGET_NET}, {0}};
 static const struct opt_choice handoff_choices[] = {
 	{"swap", HANDOFF_SWAP}, {"copy", HANDOFF_COPY}, {0}};
@@ -31,13 +31,17 @@ const struct opt_choice verify_choices[] = {
 static const struct opt_choice fixedbufs_choices[] = {
 	{"0", 0}, {"1", 1}, {"auto", -1}, {0}};
 static const struct opt_choice format_choices[] = {
-	{"normal", OUT_NORMAL}, {"json", OUT_JSON}, {0}};
+	{"normal", OUT_NORMAL}, {"json", OUT_JSON}, {"json+", OUT_JSON_PLUS},
+	{"terse", OUT_TERSE}, {0}};
+static const struct opt_choice unlink_choices[] = {
+	{"0", 0}, {"1", 1}, {"auto", -1}, {0}};
 static const struct opt_choice eta_choices[] = {
 	{"auto", ETA_AUTO}, {"always", ETA_ALWAYS}, {"never", ETA_NEVER}, {0}};
 
 const struct opt cli_opts[] = {
-	{"name", T_STR, F(name), "ushuffle", "job name; the shuffle id is "
-	 "derived from it, so --rw=read finds what --rw=write left",
+	{"name", T_STR, F(name), "ushuffle", "starts a job, as in fio (the "
+	 "options before the first --name are every job's); the shuffle id "
+	 "is derived from the name, so --rw=read finds what --rw=write left",
 	 1, 127, NULL, 0},
 	{"numjobs", T_UINT, F(numjobs), "auto", "threads, each with its own "
 	 "ring and map id; auto: one per online CPU", 1, 1024, NULL, OPT_AUTO},
@@ -47,6 +51,9 @@ const struct opt cli_opts[] = {
 	 "--rw=read) after this long; 0: no limit", 0, 365 * 86400, NULL, 0},
 	{"time_based", T_BOOL, F(time_based), "0", "run for --runtime even "
 	 "when --size is reached", 0, 1, NULL, 0},
+	{"stonewall", T_BOOL, F(stonewall), "0", "wait until the jobs before "
+	 "this one have ended, then start (a new group); without it jobs "
+	 "run at the same time", 0, 1, NULL, 0},
 	{"group_reporting", T_BOOL, F(group_reporting), "0", "report each "
 	 "job's threads together, not one by one", 0, 1, NULL, 0},
 	{"rw", T_ENUM, F(rw), "shuffle", "write: map phase, keep the output; "
@@ -54,6 +61,12 @@ const struct opt cli_opts[] = {
 	 "write, read back, remove", 0, 0, rw_choices, 0},
 	{"keep", T_BOOL, F(keep), "0", "shuffle: keep the spill files", 0, 1,
 	 NULL, 0},
+	{"unlink", T_ENUM, F(unlink), "auto", "remove the job's output when "
+	 "it ends: 1 always (a write too), 0 never (a shuffle too, as "
+	 "--keep); auto: a shuffle removes, a write keeps", 0, 0,
+	 unlink_choices, 0},
+	{"loops", T_UINT, F(loops), "1", "run the job this many times, one "
+	 "after another, each run reported", 1, 1000, NULL, 0},
 	{"partitions", T_UINT, F(partitions), "64", "reduce partitions", 1,
 	 1u << 24, NULL, 0},
 	{"record-size", T_RANGE, F(record_size), "100-1000", "record bytes, "
@@ -87,31 +100,85 @@ const struct opt cli_opts[] = {
 	{"secret-file", T_STR, F(secret_file), "", "net: file holding the "
 	 "application's secret (else $USHUFFLE_SECRET; the embedded worker "
 	 "makes one up)", 0, PATH_MAX - 1, NULL, 0},
+	{"app", T_STR, F(app), "default", "net: the application the job's "
+	 "shuffles belong to (A-Z a-z 0-9 . _ : -); workers check its "
+	 "secret (per application with their --secrets-dir) and drop its "
+	 "shuffles when its heartbeats stop", 1, 64, NULL, 0},
 	{"verify", T_ENUM, F(verify), "crc32c", "check every record read "
 	 "back (needs records of 16 bytes or more)", 0, 0, verify_choices, 0},
 	{"buffer_compress_percentage", T_UINT, F(compress_pct), "50",
 	 "compressible share of each record", 0, 100, NULL, 0},
 	{"pin", T_BOOL, F(pin), "1", "pin thread i to the i-th allowed CPU", 0,
 	 1, NULL, 0},
+	{"cpus_allowed", T_STR, F(cpus_allowed), "", "the CPUs the job's "
+	 "threads may run on, as fio's list (0-3,8); empty: the process's",
+	 0, 255, NULL, 0},
+	{"thread", T_BOOL, F(thread), "1", "accepted for fio's job files: "
+	 "ushuffle's jobs always run as threads", 0, 1, NULL, 0},
 	{"output-format", T_ENUM, F(output_format), "normal", "report format",
 	 0, 0, format_choices, OPT_GLOBAL},
 	{"output", T_STR, F(output), "-", "report file; -: standard output",
 	 1, PATH_MAX - 1, NULL, OPT_GLOBAL},
 	{"eta", T_ENUM, F(eta), "auto", "live status line on stderr; auto: "
 	 "when stderr is a terminal", 0, 0, eta_choices, OPT_GLOBAL},
+	{"eta-newline", T_TIME, F(eta_newline_ms), "0", "end the status line "
+	 "with a new line this often, so a log keeps it; 0: redraw in place",
+	 0, 86400, NULL, OPT_GLOBAL},
+	{"status-interval", T_TIME, F(status_interval_ms), "0", "print the "
+	 "status line on standard output this often (a log of progress); 0: "
+	 "never", 0, 86400, NULL, OPT_GLOBAL},
+	{"minimal", T_BOOL, F(minimal), "0", "fio's terse report, as "
+	 "--output-format=terse", 0, 1, NULL, OPT_GLOBAL},
+	{"parse-only", T_BOOL, F(parse_only), "0", "check the options and job "
+	 "files, run nothing", 0, 1, NULL, OPT_GLOBAL},
 };
 const size_t cli_nopts = sizeof(cli_opts) / sizeof(cli_opts[0]);
 
+/* fio's names for options that mean the same here. */
+static const struct {
+	const char *name, *is;
+} aliases[] = {
+	{"directory", "dir"}, {"blocksize", "bs"}, {"readwrite", "rw"},
+	{"wait_for_previous", "stonewall"}, {"sqthread_poll", "sqpoll"},
+};
+
+/* fio's options without a meaning for a shuffle, and what to use. */
+static const struct {
+	const char *name, *why;
+} refused[] = {
+	{"filename", "a shuffle has no one file: each map spills a data file "
+	 "and an index under --dir; accepted: --dir=DIR, or "
+	 "--directory=DIR1:DIR2 to spread the maps over drives"},
+	{"nrfiles", "the files are one data file and one index per map; "
+	 "accepted: --numjobs (maps) and --partitions"},
+	{"filesize", "each map writes --size bytes of records; accepted: "
+	 "--size"},
+};
+
+static bool same_name(const char *a, const char *b)
+{
+	for (; *a && *b; a++, b++)
+		if (*a != *b && !(strchr("-_", *a) && strchr("-_", *b)))
+			return false;
+	return !*a && !*b;
+}
+
 const struct opt *opt_find(const char *name)
 {
-	for (size_t i = 0; i < cli_nopts; i++) {
-		const char *a = cli_opts[i].name, *b = name;
-		for (; *a && *b; a++, b++)
-			if (*a != *b && !(strchr("-_", *a) && strchr("-_", *b)))
-				break;
-		if (!*a && !*b)
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+		if (same_name(aliases[i].name, name))
+			name = aliases[i].is;
+	for (size_t i = 0; i < cli_nopts; i++)
+		if (same_name(cli_opts[i].name, name))
 			return &cli_opts[i];
-	}
+	return NULL;
+}
+
+const char *opt_refused(const char *name)
+{
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (same_name(refused[i].name, name))
+			return refused[i].why;
 	return NULL;
 }
 
@@ -348,6 +415,10 @@ int opt_set(const struct opt *o, struct job_opts *j, const char *v,
 				*(int *)field = c->value;
 				return 0;
 			}
+		if (o->choices == verify_choices) /* fio's md5, sha256... */
+			return bad(o, err, n, "records are checked with "
+				   "CRC32C only (a CRC32C header in each record, "
+				   "over the frames' own CRC32C)");
 		return bad(o, err, n, "unknown value");
 	case T_RANGE: {
 		char lo[32];
@@ -527,6 +598,7 @@ void opts_help(FILE *f)
 	}
 	fprintf(f, "  %-28s%s\n  %-28s%s\n", "--help", "this text",
 		"--version", "the version");
-	fprintf(f, "\nnumjobs=auto is %ld here. docs/cli.md shows a job file "
-		"and both report formats.\n", sysconf(_SC_NPROCESSORS_ONLN));
+	fprintf(f, "\nnumjobs=auto is %ld here.\nMore in ushuffle(1) and "
+		"docs/cli.md: job files, the reports, and what\nushuffle does "
+		"with each fio option.\n", sysconf(_SC_NPROCESSORS_ONLN));
 }

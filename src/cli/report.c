@@ -46,6 +46,11 @@ void agg_threads(struct agg *a, const struct thread_result *t, unsigned n)
 	memset(a, 0, sizeof(*a));
 	dir_stats_init(&a->w);
 	dir_stats_init(&a->r);
+	agg_add(a, t, n);
+}
+
+void agg_add(struct agg *a, const struct thread_result *t, unsigned n)
+{
 	for (unsigned i = 0; i < n; i++) {
 		agg_dir(&a->w, &t[i].w);
 		agg_dir(&a->r, &t[i].r);
@@ -180,12 +185,14 @@ static void print_unit(FILE *f, const struct job_result *res, size_t gid,
 	char date[64];
 	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
 	/* Each thread's block says whose it is (its index is its map id). */
-	char who[160];
+	char who[192], loop[32] = "";
+	if (o->loops > 1)
+		snprintf(loop, sizeof(loop), " loop %d", o->loop);
 	if (t)
-		snprintf(who, sizeof(who), "%s thread %u", o->name,
+		snprintf(who, sizeof(who), "%s%s thread %u", o->name, loop,
 			 (unsigned)(t - res->t));
 	else
-		snprintf(who, sizeof(who), "%s", o->name);
+		snprintf(who, sizeof(who), "%s%s", o->name, loop);
 	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", who,
 		gid, a->threads, t ? t->err : res->err, (int)getpid(), date);
 	print_dir(f, "write", &a->w, true);
@@ -243,7 +250,7 @@ void report_describe(FILE *f, const struct job_list *l)
 	char v[64];
 	for (size_t i = 0; i < l->n; i++) {
 		const struct job_opts *o = &l->jobs[i];
-		fprintf(f, "%s: (g=%zu): rw=%s", o->name, i,
+		fprintf(f, "%s: (g=%u): rw=%s", o->name, l->group[i],
 			choice_name(rw_choices, o->rw));
 		static const char *const keys[] = {
 			"bs", "partitions", "record-size", "codec", "target",
@@ -259,14 +266,17 @@ void report_describe(FILE *f, const struct job_list *l)
 				m.maps, m.partitions, m.rec_min);
 			if (m.rec_max != m.rec_min)
 				fprintf(f, "-%u", m.rec_max);
-			fprintf(f, " (from the write job's manifest)");
+			fprintf(f, ", target=%s (from the write job's "
+				"manifest)", choice_name(target_choices,
+							 manifest_target(&m)));
 			manifest_free(&m);
 		}
 		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
 			/* Reading makes no batches: bs, codec and handoff
 			 * are the write job's business, and its shape came
 			 * from the manifest above. */
-			if (o->rw == RW_READ && (k < 4 || k == 5))
+			if (o->rw == RW_READ && (k < 4 || k == 5 ||
+						 (man && k == 4)))
 				continue;
 			opt_format(opt_find(keys[k]), o, v, sizeof(v));
 			fprintf(f, ", %s=%s", keys[k], v);
@@ -280,25 +290,43 @@ void report_describe(FILE *f, const struct job_list *l)
 		threads, threads == 1 ? "" : "s");
 }
 
-void report_normal(FILE *f, const struct job_result *res, size_t njobs)
+/* Each job in its own blocks, then its group's run status: the jobs
+ * that ran together (fio's stonewall groups). */
+void report_normal(FILE *f, const struct job_list *l,
+		   const struct job_result *res, size_t njobs)
 {
-	struct agg a;
-	for (size_t g = 0; g < njobs; g++) {
-		const struct job_result *r = &res[g];
-		if (!r->ran)
-			continue;
-		if (r->o->group_reporting) {
+	struct agg a, group;
+	agg_threads(&group, NULL, 0);
+	for (size_t k = 0; k < njobs; k++) {
+		const struct job_result *r = &res[k];
+		size_t g = l->group[k];
+		if (r->ran && r->o->group_reporting) {
 			agg_threads(&a, r->t, r->nthreads);
 			print_unit(f, r, g, &a, NULL);
-		} else {
-			for (unsigned i = 0; i < r->nthreads; i++) {
-				agg_threads(&a, &r->t[i], 1);
-				print_unit(f, r, g, &a, &r->t[i]);
-			}
 		}
-		agg_threads(&a, r->t, r->nthreads);
-		print_group(f, g, &a);
+		for (unsigned i = 0; r->ran && !r->o->group_reporting &&
+				     i < r->nthreads; i++) {
+			agg_threads(&a, &r->t[i], 1);
+			print_unit(f, r, g, &a, &r->t[i]);
+		}
+		if (r->ran)
+			agg_add(&group, r->t, r->nthreads);
+		if (k + 1 < njobs && l->group[k + 1] == g)
+			continue;
+		if (group.threads)
+			print_group(f, g, &group);
+		agg_threads(&group, NULL, 0);
 	}
+}
+
+const char *report_error_message(const struct job_result *r, int err)
+{
+	if (!err)
+		return "";
+	if (r->errmsg[0])
+		return r->errmsg;
+	/* A reader's error is told by the verify log (read.c). */
+	return r->vlog.nfirst ? r->vlog.first[0] : ush_strerror(err);
 }
 
 void report_errors(const struct job_result *r)
@@ -322,4 +350,8 @@ void report_errors(const struct job_result *r)
 	if (r->interrupted)
 		fprintf(stderr, CLI_NAME ": job '%s': interrupted; the report "
 			"is partial\n", job);
+	/* Last: the first line of a failed job names its failure. */
+	if (r->warning[0])
+		fprintf(stderr, CLI_NAME ": warning: job '%s': %s\n", job,
+			r->warning);
 }

@@ -251,12 +251,14 @@ void write_phase(struct thread_ctx *t)
 		slots = POOL_MAX / o->bs / 2;
 	struct ush_ring_opts ro;
 	ring_opts(o, (uint32_t)slots, &ro);
+	char dir[PATH_MAX]; /* --dir's maps go round its directories */
+	job_dir(o, t->index, dir, sizeof(dir));
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = j->shuffle,
 		.map = t->index, .partitions = j->partitions,
 		.target = o->target == TARGET_DISK  ? USH_TARGET_DISK : o->target == TARGET_NET ? USH_TARGET_NET : USH_TARGET_NULL,
-		.dir = o->dir, .direct = o->direct,
+		.dir = dir, .direct = o->direct,
 		.workers = j->workers[0] ? j->workers : NULL,
-		.replicas = (uint32_t)o->replicas,
+		.replicas = (uint32_t)o->replicas, .app = o->app,
 		.ioengine = (enum ush_ioengine)o->ioengine};
 	ush_ring *ring = NULL;
 	ush_writer *w = NULL;
