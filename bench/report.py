@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
            "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
-           "replicas"]
+           "replicas", "records"]
 
 
 def log(msg):
@@ -458,6 +458,50 @@ def wire_rows(res):
     return out
 
 
+def record_rows(res):
+    """Rows as wire_rows makes them, for the record path: per record size
+    10,000 partitions against 64, and at 100 bytes the writer against
+    its memcpy floor, each with its goal; the rest stated."""
+    pts = {(x["record_bytes"], x["partitions"]): x
+           for x in res["raw"]["points"]}
+    out = []
+    for n in sorted({k[0] for k in pts}):
+        a, b = pts.get((n, 64)), pts.get((n, 10000))
+        if a and b:
+            r = b["ns_per_record"] / a["ns_per_record"]
+            out.append([f"{n}-byte records: 10,000 partitions vs 64, ns "
+                        "per record", f"{a['ns_per_record']:.1f} ns",
+                        f"{b['ns_per_record']:.1f} ns", r, _r(r), "≤ 1.5×",
+                        r <= 1.5, f"{n} B 10k/64"])
+    for (n, p), x in sorted(pts.items()):
+        r = x["ns_per_record"] / x["floor_ns"]
+        goal = n == 100 and p in (64, 10000)
+        out.append([f"{n}-byte records, {p:,} partitions: vs memcpy of "
+                    "the same records", f"{x['floor_ns']:.1f} ns",
+                    f"{x['ns_per_record']:.1f} ns "
+                    f"({x['frames_per_mib']:,.0f} frames per MiB)", r, _r(r),
+                    "≤ 3×" if goal else None, r <= 3 if goal else None,
+                    f"{n} B {p:,}/memcpy"])
+    return out
+
+
+def t_records(res, m):
+    rows = [[x[0], x[1], x[2], x[4], x[5] or "—",
+             "" if x[6] is None else met(x[6])] for x in record_rows(res)]
+    j = res["raw"]
+    note = (f"`ush_bench_records --mib={j['mib']} --rounds={j['rounds']}`: "
+            f"{j['mib']} MiB of records per writer run (one writer, null "
+            "target: frames are built, CRC'd and dropped), partitions "
+            "uniform random and drawn before the clock, medians of the "
+            "rounds; the floor copies the same records with their 4-byte "
+            "prefixes, in order, into one buffer of the pool's size, in the "
+            "same round. Times are the thread's CPU time (the machine is "
+            "shared); the writer's include its commit, where staged records "
+            "are framed. Frames per MiB of record bytes.")
+    return table(["measure", "memcpy / 64 partitions", "ushuffle", "ratio",
+                  "target", ""], rows), note
+
+
 def t_wire(res, m):
     rows = [[x[0], x[1], x[2], x[4], x[5], "" if x[6] is None else met(x[6])]
             for x in wire_rows(res)]
@@ -590,7 +634,8 @@ TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
-          "wire": t_wire, "dask": t_dask, "replicas": t_replicas}
+          "wire": t_wire, "dask": t_dask, "replicas": t_replicas,
+          "records": t_records}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -603,7 +648,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "restart": "10. Restart time vs commit-log history",
           "wire": "11. Wire speed at real partition counts",
           "dask": "12. Dask shuffle: ushuffle vs Dask's tasks and disk",
-          "replicas": "13. Replicas: push to two workers, and a worker's death"}
+          "replicas": "13. Replicas: push to two workers, and a worker's death",
+          "records": "14. The record path: ns per record"}
 
 
 def gnuplot(script, png, dat):
