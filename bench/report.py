@@ -373,6 +373,20 @@ def _r(x):
     return f"{x:.2f}×"
 
 
+def frame_points(res):
+    """[(partitions, the disk-spill job of the median round)] at 64, the
+    sweep's largest count and the big count: the frames they made."""
+    rd = res["rounds_data"]
+    out = []
+    for p, k in [(64, "disk"), (res["sweep"][-1], f"disk{res['sweep'][-1]}")]:
+        v = sorted(rd.get(k, []), key=lambda x: x["bw"])
+        if v and "batches" in v[0] and "dir" in v[0]:
+            out.append((p, v[len(v) // 2]))
+    if "disk" in res["big_data"]:
+        out.append((res["big"], res["big_data"]["disk"]))
+    return out
+
+
 def wire_rows(res):
     """[measure, baseline, ushuffle, ratio value or None, ratio text,
     target text, met or None, short label] for every row of §11."""
@@ -390,9 +404,13 @@ def wire_rows(res):
         f"{mib(wref)} (iperf3 {mib(mb['iperf3'])}, fio write "
         f"{mib(mb['fio_write'])})", mib(mb["push"]), mb["push"] / wref,
         "≥ 0.8×", mb["push"] / wref >= 0.8, "push/wire")
+    # Where psync is within 10 % of the limit, io_uring cannot be 1.2x
+    # ahead: then it must be at the limit too.
+    at_ceiling = mb["psync"] >= 0.9 * wref and mb["push"] >= 0.9 * wref
     row("push: io_uring vs --ioengine=psync, throughput", mib(mb["psync"]),
-        mib(mb["push"]), mb["push"] / mb["psync"], "≥ 1.2×",
-        mb["push"] / mb["psync"] >= 1.2, "push/psync")
+        mib(mb["push"]), mb["push"] / mb["psync"],
+        "≥ 1.2× (or both ≥ 0.9× of the limit)",
+        mb["push"] / mb["psync"] >= 1.2 or at_ceiling, "push/psync")
     row("push: the most io_uring can be ahead of psync here: "
         "min(iperf3, fio write) / psync", mib(mb["psync"]), mib(wref),
         wref / mb["psync"])
@@ -408,11 +426,33 @@ def wire_rows(res):
     for p in res["sweep"][1:]:
         r = mb[f"push{p}"] / mb["push"]
         row(f"push, {p:,} partitions vs 64", mib(mb["push"]),
-            mib(mb[f"push{p}"]), r, "≥ 0.7×", r >= 0.7, f"push {p // 1000}k")
+            mib(mb[f"push{p}"]), r, "≥ 0.8×", r >= 0.8, f"push {p // 1000}k")
     for p in res["sweep"][1:]:
         r = mb[f"disk{p}"] / mb["disk"]
         row(f"disk spill, {p:,} partitions vs 64", mib(mb["disk"]),
-            mib(mb[f"disk{p}"]), r, "≥ 0.7×", r >= 0.7, f"disk {p // 1000}k")
+            mib(mb[f"disk{p}"]), r, "≥ 0.8×", r >= 0.8, f"disk {p // 1000}k")
+    r = mb["disk"] / mb["fio_write"]
+    row("disk spill, 64 partitions, vs fio write (64 KiB, qd32, O_DIRECT)",
+        mib(mb["fio_write"]), mib(mb["disk"]), r, "≥ 1.0×", r >= 1.0,
+        "disk/fio")
+    top = res["sweep"][-1]
+    for k, what in [("push", "push"), ("disk", "disk spill")]:
+        if f"{k}_64k" in mb:
+            a, b = mb[f"{k}_64k"], mb[f"{k}{top}_64k"]
+            row(f"{what}, {top:,} partitions vs 64, 64 KiB records (the "
+                "easy case: each record a whole push buffer)", mib(a),
+                mib(b), b / a)
+    for p, x in frame_points(res):
+        data = x["logical_bytes"]
+        fpm = x["batches"] / (data / 2**20)
+        r = x["dir"]["alloc_bytes"] / data
+        row(f"disk spill, {p:,} partitions: {fpm:,.1f} frames per MiB of "
+            f"data ({x['frame_bytes'] / x['batches'] / 1024:,.1f} KiB per "
+            "frame)", "—", f"{fpm:,.1f}", None)
+        row(f"disk spill, {p:,} partitions: bytes on disk / data",
+            f"{data / 2**20:,.1f} MiB of records",
+            f"{x['dir']['alloc_bytes'] / 2**20:,.1f} MiB", r, "≤ 1.2×",
+            r <= 1.2, f"disk bytes {p // 1000}k")
     big = res["big_data"]
     for k, what, dk in [("push", "worker", "worker_dir"),
                         ("disk", "disk target", "dir")]:
@@ -434,10 +474,10 @@ def wire_rows(res):
     row("fetch (network read), 64 partitions, vs min(iperf3, fio read)",
         f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
         f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
-        "≥ 0.8×", mb["fetch"] / rref >= 0.8, "fetch/wire")
+        "≥ 0.9×", mb["fetch"] / rref >= 0.9, "fetch/wire")
     row("local disk read, 64 partitions, vs fio read", mib(mb["fio_read"]),
-        mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.8×",
-        mb["disk_read"] / mb["fio_read"] >= 0.8, "disk read")
+        mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.9×",
+        mb["disk_read"] / mb["fio_read"] >= 0.9, "disk read")
     if "fio_randread" in mb:
         row("local disk read, 64 partitions, vs fio randread 64 KiB qd16 "
             "(its access pattern)", mib(mb["fio_randread"]),
@@ -512,18 +552,22 @@ def t_wire(res, m):
             f"psync. Limits measured in the same rounds: iperf3 over "
             f"loopback, fio io_uring O_DIRECT 64 KiB qd32 write and read of "
             f"{res['size']} on the scratch disk. ushuffle: one writer "
-            f"thread, codec none, records of {res['record_size']:,} B (16 "
-            f"fill a 64 KiB batch), {res['size']}, to a separate `ushuffled`"
-            f" with its default flags on loopback (a fresh one per job); "
-            f"throughput = frame bytes / the job's runtime (writing + "
-            f"commit). The 1,000- and 10,000-partition points stop writing "
-            f"after {res['cap_s']} s (`--runtime`) and then commit. Fetch: "
+            f"thread, codec none, the CLI's default records (100-1,000 B), "
+            f"{res['size']} per map, to a separate `ushuffled` with its "
+            f"default flags on loopback (a fresh one per job), disk spills "
+            f"at fio's depth (`--iodepth=32`); throughput = frame bytes / "
+            f"the job's runtime (writing + commit). The 1,000- and "
+            f"10,000-partition points and the easy case (records of "
+            f"{res['record_size']:,} B: 16 fill a 64 KiB batch) stop writing "
+            f"after {res['cap_s']} s (`--runtime`) and then commit. Frames "
+            f"per MiB: the writer's frames per MiB of records (median "
+            f"round's job). Fetch: "
             f"`ushuffle --rw=read --numjobs=1` of the 64-partition push "
             f"(every record CRC-verified), local read the same of the disk "
             f"spill, both after the files were dropped from the page cache "
             f"(posix_fadvise DONTNEED), as fio reads O_DIRECT. "
-            f"{res['big']:,} partitions: one job of {res['big_size']} with "
-            f"the default 100-1000 B records; bytes on disk = blocks "
+            f"{res['big']:,} partitions: one job of {res['big_size']}; bytes "
+            f"on disk = blocks "
             f"allocated under the worker's directory or the job's (du), "
             f"frame bytes = what the writer framed (and sent). Worker RSS: "
             f"VmHWM after the push. Open: `ush_bench_open_part`, "
