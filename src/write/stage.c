@@ -147,6 +147,25 @@ static const uint8_t *rec_at(const struct ushi_stage *s, uint32_t pos)
 	       (pos & ((1u << s->shift) - 1));
 }
 
+/*
+ * memcpy of n bytes, inline where n is at most 64: two fixed-size copies
+ * from either end, overlapping in the middle. At tens of bytes per
+ * record a call to libc's memcpy and its size dispatch cost more than
+ * the copy itself.
+ */
+static inline void copy(uint8_t *d, const uint8_t *s, size_t n)
+{
+	if (n >= 32 && n <= 64) {
+		memcpy(d, s, 32);
+		memcpy(d + n - 32, s + n - 32, 32);
+	} else if (n >= 16 && n < 32) {
+		memcpy(d, s, 16);
+		memcpy(d + n - 16, s + n - 16, 16);
+	} else if (n) {
+		memcpy(d, s, n);
+	}
+}
+
 /* Asks for the staged record at sp: its first line, and its last one
  * where it straddles a line boundary. */
 static void prefetch(const struct ushi_stage *s, const struct spot *sp)
@@ -201,7 +220,7 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 			/* Across partitions: the sort made them one run. */
 			if (a + i + USHI_STAGE_AHEAD < s->n)
 				prefetch(s, &sp[USHI_STAGE_AHEAD]);
-			memcpy(o, rec_at(s, sp->pos), sp->need);
+			copy(o, rec_at(s, sp->pos), sp->need);
 			o += sp->need;
 		}
 		a += nrec;
@@ -313,8 +332,7 @@ int stage_write(struct ush_writer *w, uint32_t partition, const void *rec,
 	uint32_t pos = (s->nchunks - 1) << s->shift | s->used;
 	uint8_t *d = s->chunks[s->nchunks - 1]->data + s->used;
 	put_le32(d, (uint32_t)len);
-	if (len) /* rec may be NULL then */
-		memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+	copy(d + USH_RECORD_HDR_SIZE, rec, len); /* rec may be NULL if 0 */
 	s->used += need;
 	s->notes[s->n++] = (struct note){partition, {pos, need}};
 	s->count[partition]++;
