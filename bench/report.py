@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
            "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
-           "replicas"]
+           "replicas", "records"]
 
 
 def log(msg):
@@ -373,6 +373,20 @@ def _r(x):
     return f"{x:.2f}×"
 
 
+def frame_points(res):
+    """[(partitions, the disk-spill job of the median round)] at 64, the
+    sweep's largest count and the big count: the frames they made."""
+    rd = res["rounds_data"]
+    out = []
+    for p, k in [(64, "disk"), (res["sweep"][-1], f"disk{res['sweep'][-1]}")]:
+        v = sorted(rd.get(k, []), key=lambda x: x["bw"])
+        if v and "batches" in v[0] and "dir" in v[0]:
+            out.append((p, v[len(v) // 2]))
+    if "disk" in res["big_data"]:
+        out.append((res["big"], res["big_data"]["disk"]))
+    return out
+
+
 def wire_rows(res):
     """[measure, baseline, ushuffle, ratio value or None, ratio text,
     target text, met or None, short label] for every row of §11."""
@@ -390,9 +404,13 @@ def wire_rows(res):
         f"{mib(wref)} (iperf3 {mib(mb['iperf3'])}, fio write "
         f"{mib(mb['fio_write'])})", mib(mb["push"]), mb["push"] / wref,
         "≥ 0.8×", mb["push"] / wref >= 0.8, "push/wire")
+    # Where psync is within 10 % of the limit, io_uring cannot be 1.2x
+    # ahead: then it must be at the limit too.
+    at_ceiling = mb["psync"] >= 0.9 * wref and mb["push"] >= 0.9 * wref
     row("push: io_uring vs --ioengine=psync, throughput", mib(mb["psync"]),
-        mib(mb["push"]), mb["push"] / mb["psync"], "≥ 1.2×",
-        mb["push"] / mb["psync"] >= 1.2, "push/psync")
+        mib(mb["push"]), mb["push"] / mb["psync"],
+        "≥ 1.2× (or both ≥ 0.9× of the limit)",
+        mb["push"] / mb["psync"] >= 1.2 or at_ceiling, "push/psync")
     row("push: the most io_uring can be ahead of psync here: "
         "min(iperf3, fio write) / psync", mib(mb["psync"]), mib(wref),
         wref / mb["psync"])
@@ -408,11 +426,33 @@ def wire_rows(res):
     for p in res["sweep"][1:]:
         r = mb[f"push{p}"] / mb["push"]
         row(f"push, {p:,} partitions vs 64", mib(mb["push"]),
-            mib(mb[f"push{p}"]), r, "≥ 0.7×", r >= 0.7, f"push {p // 1000}k")
+            mib(mb[f"push{p}"]), r, "≥ 0.8×", r >= 0.8, f"push {p // 1000}k")
     for p in res["sweep"][1:]:
         r = mb[f"disk{p}"] / mb["disk"]
         row(f"disk spill, {p:,} partitions vs 64", mib(mb["disk"]),
-            mib(mb[f"disk{p}"]), r, "≥ 0.7×", r >= 0.7, f"disk {p // 1000}k")
+            mib(mb[f"disk{p}"]), r, "≥ 0.8×", r >= 0.8, f"disk {p // 1000}k")
+    r = mb["disk"] / mb["fio_write"]
+    row("disk spill, 64 partitions, vs fio write (64 KiB, qd32, O_DIRECT)",
+        mib(mb["fio_write"]), mib(mb["disk"]), r, "≥ 1.0×", r >= 1.0,
+        "disk/fio")
+    top = res["sweep"][-1]
+    for k, what in [("push", "push"), ("disk", "disk spill")]:
+        if f"{k}_64k" in mb:
+            a, b = mb[f"{k}_64k"], mb[f"{k}{top}_64k"]
+            row(f"{what}, {top:,} partitions vs 64, 64 KiB records (the "
+                "easy case: each record a whole push buffer)", mib(a),
+                mib(b), b / a)
+    for p, x in frame_points(res):
+        data = x["logical_bytes"]
+        fpm = x["batches"] / (data / 2**20)
+        r = x["dir"]["alloc_bytes"] / data
+        row(f"disk spill, {p:,} partitions: {fpm:,.1f} frames per MiB of "
+            f"data ({x['frame_bytes'] / x['batches'] / 1024:,.1f} KiB per "
+            "frame)", "—", f"{fpm:,.1f}", None)
+        row(f"disk spill, {p:,} partitions: bytes on disk / data",
+            f"{data / 2**20:,.1f} MiB of records",
+            f"{x['dir']['alloc_bytes'] / 2**20:,.1f} MiB", r, "≤ 1.2×",
+            r <= 1.2, f"disk bytes {p // 1000}k")
     big = res["big_data"]
     for k, what, dk in [("push", "worker", "worker_dir"),
                         ("disk", "disk target", "dir")]:
@@ -434,10 +474,10 @@ def wire_rows(res):
     row("fetch (network read), 64 partitions, vs min(iperf3, fio read)",
         f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
         f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
-        "≥ 0.8×", mb["fetch"] / rref >= 0.8, "fetch/wire")
+        "≥ 0.9×", mb["fetch"] / rref >= 0.9, "fetch/wire")
     row("local disk read, 64 partitions, vs fio read", mib(mb["fio_read"]),
-        mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.8×",
-        mb["disk_read"] / mb["fio_read"] >= 0.8, "disk read")
+        mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.9×",
+        mb["disk_read"] / mb["fio_read"] >= 0.9, "disk read")
     if "fio_randread" in mb:
         row("local disk read, 64 partitions, vs fio randread 64 KiB qd16 "
             "(its access pattern)", mib(mb["fio_randread"]),
@@ -458,6 +498,50 @@ def wire_rows(res):
     return out
 
 
+def record_rows(res):
+    """Rows as wire_rows makes them, for the record path: per record size
+    10,000 partitions against 64, and at 100 bytes the writer against
+    its memcpy floor, each with its goal; the rest stated."""
+    pts = {(x["record_bytes"], x["partitions"]): x
+           for x in res["raw"]["points"]}
+    out = []
+    for n in sorted({k[0] for k in pts}):
+        a, b = pts.get((n, 64)), pts.get((n, 10000))
+        if a and b:
+            r = b["ns_per_record"] / a["ns_per_record"]
+            out.append([f"{n}-byte records: 10,000 partitions vs 64, ns "
+                        "per record", f"{a['ns_per_record']:.1f} ns",
+                        f"{b['ns_per_record']:.1f} ns", r, _r(r), "≤ 1.5×",
+                        r <= 1.5, f"{n} B 10k/64"])
+    for (n, p), x in sorted(pts.items()):
+        r = x["ns_per_record"] / x["floor_ns"]
+        goal = n == 100 and p in (64, 10000)
+        out.append([f"{n}-byte records, {p:,} partitions: vs memcpy of "
+                    "the same records", f"{x['floor_ns']:.1f} ns",
+                    f"{x['ns_per_record']:.1f} ns "
+                    f"({x['frames_per_mib']:,.0f} frames per MiB)", r, _r(r),
+                    "≤ 3×" if goal else None, r <= 3 if goal else None,
+                    f"{n} B {p:,}/memcpy"])
+    return out
+
+
+def t_records(res, m):
+    rows = [[x[0], x[1], x[2], x[4], x[5] or "—",
+             "" if x[6] is None else met(x[6])] for x in record_rows(res)]
+    j = res["raw"]
+    note = (f"`ush_bench_records --mib={j['mib']} --rounds={j['rounds']}`: "
+            f"{j['mib']} MiB of records per writer run (one writer, null "
+            "target: frames are built, CRC'd and dropped), partitions "
+            "uniform random and drawn before the clock, medians of the "
+            "rounds; the floor copies the same records with their 4-byte "
+            "prefixes, in order, into one buffer of the pool's size, in the "
+            "same round. Times are the thread's CPU time (the machine is "
+            "shared); the writer's include its commit, where staged records "
+            "are framed. Frames per MiB of record bytes.")
+    return table(["measure", "memcpy / 64 partitions", "ushuffle", "ratio",
+                  "target", ""], rows), note
+
+
 def t_wire(res, m):
     rows = [[x[0], x[1], x[2], x[4], x[5], "" if x[6] is None else met(x[6])]
             for x in wire_rows(res)]
@@ -468,18 +552,22 @@ def t_wire(res, m):
             f"psync. Limits measured in the same rounds: iperf3 over "
             f"loopback, fio io_uring O_DIRECT 64 KiB qd32 write and read of "
             f"{res['size']} on the scratch disk. ushuffle: one writer "
-            f"thread, codec none, records of {res['record_size']:,} B (16 "
-            f"fill a 64 KiB batch), {res['size']}, to a separate `ushuffled`"
-            f" with its default flags on loopback (a fresh one per job); "
-            f"throughput = frame bytes / the job's runtime (writing + "
-            f"commit). The 1,000- and 10,000-partition points stop writing "
-            f"after {res['cap_s']} s (`--runtime`) and then commit. Fetch: "
+            f"thread, codec none, the CLI's default records (100-1,000 B), "
+            f"{res['size']} per map, to a separate `ushuffled` with its "
+            f"default flags on loopback (a fresh one per job), disk spills "
+            f"at fio's depth (`--iodepth=32`); throughput = frame bytes / "
+            f"the job's runtime (writing + commit). The 1,000- and "
+            f"10,000-partition points and the easy case (records of "
+            f"{res['record_size']:,} B: 16 fill a 64 KiB batch) stop writing "
+            f"after {res['cap_s']} s (`--runtime`) and then commit. Frames "
+            f"per MiB: the writer's frames per MiB of records (median "
+            f"round's job). Fetch: "
             f"`ushuffle --rw=read --numjobs=1` of the 64-partition push "
             f"(every record CRC-verified), local read the same of the disk "
             f"spill, both after the files were dropped from the page cache "
             f"(posix_fadvise DONTNEED), as fio reads O_DIRECT. "
-            f"{res['big']:,} partitions: one job of {res['big_size']} with "
-            f"the default 100-1000 B records; bytes on disk = blocks "
+            f"{res['big']:,} partitions: one job of {res['big_size']}; bytes "
+            f"on disk = blocks "
             f"allocated under the worker's directory or the job's (du), "
             f"frame bytes = what the writer framed (and sent). Worker RSS: "
             f"VmHWM after the push. Open: `ush_bench_open_part`, "
@@ -590,7 +678,8 @@ TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
-          "wire": t_wire, "dask": t_dask, "replicas": t_replicas}
+          "wire": t_wire, "dask": t_dask, "replicas": t_replicas,
+          "records": t_records}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -603,7 +692,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "restart": "10. Restart time vs commit-log history",
           "wire": "11. Wire speed at real partition counts",
           "dask": "12. Dask shuffle: ushuffle vs Dask's tasks and disk",
-          "replicas": "13. Replicas: push to two workers, and a worker's death"}
+          "replicas": "13. Replicas: push to two workers, and a worker's death",
+          "records": "14. The record path: ns per record"}
 
 
 def gnuplot(script, png, dat):

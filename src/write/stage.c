@@ -31,9 +31,20 @@
 /* One note per this many staged bytes at least; more records (smaller
  * than this on average) flush the stage early. */
 #define USHI_STAGE_NOTE_BYTES 64u
+/* The gather reads staged records in partition order, a cache miss
+ * each: it prefetches this many records ahead. */
+#define USHI_STAGE_AHEAD 32u
+
+/* Where a staged record lies (chunk << shift | offset) and its bytes
+ * with the length prefix: the gather sizes frames from these alone and
+ * reads the records themselves only to copy them. */
+struct spot {
+	uint32_t pos, need;
+};
 
 struct note {
-	uint32_t part, pos; /* pos: chunk << shift | offset */
+	uint32_t part;
+	struct spot at;
 };
 
 struct ushi_stage {
@@ -42,7 +53,7 @@ struct ushi_stage {
 	unsigned shift;           /* log2 of a chunk's bytes */
 	uint32_t used;            /* bytes used in the last chunk */
 	struct note *notes;       /* one per staged record, in order */
-	uint32_t *sorted;         /* their positions by partition (flush) */
+	struct spot *sorted;      /* their spots by partition (flush) */
 	uint32_t n, maxnotes;
 	uint32_t *count;          /* per partition: records staged */
 	uint8_t *scratch;         /* a frame of up to push size */
@@ -136,6 +147,35 @@ static const uint8_t *rec_at(const struct ushi_stage *s, uint32_t pos)
 	       (pos & ((1u << s->shift) - 1));
 }
 
+/*
+ * memcpy of n bytes, inline where n is at most 64: two fixed-size copies
+ * from either end, overlapping in the middle. At tens of bytes per
+ * record a call to libc's memcpy and its size dispatch cost more than
+ * the copy itself.
+ */
+static inline void copy(uint8_t *d, const uint8_t *s, size_t n)
+{
+	if (n >= 32 && n <= 64) {
+		memcpy(d, s, 32);
+		memcpy(d + n - 32, s + n - 32, 32);
+	} else if (n >= 16 && n < 32) {
+		memcpy(d, s, 16);
+		memcpy(d + n - 16, s + n - 16, 16);
+	} else if (n) {
+		memcpy(d, s, n);
+	}
+}
+
+/* Asks for the staged record at sp: its first line, and its last one
+ * where it straddles a line boundary. */
+static void prefetch(const struct ushi_stage *s, const struct spot *sp)
+{
+	const uint8_t *r = rec_at(s, sp->pos);
+	__builtin_prefetch(r);
+	if (((uintptr_t)r & 63) + sp->need > 64)
+		__builtin_prefetch(r + sp->need - 1);
+}
+
 /* How many of the records from a on, up to b, fit a batch of cap bytes
  * (at least one: ush_writer_write() stages only records of at most push
  * size - 52 bytes); *raw becomes their bytes. */
@@ -144,11 +184,9 @@ static uint32_t batch_of(const struct ushi_stage *s, uint32_t a, uint32_t b,
 {
 	uint32_t n = 0, len = 0;
 	for (; a + n < b; n++) {
-		uint32_t need = USH_RECORD_HDR_SIZE +
-				get_le32(rec_at(s, s->sorted[a + n]));
-		if (len + need > cap)
+		if (len + s->sorted[a + n].need > cap)
 			break;
-		len += need;
+		len += s->sorted[a + n].need;
 	}
 	*raw = len;
 	return n;
@@ -178,10 +216,12 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 			dst = pack;
 		uint8_t *o = dst + USH_FRAME_HDR_SIZE;
 		for (uint32_t i = 0; i < nrec; i++) {
-			const uint8_t *r = rec_at(s, s->sorted[a + i]);
-			uint32_t need = USH_RECORD_HDR_SIZE + get_le32(r);
-			memcpy(o, r, need);
-			o += need;
+			const struct spot *sp = &s->sorted[a + i];
+			/* Across partitions: the sort made them one run. */
+			if (a + i + USHI_STAGE_AHEAD < s->n)
+				prefetch(s, &sp[USHI_STAGE_AHEAD]);
+			copy(o, rec_at(s, sp->pos), sp->need);
+			o += sp->need;
 		}
 		a += nrec;
 		st->bytes += raw - nrec * USH_RECORD_HDR_SIZE;
@@ -208,7 +248,7 @@ int stage_flush(struct ush_writer *w)
 		at += c;
 	}
 	for (uint32_t i = 0; i < s->n; i++)
-		s->sorted[s->count[s->notes[i].part]++] = s->notes[i].pos;
+		s->sorted[s->count[s->notes[i].part]++] = s->notes[i].at;
 	uint32_t a = 0;
 	for (p = 0; p < w->o.partitions; p++) {
 		uint32_t b = s->count[p];
@@ -292,10 +332,9 @@ int stage_write(struct ush_writer *w, uint32_t partition, const void *rec,
 	uint32_t pos = (s->nchunks - 1) << s->shift | s->used;
 	uint8_t *d = s->chunks[s->nchunks - 1]->data + s->used;
 	put_le32(d, (uint32_t)len);
-	if (len) /* rec may be NULL then */
-		memcpy(d + USH_RECORD_HDR_SIZE, rec, len);
+	copy(d + USH_RECORD_HDR_SIZE, rec, len); /* rec may be NULL if 0 */
 	s->used += need;
-	s->notes[s->n++] = (struct note){partition, pos};
+	s->notes[s->n++] = (struct note){partition, {pos, need}};
 	s->count[partition]++;
 	return 0;
 }
