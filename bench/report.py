@@ -802,7 +802,7 @@ def plot(name, res, img):
         dat = "measure ratio target\n" + "".join(
             f"\"{x[7]} {x[5].split()[0]}\" {x[3]} "
             f"{float(x[5].split()[1].rstrip('×'))}\n" for x in rows)
-        sc = ("set title 'Issue 11: each ratio beside its target (≥ rows: "
+        sc = ("set title 'Wire speed: each ratio beside its target (≥ rows: "
               "higher is better, ≤ rows: lower)'\nset logscale y\n"
               "set xtics rotate by -35\nset yrange [0.01:*]\n"
               "plot DAT using 2:xtic(1) title 'ratio (this run)', "
