@@ -50,7 +50,16 @@ struct wk_shuf {
 	uint64_t iend;          /* the index file's end */
 	struct { uint64_t off, end; bool done; } wq[WK_LOG_QD];
 	unsigned wq_head, wq_n; /* log writes in flight, oldest first */
-	unsigned writes;        /* log and index writes in flight */
+	unsigned writes;        /* log and index writes (and syncs) in
+				   flight */
+	unsigned iwrites;       /* index writes in flight */
+	/* Commits' sync rounds (store.c): asked for, running, done; the
+	 * running round's step and its syncs in flight. */
+	uint64_t sy_req, sy_run, sy_done;
+	uint8_t sy_step;
+	unsigned sy_ops;
+	bool sy_queued;         /* on t->syncq */
+	struct wk_link syl;
 	unsigned fetch_threads; /* thread numbers whose logs fetch looks
 				   for (0: not yet listed) */
 	bool dir_made;          /* s<S> exists (mkdir done) */

@@ -4,6 +4,7 @@
 #include "worker/app.h"
 #include "worker/attempt.h"
 #include "worker/files.h"
+#include "worker/group.h"
 #include "worker/loop.h"
 #include "worker/state.h"
 #include "worker/wal.h"
@@ -478,8 +479,10 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			wk->o.flush_size = fs;
 	wk->dir_lock = -1;
 	wk->secrets_dirfd = -1;
+	wk->log_fd = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
+	wk_group_init(&wk->grp);
 	pthread_mutex_init(&wk->m.sync_lock, NULL);
 	int port = 0;
 	char host[256];
@@ -519,6 +522,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		pthread_mutex_destroy(&wk->lock);
 		pthread_mutex_destroy(&wk->log_lock);
 		pthread_mutex_destroy(&wk->m.sync_lock);
+		wk_group_fini(&wk->grp);
 		ushi_free(wk);
 		return ret;
 	}
@@ -538,7 +542,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->threads[i].wk = wk;
 		wk->threads[i].idx = i;
 		wk->threads[i].lfd = -1;
-		wk->threads[i].log_fd = -1;
+		wk->threads[i].wake[0] = wk->threads[i].wake[1] = -1;
+		wk->threads[i].cm_done_tail = &wk->threads[i].cm_done;
 	}
 	if (mkdir(wk->dir, 0755) && errno != EEXIST)
 		ret = ushi_fail(-errno, "worker: mkdir %s", wk->dir);
@@ -550,6 +555,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		ret = wk_store_init(wk);
 	if (!ret)
 		ret = wk_log_replay(wk, wk_rec_replay);
+	if (!ret)
+		ret = wk_group_start(wk);
 	if (!ret)
 		wk_sweep(wk);
 	if (!ret)
@@ -648,9 +655,10 @@ void ush_worker_free(ush_worker *wk)
 	for (unsigned i = 0; wk->threads && i < wk->nthreads; i++) {
 		if (wk->threads[i].lfd >= 0)
 			close(wk->threads[i].lfd);
-		if (wk->threads[i].log_fd >= 0)
-			close(wk->threads[i].log_fd);
 	}
+	wk_group_stop(wk);
+	if (wk->log_fd >= 0)
+		close(wk->log_fd);
 	wk_attempt_free(wk);
 	wk_app_free(wk);
 	if (wk->dir_lock >= 0)
@@ -664,6 +672,7 @@ void ush_worker_free(ush_worker *wk)
 	pthread_mutex_destroy(&wk->lock);
 	pthread_mutex_destroy(&wk->log_lock);
 	pthread_mutex_destroy(&wk->m.sync_lock);
+	wk_group_fini(&wk->grp);
 	ushi_free(wk->threads);
 	ushi_free(wk->dir);
 	ushi_free(wk->host);
