@@ -20,6 +20,9 @@
  *    the attempt reads USH_ECORRUPT naming it, and later maps append
  *    after it; a flipped bit in a claim record does not get the shuffle
  *    swept;
+ *  - --dir with several directories: a restart with them in another
+ *    order, or with one more, serves everything stored; two workers'
+ *    directories in one list are refused;
  *  - a kill -9 while eight writers commit at once (inside the
  *    committer's groups) loses no acknowledged commit;
  *  - eight shuffles pushed at once through one thread with four log
@@ -542,6 +545,122 @@ static struct job one_map(const struct job *j, uint32_t m)
 	o.maps = 1;
 	o.st = &j->st[m - j->map0];
 	return o;
+}
+
+/* ---------------------------------------------------- many directories */
+
+/* Whether dir/name exists. */
+static bool has(const char *dir, const char *name)
+{
+	char path[300];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return !lstat(path, &st);
+}
+
+/* Shuffle logs s<S>/t<T>.log in dir. */
+static unsigned logs_in(const char *dir)
+{
+	unsigned n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		unsigned s, t;
+		char path[64];
+		if (sscanf(de->d_name, "s%u", &s) != 1)
+			continue;
+		for (t = 0; t < 4; t++) {
+			snprintf(path, sizeof(path), "s%u/t%u.log", s, t);
+			n += has(dir, path);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* --dir=A:B spreads the logs over both, the commit log in A; restarted
+ * as --dir=C:B:A (another order, one more) and then B:A:C, the worker
+ * serves everything it stored, and what comes after too. */
+static void dirs_reordered_or_added(void **state)
+{
+	(void)state;
+	/* Short enough for three in w.dir. */
+	char a[160], b[160], c[160];
+	assert_true(snprintf(a, sizeof(a), "%s", th_tmpdir("dirs-a")) <
+		    (int)sizeof(a));
+	assert_true(snprintf(b, sizeof(b), "%s", th_tmpdir("dirs-b")) <
+		    (int)sizeof(b));
+	assert_true(snprintf(c, sizeof(c), "%s", th_tmpdir("dirs-c")) <
+		    (int)sizeof(c));
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s:%s", a, b);
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	struct job j[3];
+	for (uint32_t k = 0; k < 3; k++)
+		j[k] = (struct job){.workers = w.addr, .shuffle = 30 + k,
+				    .partitions = 6, .maps = 4,
+				    .records = 1500, .st = statuses(4)};
+	push_all(&j[0]);
+	push_all(&j[1]);
+	th_worker_stop(&w);
+	assert_true(has(a, "commit.log"));
+	assert_false(has(b, "commit.log"));
+	assert_true(has(b, "ushuffled.lock"));
+	/* Two shuffles, a log per thread that got maps of one: two to
+	 * four, each in one of A and B (by the hash of shuffle and thread,
+	 * which the restarts below must not depend on). */
+	unsigned la = logs_in(a), lb = logs_in(b);
+	print_message("logs: %u in A, %u in B\n", la, lb);
+	assert_true(la + lb >= 2 && la + lb <= 4);
+	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", c, b, a);
+	th_worker_restart(&w, 2);
+	for (uint32_t k = 0; k < 3; k++)
+		j[k].workers = w.addr;
+	verify(&j[0], 1);
+	verify(&j[1], 1);
+	push_all(&j[2]);
+	verify(&j[2], 1);
+	th_worker_stop(&w);
+	assert_false(has(c, "commit.log"));
+	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", b, a, c);
+	th_worker_restart(&w, 2);
+	for (uint32_t k = 0; k < 3; k++) {
+		j[k].workers = w.addr;
+		verify(&j[k], 1);
+	}
+	th_worker_stop(&w);
+	for (uint32_t k = 0; k < 3; k++)
+		job_free(&j[k]);
+}
+
+/* Two directories that each hold a commit log are two workers'. */
+static void dirs_of_two_workers_refused(void **state)
+{
+	(void)state;
+	char a[160], b[160], err[400];
+	assert_true(snprintf(a, sizeof(a), "%s", th_tmpdir("dirs2-a")) <
+		    (int)sizeof(a));
+	assert_true(snprintf(b, sizeof(b), "%s", th_tmpdir("dirs2-b")) <
+		    (int)sizeof(b));
+	for (int i = 0; i < 2; i++) {
+		struct th_worker w = {0};
+		snprintf(w.dir, sizeof(w.dir), "%s", i ? b : a);
+		th_worker_spawn(&w, "127.0.0.1", 0, 1);
+		th_worker_stop(&w);
+	}
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	snprintf(err, sizeof(err), "%s:%s", a, b);
+	o.dir = err;
+	th_worker_secret(&o);
+	ush_worker *wk;
+	assert_int_equal(ush_worker_create(&wk, &o), -EEXIST);
+	assert_non_null(strstr(ush_last_error(), "both hold a commit log"));
+	snprintf(err, sizeof(err), "%s::%s", a, b);
+	assert_int_equal(ush_worker_create(&wk, &o), -EINVAL);
+	assert_non_null(strstr(ush_last_error(), "an empty directory"));
 }
 
 /* ------------------------------------------------ a crash in a group */
@@ -1436,6 +1555,8 @@ int main(void)
 		cmocka_unit_test(repair_keeps_unreadable),
 		cmocka_unit_test(repair_corrupt_claim_kept),
 		cmocka_unit_test(crash_inside_a_group),
+		cmocka_unit_test(dirs_reordered_or_added),
+		cmocka_unit_test(dirs_of_two_workers_refused),
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),

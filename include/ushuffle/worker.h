@@ -32,7 +32,9 @@ struct ush_worker_opts {
 	uint32_t size;       /* sizeof, set by ush_worker_opts_init() */
 	const char *listen;  /* "HOST:PORT" (default "127.0.0.1:7337"); port
 				0 picks a free one, see ush_worker_port() */
-	const char *dir;     /* storage directory, created if missing */
+	const char *dir;     /* storage directory, created if missing; or
+				several separated by ':' (one per disk: the
+				shuffle logs are spread over them) */
 	unsigned threads;    /* 0: one per online CPU */
 	int direct;          /* 1: O_DIRECT shuffle logs where the file
 				system allows it (default 1; buffered, with

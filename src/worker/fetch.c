@@ -41,8 +41,9 @@ static int open_file(struct ush_worker *wk, const char *name, char *msg,
 		     size_t n)
 {
 	/* O_NONBLOCK: a FIFO in a file's place must not block the thread. */
-	int fd = wk_open_beneath(wk, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC,
-				 0);
+	struct wk_dir *d = wk_dir_with(wk, name);
+	int fd = d ? wk_open_beneath(d, name, O_RDONLY | O_NONBLOCK |
+				     O_CLOEXEC, 0) : -ENOENT;
 	struct stat st;
 	if (fd >= 0 && fstat(fd, &st)) {
 		close(fd);
@@ -50,10 +51,10 @@ static int open_file(struct ush_worker *wk, const char *name, char *msg,
 	} else if (fd >= 0 && !S_ISREG(st.st_mode)) {
 		close(fd);
 		fd = -EINVAL;
-		snprintf(msg, n, "%s is not a regular file", name);
+		snprintf(msg, n, "%s/%s is not a regular file", d->path, name);
 	}
 	if (fd < 0 && !*msg)
-		snprintf(msg, n, "%s: %s", name,
+		snprintf(msg, n, "%s/%s: %s", d ? d->path : wk->dirlist, name,
 			 fd == -ELOOP ? "a symbolic link: not followed "
 					"beneath the worker's --dir" :
 			 fd == -EXDEV ? "outside the worker's --dir" :

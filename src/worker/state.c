@@ -216,9 +216,10 @@ static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
 	return false;
 }
 
-void wk_sweep(struct ush_worker *wk)
+/* Sweeps the shuffle directories in d that no application owns. */
+static void dir_sweep(struct ush_worker *wk, const struct wk_dir *dd)
 {
-	DIR *d = opendir(wk->dir);
+	DIR *d = opendir(dd->path);
 	if (!d)
 		return;
 	struct dirent *de;
@@ -232,16 +233,22 @@ void wk_sweep(struct ush_worker *wk)
 			wk_log(wk, 0, "%s/%s: shuffle %u has commits but no "
 			       "owner (its claim record lost, and no commit "
 			       "names its application): kept, unowned",
-			       wk->dir, de->d_name, s);
+			       dd->path, de->d_name, s);
 			continue;
 		}
 		/* No application owns it: a drop whose files outlived a
 		 * crash, or data of writers that never claimed it. */
 		struct wk_thread t = {.wk = wk};
 		wk_log(wk, 1, "sweeping %s/%s: no application owns shuffle %u",
-		       wk->dir, de->d_name, s);
+		       dd->path, de->d_name, s);
 		wk_drop_files(&t, s);
 	}
 	closedir(d);
+}
+
+void wk_sweep(struct ush_worker *wk)
+{
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		dir_sweep(wk, &wk->dirs[i]);
 }
 

@@ -550,7 +550,7 @@ static void dir_synced(struct ushi_op *op, int res)
 	struct wk_shuf *s = op->owner;
 	if (res < 0)
 		wk_shuf_fail(s, res, "fsync of a directory above", 0);
-	if (op->io.fd != s->t->wk->dirfd)
+	if (op->io.fd != s->dir->fd)
 		close(op->io.fd);
 	synced(s);
 }
@@ -573,23 +573,23 @@ static int sync_start(struct wk_shuf *s, int fd, int slot, ushi_op_cb cb)
 }
 
 /* New files and shuffle directories must survive a crash: s<S> and the
- * top directory, when they have entries not yet synced. */
-static int sync_dirs(struct wk_thread *t, struct wk_shuf *s)
+ * directory above it, when they have entries not yet synced. */
+static int sync_dirs(struct wk_shuf *s)
 {
 	int ret = 0;
 	if (s->dir_unsynced) {
 		char path[16];
 		snprintf(path, sizeof(path), "s%u", s->shuffle);
-		int fd = wk_open_beneath(t->wk, path, O_RDONLY | O_DIRECTORY |
-					 O_CLOEXEC, 0);
+		int fd = wk_open_beneath(s->dir, path, O_RDONLY |
+					 O_DIRECTORY | O_CLOEXEC, 0);
 		ret = fd < 0 ? fd : sync_start(s, fd, -1, dir_synced);
 		if (fd >= 0 && ret)
 			close(fd);
 		s->dir_unsynced = ret != 0;
 	}
-	if (!ret && t->dir_unsynced) {
-		ret = sync_start(s, t->wk->dirfd, -1, dir_synced);
-		t->dir_unsynced = ret != 0;
+	if (!ret && s->top_unsynced) {
+		ret = sync_start(s, s->dir->fd, -1, dir_synced);
+		s->top_unsynced = ret != 0;
 	}
 	return ret;
 }
@@ -657,7 +657,7 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 			if (s->sy_ops)
 				return;
 			s->sy_step = SY_DIR;
-			ret = sync_dirs(t, s);
+			ret = sync_dirs(s);
 			break;
 		case SY_DIR:
 			if (s->sy_ops)
@@ -775,6 +775,35 @@ void wk_store_close(struct wk_thread *t)
 	t->smask = 0;
 }
 
+/* The largest thread number + 1 of a log of shuffle (named) in d, at
+ * least max. */
+static int max_thread(const struct wk_dir *d, const char *name,
+		      unsigned *max)
+{
+	int fd = wk_open_beneath(d, name, O_RDONLY | O_DIRECTORY |
+				 O_NONBLOCK | O_CLOEXEC, 0);
+	if (fd == -ENOENT)
+		return 0;
+	DIR *dd = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dd) {
+		int ret = fd < 0 ? fd : -errno;
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	struct dirent *de;
+	while ((de = readdir(dd))) {
+		unsigned k;
+		char tail[8];
+		/* 1024 threads at most: a larger number is not ours. */
+		if (sscanf(de->d_name, "t%u.%7s", &k, tail) == 2 &&
+		    !strcmp(tail, "log") && k < 1024 && k >= *max)
+			*max = k + 1;
+	}
+	closedir(dd);
+	return 0;
+}
+
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 			   unsigned *n)
 {
@@ -786,27 +815,10 @@ int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 		unsigned max = t->wk->nthreads;
 		char name[16];
 		snprintf(name, sizeof(name), "s%u", shuffle);
-		int fd = wk_open_beneath(t->wk, name, O_RDONLY | O_DIRECTORY |
-					 O_NONBLOCK | O_CLOEXEC, 0);
-		DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-		if (fd >= 0 && !d) {
-			ret = -errno;
-			close(fd);
+		for (unsigned i = 0; !ret && i < t->wk->ndirs; i++)
+			ret = max_thread(&t->wk->dirs[i], name, &max);
+		if (ret)
 			return ret;
-		}
-		if (fd < 0 && fd != -ENOENT)
-			return fd;
-		struct dirent *de;
-		while (d && (de = readdir(d))) {
-			unsigned k;
-			char tail[8];
-			/* 1024 threads at most: a larger number is not ours. */
-			if (sscanf(de->d_name, "t%u.%7s", &k, tail) == 2 &&
-			    !strcmp(tail, "log") && k < 1024 && k >= max)
-				max = k + 1;
-		}
-		if (d)
-			closedir(d);
 		s->fetch_threads = max;
 	}
 	*n = s->fetch_threads;

@@ -53,16 +53,26 @@ struct wk_fetch;
 struct wk_rent;
 struct wk_shuf;
 
+/* One of --dir's directories (files.c). */
+struct wk_dir {
+	char *path;
+	int fd;               /* opened once: paths resolve beneath */
+	int lock;             /* holds the flock on <path>/ushuffled.lock */
+};
+
 struct ush_worker {
 	struct ush_worker_opts o;
 	struct wk_metrics m;
-	char *dir, *host;
+	char *dir, *host;     /* dir: the home directory (dirs[0]) */
+	char *dirlist;        /* --dir as given: "D0[:D1...]" */
+	struct wk_dir *dirs;  /* the home first (its commit log), then the
+				 others as listed */
+	unsigned ndirs;
 	int port;
 	unsigned nthreads;
 	struct wk_thread *threads;
 	bool started;
 	atomic_int stop;
-	int dir_lock;         /* fd holding the flock on <dir>/ushuffled.lock */
 	pthread_mutex_t lock; /* attempts, owners, apps, drops, the logs */
 	struct wk_attempt *att; /* open addressing, acap a power of two */
 	size_t natt, nslots, acap; /* live entries, used slots, slots */
@@ -99,7 +109,6 @@ struct ush_worker {
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
-	int dirfd;            /* --dir, opened once: paths resolve beneath */
 	unsigned open_max;    /* open log and index files per thread */
 	size_t pdir_budget;   /* partition directory cache per thread */
 	atomic_bool direct_refused; /* O_DIRECT refused for a log (logged) */
@@ -203,7 +212,6 @@ struct wk_thread {
 	size_t pdir_bytes;     /* their memory (at most wk->pdir_budget) */
 	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
 				  half the pool) */
-	bool dir_unsynced;
 	struct wk_list syncq;  /* logs with a sync round asked for or under
 				  way (store.c) */
 	/* Commits back from the committer (wk->grp.lock): logged, to be
