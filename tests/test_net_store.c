@@ -23,6 +23,8 @@
  *  - --dir with several directories: a restart with them in another
  *    order, or with one more, serves everything stored; two workers'
  *    directories in one list are refused;
+ *  - one of two directories filling up mid-push is quarantined: the
+ *    shuffle there fails naming it, later shuffles go to the other;
  *  - a kill -9 while eight writers commit at once (inside the
  *    committer's groups) loses no acknowledged commit;
  *  - eight shuffles pushed at once through one thread with four log
@@ -1270,6 +1272,73 @@ static void failed_write_scoped(void **state)
 	th_rmrf(w.dir);
 }
 
+/*
+ * One of two directories fills up mid-push (a 2 MiB tmpfs with ballast):
+ * the shuffle stored there fails, its error naming the directory; the
+ * directory is quarantined (ush_worker_dir(), the metric's source) and
+ * every later shuffle goes to the other directory and commits.
+ */
+static void full_dir_quarantined(void **state)
+{
+	(void)state;
+	char good[160], bad[160], list[400], addr[64] = "";
+	assert_true(snprintf(good, sizeof(good), "%s",
+			     th_tmpdir("quar-good")) < (int)sizeof(good));
+	assert_true(snprintf(bad, sizeof(bad), "%s", th_tmpdir("quar-bad")) <
+		    (int)sizeof(bad));
+	if (mount("tmpfs", bad, "tmpfs", 0, "size=2m,mode=0755")) {
+		print_message("skipped: cannot mount a 2 MiB tmpfs at %s "
+			      "(%s): needs CAP_SYS_ADMIN\n", bad,
+			      strerror(errno));
+		skip();
+	}
+	snprintf(mounted, sizeof(mounted), "%s", bad);
+	char ballast[300];
+	snprintf(ballast, sizeof(ballast), "%s/ballast", bad);
+	write_file(ballast, 1536u << 10);
+	snprintf(list, sizeof(list), "%s:%s", good, bad);
+	ush_worker *wk = th_worker_embed(list, 1, addr, sizeof(addr));
+	/* Shuffles are placed by a hash of their number: push new ones
+	 * until one lands on the full directory. */
+	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
+			.records = 20000, .st = statuses(1)};
+	int ret = 0;
+	for (j.shuffle = 40; j.shuffle < 72 && !ret; j.shuffle++)
+		ret = push(&j, 0, 0);
+	print_message("shuffle %u: %s: %s\n", j.shuffle - 1,
+		      ush_err_name(ret), last_msg);
+	assert_int_not_equal(ret, 0);
+	if (!strstr(last_msg, bad) || !strstr(last_msg, "No space left"))
+		fail_msg("the error does not name %s and why: %s", bad,
+			 last_msg);
+	const char *path;
+	int err;
+	th_ok(ush_worker_dir(wk, 1, &path, &err));
+	assert_string_equal(path, bad);
+	assert_int_equal(err, -ENOSPC);
+	th_ok(ush_worker_dir(wk, 0, &path, &err));
+	assert_int_equal(err, 0);
+	assert_int_equal(ush_worker_dir(wk, 2, &path, &err), -ENOENT);
+	/* Out of placement: the next shuffles all go to the good one. */
+	for (uint32_t k = 0; k < 6; k++) {
+		struct job o = {.workers = addr, .shuffle = 100 + k,
+				.partitions = 4, .maps = 2, .records = 2000,
+				.st = statuses(2)};
+		push_all(&o);
+		verify(&o, 1);
+		char name[32];
+		snprintf(name, sizeof(name), "s%u", o.shuffle);
+		assert_true(has(good, name));
+		assert_false(has(bad, name));
+		job_free(&o);
+	}
+	ush_worker_free(wk);
+	job_free(&j);
+	if (umount2(bad, 0))
+		fail_msg("umount %s: %s", bad, strerror(errno));
+	mounted[0] = 0;
+}
+
 /* ------------------------------------------- restart, other options */
 
 /* Logs of s<shuffle> written by a thread numbered from `from` up. */
@@ -1562,6 +1631,7 @@ int main(void)
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),
 		cmocka_unit_test(scale_many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
+		cmocka_unit_test_teardown(full_dir_quarantined, unmount),
 		cmocka_unit_test(scale_open_files_bounded),
 	};
 	/* ctest runs this program twice so that neither half runs for

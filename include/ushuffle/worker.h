@@ -233,6 +233,13 @@ USH_SIZED_GET(ush_worker_stats, ush_worker)
 #ifdef USH_UNSTABLE_API
 /* ush_alloc_count(): the worker allocates through libushuffle. */
 USH_API uint64_t ush_worker_alloc_count(void);
+/* Directory i of the worker's --dir (the home, with the commit log,
+ * first): its path (the worker's, valid until ush_worker_free()) and, in
+ * *err, the error that quarantined it (an I/O error, a read-only or full
+ * file system: no new shuffle logs go there), or 0. Returns 0, or
+ * -ENOENT when there is no directory i. */
+USH_API int ush_worker_dir(const ush_worker *w, unsigned i,
+			   const char **path, int *err);
 #endif
 
 #ifdef __cplusplus

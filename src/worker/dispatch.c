@@ -135,6 +135,16 @@ static void commit_fail(struct wk_conn *c, int ret, unsigned ncommits)
 					      ush_strerror(ret));
 }
 
+/* The commit's frames could not be made durable: the error names the
+ * directory of the log that failed. */
+static void sync_fail(struct wk_conn *c, int ret)
+{
+	const struct wk_rec *r = &c->cm_rec;
+	wk_conn_fail(c, ret, "syncing before the commit of shuffle %u map %u "
+		     "attempt %u (in %s): %s", r->shuffle, r->map, r->attempt,
+		     wk_store_dir(c->t, r->shuffle), ush_strerror(ret));
+}
+
 /*
  * MAPPER_END: the attempt's frames made durable (a sync round of its
  * shuffle's log here, through the ring), its record logged (in the
@@ -155,9 +165,7 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 	memcpy(c->cm_rec.app, c->app, sizeof(c->cm_rec.app));
 	int ret = wk_store_sync_begin(c->t, f->shuffle, &c->cm_ticket);
 	if (ret)
-		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
-			     "%u map %u attempt %u: %s", f->shuffle, f->map,
-			     f->attempt, ush_strerror(ret));
+		sync_fail(c, ret);
 	else
 		c->cm_step = WK_CM_SYNC;
 }
@@ -205,9 +213,7 @@ void wk_commit_pump(struct wk_conn *c)
 	if (ret == -ENOENT)
 		commit_fail(c, ret, 0);
 	else
-		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
-			     "%u map %u attempt %u: %s", r->shuffle, r->map,
-			     r->attempt, ush_strerror(ret));
+		sync_fail(c, ret);
 }
 
 void wk_commit_logged(struct wk_conn *c, int res)
@@ -432,8 +438,9 @@ int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
 void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret)
 {
 	if (ret)
-		wk_conn_fail(c, ret, "storing shuffle %u partition %u: %s",
-			     f->shuffle, f->partition, ush_strerror(ret));
+		wk_conn_fail(c, ret, "storing shuffle %u partition %u (in "
+			     "%s): %s", f->shuffle, f->partition,
+			     wk_store_dir(c->t, f->shuffle), ush_strerror(ret));
 	else
 		c->credit += proto_size(f), c->att_bytes += proto_size(f);
 	if (ret)

@@ -113,6 +113,21 @@ struct wk_dir *wk_dir_with(struct ush_worker *wk, const char *path)
 	return NULL;
 }
 
+void wk_dir_fail(struct ush_worker *wk, struct wk_dir *d, int err,
+		 const char *what)
+{
+	int none = 0;
+	if ((err != -EIO && err != -EROFS && err != -ENOSPC &&
+	     err != -EDQUOT) || !atomic_compare_exchange_strong(&d->err, &none,
+								 err))
+		return;
+	WK_COUNT(wk, errors[USH_WORKER_ERR_STORAGE], 1);
+	wk_log(wk, 0, "directory %s quarantined: %s: %s; new shuffle logs go "
+	       "to the other directories, the shuffles stored here fail as "
+	       "their files do (until the worker restarts)", d->path, what,
+	       ush_strerror(err));
+}
+
 const char *wk_why_open(int err)
 {
 	return err == -ELOOP ? "a symbolic link: not followed beneath --dir" :
@@ -320,11 +335,14 @@ void wk_shuf_fail(struct wk_shuf *s, int err, const char *what, uint64_t off)
 	if (!s->err) {
 		s->err = err;
 		WK_COUNT(s->t->wk, errors[USH_WORKER_ERR_STORAGE], 1);
-		wk_log(s->t->wk, 0, "%s s%u/t%u at offset %llu: %s; shuffle %u "
-		       "commits no more on thread %u until dropped", what,
-		       s->shuffle, s->t->idx, (unsigned long long)off,
-		       wk_why_open(err), s->shuffle, s->t->idx);
+		wk_log(s->t->wk, 0, "%s %s/s%u/t%u at offset %llu: %s; "
+		       "shuffle %u commits no more on thread %u until dropped",
+		       what, s->dir ? s->dir->path : "?", s->shuffle,
+		       s->t->idx, (unsigned long long)off, wk_why_open(err),
+		       s->shuffle, s->t->idx);
 	}
+	if (s->dir)
+		wk_dir_fail(s->t->wk, s->dir, err, what);
 }
 
 void wk_shuf_fsync(struct wk_shuf *s)
@@ -692,6 +710,8 @@ static int open_one(struct wk_thread *t, struct wk_shuf *s, const char *path,
 {
 	struct ush_worker *wk = t->wk;
 	int fd = open_counted(t, s, path, flags, s->fd < 0 ? 2 : 1);
+	if (fd < 0)
+		wk_dir_fail(wk, s->dir, fd, "open");
 	if (fd < 0) {
 		wk_log(wk, 0, "open %s/%s: %s", s->dir->path, path,
 		       wk_why_open(fd));
@@ -710,8 +730,9 @@ static int open_one(struct wk_thread *t, struct wk_shuf *s, const char *path,
 
 /* Where the log of shuffle on thread idx goes: where it is (a restart
  * may list the directories in another order, or one more), else by a
- * hash of (shuffle, thread): the logs of a shuffle spread over the
- * directories by thread, and shuffles over them by their numbers. */
+ * hash of (shuffle, thread) over the directories not quarantined: the
+ * logs of a shuffle spread over them by thread, and shuffles over them
+ * by their numbers. */
 static struct wk_dir *place(struct ush_worker *wk, uint32_t shuffle,
 			    unsigned idx)
 {
@@ -721,6 +742,13 @@ static struct wk_dir *place(struct ush_worker *wk, uint32_t shuffle,
 	if (d)
 		return d;
 	uint64_t h = ((uint64_t)shuffle * 0x9e3779b97f4a7c15ull >> 32) + idx;
+	/* The healthy ones; all of them when none is. */
+	unsigned ok = 0;
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		ok += !atomic_load(&wk->dirs[i].err);
+	for (unsigned i = 0, k = 0; ok && i < wk->ndirs; i++)
+		if (!atomic_load(&wk->dirs[i].err) && k++ == h % ok)
+			return &wk->dirs[i];
 	return &wk->dirs[h % wk->ndirs];
 }
 
@@ -734,9 +762,12 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 		s->dir = place(wk, s->shuffle, t->idx);
 	if (!s->dir_made) {
 		snprintf(lpath, sizeof(lpath), "s%u", s->shuffle);
-		if (mkdirat(s->dir->fd, lpath, 0755) && errno != EEXIST)
-			return ushi_fail(-errno, "worker: mkdir %s/%s",
+		if (mkdirat(s->dir->fd, lpath, 0755) && errno != EEXIST) {
+			int ret = -errno;
+			wk_dir_fail(wk, s->dir, ret, "mkdir");
+			return ushi_fail(ret, "worker: mkdir %s/%s",
 					s->dir->path, lpath);
+		}
 		/* Made here or by another thread whose commit may never
 		 * come: this thread's commits sync its entry too. */
 		s->top_unsynced = true;

@@ -61,6 +61,8 @@ struct wk_shuf {
 	uint8_t sy_step;
 	unsigned sy_ops;
 	bool sy_queued;         /* on t->syncq */
+	bool sy_final;          /* synced at the thread's end (it had not
+				   failed before) */
 	struct wk_link syl;
 	unsigned fetch_threads; /* thread numbers whose logs fetch looks
 				   for (0: not yet listed) */
@@ -86,6 +88,11 @@ int wk_open_beneath(const struct wk_dir *d, const char *path, int flags,
 /* The first directory that has an entry at path (a restart may list the
  * directories in another order, or one more), or NULL. */
 struct wk_dir *wk_dir_with(struct ush_worker *wk, const char *path);
+/* Takes d out of placement when err says its file system failed (EIO,
+ * EROFS, ENOSPC, EDQUOT), logged once with what failed: logs already
+ * there stay, and their shuffles fail as their files do. */
+void wk_dir_fail(struct ush_worker *wk, struct wk_dir *d, int err,
+		 const char *what);
 /* What a failed wk_open_beneath() means, for a message. */
 const char *wk_why_open(int err);
 /* Makes s's log and index open (created, or checked and cut after the

@@ -677,6 +677,12 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 	}
 }
 
+const char *wk_store_dir(struct wk_thread *t, uint32_t shuffle)
+{
+	struct wk_shuf *s = shuf_find(t, shuffle);
+	return s && s->dir ? s->dir->path : t->wk->dirlist;
+}
+
 int wk_store_sync_begin(struct wk_thread *t, uint32_t shuffle,
 			uint64_t *ticket)
 {
@@ -720,9 +726,12 @@ int wk_store_sync(struct wk_thread *t)
 	uint64_t ticket;
 	int ret = 0;
 	for (size_t i = 0; t->stab && i <= t->smask; i++)
-		for (struct wk_shuf *s = t->stab[i]; s; s = s->hnext)
-			if (!s->err) /* reported when it happened */
+		for (struct wk_shuf *s = t->stab[i]; s; s = s->hnext) {
+			/* A failure of before was reported then. */
+			s->sy_final = !s->err;
+			if (s->sy_final)
 				wk_store_sync_begin(t, s->shuffle, &ticket);
+		}
 	while (!ret && t->syncq.head) {
 		wk_store_sync_pump(t);
 		if (t->syncq.head)
@@ -730,7 +739,7 @@ int wk_store_sync(struct wk_thread *t)
 	}
 	for (size_t i = 0; !ret && t->stab && i <= t->smask; i++)
 		for (struct wk_shuf *s = t->stab[i]; !ret && s; s = s->hnext)
-			ret = s->err;
+			ret = s->sy_final ? s->err : 0;
 	return ret;
 }
 

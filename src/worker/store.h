@@ -45,6 +45,9 @@ void wk_store_sync_pump(struct wk_thread *t);
 /* Syncs every shuffle, waiting (the thread's end); returns the first
  * failure that is new. */
 int wk_store_sync(struct wk_thread *t);
+/* The directory of shuffle's log on this thread (--dir's list when it
+ * has none yet), for messages. */
+const char *wk_store_dir(struct wk_thread *t, uint32_t shuffle);
 void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
 void wk_store_close(struct wk_thread *t);
 /* Frees a log buffer for someone else (a FETCH's read): waits for a

@@ -58,6 +58,8 @@ struct wk_dir {
 	char *path;
 	int fd;               /* opened once: paths resolve beneath */
 	int lock;             /* holds the flock on <path>/ushuffled.lock */
+	atomic_int err;       /* what quarantined it (out of placement), or
+				 0: healthy (files.c, wk_dir_fail()) */
 };
 
 struct ush_worker {

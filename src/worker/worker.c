@@ -539,6 +539,16 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	return 0;
 }
 
+int ush_worker_dir(const ush_worker *wk, unsigned i, const char **path,
+		   int *err)
+{
+	if (i >= wk->ndirs)
+		return -ENOENT;
+	*path = wk->dirs[i].path;
+	*err = atomic_load(&wk->dirs[i].err);
+	return 0;
+}
+
 int ush_worker_port(const ush_worker *wk)
 {
 	return wk->port;
