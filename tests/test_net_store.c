@@ -89,16 +89,22 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Pushes map m (attempt a) of j and commits; the status goes to
- * j->st[m - j->map0]. Returns the first error (its message in
- * last_msg). */
-static int push(const struct job *j, uint32_t m, uint32_t a)
+static ush_ring *ring_new(void)
 {
 	ush_ring *ring;
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.pool_bytes = 8u << 20;
 	th_ok(ush_ring_create(&ring, &ro));
+	return ring;
+}
+
+/* Pushes map m (attempt a) of j on ring and commits; the status goes to
+ * j->st[m - j->map0]. Returns the first error (its message in
+ * last_msg). */
+static int push_on(ush_ring *ring, const struct job *j, uint32_t m,
+		   uint32_t a)
+{
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = j->shuffle,
 		.map = m, .attempt = a, .partitions = j->partitions,
 		.target = USH_TARGET_NET, .workers = j->workers,
@@ -128,8 +134,16 @@ static int push(const struct job *j, uint32_t m, uint32_t a)
 		th_status_copy(w, st);
 	}
 	ush_writer_free(w);
-	ush_ring_free(ring);
 	free(buf);
+	return ret;
+}
+
+/* push_on() a ring of its own. */
+static int push(const struct job *j, uint32_t m, uint32_t a)
+{
+	ush_ring *ring = ring_new();
+	int ret = push_on(ring, j, m, a);
+	ush_ring_free(ring);
 	return ret;
 }
 
@@ -672,20 +686,26 @@ static void dirs_of_two_workers_refused(void **state)
 
 struct crash_writer {
 	struct job *j;
+	pthread_barrier_t *ready;
 	unsigned k;
 	atomic_uint *acked;
 	pthread_t tid;
 };
 
-/* Maps k, k + CRASH_WRITERS, ... until a push fails (the kill). */
+/* Maps k, k + CRASH_WRITERS, ... until a push fails (the kill), on one
+ * ring, made before any writer starts: a ring mapped where another
+ * thread's freed one was reads to TSan as shared memory (tsan.supp). */
 static void *crash_push(void *arg)
 {
 	struct crash_writer *c = arg;
+	ush_ring *ring = ring_new();
+	pthread_barrier_wait(c->ready);
 	for (uint32_t m = c->k; m < c->j->maps; m += CRASH_WRITERS) {
-		if (push(c->j, m, 0))
+		if (push_on(ring, c->j, m, 0))
 			break;
 		atomic_fetch_add(c->acked, 1);
 	}
+	ush_ring_free(ring);
 	return NULL;
 }
 
@@ -706,8 +726,10 @@ static void crash_inside_a_group(void **state)
 			.st = statuses(CRASH_WRITERS * CRASH_ROUNDS)};
 	atomic_uint acked = 0;
 	struct crash_writer c[CRASH_WRITERS];
+	pthread_barrier_t ready;
+	pthread_barrier_init(&ready, NULL, CRASH_WRITERS);
 	for (unsigned k = 0; k < CRASH_WRITERS; k++) {
-		c[k] = (struct crash_writer){&j, k, &acked, 0};
+		c[k] = (struct crash_writer){&j, &ready, k, &acked, 0};
 		assert_int_equal(pthread_create(&c[k].tid, NULL, crash_push,
 						&c[k]), 0);
 	}
@@ -716,6 +738,7 @@ static void crash_inside_a_group(void **state)
 	th_worker_kill(&w);
 	for (unsigned k = 0; k < CRASH_WRITERS; k++)
 		pthread_join(c[k].tid, NULL);
+	pthread_barrier_destroy(&ready);
 	th_worker_restart(&w, 2);
 	struct job one[CRASH_WRITERS * CRASH_ROUNDS];
 	unsigned n = 0;
