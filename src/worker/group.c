@@ -204,7 +204,9 @@ void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n)
 	struct wk_logreq *req = ushi_calloc(1, sizeof(*req));
 	if (!req) {
 		ushi_free(r);
-		return; /* the log keeps growing until the next try */
+		/* The log keeps growing until the next try. */
+		atomic_store(&wk->compact_queued, false);
+		return;
 	}
 	req->r = r;
 	req->n = n;

@@ -54,8 +54,10 @@ void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req);
  * Blocks the caller: for claims and drops, not for commits. */
 int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
 /* Queues a compaction with the live state r (n records, ushi_malloc()ed,
- * the committer's from here on). The caller holds wk->lock and has made
- * sure that every record logged so far is applied to the tables. */
+ * the committer's from here on). The caller holds wk->lock, has made
+ * sure that every record logged so far is applied to the tables, and
+ * has set wk->compact_queued, which is cleared once the compaction ran
+ * (or could not be queued). */
 void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n);
 /* t's requests that are done, in the order they were logged (NULL:
  * none). */
