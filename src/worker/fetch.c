@@ -505,6 +505,7 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 		if (fe->fd < 0)
 			return fe->fd;
 		fe->fd_thread = k;
+		fe->dir = wk_dir_with(fe->t->wk, name);
 		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
 	}
 	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
@@ -609,6 +610,8 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		struct wk_fread *r = &fe->rd[fe->rhead];
 		struct wk_out *o = NULL;
 		ret = r->res;
+		if (ret < 0 && fe->dir) /* an I/O error takes it out */
+			wk_dir_fail(fe->t->wk, fe->dir, ret, "read");
 		if (!ret && !(o = wk_out_new(0)))
 			ret = -ENOMEM;
 		if (ret)
