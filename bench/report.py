@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
            "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
-           "replicas", "records"]
+           "replicas", "records", "commit", "disks"]
 
 
 def log(msg):
@@ -674,12 +674,62 @@ def t_replicas(res, m):
                  rows), note
 
 
+def t_commit(res, m):
+    ps, p50, p99 = (res["median_per_s"], res["median_p50_us"],
+                    res["median_p99_us"])
+    fio = res["median_fsyncs_per_s"]
+    rows = [["commits per second: this build vs the old build",
+             f"{ps['old']:.0f}", f"{ps['new']:.0f}",
+             f"{ps['new'] / ps['old']:.2f}×", "≥ 5×",
+             met(ps["new"] / ps["old"] >= 5)],
+            ["commit latency p50", f"{p50['old'] / 1000:.1f} ms",
+             f"{p50['new'] / 1000:.1f} ms",
+             f"{p50['new'] / p50['old']:.2f}×", "—", ""],
+            ["commit latency p99", f"{p99['old'] / 1000:.1f} ms",
+             f"{p99['new'] / 1000:.1f} ms",
+             f"{p99['new'] / p99['old']:.2f}×", "—", ""],
+            ["commits per second vs fio's fsyncs per second (--fsync=1)",
+             f"{fio:.0f}", f"{ps['new']:.0f}", f"{ps['new'] / fio:.2f}×",
+             "≥ 0.5×", met(ps["new"] / fio >= 0.5)]]
+    cmd = res["data"]["new"][0]["cmd"].split(" --workers")[0]
+    note = (f"{res['writers']} writers (a thread and ring each) commit "
+            f"{res['maps']} maps of {res['map_kib']} KiB of one shuffle "
+            f"against one ushuffled with its default options: the old "
+            f"build is `{res['base']}` (each commit fdatasyncs on its "
+            f"worker thread, then appends its record under the worker's "
+            f"lock and syncs), this build syncs through the ring and logs "
+            f"records in groups. Latency is that of ush_writer_commit(). "
+            f"fio's rate is one job of 4 KiB writes each followed by an "
+            f"fsync on the same disk (`{res['fio_cmd']}`): the rate one "
+            f"stream of syncs gets. Medians of {res['rounds']} rounds, "
+            f"alternating. `{cmd}`.")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
+def t_disks(res, m):
+    bw = res["median_bw"]
+    rows = [[f"push bandwidth over {n} directories vs 1",
+             f"{bw['1'] / 2**20:.0f} MiB/s", f"{bw[n] / 2**20:.0f} MiB/s",
+             f"{bw[n] / bw['1']:.2f}×", "—", ""] for n in ("2", "4")]
+    note = (f"One ushuffled with 4 threads whose --dir lists 1, 2 or 4 "
+            f"directories, each on an ext4 file system of its own loop "
+            f"device over a file in the scratch directory (so all share "
+            f"the one disk beneath: this measures the worker's spread, "
+            f"not more spindles); {res['jobs']} CLI jobs of "
+            f"{res['size_per_job']} each push one shuffle and commit. "
+            f"Medians of {res['rounds']} rounds, alternating. "
+            f"`{res['cmd'].split(' --workers')[0]}`.")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
           "wire": t_wire, "dask": t_dask, "replicas": t_replicas,
-          "records": t_records}
+          "records": t_records, "commit": t_commit, "disks": t_disks}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -693,7 +743,9 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "wire": "11. Wire speed at real partition counts",
           "dask": "12. Dask shuffle: ushuffle vs Dask's tasks and disk",
           "replicas": "13. Replicas: push to two workers, and a worker's death",
-          "records": "14. The record path: ns per record"}
+          "records": "14. The record path: ns per record",
+          "commit": "15. Group commit: many writers committing at once",
+          "disks": "16. Many disks: one worker over 1, 2 and 4 file systems"}
 
 
 def gnuplot(script, png, dat):

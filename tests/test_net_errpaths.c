@@ -376,7 +376,7 @@ static void compaction_keeps_the_last_record(void **state)
 	(void)state;
 	char d[512], a[64] = "", log[600];
 	snprintf(d, sizeof(d), "%s", th_tmpdir("compact"));
-	snprintf(log, sizeof(log), "%s/commit.t0.log", d);
+	snprintf(log, sizeof(log), "%s/commit.log", d);
 	ush_worker *wk = th_worker_embed(d, 1, a, sizeof(a));
 	struct ush_status st0[1] = {{0}};
 	struct th_job j0 = {.workers = a, .shuffle = 1000, .partitions = 2,

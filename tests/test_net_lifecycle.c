@@ -222,7 +222,7 @@ static void corrupt_record_loses_only_itself(void **state)
 	th_worker_stop(&wk);
 	/* Records: the claim, then the three commits, 128 bytes each. */
 	char path[700];
-	snprintf(path, sizeof(path), "%s/commit.t0.log", wk.dir);
+	snprintf(path, sizeof(path), "%s/commit.log", wk.dir);
 	int fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	uint8_t byte;
@@ -306,7 +306,7 @@ static void sweep_and_foreign_log(void **state)
 	assert_false(exists("%s/s999", wk.dir));
 	th_worker_stop(&wk);
 	/* Protocol 1's log: an 8-byte sequence number, then a frame. */
-	snprintf(path, sizeof(path), "%s/commit.t0.log", wk.dir);
+	snprintf(path, sizeof(path), "%s/commit.log", wk.dir);
 	f = fopen(path, "w");
 	for (int i = 0; i < 200; i++)
 		fputc(i, f);

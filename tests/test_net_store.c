@@ -20,6 +20,13 @@
  *    the attempt reads USH_ECORRUPT naming it, and later maps append
  *    after it; a flipped bit in a claim record does not get the shuffle
  *    swept;
+ *  - --dir with several directories: a restart with them in another
+ *    order, or with one more, serves everything stored; two workers'
+ *    directories in one list are refused;
+ *  - one of two directories filling up mid-push is quarantined: the
+ *    shuffle there fails naming it, later shuffles go to the other;
+ *  - a kill -9 while eight writers commit at once (inside the
+ *    committer's groups) loses no acknowledged commit;
  *  - eight shuffles pushed at once through one thread with four log
  *    buffers and one log's files open (buffers and files passed around);
  *  - six maps of one shuffle at once through a thread whose pool spares
@@ -58,7 +65,8 @@ struct job {
 	struct ush_status *st; /* maps of them, zeroed at first */
 };
 
-static char last_msg[1024]; /* ush_last_error() of push()'s failure */
+/* ush_last_error() of push()'s failure, per pushing thread */
+static _Thread_local char last_msg[1024];
 
 static size_t rec_len(const struct job *j, uint32_t m, uint32_t i)
 {
@@ -81,16 +89,22 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Pushes map m (attempt a) of j and commits; the status goes to
- * j->st[m - j->map0]. Returns the first error (its message in
- * last_msg). */
-static int push(const struct job *j, uint32_t m, uint32_t a)
+static ush_ring *ring_new(void)
 {
 	ush_ring *ring;
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.pool_bytes = 8u << 20;
 	th_ok(ush_ring_create(&ring, &ro));
+	return ring;
+}
+
+/* Pushes map m (attempt a) of j on ring and commits; the status goes to
+ * j->st[m - j->map0]. Returns the first error (its message in
+ * last_msg). */
+static int push_on(ush_ring *ring, const struct job *j, uint32_t m,
+		   uint32_t a)
+{
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = j->shuffle,
 		.map = m, .attempt = a, .partitions = j->partitions,
 		.target = USH_TARGET_NET, .workers = j->workers,
@@ -120,8 +134,16 @@ static int push(const struct job *j, uint32_t m, uint32_t a)
 		th_status_copy(w, st);
 	}
 	ush_writer_free(w);
-	ush_ring_free(ring);
 	free(buf);
+	return ret;
+}
+
+/* push_on() a ring of its own. */
+static int push(const struct job *j, uint32_t m, uint32_t a)
+{
+	ush_ring *ring = ring_new();
+	int ret = push_on(ring, j, m, a);
+	ush_ring_free(ring);
 	return ret;
 }
 
@@ -541,6 +563,194 @@ static struct job one_map(const struct job *j, uint32_t m)
 	return o;
 }
 
+/* ---------------------------------------------------- many directories */
+
+/* Whether dir/name exists. */
+static bool has(const char *dir, const char *name)
+{
+	char path[300];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return !lstat(path, &st);
+}
+
+/* Shuffle logs s<S>/t<T>.log in dir. */
+static unsigned logs_in(const char *dir)
+{
+	unsigned n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		unsigned s, t;
+		char path[64];
+		if (sscanf(de->d_name, "s%u", &s) != 1)
+			continue;
+		for (t = 0; t < 4; t++) {
+			snprintf(path, sizeof(path), "s%u/t%u.log", s, t);
+			n += has(dir, path);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* --dir=A:B spreads the logs over both, the commit log in A; restarted
+ * as --dir=C:B:A (another order, one more) and then B:A:C, the worker
+ * serves everything it stored, and what comes after too. */
+static void dirs_reordered_or_added(void **state)
+{
+	(void)state;
+	/* Short enough for three in w.dir. */
+	char a[160], b[160], c[160];
+	assert_true(snprintf(a, sizeof(a), "%s", th_tmpdir("dirs-a")) <
+		    (int)sizeof(a));
+	assert_true(snprintf(b, sizeof(b), "%s", th_tmpdir("dirs-b")) <
+		    (int)sizeof(b));
+	assert_true(snprintf(c, sizeof(c), "%s", th_tmpdir("dirs-c")) <
+		    (int)sizeof(c));
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s:%s", a, b);
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	struct job j[3];
+	for (uint32_t k = 0; k < 3; k++)
+		j[k] = (struct job){.workers = w.addr, .shuffle = 30 + k,
+				    .partitions = 6, .maps = 4,
+				    .records = 1500, .st = statuses(4)};
+	push_all(&j[0]);
+	push_all(&j[1]);
+	th_worker_stop(&w);
+	assert_true(has(a, "commit.log"));
+	assert_false(has(b, "commit.log"));
+	assert_true(has(b, "ushuffled.lock"));
+	/* Two shuffles, a log per thread that got maps of one: two to
+	 * four, each in one of A and B (by the hash of shuffle and thread,
+	 * which the restarts below must not depend on). */
+	unsigned la = logs_in(a), lb = logs_in(b);
+	print_message("logs: %u in A, %u in B\n", la, lb);
+	assert_true(la + lb >= 2 && la + lb <= 4);
+	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", c, b, a);
+	th_worker_restart(&w, 2);
+	for (uint32_t k = 0; k < 3; k++)
+		j[k].workers = w.addr;
+	verify(&j[0], 1);
+	verify(&j[1], 1);
+	push_all(&j[2]);
+	verify(&j[2], 1);
+	th_worker_stop(&w);
+	assert_false(has(c, "commit.log"));
+	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", b, a, c);
+	th_worker_restart(&w, 2);
+	for (uint32_t k = 0; k < 3; k++) {
+		j[k].workers = w.addr;
+		verify(&j[k], 1);
+	}
+	th_worker_stop(&w);
+	for (uint32_t k = 0; k < 3; k++)
+		job_free(&j[k]);
+}
+
+/* Two directories that each hold a commit log are two workers'. */
+static void dirs_of_two_workers_refused(void **state)
+{
+	(void)state;
+	char a[160], b[160], err[400];
+	assert_true(snprintf(a, sizeof(a), "%s", th_tmpdir("dirs2-a")) <
+		    (int)sizeof(a));
+	assert_true(snprintf(b, sizeof(b), "%s", th_tmpdir("dirs2-b")) <
+		    (int)sizeof(b));
+	for (int i = 0; i < 2; i++) {
+		struct th_worker w = {0};
+		snprintf(w.dir, sizeof(w.dir), "%s", i ? b : a);
+		th_worker_spawn(&w, "127.0.0.1", 0, 1);
+		th_worker_stop(&w);
+	}
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	snprintf(err, sizeof(err), "%s:%s", a, b);
+	o.dir = err;
+	th_worker_secret(&o);
+	ush_worker *wk;
+	assert_int_equal(ush_worker_create(&wk, &o), -EEXIST);
+	assert_non_null(strstr(ush_last_error(), "both hold a commit log"));
+	snprintf(err, sizeof(err), "%s::%s", a, b);
+	assert_int_equal(ush_worker_create(&wk, &o), -EINVAL);
+	assert_non_null(strstr(ush_last_error(), "an empty directory"));
+}
+
+/* ------------------------------------------------ a crash in a group */
+
+#define CRASH_WRITERS 8
+#define CRASH_ROUNDS 40
+
+struct crash_writer {
+	struct job *j;
+	pthread_barrier_t *ready;
+	unsigned k;
+	atomic_uint *acked;
+	pthread_t tid;
+};
+
+/* Maps k, k + CRASH_WRITERS, ... until a push fails (the kill), on one
+ * ring, made before any writer starts: a ring mapped where another
+ * thread's freed one was reads to TSan as shared memory (tsan.supp). */
+static void *crash_push(void *arg)
+{
+	struct crash_writer *c = arg;
+	ush_ring *ring = ring_new();
+	pthread_barrier_wait(c->ready);
+	for (uint32_t m = c->k; m < c->j->maps; m += CRASH_WRITERS) {
+		if (push_on(ring, c->j, m, 0))
+			break;
+		atomic_fetch_add(c->acked, 1);
+	}
+	ush_ring_free(ring);
+	return NULL;
+}
+
+/* A kill -9 inside a group: eight writers commit maps of one shuffle at
+ * once, so that their records share the committer's groups, and the
+ * worker is killed while they do. After a restart every map whose
+ * commit was acknowledged reads back whole: no acknowledgement went out
+ * before its record was in the log, and a group cut by the kill costs
+ * only commits nobody was told of. */
+static void crash_inside_a_group(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("storecrash"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	struct job j = {.workers = w.addr, .shuffle = 12, .partitions = 4,
+			.maps = CRASH_WRITERS * CRASH_ROUNDS, .records = 300,
+			.st = statuses(CRASH_WRITERS * CRASH_ROUNDS)};
+	atomic_uint acked = 0;
+	struct crash_writer c[CRASH_WRITERS];
+	pthread_barrier_t ready;
+	pthread_barrier_init(&ready, NULL, CRASH_WRITERS);
+	for (unsigned k = 0; k < CRASH_WRITERS; k++) {
+		c[k] = (struct crash_writer){&j, &ready, k, &acked, 0};
+		assert_int_equal(pthread_create(&c[k].tid, NULL, crash_push,
+						&c[k]), 0);
+	}
+	while (atomic_load(&acked) < 3 * CRASH_WRITERS)
+		usleep(1000);
+	th_worker_kill(&w);
+	for (unsigned k = 0; k < CRASH_WRITERS; k++)
+		pthread_join(c[k].tid, NULL);
+	pthread_barrier_destroy(&ready);
+	th_worker_restart(&w, 2);
+	struct job one[CRASH_WRITERS * CRASH_ROUNDS];
+	unsigned n = 0;
+	for (uint32_t m = 0; m < j.maps; m++)
+		if (j.st[m].data)
+			one[n++] = one_map(&j, m);
+	assert_int_equal(n, atomic_load(&acked));
+	verify(one, n);
+	th_worker_stop(&w);
+	job_free(&j);
+}
+
 /* Reads every partition of map m with its status alone: the first error
  * must be USH_ECORRUPT and its message must name the map. */
 static void expect_corrupt(const struct job *j, uint32_t m)
@@ -693,7 +903,7 @@ static void repair_corrupt_claim_kept(void **state)
 			.maps = 2, .records = 1000, .st = statuses(2)};
 	push_all(&a);
 	th_worker_stop(&w);
-	flip_at(w.dir, "commit.t0.log", 28, 0x01);
+	flip_at(w.dir, "commit.log", 28, 0x01);
 	th_worker_spawn(&w, "127.0.0.1", w.port, 1);
 	verify(&a, 1);
 	struct job b = {.workers = w.addr, .shuffle = 9, .partitions = 5,
@@ -1085,6 +1295,73 @@ static void failed_write_scoped(void **state)
 	th_rmrf(w.dir);
 }
 
+/*
+ * One of two directories fills up mid-push (a 2 MiB tmpfs with ballast):
+ * the shuffle stored there fails, its error naming the directory; the
+ * directory is quarantined (ush_worker_dir(), the metric's source) and
+ * every later shuffle goes to the other directory and commits.
+ */
+static void full_dir_quarantined(void **state)
+{
+	(void)state;
+	char good[160], bad[160], list[400], addr[64] = "";
+	assert_true(snprintf(good, sizeof(good), "%s",
+			     th_tmpdir("quar-good")) < (int)sizeof(good));
+	assert_true(snprintf(bad, sizeof(bad), "%s", th_tmpdir("quar-bad")) <
+		    (int)sizeof(bad));
+	if (mount("tmpfs", bad, "tmpfs", 0, "size=2m,mode=0755")) {
+		print_message("skipped: cannot mount a 2 MiB tmpfs at %s "
+			      "(%s): needs CAP_SYS_ADMIN\n", bad,
+			      strerror(errno));
+		skip();
+	}
+	snprintf(mounted, sizeof(mounted), "%s", bad);
+	char ballast[300];
+	snprintf(ballast, sizeof(ballast), "%s/ballast", bad);
+	write_file(ballast, 1536u << 10);
+	snprintf(list, sizeof(list), "%s:%s", good, bad);
+	ush_worker *wk = th_worker_embed(list, 1, addr, sizeof(addr));
+	/* Shuffles are placed by a hash of their number: push new ones
+	 * until one lands on the full directory. */
+	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
+			.records = 20000, .st = statuses(1)};
+	int ret = 0;
+	for (j.shuffle = 40; j.shuffle < 72 && !ret; j.shuffle++)
+		ret = push(&j, 0, 0);
+	print_message("shuffle %u: %s: %s\n", j.shuffle - 1,
+		      ush_err_name(ret), last_msg);
+	assert_int_not_equal(ret, 0);
+	if (!strstr(last_msg, bad) || !strstr(last_msg, "No space left"))
+		fail_msg("the error does not name %s and why: %s", bad,
+			 last_msg);
+	const char *path;
+	int err;
+	th_ok(ush_worker_dir(wk, 1, &path, &err));
+	assert_string_equal(path, bad);
+	assert_int_equal(err, -ENOSPC);
+	th_ok(ush_worker_dir(wk, 0, &path, &err));
+	assert_int_equal(err, 0);
+	assert_int_equal(ush_worker_dir(wk, 2, &path, &err), -ENOENT);
+	/* Out of placement: the next shuffles all go to the good one. */
+	for (uint32_t k = 0; k < 6; k++) {
+		struct job o = {.workers = addr, .shuffle = 100 + k,
+				.partitions = 4, .maps = 2, .records = 2000,
+				.st = statuses(2)};
+		push_all(&o);
+		verify(&o, 1);
+		char name[32];
+		snprintf(name, sizeof(name), "s%u", o.shuffle);
+		assert_true(has(good, name));
+		assert_false(has(bad, name));
+		job_free(&o);
+	}
+	ush_worker_free(wk);
+	job_free(&j);
+	if (umount2(bad, 0))
+		fail_msg("umount %s: %s", bad, strerror(errno));
+	mounted[0] = 0;
+}
+
 /* ------------------------------------------- restart, other options */
 
 /* Logs of s<shuffle> written by a thread numbered from `from` up. */
@@ -1369,11 +1646,15 @@ int main(void)
 		cmocka_unit_test(repair_keeps_committed),
 		cmocka_unit_test(repair_keeps_unreadable),
 		cmocka_unit_test(repair_corrupt_claim_kept),
+		cmocka_unit_test(crash_inside_a_group),
+		cmocka_unit_test(dirs_reordered_or_added),
+		cmocka_unit_test(dirs_of_two_workers_refused),
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),
 		cmocka_unit_test(scale_many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
+		cmocka_unit_test_teardown(full_dir_quarantined, unmount),
 		cmocka_unit_test(scale_open_files_bounded),
 	};
 	/* ctest runs this program twice so that neither half runs for

@@ -787,11 +787,8 @@ static void usage_of(const struct th_worker *w, struct usage *u)
 	struct dirent *de;
 	while (d && (de = readdir(d))) {
 		const char *n = de->d_name;
-		unsigned t;
-		char x;
 		if (n[0] == '.' || !strcmp(n, "ushuffled.lock") ||
-		    !strcmp(n, "commit.snap") ||
-		    (sscanf(n, "commit.t%u.lo%c", &t, &x) == 2 && x == 'g'))
+		    !strcmp(n, "commit.snap") || !strcmp(n, "commit.log"))
 			continue;
 		u->entries++;
 		size_t l = strlen(u->stray);

@@ -1,11 +1,13 @@
 /*
- * The worker's commit log (src/worker/wal.c) on its own: records
- * appended by two threads' logs and replayed by the next worker over the
- * same directory; a torn tail cut, a corrupt record skipped (and a
+ * The worker's commit log (src/worker/wal.c, written by the committer of
+ * group.c) on its own: records appended and replayed by the next worker
+ * over the same directory, the per-thread logs of earlier versions
+ * too; a torn tail cut, a corrupt record skipped (and a
  * commit whose claim was lost still giving its shuffle an owner), a log
  * of another version refused, and compaction into a snapshot. No loop
- * runs: each worker is created (which replays) and never started; the
- * test appends as the loop's threads would, under the worker's lock.
+ * runs: each worker is created (which replays, and starts its
+ * committer) and never started; the test logs claims and drops as the
+ * loop's threads do, under the worker's lock.
  */
 #define _GNU_SOURCE
 #include "helpers.h"
@@ -47,13 +49,11 @@ static ush_worker *wk_open(const char *dir)
 	logged[0] = 0;
 	ush_worker_set_log(log_line, NULL);
 	th_ok(ush_worker_create(&wk, &o));
-	for (unsigned i = 0; i < wk->nthreads; i++)
-		th_ok(wk_log_open(&wk->threads[i]));
 	return wk;
 }
 
 /* Logs r on thread t's log and applies it, as the loop does. */
-static void append(ush_worker *wk, unsigned t, uint8_t type,
+static void append(ush_worker *wk, uint8_t type,
 		   uint32_t shuffle, uint32_t map, uint32_t attempt,
 		   const char *app)
 {
@@ -61,7 +61,7 @@ static void append(ush_worker *wk, unsigned t, uint8_t type,
 			   .attempt = attempt};
 	snprintf(r.app, sizeof(r.app), "%s", app);
 	pthread_mutex_lock(&wk->lock);
-	int ret = wk_rec_log(&wk->threads[t], &r, 1);
+	int ret = wk_rec_log(wk, &r, 1);
 	if (!ret)
 		ret = wk_rec_apply(wk, &r);
 	pthread_mutex_unlock(&wk->lock);
@@ -97,19 +97,18 @@ static void poke(const char *dir, const char *name, off_t off,
 }
 
 /*
- * Records of two threads: t0 claims shuffles 1 and 2 for apps a and b;
- * t1 commits 1/0/0, t0 1/1/2 and 2/0/0; t1 drops 2. In thread 0's log,
- * records 0, 1 and 2 are the claims of 1 and 2 and the commit 1/1/2.
+ * Claims of shuffles 1 and 2 for apps a and b; commits 1/0/0, 1/1/2 and
+ * 2/0/0; the drop of 2: records 0 to 5 of the log.
  */
 static ush_worker *history(const char *dir)
 {
 	ush_worker *wk = wk_open(dir);
-	append(wk, 0, WK_REC_CLAIM, 1, 0, 0, "a");
-	append(wk, 0, WK_REC_CLAIM, 2, 0, 0, "b");
-	append(wk, 1, WK_REC_COMMIT, 1, 0, 0, "a");
-	append(wk, 0, WK_REC_COMMIT, 1, 1, 2, "a");
-	append(wk, 0, WK_REC_COMMIT, 2, 0, 0, "b");
-	append(wk, 1, WK_REC_DROP, 2, 0, 0, "b");
+	append(wk, WK_REC_CLAIM, 1, 0, 0, "a");
+	append(wk, WK_REC_CLAIM, 2, 0, 0, "b");
+	append(wk, WK_REC_COMMIT, 1, 0, 0, "a");
+	append(wk, WK_REC_COMMIT, 1, 1, 2, "a");
+	append(wk, WK_REC_COMMIT, 2, 0, 0, "b");
+	append(wk, WK_REC_DROP, 2, 0, 0, "b");
 	return wk;
 }
 
@@ -124,7 +123,7 @@ static void check_history(ush_worker *wk)
 }
 
 /* Every record is durable once appended: the next worker replays them
- * in order (the drop after the commit it undoes, across threads). */
+ * in order (the drop after the commit it undoes). */
 static void appended_records_replay(void **state)
 {
 	(void)state;
@@ -132,22 +131,46 @@ static void appended_records_replay(void **state)
 	ush_worker *wk = history(dir);
 	check_history(wk);
 	ush_worker_free(wk);
-	assert_int_equal(size_of(dir, "commit.t0.log"), 4 * REC);
-	assert_int_equal(size_of(dir, "commit.t1.log"), 2 * REC);
+	assert_int_equal(size_of(dir, "commit.log"), 6 * REC);
 	wk = wk_open(dir);
 	check_history(wk);
 	assert_non_null(strstr(logged, "replayed 6 commit log records (0 "
 				       "corrupt"));
 	/* Records appended after a replay sort after the replayed ones. */
-	append(wk, 1, WK_REC_CLAIM, 2, 0, 0, "b");
-	append(wk, 1, WK_REC_COMMIT, 2, 0, 0, "b");
-	append(wk, 0, WK_REC_DROP, 1, 0, 0, "a");
+	append(wk, WK_REC_CLAIM, 2, 0, 0, "b");
+	append(wk, WK_REC_COMMIT, 2, 0, 0, "b");
+	append(wk, WK_REC_DROP, 1, 0, 0, "a");
 	ush_worker_free(wk);
 	wk = wk_open(dir);
 	assert_false(wk_committed(wk, 1, 0, 0));
 	assert_null(owner(wk, 1));
 	assert_true(wk_committed(wk, 2, 0, 0));
 	ush_worker_free(wk);
+}
+
+/* An earlier version kept a log per thread ("commit.t<N>.log"): they
+ * replay like the one log, and go at the first compaction. */
+static void thread_logs_of_earlier_versions_replay(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("wal-legacy");
+	ush_worker_free(history(dir));
+	char from[600], to[600];
+	snprintf(from, sizeof(from), "%s/commit.log", dir);
+	snprintf(to, sizeof(to), "%s/commit.t1.log", dir);
+	th_ok(rename(from, to));
+	ush_worker *wk = wk_open(dir);
+	check_history(wk);
+	assert_non_null(strstr(logged, "replayed 6 commit log records (0 "
+				       "corrupt"));
+	append(wk, WK_REC_COMMIT, 1, 4, 0, "a");
+	ush_worker_free(wk);
+	wk = wk_open(dir);
+	check_history(wk);
+	assert_true(wk_committed(wk, 1, 4, 0));
+	ush_worker_free(wk);
+	assert_int_equal(size_of(dir, "commit.t1.log"), 6 * REC);
+	assert_int_equal(size_of(dir, "commit.log"), REC);
 }
 
 /* A crash in the middle of an append leaves part of a record, never
@@ -159,13 +182,13 @@ static void torn_tail_is_cut(void **state)
 	ush_worker_free(history(dir));
 	uint8_t part[50];
 	memset(part, 0x5a, sizeof(part));
-	poke(dir, "commit.t1.log", 2 * REC, part, sizeof(part));
+	poke(dir, "commit.log", 6 * REC, part, sizeof(part));
 	ush_worker *wk = wk_open(dir);
 	check_history(wk);
 	assert_non_null(strstr(logged, "cutting 50 bytes of torn tail"));
-	assert_int_equal(size_of(dir, "commit.t1.log"), 2 * REC);
+	assert_int_equal(size_of(dir, "commit.log"), 6 * REC);
 	/* The next append starts at a record boundary. */
-	append(wk, 1, WK_REC_COMMIT, 1, 3, 0, "a");
+	append(wk, WK_REC_COMMIT, 1, 3, 0, "a");
 	ush_worker_free(wk);
 	wk = wk_open(dir);
 	check_history(wk);
@@ -182,8 +205,8 @@ static void corrupt_record_is_skipped(void **state)
 	const char *dir = th_scratch("wal-corrupt");
 	ush_worker_free(history(dir));
 	uint8_t x = 0xff;
-	poke(dir, "commit.t0.log", 2 * REC + 30, &x, 1); /* commit 1/1/2 */
-	poke(dir, "commit.t0.log", 0 * REC + 40, &x, 1); /* claim of 1 */
+	poke(dir, "commit.log", 3 * REC + 30, &x, 1); /* commit 1/1/2 */
+	poke(dir, "commit.log", 0 * REC + 40, &x, 1); /* claim of 1 */
 	ush_worker *wk = wk_open(dir);
 	assert_non_null(strstr(logged, "record skipped (CRC32C mismatch)"));
 	assert_non_null(strstr(logged, "(2 corrupt, skipped)"));
@@ -225,26 +248,25 @@ static void logs_compact_into_a_snapshot(void **state)
 	(void)state;
 	const char *dir = th_scratch("wal-compact");
 	ush_worker *wk = wk_open(dir);
-	append(wk, 0, WK_REC_CLAIM, 7, 0, 0, "keep");
-	append(wk, 1, WK_REC_COMMIT, 7, 5, 1, "keep");
+	append(wk, WK_REC_CLAIM, 7, 0, 0, "keep");
+	append(wk, WK_REC_COMMIT, 7, 5, 1, "keep");
 	/* Short-lived shuffles: three records each, none live after. */
 	uint32_t s = 100;
 	while (!strstr(logged, "commit log compacted")) {
 		assert_true(s < 100 + 1000);
-		append(wk, s % 2, WK_REC_CLAIM, s, 0, 0, "gone");
-		append(wk, s % 2, WK_REC_COMMIT, s, 0, 0, "gone");
-		append(wk, (s + 1) % 2, WK_REC_DROP, s, 0, 0, "gone");
+		append(wk, WK_REC_CLAIM, s, 0, 0, "gone");
+		append(wk, WK_REC_COMMIT, s, 0, 0, "gone");
+		append(wk, WK_REC_DROP, s, 0, 0, "gone");
 		s++;
 	}
 	/* The snapshot holds shuffle 7's claim and commit, and what was
 	 * live of the last short-lived shuffle when it was taken; the logs
 	 * what came after. */
 	off_t snap = size_of(dir, "commit.snap");
-	off_t logs = size_of(dir, "commit.t0.log") +
-		     size_of(dir, "commit.t1.log");
+	off_t logs = size_of(dir, "commit.log");
 	assert_true(snap >= 2 * REC && snap <= 4 * REC && snap % REC == 0);
 	assert_true(logs <= 3 * REC);
-	append(wk, 0, WK_REC_COMMIT, 7, 6, 0, "keep");
+	append(wk, WK_REC_COMMIT, 7, 6, 0, "keep");
 	ush_worker_free(wk);
 	wk = wk_open(dir);
 	assert_true(wk_committed(wk, 7, 5, 1));
@@ -259,6 +281,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(appended_records_replay, th_teardown),
+		cmocka_unit_test_teardown(
+			thread_logs_of_earlier_versions_replay, th_teardown),
 		cmocka_unit_test_teardown(torn_tail_is_cut, th_teardown),
 		cmocka_unit_test_teardown(corrupt_record_is_skipped,
 					  th_teardown),

@@ -32,7 +32,9 @@ struct ush_worker_opts {
 	uint32_t size;       /* sizeof, set by ush_worker_opts_init() */
 	const char *listen;  /* "HOST:PORT" (default "127.0.0.1:7337"); port
 				0 picks a free one, see ush_worker_port() */
-	const char *dir;     /* storage directory, created if missing */
+	const char *dir;     /* storage directory, created if missing; or
+				several separated by ':' (one per disk: the
+				shuffle logs are spread over them) */
 	unsigned threads;    /* 0: one per online CPU */
 	int direct;          /* 1: O_DIRECT shuffle logs where the file
 				system allows it (default 1; buffered, with
@@ -231,6 +233,13 @@ USH_SIZED_GET(ush_worker_stats, ush_worker)
 #ifdef USH_UNSTABLE_API
 /* ush_alloc_count(): the worker allocates through libushuffle. */
 USH_API uint64_t ush_worker_alloc_count(void);
+/* Directory i of the worker's --dir (the home, with the commit log,
+ * first): its path (the worker's, valid until ush_worker_free()) and, in
+ * *err, the error that quarantined it (an I/O error, a read-only or full
+ * file system: no new shuffle logs go there), or 0. Returns 0, or
+ * -ENOENT when there is no directory i. */
+USH_API int ush_worker_dir(const ush_worker *w, unsigned i,
+			   const char **path, int *err);
 #endif
 
 #ifdef __cplusplus

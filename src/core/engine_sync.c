@@ -222,6 +222,11 @@ static int try_op(struct ushi_sync *s, struct ushi_op *op, unsigned *flags)
 		case OP_READ:
 			n = pread(a->fd, a->addr, a->len, (off_t)a->off);
 			break;
+		case OP_FSYNC:
+			/* The one blocking call here: a file is always
+			 * ready, and there is no thread to hand it to. */
+			n = fdatasync(io->fd);
+			break;
 		default:
 			ushi_panic("ring: op kind %d unknown", op->kind);
 		}

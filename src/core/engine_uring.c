@@ -188,6 +188,13 @@ static void prep_write(struct uring *u, struct ushi_op *op)
 	sqe_done(u, sqe, op, io->fixed_file);
 }
 
+static void prep_fsync(struct uring *u, struct ushi_op *op)
+{
+	struct io_uring_sqe *sqe = get_sqe(u);
+	io_uring_prep_fsync(sqe, op->io.fd, IORING_FSYNC_DATASYNC);
+	sqe_done(u, sqe, op, op->io.fixed_file);
+}
+
 /* The user_data of link timeouts: their CQEs carry no news of their own
  * (the send they guard completes with -ECANCELED). */
 static char link_ud;
@@ -265,6 +272,9 @@ static void uring_queue(struct ushi_engine *e, struct ushi_op *op)
 	case OP_SEND_ZC:
 	case OP_SENDMSG:
 		prep_send(of(e), op);
+		break;
+	case OP_FSYNC:
+		prep_fsync(of(e), op);
 		break;
 	default:
 		prep_armed(of(e), op);

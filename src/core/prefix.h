@@ -48,5 +48,6 @@
 #define ring_register_buf_ring ushi_ring_register_buf_ring
 #define ring_start ushi_ring_start
 #define ring_write_at ushi_ring_write_at
+#define ring_fsync ushi_ring_fsync
 
 #endif

@@ -430,6 +430,7 @@ void ring_start(struct ush_ring *r, struct ushi_op *op)
 		break;
 	case OP_SEND:
 	case OP_SEND_ZC:
+	case OP_FSYNC:
 		queue(r, op);
 		break;
 	default:
@@ -483,6 +484,14 @@ void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
 	ring_start(r, op);
 }
 
+void ring_fsync(struct ush_ring *r, struct ushi_op *op, int fd, int slot)
+{
+	op->kind = OP_FSYNC;
+	op->io.fd = slot >= 0 ? slot : fd;
+	op->io.fixed_file = slot >= 0;
+	ring_start(r, op);
+}
+
 /* -------------------------------------------------------------- armed ops */
 
 void ring_arm(struct ush_ring *r, struct ushi_op *op)
@@ -530,6 +539,12 @@ void ring_complete(struct ush_ring *r, struct ushi_op *op, int res,
 	case OP_SEND_ZC:
 	case OP_SENDMSG:
 		complete_send(r, op, res, flags);
+		break;
+	case OP_FSYNC:
+		if (res == -EINTR || res == -EAGAIN)
+			queue(r, op);
+		else
+			finish(r, op, res);
 		break;
 	default:
 		complete_armed(r, op, res, flags);

@@ -40,6 +40,7 @@ enum ushi_op_kind {
 	OP_RECV_MS,    /* arm: multishot (or once) from provided group bgid */
 	OP_ACCEPT_MS,  /* arm: multishot accept */
 	OP_READ,       /* arm: single shot into addr/len at off */
+	OP_FSYNC,      /* io: fdatasync of io.fd (no bytes): started */
 };
 
 /* liburing 2.3's header predates the zero-copy usage report (6.2). */
@@ -175,6 +176,14 @@ int ring_poll(struct ush_ring *r);
 void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
 		   const uint8_t *addr, uint64_t off, uint32_t len, int fd,
 		   int slot);
+/*
+ * ring_start() of op as an fdatasync of fd (or of its registered slot
+ * when slot >= 0): res 0 or -errno. It is ordered after nothing: start
+ * it once the writes it must cover have completed. (A link to the last
+ * write would not do: the ring resubmits a short write, and a short
+ * write breaks an io_uring link, cancelling the sync.)
+ */
+void ring_fsync(struct ush_ring *r, struct ushi_op *op, int fd, int slot);
 /*
  * Arms op (OP_RECV, OP_RECV_MS, OP_ACCEPT_MS or OP_READ). Armed ops wait
  * for peers, so they count in ring_armed() rather than ring_inflight().

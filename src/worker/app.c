@@ -274,45 +274,58 @@ void wk_app_free(struct ush_worker *wk)
 	wk->napps = wk->capps = wk->nowners = wk->ndrops = 0;
 }
 
+/* The bytes of the files of shuffle (named) in directory d, into *sum.
+ * Refuses (USH_EVERSION) a layout this version does not read. */
+static int dir_usage(const struct wk_dir *dd,
+		     const char *name, uint32_t shuffle, uint64_t *sum)
+{
+	int fd = openat(dd->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	struct dirent *de;
+	struct stat st;
+	unsigned p, t;
+	char c;
+	while ((de = readdir(d))) {
+		/* A 0.3 worker's partition file: that layout is not
+		 * served, so starting would lose the shuffle. */
+		if (sscanf(de->d_name, "p%u.t%u.dat%c", &p, &t, &c) == 3) {
+			int ret = ushi_fail(USH_EVERSION, "worker: %s/%s/%s is "
+					"a partition file of ushuffled 0.3, "
+					"whose layout this version does not "
+					"read: drain the worker with the old "
+					"version (or drop shuffle %u) before "
+					"upgrading", dd->path, name,
+					de->d_name, shuffle);
+			closedir(d); /* de is d's */
+			return ret;
+		}
+		if (!fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) &&
+		    S_ISREG(st.st_mode))
+			*sum += (uint64_t)st.st_size;
+	}
+	closedir(d);
+	return 0;
+}
+
 int wk_app_usage(struct ush_worker *wk)
 {
 	for (size_t i = 0; i < wk->nowners; i++) {
 		char name[16];
-		snprintf(name, sizeof(name), "s%u", wk->owners[i].shuffle);
-		int fd = openat(wk->dirfd, name, O_RDONLY | O_DIRECTORY |
-				O_NOFOLLOW | O_CLOEXEC);
-		DIR *d = fd < 0 ? NULL : fdopendir(fd);
-		if (!d) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
+		uint32_t shuffle = wk->owners[i].shuffle;
+		snprintf(name, sizeof(name), "s%u", shuffle);
 		uint64_t sum = 0;
-		struct dirent *de;
-		struct stat st;
-		unsigned p, t;
-		char c;
-		while ((de = readdir(d))) {
-			/* A 0.3 worker's partition file: that layout is not
-			 * served, so starting would lose the shuffle. */
-			if (sscanf(de->d_name, "p%u.t%u.dat%c", &p, &t, &c) == 3) {
-				int ret = ushi_fail(USH_EVERSION, "worker: "
-						"%s/%s/%s is a partition file of "
-						"ushuffled 0.3, whose layout this "
-						"version does not read: drain the "
-						"worker with the old version (or "
-						"drop shuffle %u) before upgrading",
-						wk->dir, name, de->d_name,
-						wk->owners[i].shuffle);
-				closedir(d); /* de is d's */
+		for (unsigned k = 0; k < wk->ndirs; k++) {
+			int ret = dir_usage(&wk->dirs[k], name, shuffle,
+					    &sum);
+			if (ret)
 				return ret;
-			}
-			if (!fstatat(dirfd(d), de->d_name, &st,
-				     AT_SYMLINK_NOFOLLOW) &&
-			    S_ISREG(st.st_mode))
-				sum += (uint64_t)st.st_size;
 		}
-		closedir(d);
 		wk->owners[i].bytes = sum;
 		struct wk_app *a = wk_app_find(wk, wk->owners[i].app);
 		if (a)

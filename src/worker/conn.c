@@ -55,8 +55,9 @@ static void fetch_pump(struct wk_conn *c)
 		wk_fetch_free(fe);
 		c->fetch = NULL;
 	} else if (ret) {
-		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
-			     fe->shuffle, fe->partition,
+		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u (in "
+			     "%s): %s", fe->shuffle, fe->partition,
+			     fe->dir ? fe->dir->path : c->t->wk->dirlist,
 			     ret == USH_ECORRUPT ? "the log is shorter than its "
 						   "index" : ush_strerror(ret));
 	}

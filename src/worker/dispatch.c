@@ -12,6 +12,7 @@
 #include "worker/attempt.h"
 #include "worker/dispatch.h"
 #include "worker/fetch.h"
+#include "worker/group.h"
 #include "worker/hello.h"
 #include "worker/out.h"
 #include "worker/state.h"
@@ -68,6 +69,7 @@ void wk_conn_leave(struct wk_conn *c)
 	c->appr = NULL;
 	pthread_mutex_unlock(&wk->lock);
 	c->att.state = 0;
+	c->cm_step = 0; /* a sync round's ticket: nothing to give back */
 }
 
 /* Is c's attempt still its own? Only a DROP since it was last known
@@ -91,7 +93,8 @@ bool wk_still_mine(struct wk_conn *c)
  * attempt is still its own. */
 static bool own_attempt(struct wk_conn *c, const struct ushi_frame *f)
 {
-	if (c->att.state == WK_OPEN && f->shuffle == c->att.shuffle &&
+	if (c->att.state == WK_OPEN && !c->cm_step &&
+	    f->shuffle == c->att.shuffle &&
 	    f->map == c->att.map && f->attempt == c->att.attempt &&
 	    wk_still_mine(c))
 		return true;
@@ -101,6 +104,7 @@ static bool own_attempt(struct wk_conn *c, const struct ushi_frame *f)
 		     f->shuffle, f->map, f->attempt, c->att.shuffle,
 		     c->att.map, c->att.attempt,
 		     c->att.state == WK_COMMITTED ? " (committed)" :
+		     c->cm_step ? " (after its MAPPER_END)" :
 		     c->att.state ? "" : " (dropped since)");
 	return false;
 }
@@ -114,59 +118,133 @@ static void ack(struct wk_conn *c, const struct ushi_frame *f, uint32_t kind,
 					 &a));
 }
 
-/* MAPPER_END: make the attempt's frames durable, log, then ACK. */
-static void commit(struct wk_conn *c, const struct ushi_frame *f)
+/* A commit that cannot be: c fails with why (ret). */
+static void commit_fail(struct wk_conn *c, int ret, unsigned ncommits)
 {
-	struct wk_thread *t = c->t;
-	struct ush_worker *wk = t->wk;
-	if (!own_attempt(c, f))
-		return;
-	uint64_t t0 = ushi_now_ns();
-	int ret = wk_store_sync_shuffle(t, f->shuffle);
-	if (ret) {
-		wk_conn_fail(c, ret, "syncing before the commit of shuffle "
-			     "%u map %u attempt %u: %s", f->shuffle, f->map,
-			     f->attempt, ush_strerror(ret));
-		return;
-	}
-	/* The application too: should the shuffle's claim record be
-	 * damaged, a replay takes its owner from here (wal.c). */
-	struct wk_rec r = {.type = WK_REC_COMMIT, .shuffle = f->shuffle,
-			   .map = f->map, .attempt = f->attempt};
-	memcpy(r.app, c->app, sizeof(r.app));
-	pthread_mutex_lock(&wk->lock);
-	struct wk_attempt *e = mine(c);
-	unsigned ncommits = c->appr->ncommits;
-	if (!e) /* dropped meanwhile */
-		ret = -ENOENT;
-	else if (ncommits >= wk->o.max_app_commits)
-		ret = -EDQUOT;
-	else if (!(ret = wk_rec_log(t, &r, 1)))
-		wk_attempt_mark(wk, e, WK_COMMITTED);
-	if (!ret || !e)
-		settle(c, e != NULL);
-	pthread_mutex_unlock(&wk->lock);
-	if (ret == -EDQUOT) {
+	const struct wk_rec *r = &c->cm_rec;
+	if (ret == -EDQUOT)
 		wk_conn_fail(c, ret, "application '%s' has %u attempts "
 			     "committed here, its quota (--max-app-commits): "
 			     "the commit of shuffle %u map %u attempt %u "
 			     "refused; drop shuffles it no longer needs",
-			     c->app, ncommits, f->shuffle, f->map, f->attempt);
-		return;
-	}
-	if (ret) {
+			     c->app, ncommits, r->shuffle, r->map, r->attempt);
+	else
 		wk_conn_fail(c, ret, "commit of shuffle %u map %u attempt %u: "
-			     "%s", f->shuffle, f->map, f->attempt,
+			     "%s", r->shuffle, r->map, r->attempt,
 			     ret == -ENOENT ? "the shuffle was dropped" :
 					      ush_strerror(ret));
+}
+
+/* The commit's frames could not be made durable: the error names the
+ * directory of the log that failed. */
+static void sync_fail(struct wk_conn *c, int ret)
+{
+	const struct wk_rec *r = &c->cm_rec;
+	wk_conn_fail(c, ret, "syncing before the commit of shuffle %u map %u "
+		     "attempt %u (in %s): %s", r->shuffle, r->map, r->attempt,
+		     wk_store_dir(c->t, r->shuffle), ush_strerror(ret));
+}
+
+/*
+ * MAPPER_END: the attempt's frames made durable (a sync round of its
+ * shuffle's log here, through the ring), its record logged (in the
+ * committer's next group), then the ACK. Each step starts in a loop
+ * pass once the one before it is done (wk_commit_pump(),
+ * wk_commit_logged()): the loop never waits on a commit's sync.
+ */
+static void commit(struct wk_conn *c, const struct ushi_frame *f)
+{
+	if (!own_attempt(c, f))
+		return;
+	c->cm_t0 = ushi_now_ns();
+	/* The application too: should the shuffle's claim record be
+	 * damaged, a replay takes its owner from here (wal.c). */
+	c->cm_rec = (struct wk_rec){.type = WK_REC_COMMIT,
+				    .shuffle = f->shuffle, .map = f->map,
+				    .attempt = f->attempt};
+	memcpy(c->cm_rec.app, c->app, sizeof(c->cm_rec.app));
+	int ret = wk_store_sync_begin(c->t, f->shuffle, &c->cm_ticket);
+	if (ret)
+		sync_fail(c, ret);
+	else
+		c->cm_step = WK_CM_SYNC;
+}
+
+/* The frames are durable: the record goes to the committer, queued
+ * under the lock after the checks, so that a drop logged after them is
+ * logged after it too. */
+static void commit_log(struct wk_conn *c)
+{
+	struct ush_worker *wk = c->t->wk;
+	pthread_mutex_lock(&wk->lock);
+	struct wk_attempt *e = mine(c);
+	unsigned ncommits = c->appr->ncommits;
+	int ret = !e ? -ENOENT : ncommits >= wk->o.max_app_commits ? -EDQUOT :
+								    0;
+	if (!e) /* dropped meanwhile */
+		settle(c, false);
+	if (!ret) {
+		wk->cm_pending++;
+		c->cm_req = (struct wk_logreq){.r = &c->cm_rec, .n = 1,
+					       .t = c->t, .owner = c};
+		c->cm_step = WK_CM_LOG;
+		wk_group_submit(wk, &c->cm_req);
+	}
+	pthread_mutex_unlock(&wk->lock);
+	if (ret) {
+		c->cm_step = 0;
+		commit_fail(c, ret, ncommits);
+	}
+}
+
+void wk_commit_pump(struct wk_conn *c)
+{
+	if (c->cm_step != WK_CM_SYNC)
+		return;
+	const struct wk_rec *r = &c->cm_rec;
+	int ret = wk_store_sync_check(c->t, r->shuffle, c->cm_ticket);
+	if (ret == -EINPROGRESS)
+		return;
+	if (!ret) {
+		commit_log(c);
+		return;
+	}
+	c->cm_step = 0;
+	if (ret == -ENOENT)
+		commit_fail(c, ret, 0);
+	else
+		sync_fail(c, ret);
+}
+
+void wk_commit_logged(struct wk_conn *c, int res)
+{
+	struct ush_worker *wk = c->t->wk;
+	const struct wk_rec *r = &c->cm_rec;
+	c->cm_step = 0;
+	pthread_mutex_lock(&wk->lock);
+	wk->cm_pending--;
+	struct wk_attempt *e = res ? NULL : mine(c);
+	if (e)
+		wk_attempt_mark(wk, e, WK_COMMITTED);
+	if (!res) /* dropped meanwhile, after its record: the drop's
+		     record follows it in the log */
+		settle(c, e != NULL);
+	if (!res && !e)
+		res = -ENOENT;
+	wk_compact_maybe(wk);
+	pthread_mutex_unlock(&wk->lock);
+	if (res) {
+		commit_fail(c, res, 0);
 		return;
 	}
 	c->att.state = WK_COMMITTED;
-	wk_count_sync(wk, ushi_now_ns() - t0);
+	wk_count_sync(wk, ushi_now_ns() - c->cm_t0);
 	WK_COUNT(wk, commits, 1);
 	wk_log(wk, 2, "peer %s: shuffle %u map %u attempt %u committed",
-	       c->peer, f->shuffle, f->map, f->attempt);
-	ack(c, f, USHI_ACK_COMMIT, 0);
+	       c->peer, r->shuffle, r->map, r->attempt);
+	struct ushi_frame f = {.shuffle = r->shuffle, .map = r->map,
+			       .attempt = r->attempt};
+	ack(c, &f, USHI_ACK_COMMIT, 0);
 }
 
 static void drop(struct wk_conn *c, const struct ushi_frame *f)
@@ -360,8 +438,9 @@ int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
 void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret)
 {
 	if (ret)
-		wk_conn_fail(c, ret, "storing shuffle %u partition %u: %s",
-			     f->shuffle, f->partition, ush_strerror(ret));
+		wk_conn_fail(c, ret, "storing shuffle %u partition %u (in "
+			     "%s): %s", f->shuffle, f->partition,
+			     wk_store_dir(c->t, f->shuffle), ush_strerror(ret));
 	else
 		c->credit += proto_size(f), c->att_bytes += proto_size(f);
 	if (ret)

@@ -22,6 +22,12 @@ int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
 void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret);
 /* Is c's attempt still its own (not dropped since)? */
 bool wk_still_mine(struct wk_conn *c);
+/* A commit's next step, once its frames' sync round is done: its
+ * record to the committer (the loop calls it every pass). */
+void wk_commit_pump(struct wk_conn *c);
+/* The committer logged c's commit record (res 0) or failed to: the
+ * attempt is committed and acknowledged, or c fails. */
+void wk_commit_logged(struct wk_conn *c, int res);
 /* A closing writer's attempt, unless committed, becomes abandoned. */
 void wk_conn_leave(struct wk_conn *c);
 

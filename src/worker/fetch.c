@@ -41,8 +41,9 @@ static int open_file(struct ush_worker *wk, const char *name, char *msg,
 		     size_t n)
 {
 	/* O_NONBLOCK: a FIFO in a file's place must not block the thread. */
-	int fd = wk_open_beneath(wk, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC,
-				 0);
+	struct wk_dir *d = wk_dir_with(wk, name);
+	int fd = d ? wk_open_beneath(d, name, O_RDONLY | O_NONBLOCK |
+				     O_CLOEXEC, 0) : -ENOENT;
 	struct stat st;
 	if (fd >= 0 && fstat(fd, &st)) {
 		close(fd);
@@ -50,10 +51,10 @@ static int open_file(struct ush_worker *wk, const char *name, char *msg,
 	} else if (fd >= 0 && !S_ISREG(st.st_mode)) {
 		close(fd);
 		fd = -EINVAL;
-		snprintf(msg, n, "%s is not a regular file", name);
+		snprintf(msg, n, "%s/%s is not a regular file", d->path, name);
 	}
 	if (fd < 0 && !*msg)
-		snprintf(msg, n, "%s: %s", name,
+		snprintf(msg, n, "%s/%s: %s", d ? d->path : wk->dirlist, name,
 			 fd == -ELOOP ? "a symbolic link: not followed "
 					"beneath the worker's --dir" :
 			 fd == -EXDEV ? "outside the worker's --dir" :
@@ -504,6 +505,7 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 		if (fe->fd < 0)
 			return fe->fd;
 		fe->fd_thread = k;
+		fe->dir = wk_dir_with(fe->t->wk, name);
 		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
 	}
 	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
@@ -608,6 +610,8 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		struct wk_fread *r = &fe->rd[fe->rhead];
 		struct wk_out *o = NULL;
 		ret = r->res;
+		if (ret < 0 && fe->dir) /* an I/O error takes it out */
+			wk_dir_fail(fe->t->wk, fe->dir, ret, "read");
 		if (!ret && !(o = wk_out_new(0)))
 			ret = -ENOMEM;
 		if (ret)

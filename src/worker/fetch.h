@@ -75,6 +75,7 @@ struct wk_fetch {
 	int fd, dfd;              /* log being read, buffered and O_DIRECT
 				     (-1: not open, -2: refused) */
 	unsigned fd_thread;
+	struct wk_dir *dir;       /* the directory of the log being read */
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
 	unsigned inflight;        /* reads the kernel holds */

@@ -3,10 +3,13 @@
  * symbolic link, the bounded cache of open log files, the index entry
  * format, and the removal of a dropped shuffle's directory.
  *
- * --dir is opened once (wk->dirfd); every shuffle directory and log
- * file is opened relative to it with openat2(RESOLVE_BENEATH |
+ * Each of --dir's directories is opened once (wk->dirs, the home with
+ * the commit log first); every shuffle directory and log file is opened
+ * relative to its directory with openat2(RESOLVE_BENEATH |
  * RESOLVE_NO_SYMLINKS), or with O_NOFOLLOW at each component where the
  * kernel lacks openat2. A link planted under --dir is never followed.
+ * A log stays in the directory it was made in; new ones are placed by
+ * (shuffle, thread) (place()).
  *
  * Open logs are a bounded cache: a thread keeps at most wk->open_max
  * files open (a log and its index are two), and closes the least
@@ -29,6 +32,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -76,7 +80,7 @@ static int open_nofollow(int dirfd, const char *path, int flags, mode_t mode)
 	}
 }
 
-int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
+int wk_open_beneath(const struct wk_dir *d, const char *path, int flags,
 		    mode_t mode)
 {
 	static atomic_int no_openat2;
@@ -87,7 +91,7 @@ int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
 			.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 				   RESOLVE_NO_MAGICLINKS,
 		};
-		long fd = syscall(SYS_openat2, wk->dirfd, path, &how,
+		long fd = syscall(SYS_openat2, d->fd, path, &how,
 				  sizeof(how));
 		if (fd >= 0)
 			return (int)fd;
@@ -97,7 +101,31 @@ int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
 			return -errno;
 		atomic_store(&no_openat2, 1);
 	}
-	return open_nofollow(wk->dirfd, path, flags, mode);
+	return open_nofollow(d->fd, path, flags, mode);
+}
+
+struct wk_dir *wk_dir_with(struct ush_worker *wk, const char *path)
+{
+	struct stat st;
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		if (!fstatat(wk->dirs[i].fd, path, &st, AT_SYMLINK_NOFOLLOW))
+			return &wk->dirs[i];
+	return NULL;
+}
+
+void wk_dir_fail(struct ush_worker *wk, struct wk_dir *d, int err,
+		 const char *what)
+{
+	int none = 0;
+	if ((err != -EIO && err != -EROFS && err != -ENOSPC &&
+	     err != -EDQUOT) || !atomic_compare_exchange_strong(&d->err, &none,
+								 err))
+		return;
+	WK_COUNT(wk, errors[USH_WORKER_ERR_STORAGE], 1);
+	wk_log(wk, 0, "directory %s quarantined: %s: %s; new shuffle logs go "
+	       "to the other directories, the shuffles stored here fail as "
+	       "their files do (until the worker restarts)", d->path, what,
+	       ush_strerror(err));
 }
 
 const char *wk_why_open(int err)
@@ -107,11 +135,132 @@ const char *wk_why_open(int err)
 			       ush_strerror(err);
 }
 
+/* One worker per directory: two would interleave their logs and files.
+ * The lock file holds the owner's pid, to name it. */
+static int dir_lock(struct wk_dir *d)
+{
+	char path[4096], pid[32] = "";
+	snprintf(path, sizeof(path), "%s/ushuffled.lock", d->path);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return ushi_fail(-errno, "worker: open %s", path);
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = 0;
+		pid[strcspn(pid, "\n")] = 0;
+		close(fd);
+		return e == EWOULDBLOCK
+			       ? ushi_fail(-EBUSY, "worker: %s is in use by "
+					  "another worker (pid %s)", d->path,
+					  *pid ? pid : "?")
+			       : ushi_fail(-e, "worker: flock %s", path);
+	}
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n) {
+		int e = -errno;
+		close(fd);
+		return ushi_fail(e, "worker: write %s", path);
+	}
+	d->lock = fd;
+	return 0;
+}
+
+/* Makes, locks and opens directory d. */
+static int dir_open(struct wk_dir *d)
+{
+	if (mkdir(d->path, 0755) && errno != EEXIST)
+		return ushi_fail(-errno, "worker: mkdir %s", d->path);
+	int ret = dir_lock(d);
+	if (ret)
+		return ret;
+	d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return d->fd < 0 ? ushi_fail(-errno, "worker: open %s", d->path) : 0;
+}
+
+/* Whether d holds a commit log (or snapshot): it is the home. */
+static bool has_log(const struct wk_dir *d)
+{
+	static const char *names[] = {"commit.log", "commit.snap",
+				      "commit.t0.log"};
+	struct stat st;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (!fstatat(d->fd, names[i], &st, AT_SYMLINK_NOFOLLOW))
+			return true;
+	return false;
+}
+
+/* --dir's directories, fio's way: "D0:D1:...". */
+static int dirs_parse(struct ush_worker *wk)
+{
+	const char *list = wk->dirlist;
+	unsigned n = 1;
+	for (const char *p = list; *p; p++)
+		n += *p == ':';
+	wk->dirs = ushi_calloc(n, sizeof(*wk->dirs));
+	if (!wk->dirs)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++)
+		wk->dirs[i].fd = wk->dirs[i].lock = -1;
+	for (const char *p = list;; p++) {
+		size_t len = strcspn(p, ":");
+		if (!len)
+			return ushi_fail(-EINVAL, "worker: --dir=%s: an empty "
+					"directory in the list (directories "
+					"are separated by ':')", list);
+		for (unsigned i = 0; i < wk->ndirs; i++)
+			if (strlen(wk->dirs[i].path) == len &&
+			    !strncmp(wk->dirs[i].path, p, len))
+				return ushi_fail(-EINVAL, "worker: --dir=%s: "
+						"%s is listed twice", list,
+						wk->dirs[i].path);
+		char *d = ushi_malloc(len + 1);
+		if (!d)
+			return -ENOMEM;
+		memcpy(d, p, len);
+		d[len] = 0;
+		wk->dirs[wk->ndirs++].path = d;
+		p += len;
+		if (!*p)
+			return 0;
+	}
+}
+
+/* The home directory (the commit log's) goes first: the one that has a
+ * log, so that the list may come in another order; with none, the
+ * first listed. Two with logs are two workers' directories. */
+static int find_home(struct ush_worker *wk)
+{
+	unsigned home = wk->ndirs;
+	for (unsigned i = 0; i < wk->ndirs; i++) {
+		if (!has_log(&wk->dirs[i]))
+			continue;
+		if (home < wk->ndirs)
+			return ushi_fail(-EEXIST, "worker: --dir: %s and %s "
+					"both hold a commit log: the directories "
+					"of two workers, not one", 
+					wk->dirs[home].path, wk->dirs[i].path);
+		home = i;
+	}
+	if (home < wk->ndirs && home) {
+		struct wk_dir h = wk->dirs[home];
+		memmove(wk->dirs + 1, wk->dirs, home * sizeof(h));
+		wk->dirs[0] = h;
+	}
+	wk->dir = wk->dirs[0].path;
+	return 0;
+}
+
 int wk_store_init(struct ush_worker *wk)
 {
-	wk->dirfd = open(wk->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (wk->dirfd < 0)
-		return ushi_fail(-errno, "worker: open %s", wk->dir);
+	int ret = dirs_parse(wk);
+	for (unsigned i = 0; !ret && i < wk->ndirs; i++)
+		ret = dir_open(&wk->dirs[i]);
+	if (!ret)
+		ret = find_home(wk);
+	if (ret)
+		return ret == -ENOMEM ? ushi_fail(ret, "worker: allocation") :
+					ret;
 	uint64_t max = wk->o.max_open_files;
 	struct rlimit rl;
 	if (!max)
@@ -127,9 +276,18 @@ int wk_store_init(struct ush_worker *wk)
 
 void wk_store_fini(struct ush_worker *wk)
 {
-	if (wk->dirfd >= 0)
-		close(wk->dirfd);
-	wk->dirfd = -1;
+	for (unsigned i = 0; wk->dirs && i < wk->ndirs; i++) {
+		struct wk_dir *d = &wk->dirs[i];
+		if (d->fd >= 0)
+			close(d->fd);
+		if (d->lock >= 0)
+			close(d->lock);
+		ushi_free(d->path);
+	}
+	ushi_free(wk->dirs);
+	wk->dirs = NULL;
+	wk->ndirs = 0;
+	wk->dir = NULL;
 }
 
 /* ------------------------------------------------------ index entries */
@@ -177,11 +335,14 @@ void wk_shuf_fail(struct wk_shuf *s, int err, const char *what, uint64_t off)
 	if (!s->err) {
 		s->err = err;
 		WK_COUNT(s->t->wk, errors[USH_WORKER_ERR_STORAGE], 1);
-		wk_log(s->t->wk, 0, "%s s%u/t%u at offset %llu: %s; shuffle %u "
-		       "commits no more on thread %u until dropped", what,
-		       s->shuffle, s->t->idx, (unsigned long long)off,
-		       wk_why_open(err), s->shuffle, s->t->idx);
+		wk_log(s->t->wk, 0, "%s %s/s%u/t%u at offset %llu: %s; "
+		       "shuffle %u commits no more on thread %u until dropped",
+		       what, s->dir ? s->dir->path : "?", s->shuffle,
+		       s->t->idx, (unsigned long long)off, wk_why_open(err),
+		       s->shuffle, s->t->idx);
 	}
+	if (s->dir)
+		wk_dir_fail(s->t->wk, s->dir, err, what);
 }
 
 void wk_shuf_fsync(struct wk_shuf *s)
@@ -250,7 +411,7 @@ static int open_counted(struct wk_thread *t, struct wk_shuf *s,
 	for (;;) {
 		int fd = -EMFILE;
 		if (t->nopen + need <= t->wk->open_max)
-			fd = wk_open_beneath(t->wk, path, flags, 0644);
+			fd = wk_open_beneath(s->dir, path, flags, 0644);
 		if ((fd != -EMFILE && fd != -ENFILE) || !t->nopen)
 			return fd;
 		int ret = evict(t, s);
@@ -442,7 +603,7 @@ static int keep_unread(struct wk_shuf *s, struct wk_scan *sc, uint64_t lsize)
 	       "committed map with frames there reads as USH_ECORRUPT and "
 	       "is rerun by its driver (docs/operations.md, 'A damaged log "
 	       "or index')",
-	       s->t->wk->dir, s->shuffle, s->t->idx,
+	       s->dir->path, s->shuffle, s->t->idx,
 	       (unsigned long long)sc->n,
 	       (unsigned long long)(lsize - sc->end),
 	       (unsigned long long)sc->end);
@@ -467,7 +628,7 @@ static void report_bad(struct wk_shuf *s, const struct wk_scan *sc)
 			wk_log(s->t->wk, 0, "%s/s%u/t%u.log offset %llu: %u "
 			       "bytes of shuffle %u map %u attempt %u are "
 			       "damaged (index entry %llu): its readers get "
-			       "USH_ECORRUPT", s->t->wk->dir, s->shuffle,
+			       "USH_ECORRUPT", s->dir->path, s->shuffle,
 			       s->t->idx, (unsigned long long)at,
 			       get_le32(ent), s->shuffle, get_le32(ent + 8),
 			       get_le32(ent + 12), (unsigned long long)i);
@@ -485,14 +646,14 @@ static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
 	struct wk_scan sc;
 	int ret = wk_idx_scan(s->ifd, s->fd, s->shuffle, isize, lsize, &sc);
 	if (ret)
-		return ushi_fail(ret, "worker: reading %s/%s", wk->dir, ipath);
+		return ushi_fail(ret, "worker: reading %s/%s", s->dir->path, ipath);
 	if (sc.stuck && sc.end < lsize)
 		ret = keep_unread(s, &sc, lsize);
 	else
 		cut_torn_tail(s, &sc, lsize);
 	if (ret) {
 		ushi_free(sc.ent);
-		return ushi_fail(ret, "worker: repairing %s/%s", wk->dir, ipath);
+		return ushi_fail(ret, "worker: repairing %s/%s", s->dir->path, ipath);
 	}
 	*n = sc.n;
 	*end = sc.end;
@@ -500,7 +661,7 @@ static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
 		report_bad(s, &sc);
 		wk_log(wk, 0, "%s/%s: damaged at entry %llu: rewritten from "
 		       "there (entries rebuilt from the log's frame headers, "
-		       "or marked damaged)", wk->dir, ipath,
+		       "or marked damaged)", s->dir->path, ipath,
 		       (unsigned long long)sc.fixed);
 		uint64_t off = sc.fixed * WK_IDX_ENTRY;
 		ret = pwrite(s->ifd, sc.ent + off, (sc.n - sc.fixed) *
@@ -514,7 +675,7 @@ static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
 		 * log's end, or bytes after an unreadable entry). */
 		if (isz < isize || sc.end < lsize)
 			wk_log(wk, 1, "%s/s%u/t%u: cutting %llu bytes of "
-			       "uncommitted index and %llu of log", wk->dir,
+			       "uncommitted index and %llu of log", s->dir->path,
 			       s->shuffle, s->t->idx,
 			       (unsigned long long)(isize > isz ? isize - isz :
 								  0),
@@ -526,19 +687,19 @@ static int repair(struct wk_shuf *s, const char *ipath, uint64_t isize,
 	}
 	if (!ret && sc.fixed < sc.n && fdatasync(s->ifd))
 		ret = -errno;
-	return ret ? ushi_fail(ret, "worker: repairing %s/%s", wk->dir,
+	return ret ? ushi_fail(ret, "worker: repairing %s/%s", s->dir->path,
 			       ipath) : 0;
 }
 
-static int check_regular(struct ush_worker *wk, int fd, const char *path,
-			 struct stat *st)
+static int check_regular(struct ush_worker *wk, const char *dir, int fd,
+			 const char *path, struct stat *st)
 {
 	if (fstat(fd, st))
-		return ushi_fail(-errno, "worker: stat %s/%s", wk->dir, path);
+		return ushi_fail(-errno, "worker: stat %s/%s", dir, path);
 	if (!S_ISREG(st->st_mode)) {
-		wk_log(wk, 0, "%s/%s: not a regular file", wk->dir, path);
+		wk_log(wk, 0, "%s/%s: not a regular file", dir, path);
 		return ushi_fail(-EINVAL, "worker: %s/%s: not a regular file",
-				wk->dir, path);
+				dir, path);
 	}
 	return 0;
 }
@@ -549,14 +710,16 @@ static int open_one(struct wk_thread *t, struct wk_shuf *s, const char *path,
 {
 	struct ush_worker *wk = t->wk;
 	int fd = open_counted(t, s, path, flags, s->fd < 0 ? 2 : 1);
+	if (fd < 0)
+		wk_dir_fail(wk, s->dir, fd, "open");
 	if (fd < 0) {
-		wk_log(wk, 0, "open %s/%s: %s", wk->dir, path,
+		wk_log(wk, 0, "open %s/%s: %s", s->dir->path, path,
 		       wk_why_open(fd));
-		return ushi_fail(fd, "worker: open %s/%s: %s", wk->dir, path,
+		return ushi_fail(fd, "worker: open %s/%s: %s", s->dir->path, path,
 				wk_why_open(fd));
 	}
 	t->nopen++;
-	int ret = st ? check_regular(wk, fd, path, st) : 0;
+	int ret = st ? check_regular(wk, s->dir->path, fd, path, st) : 0;
 	if (ret) {
 		close(fd);
 		t->nopen--;
@@ -565,20 +728,49 @@ static int open_one(struct wk_thread *t, struct wk_shuf *s, const char *path,
 	return fd;
 }
 
+/* Where the log of shuffle on thread idx goes: where it is (a restart
+ * may list the directories in another order, or one more), else by a
+ * hash of (shuffle, thread) over the directories not quarantined: the
+ * logs of a shuffle spread over them by thread, and shuffles over them
+ * by their numbers. */
+static struct wk_dir *place(struct ush_worker *wk, uint32_t shuffle,
+			    unsigned idx)
+{
+	char path[48];
+	snprintf(path, sizeof(path), "s%u/t%u.log", shuffle, idx);
+	struct wk_dir *d = wk_dir_with(wk, path);
+	if (d)
+		return d;
+	uint64_t h = ((uint64_t)shuffle * 0x9e3779b97f4a7c15ull >> 32) + idx;
+	/* The healthy ones; all of them when none is. */
+	unsigned ok = 0;
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		ok += !atomic_load(&wk->dirs[i].err);
+	for (unsigned i = 0, k = 0; ok && i < wk->ndirs; i++)
+		if (!atomic_load(&wk->dirs[i].err) && k++ == h % ok)
+			return &wk->dirs[i];
+	return &wk->dirs[h % wk->ndirs];
+}
+
 /* The first open: creates the files (and s<S>), or cuts an existing
  * log's uncommitted tail and appends after its frames. */
 static int files_create(struct wk_thread *t, struct wk_shuf *s)
 {
 	struct ush_worker *wk = t->wk;
 	char lpath[48], ipath[48];
+	if (!s->dir)
+		s->dir = place(wk, s->shuffle, t->idx);
 	if (!s->dir_made) {
 		snprintf(lpath, sizeof(lpath), "s%u", s->shuffle);
-		if (mkdirat(wk->dirfd, lpath, 0755) && errno != EEXIST)
-			return ushi_fail(-errno, "worker: mkdir %s/%s",
-					wk->dir, lpath);
+		if (mkdirat(s->dir->fd, lpath, 0755) && errno != EEXIST) {
+			int ret = -errno;
+			wk_dir_fail(wk, s->dir, ret, "mkdir");
+			return ushi_fail(ret, "worker: mkdir %s/%s",
+					s->dir->path, lpath);
+		}
 		/* Made here or by another thread whose commit may never
 		 * come: this thread's commits sync its entry too. */
-		t->dir_unsynced = true;
+		s->top_unsynced = true;
 		s->dir_made = true;
 	}
 	snprintf(lpath, sizeof(lpath), "s%u/t%u.log", s->shuffle, t->idx);
@@ -606,7 +798,7 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 	if (wk->o.direct && !s->direct &&
 	    !atomic_exchange(&wk->direct_refused, true))
 		wk_log(wk, 0, "%s: O_DIRECT refused (%s): logs are written "
-		       "buffered", wk->dir, strerror(errno));
+		       "buffered", s->dir->path, strerror(errno));
 	/* The buffer starts at the block of the end: its tail is read back
 	 * when a buffer is taken. */
 	s->base = s->direct ? end / USHI_ALIGN * USHI_ALIGN : end;
@@ -662,18 +854,17 @@ int wk_shuf_open(struct wk_thread *t, struct wk_shuf *s)
 
 /* ------------------------------------------------------------ drop */
 
-void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle)
+static void dir_unlink(struct ush_worker *wk, const struct wk_dir *dir,
+		       const char *name)
 {
-	char name[16];
-	snprintf(name, sizeof(name), "s%u", shuffle);
-	int fd = wk_open_beneath(wk, name, O_RDONLY | O_DIRECTORY |
+	int fd = wk_open_beneath(dir, name, O_RDONLY | O_DIRECTORY |
 				 O_NONBLOCK | O_CLOEXEC, 0);
 	if (fd == -ELOOP || fd == -ENOTDIR) {
 		/* Something else in the shuffle's place: remove the entry
 		 * itself (a link is removed, not followed). */
 		wk_log(wk, 0, "%s/%s is not a directory (%s): removing the "
-		       "entry only", wk->dir, name, wk_why_open(fd));
-		unlinkat(wk->dirfd, name, 0);
+		       "entry only", dir->path, name, wk_why_open(fd));
+		unlinkat(dir->fd, name, 0);
 		return;
 	}
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -681,7 +872,7 @@ void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle)
 		if (fd >= 0)
 			close(fd);
 		if (fd != -ENOENT)
-			wk_log(wk, 0, "drop: open %s/%s: %s", wk->dir, name,
+			wk_log(wk, 0, "drop: open %s/%s: %s", dir->path, name,
 			       ush_strerror(fd < 0 ? fd : -errno));
 		return;
 	}
@@ -689,10 +880,18 @@ void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle)
 	while ((de = readdir(d)))
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
 		    unlinkat(dirfd(d), de->d_name, 0))
-			wk_log(wk, 0, "drop: unlink %s/%s/%s: %s", wk->dir,
+			wk_log(wk, 0, "drop: unlink %s/%s/%s: %s", dir->path,
 			       name, de->d_name, ush_strerror(-errno));
 	closedir(d);
-	if (unlinkat(wk->dirfd, name, AT_REMOVEDIR) && errno != ENOENT)
-		wk_log(wk, 0, "drop: rmdir %s/%s: %s", wk->dir, name,
+	if (unlinkat(dir->fd, name, AT_REMOVEDIR) && errno != ENOENT)
+		wk_log(wk, 0, "drop: rmdir %s/%s: %s", dir->path, name,
 		       ush_strerror(-errno));
+}
+
+void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle)
+{
+	char name[16];
+	snprintf(name, sizeof(name), "s%u", shuffle);
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		dir_unlink(wk, &wk->dirs[i], name);
 }

@@ -35,6 +35,8 @@ struct wk_shuf {
 	uint32_t shuffle;
 	struct wk_link lru;     /* t->lru while its files are open */
 	struct wk_link bufq;    /* t->bufq while buf != NULL */
+	struct wk_dir *dir;     /* where its files are (set at the first
+				   open) */
 	int fd, slot, ifd;      /* log (and its ring slot), index; or -1 */
 	bool opened;            /* the files were opened once (and checked) */
 	bool direct;            /* the log is O_DIRECT: aligned writes */
@@ -50,25 +52,47 @@ struct wk_shuf {
 	uint64_t iend;          /* the index file's end */
 	struct { uint64_t off, end; bool done; } wq[WK_LOG_QD];
 	unsigned wq_head, wq_n; /* log writes in flight, oldest first */
-	unsigned writes;        /* log and index writes in flight */
+	unsigned writes;        /* log and index writes (and syncs) in
+				   flight */
+	unsigned iwrites;       /* index writes in flight */
+	/* Commits' sync rounds (store.c): asked for, running, done; the
+	 * running round's step and its syncs in flight. */
+	uint64_t sy_req, sy_run, sy_done;
+	uint8_t sy_step;
+	unsigned sy_ops;
+	bool sy_queued;         /* on t->syncq */
+	bool sy_final;          /* synced at the thread's end (it had not
+				   failed before) */
+	struct wk_link syl;
 	unsigned fetch_threads; /* thread numbers whose logs fetch looks
 				   for (0: not yet listed) */
 	bool dir_made;          /* s<S> exists (mkdir done) */
 	bool dir_unsynced;      /* s<S> has entries not yet synced */
+	bool top_unsynced;      /* s<S>'s entry in dir not yet synced */
 	int err; /* the first failed write or sync of the shuffle here:
 		    every later commit of it here fails with it */
 };
 
-/* Opens --dir (wk->dirfd) and sets the open file budget. */
+/* Splits --dir into its directories (made if missing, each locked and
+ * opened), finds the home directory (the one with a commit log; the
+ * first listed when none has one) and sets the open file budget. */
 int wk_store_init(struct ush_worker *wk);
 void wk_store_fini(struct ush_worker *wk);
-/* Opens path, relative to --dir, beneath it without following any
+/* Opens path, relative to directory d, beneath it without following any
  * symbolic link (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or
  * O_NOFOLLOW at each component where the kernel lacks openat2).
  * Returns an fd or -errno: -ELOOP for a link, -EXDEV for a path that
- * leaves --dir. */
-int wk_open_beneath(struct ush_worker *wk, const char *path, int flags,
+ * leaves d. */
+int wk_open_beneath(const struct wk_dir *d, const char *path, int flags,
 		    mode_t mode);
+/* The first directory that has an entry at path (a restart may list the
+ * directories in another order, or one more), or NULL. */
+struct wk_dir *wk_dir_with(struct ush_worker *wk, const char *path);
+/* Takes d out of placement when err says its file system failed (EIO,
+ * EROFS, ENOSPC, EDQUOT), logged once with what failed: logs already
+ * there stay, and their shuffles fail as their files do. */
+void wk_dir_fail(struct ush_worker *wk, struct wk_dir *d, int err,
+		 const char *what);
 /* What a failed wk_open_beneath() means, for a message. */
 const char *wk_why_open(int err);
 /* Makes s's log and index open (created, or checked and cut after the
@@ -84,8 +108,8 @@ void wk_shuf_close(struct wk_thread *t, struct wk_shuf *s);
  * thread, logged once. */
 void wk_shuf_fail(struct wk_shuf *s, int err, const char *what,
 		  uint64_t off);
-/* Removes <dir>/s<S> and the files in it; a link in its place is
- * removed, never followed. */
+/* Removes s<S> and the files in it from every directory; a link in its
+ * place is removed, never followed. */
 void wk_store_unlink(struct ush_worker *wk, uint32_t shuffle);
 /* An index entry's partition for a gap in the log (control frames, the
  * padding before an aligned write): no frame, never fetched. DATA frames

@@ -40,7 +40,7 @@ int wk_own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim)
 	}
 	struct wk_rec r = {.type = WK_REC_CLAIM, .shuffle = shuffle};
 	memcpy(r.app, c->app, sizeof(r.app));
-	int ret = wk_rec_log(c->t, &r, 1);
+	int ret = wk_rec_log(wk, &r, 1);
 	return ret ? ret : wk_rec_apply(wk, &r);
 }
 

@@ -63,7 +63,8 @@ static void rb_write(struct wk_conn *c, struct ushi_buf *b)
 		pool_put(ring_pool(c->t->ring), b);
 	c->rn = 0;
 	if (ret)
-		wk_conn_fail(c, ret, "storing shuffle %u: %s", c->att.shuffle,
+		wk_conn_fail(c, ret, "storing shuffle %u (in %s): %s",
+			     c->att.shuffle, wk_store_dir(c->t, c->att.shuffle),
 			     ush_strerror(ret));
 }
 

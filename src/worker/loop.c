@@ -19,7 +19,6 @@
 #include "worker/out.h"
 #include "worker/state.h"
 #include "worker/store.h"
-#include "worker/wal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -116,6 +115,41 @@ static void on_recv(struct ushi_op *op, int res)
 		/* -ENOBUFS: all buffers queued; re-armed once processed. */
 		c->eof = true;
 		c->rerr = res;
+	}
+}
+
+/* The committer handed commits back (wk_group_take() reads them). */
+static void on_wake(struct ushi_op *op, int res)
+{
+	op->arm.rearm = res > 0;
+}
+
+static int arm_wake(struct wk_thread *t)
+{
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		       0, t->wake))
+		return ushi_fail(-errno, "worker: socketpair");
+	struct ushi_op *op;
+	int ret = ring_op_get(t->ring, &op);
+	if (ret)
+		return ret;
+	op->kind = OP_RECV;
+	op->cb = on_wake;
+	op->owner = t;
+	op->arm.fd = t->wake[0];
+	op->arm.addr = t->wake_buf;
+	op->arm.len = sizeof(t->wake_buf);
+	ring_arm(t->ring, op);
+	return 0;
+}
+
+/* Commits back from the committer: acknowledged, or failed. */
+static void commits_logged(struct wk_thread *t)
+{
+	struct wk_logreq *q = wk_group_take(t), *next;
+	for (; q; q = next) {
+		next = q->next;
+		wk_commit_logged(q->owner, q->res);
 	}
 }
 
@@ -216,7 +250,8 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 			c->t_linger = now + WK_LINGER_MS * MS;
 		}
 		bool done = c->eof || (sent && now > c->t_linger);
-		if (done && !c->closed) {
+		/* A commit with the committer keeps c until it is back. */
+		if (done && !c->closed && c->cm_step != WK_CM_LOG) {
 			shutdown(c->fd, SHUT_RDWR);
 			c->closed = true;
 			wk_conn_leave(c);
@@ -276,7 +311,7 @@ static int setup(struct wk_thread *t)
 				      WK_BUF_SIZE, (unsigned short)i,
 				      io_uring_buf_ring_mask(WK_BUFS), (int)i);
 	io_uring_buf_ring_advance(t->br, WK_BUFS);
-	ret = wk_log_open(t);
+	ret = arm_wake(t);
 	if (!ret)
 		ret = arm_accept(t);
 	atomic_store(&t->drop_seen, atomic_load(&wk->drop_epoch));
@@ -285,6 +320,9 @@ static int setup(struct wk_thread *t)
 
 static void teardown(struct wk_thread *t)
 {
+	/* The committer may still hold requests that point into this
+	 * thread's connections. */
+	wk_group_quiesce(t);
 	if (t->ring) {
 		wk_store_close(t);
 		wk_pdir_close(t);
@@ -296,6 +334,9 @@ static void teardown(struct wk_thread *t)
 		munmap(t->br, t->br_bytes);
 	ushi_free(t->bufs);
 	ushi_free(t->accepted);
+	for (int i = 0; i < 2; i++)
+		if (t->wake[i] >= 0)
+			close(t->wake[i]);
 }
 
 /* Drops other threads' shuffles from this thread's open files. */
@@ -355,7 +396,7 @@ static void conn_timeouts(struct wk_thread *t, struct wk_conn *c, uint64_t now)
 		wk_conn_fail(c, -ETIMEDOUT, "no HELLO within %u ms",
 			     o->hello_timeout_ms);
 	else if (c->role && !c->out.head && !c->sending && !c->fetch &&
-		 c->t_active + o->idle_timeout_ms * MS < now)
+		 !c->cm_step && c->t_active + o->idle_timeout_ms * MS < now)
 		wk_conn_close_with(c, -ETIMEDOUT, "idle for %u ms",
 				   o->idle_timeout_ms);
 }
@@ -386,6 +427,8 @@ void *wk_thread_main(void *arg)
 			break;
 		}
 		check_drops(t);
+		wk_store_sync_pump(t);
+		commits_logged(t);
 		/* One thread checks the applications' TTLs, once a second. */
 		if (t->idx == 0 && !t->stopping &&
 		    ushi_now_ns() - t->expire_ns > 1000000000ull) {
@@ -405,6 +448,7 @@ void *wk_thread_main(void *arg)
 		for (struct wk_conn *c = t->conns; c; c = c->next) {
 			if (c->qn || c->rgot)
 				c->t_active = now;
+			wk_commit_pump(c);
 			wk_conn_process(c);
 			conn_timeouts(t, c, now);
 			/* A failed connection reads on (and drops) until its

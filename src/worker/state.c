@@ -12,6 +12,7 @@
 #include "worker/app.h"
 #include "worker/attempt.h"
 #include "worker/fetch.h"
+#include "worker/group.h"
 #include "worker/files.h"
 #include "worker/state.h"
 #include "worker/store.h"
@@ -86,34 +87,36 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 	return k;
 }
 
-/* Writes the live state as the snapshot; the logs start over. */
-static void compact(struct ush_worker *wk)
+void wk_compact_maybe(struct ush_worker *wk)
 {
+	/* Records logged and not yet applied (commits between their group
+	 * and their thread's apply) would be in neither the snapshot nor
+	 * the emptied log: wait for a moment without any. */
+	if (wk->cm_pending || atomic_load(&wk->compact_queued) ||
+	    !wk_log_compact_due(wk))
+		return;
 	size_t n = wk_live_records(wk, NULL, 0);
 	struct wk_rec *r = ushi_malloc((n ? n : 1) * sizeof(*r));
 	if (!r) {
-		wk_log(wk, 0, "compacting the commit log: %s (the logs keep "
+		wk_log(wk, 0, "compacting the commit log: %s (the log keeps "
 		       "growing)", ush_strerror(-ENOMEM));
 		return;
 	}
 	wk_live_records(wk, r, n);
-	wk_log_compact(wk, r, n);
-	ushi_free(r);
+	atomic_store(&wk->compact_queued, true);
+	wk_group_compact(wk, r, n);
 }
 
-int wk_rec_log(struct wk_thread *t, const struct wk_rec *r, size_t n)
+int wk_rec_log(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 {
-	struct ush_worker *wk = t->wk;
 	/* Compact before these records, never right after them: a caller
 	 * applies its records to memory only once they are logged, so a
-	 * snapshot of memory taken inside the append would miss the records
-	 * that the truncated logs no longer hold (a commit acknowledged,
-	 * then lost at the next restart). Every record appended before this
-	 * call has been applied: each caller holds wk->lock from its append
-	 * through its apply. */
-	if (wk_log_compact_due(wk))
-		compact(wk); /* a failure is logged; the appends stand */
-	return wk_log_append(t, r, n);
+	 * snapshot of memory taken after the append would miss them (a
+	 * commit acknowledged, then lost at the next restart). The
+	 * compaction is queued ahead of the records, with the state of
+	 * every record before them. */
+	wk_compact_maybe(wk);
+	return wk_group_log(wk, r, n);
 }
 
 /* How many of the last drops some thread has not seen yet: the rest of
@@ -143,7 +146,7 @@ int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 		r[i] = (struct wk_rec){.type = WK_REC_DROP,
 				       .shuffle = shuffles[i]};
 	if (!ret)
-		ret = wk_rec_log(t, r, n);
+		ret = wk_rec_log(wk, r, n);
 	for (size_t i = 0; !ret && i < n; i++)
 		wk_rec_apply(wk, &r[i]); /* a drop cannot fail */
 	ushi_free(r);
@@ -213,9 +216,10 @@ static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
 	return false;
 }
 
-void wk_sweep(struct ush_worker *wk)
+/* Sweeps the shuffle directories in d that no application owns. */
+static void dir_sweep(struct ush_worker *wk, const struct wk_dir *dd)
 {
-	DIR *d = opendir(wk->dir);
+	DIR *d = opendir(dd->path);
 	if (!d)
 		return;
 	struct dirent *de;
@@ -229,16 +233,22 @@ void wk_sweep(struct ush_worker *wk)
 			wk_log(wk, 0, "%s/%s: shuffle %u has commits but no "
 			       "owner (its claim record lost, and no commit "
 			       "names its application): kept, unowned",
-			       wk->dir, de->d_name, s);
+			       dd->path, de->d_name, s);
 			continue;
 		}
 		/* No application owns it: a drop whose files outlived a
 		 * crash, or data of writers that never claimed it. */
 		struct wk_thread t = {.wk = wk};
 		wk_log(wk, 1, "sweeping %s/%s: no application owns shuffle %u",
-		       wk->dir, de->d_name, s);
+		       dd->path, de->d_name, s);
 		wk_drop_files(&t, s);
 	}
 	closedir(d);
+}
+
+void wk_sweep(struct ush_worker *wk)
+{
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		dir_sweep(wk, &wk->dirs[i]);
 }
 

@@ -14,8 +14,12 @@ int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r);
 /* The records that rebuild the live state (claims, then commits): fills
  * out (room for n) and returns how many there are. */
 size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
-/* wk_log_append(), compacting first when most of the logs is dead. */
-int wk_rec_log(struct wk_thread *t, const struct wk_rec *r, size_t n);
+/* Logs the n records (one group, waited for: claims and drops),
+ * compacting first when most of the log is dead. */
+int wk_rec_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
+/* Queues a compaction of the log when most of it is dead and every
+ * record logged so far is applied. */
+void wk_compact_maybe(struct ush_worker *wk);
 /* Logs (one write) and applies the drops of the n shuffles; their files
  * go with wk_drop_files() after the lock is released. */
 int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);

@@ -13,11 +13,14 @@
  * the same bytes, so a torn rewrite cannot damage it.
  *
  * An index entry is written only once the log bytes it points at are
- * (in batches of WK_IDX_BATCH, and at every sync); a commit syncs the
- * log, then writes and syncs the rest of the index. So committed entries
- * are durable before their commit, and only what follows the last commit
- * can be torn by a crash: the repair at the first open (files.c) cuts
- * only that, never an extent of a committed attempt.
+ * (in batches of WK_IDX_BATCH, and at every sync); a commit's sync round
+ * writes the rest of the index and syncs the log and the index through
+ * the ring, and the commit is logged only once both are durable. So
+ * committed entries and frames are durable before their commit, and only
+ * what follows the last commit can be torn by a crash: the repair at the
+ * first open (files.c) cuts only that, never an extent of a committed
+ * attempt. Commits that come while a round runs share the next one: a
+ * round costs two syncs however many maps of the shuffle it covers.
  *
  * Errors belong to the shuffle: a failed write or sync fails every later
  * commit of that shuffle on this thread (the log may hold a hole) until
@@ -192,6 +195,7 @@ static void idx_done(struct ushi_op *op, int res)
 	if (res < 0)
 		wk_shuf_fail(s, res, "write of the index", op->io.off);
 	ushi_free((void *)op->io.addr);
+	s->iwrites--;
 	s->writes--;
 	s->t->writes--;
 }
@@ -230,6 +234,7 @@ static int idx_flush(struct wk_shuf *s)
 	op->owner = s;
 	ring_write_at(t->ring, op, NULL, m, s->iend, (uint32_t)n, s->ifd, -1);
 	s->iend += n;
+	s->iwrites++;
 	s->writes++;
 	t->writes++;
 	s->iunsynced = true;
@@ -514,89 +519,228 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 
 /* ------------------------------------------------------------ sync */
 
-static int sync_shuffle_dir(struct ush_worker *wk, uint32_t shuffle)
+/* The steps of a sync round (see round_start()). */
+enum { SY_IDLE, SY_IDX, SY_SYNCS, SY_DIR };
+
+static void synced(struct wk_shuf *s)
 {
-	char path[16];
-	snprintf(path, sizeof(path), "s%u", shuffle);
-	int fd = wk_open_beneath(wk, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-				 0);
-	if (fd < 0)
-		return fd;
-	int ret = fsync(fd) ? -errno : 0;
-	close(fd);
-	return ret;
+	s->sy_ops--;
+	s->writes--;
+	s->t->writes--;
 }
 
-/* The top directory: new shuffle directories and commit logs. */
-static int top_sync(struct wk_thread *t)
+static void log_synced(struct ushi_op *op, int res)
 {
-	if (t->dir_unsynced) {
-		if (fsync(t->wk->dirfd))
-			return -errno;
-		t->dir_unsynced = false;
-	}
+	struct wk_shuf *s = op->owner;
+	if (res < 0)
+		wk_shuf_fail(s, res, "fdatasync of the log", s->end);
+	synced(s);
+}
+
+static void idx_synced(struct ushi_op *op, int res)
+{
+	struct wk_shuf *s = op->owner;
+	if (res < 0)
+		wk_shuf_fail(s, res, "fdatasync of the index", s->iend);
+	synced(s);
+}
+
+static void dir_synced(struct ushi_op *op, int res)
+{
+	struct wk_shuf *s = op->owner;
+	if (res < 0)
+		wk_shuf_fail(s, res, "fsync of a directory above", 0);
+	if (op->io.fd != s->dir->fd)
+		close(op->io.fd);
+	synced(s);
+}
+
+/* Starts an fdatasync of fd (or of its slot) for s's round. */
+static int sync_start(struct wk_shuf *s, int fd, int slot, ushi_op_cb cb)
+{
+	struct wk_thread *t = s->t;
+	struct ushi_op *op;
+	int ret = ring_op_get(t->ring, &op);
+	if (ret)
+		return ret;
+	op->cb = cb;
+	op->owner = s;
+	ring_fsync(t->ring, op, fd, slot);
+	s->sy_ops++;
+	s->writes++;
+	t->writes++;
 	return 0;
 }
 
-static int shuf_sync(struct wk_thread *t, struct wk_shuf *s)
+/* New files and shuffle directories must survive a crash: s<S> and the
+ * directory above it, when they have entries not yet synced. */
+static int sync_dirs(struct wk_shuf *s)
 {
-	if (s->err)
-		return s->err;
-	if (s->len || s->ilen || s->unsynced || s->iunsynced) {
-		/* Only synced files are closed: reopened here only should
-		 * that ever change. */
-		int ret = wk_shuf_open(t, s);
-		if (ret)
-			wk_shuf_fail(s, ret, "reopen", s->end);
-		if (!ret)
-			ret = flush_tail(t, s);
-		if (!ret)
-			ret = wait_writes(t, s);
-		if (ret)
-			return ret;
-		/* The log's bytes are durable before the entries that
-		 * point at them are written. */
-		if (s->unsynced && fdatasync(s->fd))
-			wk_shuf_fail(s, -errno, "fdatasync of the log", s->end);
-		s->unsynced = false;
-		if (!s->err && s->ilen)
-			ret = idx_flush(s);
-		if (!ret)
-			ret = wait_writes(t, s);
-		if (ret)
-			return ret;
-		wk_shuf_fsync(s);
-	}
-	if (s->err)
-		return s->err;
+	int ret = 0;
 	if (s->dir_unsynced) {
-		/* New files and shuffle directories must survive a crash. */
-		int ret = sync_shuffle_dir(t->wk, s->shuffle);
-		if (ret)
-			return ret;
-		s->dir_unsynced = false;
+		char path[16];
+		snprintf(path, sizeof(path), "s%u", s->shuffle);
+		int fd = wk_open_beneath(s->dir, path, O_RDONLY |
+					 O_DIRECTORY | O_CLOEXEC, 0);
+		ret = fd < 0 ? fd : sync_start(s, fd, -1, dir_synced);
+		if (fd >= 0 && ret)
+			close(fd);
+		s->dir_unsynced = ret != 0;
 	}
-	return top_sync(t);
+	if (!ret && s->top_unsynced) {
+		ret = sync_start(s, s->dir->fd, -1, dir_synced);
+		s->top_unsynced = ret != 0;
+	}
+	return ret;
 }
 
-int wk_store_sync_shuffle(struct wk_thread *t, uint32_t shuffle)
+/*
+ * A round: the partial tail block written (waited for: the next appends
+ * go to the same buffer), then the index entries of the frames written
+ * so far; the log's sync starts at once, the index's once its writes
+ * are done, and the two run together: an entry made durable before its
+ * frame is only ever one after the last commit, which the repair at the
+ * next open cuts (files.c), and the commit is logged only once both
+ * syncs are done. New directories are synced last.
+ */
+static int round_start(struct wk_thread *t, struct wk_shuf *s)
+{
+	s->sy_run = s->sy_req;
+	s->sy_step = SY_IDX;
+	if (!s->len && !s->ilen && !s->unsynced && !s->iunsynced)
+		return 0;
+	/* Only synced files are closed: reopened here only should that
+	 * ever change. */
+	int ret = wk_shuf_open(t, s);
+	if (ret)
+		wk_shuf_fail(s, ret, "reopen", s->end);
+	if (!ret)
+		ret = flush_tail(t, s);
+	if (!ret)
+		ret = wait_writes(t, s);
+	if (!ret && s->ilen)
+		ret = idx_flush(s);
+	if (ret || !s->unsynced)
+		return ret;
+	/* Writes from here on set it again: they need the next round. */
+	s->unsynced = false;
+	return sync_start(s, s->fd, s->slot, log_synced);
+}
+
+/* Takes s's round as far as it goes without waiting. */
+static void sync_step(struct wk_thread *t, struct wk_shuf *s)
+{
+	int ret = 0;
+	while (!ret && !s->err) {
+		switch (s->sy_step) {
+		case SY_IDLE:
+			if (s->sy_done >= s->sy_req) {
+				wk_list_del(&t->syncq, &s->syl);
+				s->sy_queued = false;
+				return;
+			}
+			ret = round_start(t, s);
+			break;
+		case SY_IDX:
+			if (s->iwrites)
+				return;
+			s->sy_step = SY_SYNCS;
+			if (s->iunsynced) {
+				s->iunsynced = false;
+				ret = wk_shuf_open(t, s);
+				if (!ret)
+					ret = sync_start(s, s->ifd, -1,
+							 idx_synced);
+			}
+			break;
+		case SY_SYNCS:
+			if (s->sy_ops)
+				return;
+			s->sy_step = SY_DIR;
+			ret = sync_dirs(s);
+			break;
+		case SY_DIR:
+			if (s->sy_ops)
+				return;
+			s->sy_done = s->sy_run;
+			s->sy_step = SY_IDLE;
+			break;
+		}
+	}
+	if (ret)
+		wk_shuf_fail(s, ret, "sync", s->end);
+	if (s->err && !s->sy_ops) {
+		/* Its commits fail with s->err; no round runs again. */
+		s->sy_step = SY_IDLE;
+		wk_list_del(&t->syncq, &s->syl);
+		s->sy_queued = false;
+	}
+}
+
+const char *wk_store_dir(struct wk_thread *t, uint32_t shuffle)
 {
 	struct wk_shuf *s = shuf_find(t, shuffle);
-	return s ? shuf_sync(t, s) : top_sync(t);
+	return s && s->dir ? s->dir->path : t->wk->dirlist;
+}
+
+int wk_store_sync_begin(struct wk_thread *t, uint32_t shuffle,
+			uint64_t *ticket)
+{
+	int ret = 0;
+	struct wk_shuf *s = shuf_get(t, shuffle, &ret);
+	if (!s)
+		return ret;
+	if (s->err)
+		return s->err;
+	*ticket = ++s->sy_req;
+	if (!s->sy_queued) {
+		wk_list_add(&t->syncq, &s->syl);
+		s->sy_queued = true;
+	}
+	sync_step(t, s);
+	return 0;
+}
+
+int wk_store_sync_check(struct wk_thread *t, uint32_t shuffle,
+			uint64_t ticket)
+{
+	struct wk_shuf *s = shuf_find(t, shuffle);
+	if (!s)
+		return -ENOENT;
+	if (s->err)
+		return s->err;
+	return s->sy_done >= ticket ? 0 : -EINPROGRESS;
+}
+
+void wk_store_sync_pump(struct wk_thread *t)
+{
+	struct wk_link *l = t->syncq.head, *next;
+	for (; l; l = next) {
+		next = l->next;
+		sync_step(t, WK_OF(l, struct wk_shuf, syl));
+	}
 }
 
 int wk_store_sync(struct wk_thread *t)
 {
+	uint64_t ticket;
 	int ret = 0;
 	for (size_t i = 0; t->stab && i <= t->smask; i++)
 		for (struct wk_shuf *s = t->stab[i]; s; s = s->hnext) {
-			if (s->err) /* reported when it happened */
-				continue;
-			int r = shuf_sync(t, s);
-			if (r && !ret)
-				ret = r;
+			/* A failure of before was reported then. */
+			s->sy_final = !s->err;
+			if (s->sy_final)
+				wk_store_sync_begin(t, s->shuffle, &ticket);
 		}
-	return ret ? ret : top_sync(t);
+	while (!ret && t->syncq.head) {
+		wk_store_sync_pump(t);
+		if (t->syncq.head)
+			ret = ring_reap(t->ring, 1);
+	}
+	for (size_t i = 0; !ret && t->stab && i <= t->smask; i++)
+		for (struct wk_shuf *s = t->stab[i]; !ret && s; s = s->hnext)
+			ret = s->sy_final ? s->err : 0;
+	return ret;
 }
 
 /* ------------------------------------------------- drop and teardown */
@@ -606,6 +750,8 @@ static void shuf_free(struct wk_thread *t, struct wk_shuf *s)
 {
 	while (s->writes && ring_reap(t->ring, 1) == 0)
 		;
+	if (s->sy_queued)
+		wk_list_del(&t->syncq, &s->syl);
 	if (s->fd >= 0)
 		wk_shuf_close(t, s);
 	if (s->buf) {
@@ -638,6 +784,35 @@ void wk_store_close(struct wk_thread *t)
 	t->smask = 0;
 }
 
+/* The largest thread number + 1 of a log of shuffle (named) in d, at
+ * least max. */
+static int max_thread(const struct wk_dir *d, const char *name,
+		      unsigned *max)
+{
+	int fd = wk_open_beneath(d, name, O_RDONLY | O_DIRECTORY |
+				 O_NONBLOCK | O_CLOEXEC, 0);
+	if (fd == -ENOENT)
+		return 0;
+	DIR *dd = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dd) {
+		int ret = fd < 0 ? fd : -errno;
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	struct dirent *de;
+	while ((de = readdir(dd))) {
+		unsigned k;
+		char tail[8];
+		/* 1024 threads at most: a larger number is not ours. */
+		if (sscanf(de->d_name, "t%u.%7s", &k, tail) == 2 &&
+		    !strcmp(tail, "log") && k < 1024 && k >= *max)
+			*max = k + 1;
+	}
+	closedir(dd);
+	return 0;
+}
+
 int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 			   unsigned *n)
 {
@@ -649,27 +824,10 @@ int wk_store_fetch_threads(struct wk_thread *t, uint32_t shuffle,
 		unsigned max = t->wk->nthreads;
 		char name[16];
 		snprintf(name, sizeof(name), "s%u", shuffle);
-		int fd = wk_open_beneath(t->wk, name, O_RDONLY | O_DIRECTORY |
-					 O_NONBLOCK | O_CLOEXEC, 0);
-		DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-		if (fd >= 0 && !d) {
-			ret = -errno;
-			close(fd);
+		for (unsigned i = 0; !ret && i < t->wk->ndirs; i++)
+			ret = max_thread(&t->wk->dirs[i], name, &max);
+		if (ret)
 			return ret;
-		}
-		if (fd < 0 && fd != -ENOENT)
-			return fd;
-		struct dirent *de;
-		while (d && (de = readdir(d))) {
-			unsigned k;
-			char tail[8];
-			/* 1024 threads at most: a larger number is not ours. */
-			if (sscanf(de->d_name, "t%u.%7s", &k, tail) == 2 &&
-			    !strcmp(tail, "log") && k < 1024 && k >= max)
-				max = k + 1;
-		}
-		if (d)
-			closedir(d);
 		s->fetch_threads = max;
 	}
 	*n = s->fetch_threads;

@@ -26,14 +26,28 @@ struct wk_rent {
  */
 int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
 		    uint32_t have, const struct wk_rent *ents, size_t n);
-/* Writes the shuffle's log buffer and index entries, waits for its
- * writes and syncs its log, then its index (and directories): after it
- * every frame of the shuffle received so far on this thread is durable.
- * Fails with the shuffle's first failed write or sync, if it had one
- * here. */
-int wk_store_sync_shuffle(struct wk_thread *t, uint32_t shuffle);
-/* The same for every shuffle; returns the first failure that is new. */
+/*
+ * A commit's sync, through the ring: every frame of the shuffle received
+ * so far on this thread is durable once its ticket is done. begin asks
+ * for a round (the tail block written, the log synced, then its index
+ * entries written and synced, then new directories) and returns its
+ * ticket; commits that come while a round runs share the next one. The
+ * loop calls pump every pass to take the rounds on as their ops
+ * complete; check says 0 once the ticket is done, -EINPROGRESS before,
+ * -ENOENT when the shuffle was dropped meanwhile, or the shuffle's
+ * first failed write or sync here.
+ */
+int wk_store_sync_begin(struct wk_thread *t, uint32_t shuffle,
+			uint64_t *ticket);
+int wk_store_sync_check(struct wk_thread *t, uint32_t shuffle,
+			uint64_t ticket);
+void wk_store_sync_pump(struct wk_thread *t);
+/* Syncs every shuffle, waiting (the thread's end); returns the first
+ * failure that is new. */
 int wk_store_sync(struct wk_thread *t);
+/* The directory of shuffle's log on this thread (--dir's list when it
+ * has none yet), for messages. */
+const char *wk_store_dir(struct wk_thread *t, uint32_t shuffle);
 void wk_store_drop(struct wk_thread *t, uint32_t shuffle);
 void wk_store_close(struct wk_thread *t);
 /* Frees a log buffer for someone else (a FETCH's read): waits for a

@@ -1,7 +1,8 @@
 /*
  * ushuffled's server loop, run by the library (src/worker/). One thread,
  * ring and SO_REUSEPORT listener per thread; a connection belongs to the
- * thread that accepted it. Threads share only the commit table.
+ * thread that accepted it. Threads share only the commit table and the
+ * committer (group.c), which logs their commits in groups.
  *
  * Callbacks of ring ops only record what happened (queue a chunk, note a
  * completion); the thread's loop does the work. So code that waits on the
@@ -19,6 +20,7 @@
 #include "ushuffle/worker.h"
 #include "core/ring.h"
 #include "worker/attempt.h"
+#include "worker/group.h"
 #include "worker/list.h"
 #include "worker/log.h"
 #include "worker/out.h"
@@ -51,16 +53,28 @@ struct wk_fetch;
 struct wk_rent;
 struct wk_shuf;
 
+/* One of --dir's directories (files.c). */
+struct wk_dir {
+	char *path;
+	int fd;               /* opened once: paths resolve beneath */
+	int lock;             /* holds the flock on <path>/ushuffled.lock */
+	atomic_int err;       /* what quarantined it (out of placement), or
+				 0: healthy (files.c, wk_dir_fail()) */
+};
+
 struct ush_worker {
 	struct ush_worker_opts o;
 	struct wk_metrics m;
-	char *dir, *host;
+	char *dir, *host;     /* dir: the home directory (dirs[0]) */
+	char *dirlist;        /* --dir as given: "D0[:D1...]" */
+	struct wk_dir *dirs;  /* the home first (its commit log), then the
+				 others as listed */
+	unsigned ndirs;
 	int port;
 	unsigned nthreads;
 	struct wk_thread *threads;
 	bool started;
 	atomic_int stop;
-	int dir_lock;         /* fd holding the flock on <dir>/ushuffled.lock */
 	pthread_mutex_t lock; /* attempts, owners, apps, drops, the logs */
 	struct wk_attempt *att; /* open addressing, acap a power of two */
 	size_t natt, nslots, acap; /* live entries, used slots, slots */
@@ -76,8 +90,15 @@ struct ush_worker {
 				 file in secrets_dir (NULL: none) */
 	size_t secret_len;
 	int secrets_dirfd;    /* --secrets-dir, or -1 */
-	uint64_t log_bytes;   /* appended since the last compaction */
-	uint64_t snap_bytes;  /* the snapshot's size */
+	struct wk_group grp;  /* the committer (group.c) */
+	int log_fd;           /* the commit log: the committer's */
+	uint64_t log_off;
+	atomic_uint_fast64_t log_bytes; /* appended since the last
+					   compaction */
+	atomic_uint_fast64_t snap_bytes; /* the snapshot's size */
+	unsigned cm_pending;  /* commits queued to the committer and not yet
+				 applied (lock held): no compaction then */
+	atomic_bool compact_queued; /* a compaction waits in the queue */
 	uint32_t *drops;      /* shuffles dropped that some thread has not
 				 yet seen (its drop_seen), in epoch order */
 	size_t ndrops;
@@ -90,7 +111,6 @@ struct ush_worker {
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
-	int dirfd;            /* --dir, opened once: paths resolve beneath */
 	unsigned open_max;    /* open log and index files per thread */
 	size_t pdir_budget;   /* partition directory cache per thread */
 	atomic_bool direct_refused; /* O_DIRECT refused for a log (logged) */
@@ -150,7 +170,17 @@ struct wk_conn {
 	bool sending;
 	uint64_t credit;       /* DATA bytes consumed, not yet acked */
 	struct wk_fetch *fetch;
+	/* A commit under way (MAPPER_END): its frames' sync round, then
+	 * its record with the committer; the ACK goes once both are
+	 * durable. */
+	uint8_t cm_step;       /* 0, WK_CM_SYNC or WK_CM_LOG */
+	uint64_t cm_ticket;    /* its sync round (wk_store_sync_begin) */
+	uint64_t cm_t0;        /* when MAPPER_END came */
+	struct wk_rec cm_rec;
+	struct wk_logreq cm_req;
 };
+
+enum { WK_CM_SYNC = 1, WK_CM_LOG };
 
 struct wk_thread {
 	struct ush_worker *wk;
@@ -184,9 +214,16 @@ struct wk_thread {
 	size_t pdir_bytes;     /* their memory (at most wk->pdir_budget) */
 	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
 				  half the pool) */
-	int log_fd;
-	uint64_t log_off;
-	bool dir_unsynced;
+	struct wk_list syncq;  /* logs with a sync round asked for or under
+				  way (store.c) */
+	/* Commits back from the committer (wk->grp.lock): logged, to be
+	 * applied and acknowledged; and how many are still there. */
+	struct wk_logreq *cm_done, **cm_done_tail;
+	unsigned cm_out;
+	int wake[2];           /* the committer writes a byte to wake[1]
+				  when it hands commits back; the loop
+				  keeps a recv armed on wake[0] */
+	uint8_t wake_buf[64];
 	atomic_uint drop_seen; /* drop epoch up to which it has dropped the
 				  shuffles from its files (read by others to
 				  trim wk->drops) */

@@ -12,6 +12,7 @@
  * thread.
  */
 #define _GNU_SOURCE
+#define USH_UNSTABLE_API /* ush_worker_dir() */
 #include "worker/ushuffled.h"
 
 #include <errno.h>
@@ -115,6 +116,14 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	    "ushuffled_commit_sync_seconds_count %llu\n",
 	    (unsigned long long)s.sync_count, s.sync_ns / 1e9,
 	    (unsigned long long)s.sync_count);
+	put(&t, "# HELP ushuffled_dir_quarantined 1 for a --dir directory "
+	    "taken out of placement (I/O error, read-only or full file "
+	    "system).\n# TYPE ushuffled_dir_quarantined gauge\n");
+	const char *path;
+	int err;
+	for (unsigned i = 0; !ush_worker_dir(w, i, &path, &err); i++)
+		put(&t, "ushuffled_dir_quarantined{dir=\"%s\"} %d\n", path,
+		    err != 0);
 	put(&t, "# HELP ushuffled_errors_total Failed connections and storage "
 	    "errors, by kind.\n# TYPE ushuffled_errors_total counter\n");
 	for (unsigned i = 0; i < USH_WORKER_ERR_KINDS; i++)

@@ -23,7 +23,9 @@ static void usage(FILE *f)
 		"usage: ushuffled [options]\n"
 		"  --listen=HOST:PORT  address to serve (default 127.0.0.1:7337;"
 		" port 0: any)\n"
-		"  --dir=PATH          storage directory (required)\n"
+		"  --dir=PATH[:PATH...]  storage directories, one per disk "
+		"(required);\n"
+		"                      shuffle logs are spread over them\n"
 		"  --threads=N         threads, one ring and listener each "
 		"(default: one per CPU)\n"
 		"  --direct=0|1        O_DIRECT shuffle logs (default 1)\n"
@@ -146,7 +148,7 @@ struct dopt {
 
 static const struct dopt dopts[] = {
 	{"listen", 1, 'l', "HOST:PORT or [V6]:PORT, PORT 0..65535"},
-	{"dir", 1, 'd', "a directory path"},
+	{"dir", 1, 'd', "a directory path, or several separated by ':'"},
 	{"threads", 1, 't', "1..1024"},
 	{"direct", 1, 'D', "0 or 1"},
 	{"log-level", 1, 'v', "error, info or debug (or 0, 1, 2)"},

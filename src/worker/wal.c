@@ -1,21 +1,22 @@
 /*
  * The worker's durable state: fixed-size 128-byte records (claim of a
  * shuffle by an application, commit of an attempt, drop of a shuffle),
- * each with its own CRC32C and a log sequence number shared by all
- * threads. Each thread appends to its own "<dir>/commit.t<N>.log" under
- * wk->lock and syncs before it acknowledges.
+ * each with its own CRC32C and a log sequence number. One committer
+ * (group.c) appends them, a group at a time, to "<dir>/commit.log" and
+ * syncs before any of the group is acknowledged.
  *
  * Fixed records make each one checkable on its own: a corrupt record is
  * skipped and reported, losing only itself; a partial record at the end
  * (a crash mid-append, never acknowledged) is cut. When more than half
- * of the snapshot and logs is dead (records of dropped shuffles, drops,
+ * of the snapshot and log is dead (records of dropped shuffles, drops,
  * records the snapshot holds again), the live state is written as a new
- * snapshot ("commit.snap", synced and renamed into place) and the logs
- * start over, so their size and restart time follow the live state
- * (bounded by the quotas), not the history. Replay reads the
- * snapshot and the logs and hands every record, in sequence order, to
- * the caller. This file knows records and files only: the tables they
- * rebuild are state.c's, which calls it.
+ * snapshot ("commit.snap", synced and renamed into place) and the log
+ * starts over, so its size and restart time follow the live state
+ * (bounded by the quotas), not the history. Replay reads the snapshot
+ * and the log (and the per-thread logs "commit.t<N>.log" of earlier
+ * versions, removed at the first compaction) and hands every record, in
+ * sequence order, to the caller. This file knows records and files
+ * only: the tables they rebuild are state.c's, which calls it.
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
@@ -30,10 +31,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define REC 128u
+#define REC WK_REC_SIZE
 #define REC_MAGIC 0x4c485355u /* "USHL" */
 #define REC_VERSION 1
 #define SNAP "commit.snap"
+#define LOG "commit.log"
 /* The snapshot and logs are compacted past this (a replay of it takes
  * milliseconds), once more than half of them is dead. */
 #define COMPACT_MIN (256u << 10)
@@ -102,10 +104,10 @@ static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
 	return NULL;
 }
 
-int wk_log_open(struct wk_thread *t)
+int wk_log_open(struct ush_worker *wk)
 {
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/commit.t%u.log", t->wk->dir, t->idx);
+	snprintf(path, sizeof(path), "%s/" LOG, wk->dir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return ushi_fail(-errno, "worker: open %s", path);
@@ -114,12 +116,36 @@ int wk_log_open(struct wk_thread *t)
 		close(fd);
 		return ushi_fail(-errno, "worker: stat %s", path);
 	}
-	pthread_mutex_lock(&t->wk->lock);
-	t->log_fd = fd;
-	t->log_off = (uint64_t)st.st_size;
-	pthread_mutex_unlock(&t->wk->lock);
-	return ushi_sync_dir(t->wk->dir) ?
-		       ushi_fail(-errno, "worker: fsync %s", t->wk->dir) : 0;
+	wk->log_fd = fd;
+	wk->log_off = (uint64_t)st.st_size;
+	return ushi_sync_dir(wk->dir) ?
+		       ushi_fail(-errno, "worker: fsync %s", wk->dir) : 0;
+}
+
+/* Whether name is a log of an earlier version: one per thread. */
+static bool legacy_log(const char *name)
+{
+	unsigned t;
+	char tail;
+	return sscanf(name, "commit.t%u.lo%c", &t, &tail) == 2 &&
+	       tail == 'g';
+}
+
+/* Removes the logs of an earlier version (their records are in the
+ * snapshot just published). */
+static void legacy_unlink(struct ush_worker *wk)
+{
+	DIR *d = opendir(wk->dir);
+	struct dirent *de;
+	char path[4096];
+	while (d && (de = readdir(d)))
+		if (legacy_log(de->d_name)) {
+			snprintf(path, sizeof(path), "%s/%s", wk->dir,
+				 de->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
 }
 
 bool wk_log_compact_due(const struct ush_worker *wk)
@@ -153,12 +179,11 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 		ret = -errno;
 	if (!ret)
 		ret = ushi_sync_dir(wk->dir);
-	/* Published: the logs' records are all in it or older than it. */
-	for (unsigned i = 0; !ret && i < wk->nthreads; i++) {
-		struct wk_thread *t = &wk->threads[i];
-		if (t->log_fd >= 0 && ftruncate(t->log_fd, 0) == 0)
-			t->log_off = 0;
-	}
+	/* Published: the log's records are all in it or older than it. */
+	if (!ret && wk->log_fd >= 0 && ftruncate(wk->log_fd, 0) == 0)
+		wk->log_off = 0;
+	if (!ret)
+		legacy_unlink(wk);
 	ushi_free(b);
 	if (ret) {
 		unlink(tmp);
@@ -172,24 +197,22 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 	return 0;
 }
 
-int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n)
+void wk_log_encode(uint8_t *b, const struct wk_rec *r, size_t n)
 {
-	struct ush_worker *wk = t->wk;
-	uint8_t one[REC], *b = n == 1 ? one : ushi_malloc(n * REC);
-	if (!b)
-		return -ENOMEM;
 	uint64_t lsn = atomic_fetch_add(&next_lsn, n);
 	for (size_t i = 0; i < n; i++)
-		rec_put(b + i * REC, &r[i], lsn + i);
-	int ret = ushi_pwrite_all(t->log_fd, b, n * REC, t->log_off);
-	if (!ret && fdatasync(t->log_fd))
+		rec_put(b + i * WK_REC_SIZE, &r[i], lsn + i);
+}
+
+int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len)
+{
+	int ret = ushi_pwrite_all(wk->log_fd, b, len, wk->log_off);
+	if (!ret && fdatasync(wk->log_fd))
 		ret = -errno;
-	if (b != one)
-		ushi_free(b);
 	if (ret)
 		return ret;
-	t->log_off += n * REC;
-	wk->log_bytes += n * REC;
+	wk->log_off += len;
+	wk->log_bytes += len;
 	return 0;
 }
 
@@ -280,10 +303,7 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 		ret = ushi_fail(-errno, "worker: opendir %s", wk->dir);
 	struct dirent *de;
 	while (!ret && (de = readdir(d))) {
-		unsigned t;
-		char tail;
-		if (sscanf(de->d_name, "commit.t%u.lo%c", &t, &tail) != 2 ||
-		    tail != 'g')
+		if (strcmp(de->d_name, LOG) && !legacy_log(de->d_name))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", wk->dir, de->d_name);
 		if (!stat(path, &st))

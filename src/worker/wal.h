@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 struct ush_worker;
-struct wk_thread;
 
 /* A record of the worker's durable state. */
 enum wk_rec_type {
@@ -24,22 +23,29 @@ struct wk_rec {
 	char app[USHI_PROTO_APP_MAX + 1];
 };
 
-/* The caller holds wk->lock around each of these but wk_log_open() and
- * wk_log_replay(). */
-int wk_log_open(struct wk_thread *t);
+/* A record's bytes in the log (docs/format.md). */
+#define WK_REC_SIZE 128u
+
+/* The log, its records and its snapshot: only the committer (group.c)
+ * calls these once the worker is created. */
+/* Opens <dir>/commit.log for appending (wk->log_fd). */
+int wk_log_open(struct ush_worker *wk);
 /* What replay does with each record, in sequence order: 0 or -errno. */
 typedef int (*wk_rec_fn)(struct ush_worker *wk, const struct wk_rec *r);
-/* Reads the snapshot and every thread's log, skipping (and reporting)
- * corrupt records, and hands each record to apply. Returns 0 or the
- * first error. */
+/* Reads the snapshot and the logs, skipping (and reporting) corrupt
+ * records, and hands each record to apply. Returns 0 or the first
+ * error. */
 int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply);
-/* Appends the n records at r to t's log with one write and syncs it. */
-int wk_log_append(struct wk_thread *t, const struct wk_rec *r, size_t n);
-/* Whether most of the snapshot and logs is dead (lock held). */
+/* Writes the n records at r, numbered in order, to b (n * WK_REC_SIZE
+ * bytes). */
+void wk_log_encode(uint8_t *b, const struct wk_rec *r, size_t n);
+/* Appends len bytes of encoded records at b with one write and syncs
+ * the log. Returns 0 or -errno (nothing counts as appended then). */
+int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len);
+/* Whether most of the snapshot and log is dead (wk->lock held). */
 bool wk_log_compact_due(const struct ush_worker *wk);
 /* Writes the n records at r (the live state) as the snapshot and empties
- * every thread's log; a failure is logged and returned, and the logs
- * stand. Lock held. */
+ * the log; a failure is logged and returned, and the log stands. */
 int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n);
 
 #endif

@@ -4,6 +4,7 @@
 #include "worker/app.h"
 #include "worker/attempt.h"
 #include "worker/files.h"
+#include "worker/group.h"
 #include "worker/loop.h"
 #include "worker/state.h"
 #include "worker/wal.h"
@@ -117,7 +118,7 @@ static void log_start(struct ush_worker *wk)
 	       "max frame %u, %u applications, per application %u "
 	       "connections, %u shuffles, %llu bytes, %u attempts, %u "
 	       "commits; app ttl %u ms; auth %s", wk->host, wk->port,
-	       wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dir,
+	       wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dirlist,
 	       o->max_conns, wk->open_max, o->window, o->max_frame,
 	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
 	       (unsigned long long)o->max_app_bytes, o->max_app_attempts,
@@ -208,37 +209,6 @@ static int bind_all(struct ush_worker *wk, int port)
 	}
 	freeaddrinfo(ai);
 	wk->port = port;
-	return 0;
-}
-
-/* One worker per directory: two would interleave their logs and files.
- * The lock file holds the owner's pid, to name it. */
-static int lock_dir(struct ush_worker *wk)
-{
-	char path[4096], pid[32] = "";
-	snprintf(path, sizeof(path), "%s/ushuffled.lock", wk->dir);
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return ushi_fail(-errno, "worker: open %s", path);
-	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		int e = errno;
-		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = 0;
-		pid[strcspn(pid, "\n")] = 0;
-		close(fd);
-		return e == EWOULDBLOCK
-			       ? ushi_fail(-EBUSY, "worker: %s is in use by "
-					  "another worker (pid %s)", wk->dir,
-					  *pid ? pid : "?")
-			       : ushi_fail(-e, "worker: flock %s", path);
-	}
-	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n) {
-		int e = -errno;
-		close(fd);
-		return ushi_fail(e, "worker: write %s", path);
-	}
-	wk->dir_lock = fd;
 	return 0;
 }
 
@@ -431,14 +401,18 @@ static int auth_setup(struct ush_worker *wk, const char *host)
 	return 0;
 }
 
-/* The default bytes quota of an application: half of dir's file system
- * (unbounded where statvfs fails). */
+/* The default bytes quota of an application: half of the directories'
+ * file systems (unbounded where statvfs fails). */
 static uint64_t half_fs(struct ush_worker *wk)
 {
-	struct statvfs sv;
-	if (fstatvfs(wk->dirfd, &sv))
-		return UINT64_MAX;
-	return (uint64_t)sv.f_blocks * sv.f_frsize / 2;
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < wk->ndirs; i++) {
+		struct statvfs sv;
+		if (fstatvfs(wk->dirs[i].fd, &sv))
+			return UINT64_MAX;
+		sum += (uint64_t)sv.f_blocks * sv.f_frsize / 2;
+	}
+	return sum;
 }
 
 int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
@@ -454,7 +428,6 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!wk)
 		return ushi_fail(-ENOMEM, "worker: allocation");
 	wk->o = o;
-	wk->dirfd = -1;
 	/* Zero fields take the defaults. */
 #define TAKE_DEFAULT(f) (wk->o.f = wk->o.f ? wk->o.f : def->f)
 	TAKE_DEFAULT(listen);
@@ -476,10 +449,11 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	for (uint32_t fs = 1u << 20; !wk->o.flush_size; fs /= 2)
 		if (fs <= 16384 || (size_t)fs * 4 <= wk->o.pool_bytes)
 			wk->o.flush_size = fs;
-	wk->dir_lock = -1;
 	wk->secrets_dirfd = -1;
+	wk->log_fd = -1;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
+	wk_group_init(&wk->grp);
 	pthread_mutex_init(&wk->m.sync_lock, NULL);
 	int port = 0;
 	char host[256];
@@ -519,17 +493,18 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		pthread_mutex_destroy(&wk->lock);
 		pthread_mutex_destroy(&wk->log_lock);
 		pthread_mutex_destroy(&wk->m.sync_lock);
+		wk_group_fini(&wk->grp);
 		ushi_free(wk);
 		return ret;
 	}
-	wk->dir = ushi_strdup(opts->dir);
+	wk->dirlist = ushi_strdup(opts->dir);
 	wk->host = ushi_strdup(host);
 	wk->threads = ushi_calloc(wk->nthreads, sizeof(*wk->threads));
-	if (!wk->dir || !wk->host || !wk->threads) {
+	if (!wk->dirlist || !wk->host || !wk->threads) {
 		ush_worker_free(wk);
 		return ushi_fail(-ENOMEM, "worker: allocation");
 	}
-	wk->o.dir = wk->dir;
+	wk->o.dir = wk->dirlist;
 	wk->o.listen = NULL;
 	/* Borrowed from the caller until now. */
 	wk->o.secret_file = wk->o.secrets_dir = NULL;
@@ -538,18 +513,16 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->threads[i].wk = wk;
 		wk->threads[i].idx = i;
 		wk->threads[i].lfd = -1;
-		wk->threads[i].log_fd = -1;
+		wk->threads[i].wake[0] = wk->threads[i].wake[1] = -1;
+		wk->threads[i].cm_done_tail = &wk->threads[i].cm_done;
 	}
-	if (mkdir(wk->dir, 0755) && errno != EEXIST)
-		ret = ushi_fail(-errno, "worker: mkdir %s", wk->dir);
-	if (!ret)
-		ret = lock_dir(wk);
+	ret = wk_store_init(wk);
 	if (!ret && port)
 		ret = port_free(wk, port);
 	if (!ret)
-		ret = wk_store_init(wk);
-	if (!ret)
 		ret = wk_log_replay(wk, wk_rec_replay);
+	if (!ret)
+		ret = wk_group_start(wk);
 	if (!ret)
 		wk_sweep(wk);
 	if (!ret)
@@ -563,6 +536,16 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		return ret;
 	}
 	*out = wk;
+	return 0;
+}
+
+int ush_worker_dir(const ush_worker *wk, unsigned i, const char **path,
+		   int *err)
+{
+	if (i >= wk->ndirs)
+		return -ENOENT;
+	*path = wk->dirs[i].path;
+	*err = atomic_load(&wk->dirs[i].err);
 	return 0;
 }
 
@@ -648,13 +631,12 @@ void ush_worker_free(ush_worker *wk)
 	for (unsigned i = 0; wk->threads && i < wk->nthreads; i++) {
 		if (wk->threads[i].lfd >= 0)
 			close(wk->threads[i].lfd);
-		if (wk->threads[i].log_fd >= 0)
-			close(wk->threads[i].log_fd);
 	}
+	wk_group_stop(wk);
+	if (wk->log_fd >= 0)
+		close(wk->log_fd);
 	wk_attempt_free(wk);
 	wk_app_free(wk);
-	if (wk->dir_lock >= 0)
-		close(wk->dir_lock);
 	wk_store_fini(wk);
 	if (wk->secrets_dirfd >= 0)
 		close(wk->secrets_dirfd);
@@ -664,8 +646,9 @@ void ush_worker_free(ush_worker *wk)
 	pthread_mutex_destroy(&wk->lock);
 	pthread_mutex_destroy(&wk->log_lock);
 	pthread_mutex_destroy(&wk->m.sync_lock);
+	wk_group_fini(&wk->grp);
 	ushi_free(wk->threads);
-	ushi_free(wk->dir);
+	ushi_free(wk->dirlist);
 	ushi_free(wk->host);
 	ushi_free(wk);
 }

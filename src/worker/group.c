@@ -1,0 +1,237 @@
+/*
+ * Group commit: one committer thread appends the records of every
+ * worker thread to the commit log. Threads queue requests and go on
+ * serving; the committer takes the whole queue, writes its records with
+ * one pwrite and one fdatasync, and hands each request back: a commit
+ * to its thread's done list (the thread is woken through its wake
+ * socket, and acknowledges then), a claim or drop to its waiter. So a
+ * group costs one sync however many threads and connections committed
+ * in it, and no thread waits on a sync to serve pushes and fetches: the
+ * queue's lock is held only to link requests, never across I/O.
+ *
+ * Records reach the log in queue order, and a compaction is a request
+ * in the same queue: the snapshot it writes holds every record queued
+ * before it (wk_group_compact()'s caller made sure they are applied),
+ * and the records queued after it go to the emptied log.
+ */
+#define _GNU_SOURCE
+#include "worker/thread.h"
+#include "worker/group.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Encodes and writes the records of the requests from req up to stop
+ * with one write and one sync; each gets the result. */
+static void write_group(struct ush_worker *wk, struct wk_logreq *req,
+			struct wk_logreq *stop)
+{
+	struct wk_group *g = &wk->grp;
+	size_t n = 0;
+	for (struct wk_logreq *q = req; q != stop; q = q->next)
+		n += q->n;
+	if (!n)
+		return;
+	int ret = 0;
+	if (n * WK_REC_SIZE > g->cap) {
+		uint8_t *b = ushi_malloc(n * WK_REC_SIZE);
+		if (b) {
+			ushi_free(g->buf);
+			g->buf = b;
+			g->cap = n * WK_REC_SIZE;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	size_t at = 0;
+	for (struct wk_logreq *q = req; !ret && q != stop; q = q->next) {
+		wk_log_encode(g->buf + at, q->r, q->n);
+		at += q->n * WK_REC_SIZE;
+	}
+	if (!ret)
+		ret = wk_log_write(wk, g->buf, at);
+	if (ret)
+		wk_log(wk, 0, "commit log: appending %zu records: %s", n,
+		       ush_strerror(ret));
+	if (n > g->max_group)
+		g->max_group = (unsigned)n;
+	for (struct wk_logreq *q = req; q != stop; q = q->next)
+		q->res = ret;
+}
+
+/* Runs a batch taken from the queue, in order: records in groups, a
+ * compaction between them. */
+static void run(struct ush_worker *wk, struct wk_logreq *batch)
+{
+	struct wk_logreq *from = batch;
+	for (struct wk_logreq *q = batch;; q = q->next) {
+		if (q && !q->compact)
+			continue;
+		write_group(wk, from, q);
+		if (!q)
+			return;
+		q->res = wk_log_compact(wk, q->r, q->n);
+		atomic_store(&wk->compact_queued, false);
+		ushi_free((void *)q->r);
+		q->r = NULL;
+		from = q->next;
+	}
+}
+
+/* Hands the batch's requests back (group lock held). */
+static void hand_back(struct wk_group *g, struct wk_logreq *q)
+{
+	while (q) {
+		struct wk_logreq *next = q->next;
+		struct wk_thread *t = q->t;
+		q->next = NULL;
+		if (t) {
+			*t->cm_done_tail = q;
+			t->cm_done_tail = &q->next;
+			t->cm_out--;
+			/* A full socket already holds a wake-up. */
+			send(t->wake[1], "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		} else if (q->compact) {
+			ushi_free(q);
+		} else {
+			q->done = true;
+		}
+		q = next;
+	}
+	pthread_cond_broadcast(&g->done);
+}
+
+static void *committer(void *arg)
+{
+	struct ush_worker *wk = arg;
+	struct wk_group *g = &wk->grp;
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		while (!g->head && !g->stop)
+			pthread_cond_wait(&g->work, &g->lock);
+		struct wk_logreq *batch = g->head;
+		if (!batch)
+			break;
+		g->head = NULL;
+		g->tail = &g->head;
+		pthread_mutex_unlock(&g->lock);
+		run(wk, batch);
+		pthread_mutex_lock(&g->lock);
+		hand_back(g, batch);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+void wk_group_init(struct wk_group *g)
+{
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->work, NULL);
+	pthread_cond_init(&g->done, NULL);
+	g->tail = &g->head;
+}
+
+void wk_group_fini(struct wk_group *g)
+{
+	pthread_mutex_destroy(&g->lock);
+	pthread_cond_destroy(&g->work);
+	pthread_cond_destroy(&g->done);
+}
+
+int wk_group_start(struct ush_worker *wk)
+{
+	struct wk_group *g = &wk->grp;
+	int ret = wk_log_open(wk);
+	if (ret)
+		return ret;
+	ret = -pthread_create(&g->tid, NULL, committer, wk);
+	if (ret)
+		return ushi_fail(ret, "worker: committer thread");
+	g->running = true;
+	return 0;
+}
+
+void wk_group_stop(struct ush_worker *wk)
+{
+	struct wk_group *g = &wk->grp;
+	if (!g->running)
+		return;
+	pthread_mutex_lock(&g->lock);
+	g->stop = true;
+	pthread_cond_signal(&g->work);
+	pthread_mutex_unlock(&g->lock);
+	pthread_join(g->tid, NULL);
+	g->running = false;
+	ushi_free(g->buf);
+	g->buf = NULL;
+	g->cap = 0;
+}
+
+static void enqueue(struct wk_group *g, struct wk_logreq *req)
+{
+	req->next = NULL;
+	req->done = false;
+	*g->tail = req;
+	g->tail = &req->next;
+	pthread_cond_signal(&g->work);
+}
+
+void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req)
+{
+	struct wk_group *g = &wk->grp;
+	pthread_mutex_lock(&g->lock);
+	req->t->cm_out++;
+	enqueue(g, req);
+	pthread_mutex_unlock(&g->lock);
+}
+
+int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n)
+{
+	struct wk_group *g = &wk->grp;
+	struct wk_logreq req = {.r = r, .n = n};
+	pthread_mutex_lock(&g->lock);
+	enqueue(g, &req);
+	while (!req.done)
+		pthread_cond_wait(&g->done, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	return req.res;
+}
+
+void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n)
+{
+	struct wk_group *g = &wk->grp;
+	struct wk_logreq *req = ushi_calloc(1, sizeof(*req));
+	if (!req) {
+		ushi_free(r);
+		/* The log keeps growing until the next try. */
+		atomic_store(&wk->compact_queued, false);
+		return;
+	}
+	req->r = r;
+	req->n = n;
+	req->compact = true;
+	pthread_mutex_lock(&g->lock);
+	enqueue(g, req);
+	pthread_mutex_unlock(&g->lock);
+}
+
+struct wk_logreq *wk_group_take(struct wk_thread *t)
+{
+	struct wk_group *g = &t->wk->grp;
+	pthread_mutex_lock(&g->lock);
+	struct wk_logreq *q = t->cm_done;
+	t->cm_done = NULL;
+	t->cm_done_tail = &t->cm_done;
+	pthread_mutex_unlock(&g->lock);
+	return q;
+}
+
+void wk_group_quiesce(struct wk_thread *t)
+{
+	struct wk_group *g = &t->wk->grp;
+	pthread_mutex_lock(&g->lock);
+	while (t->cm_out)
+		pthread_cond_wait(&g->done, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+}

@@ -1,0 +1,68 @@
+/* The commit log's group commit (group.c). */
+#ifndef USHI_WK_GROUP_H
+#define USHI_WK_GROUP_H
+
+#include "worker/wal.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ush_worker;
+struct wk_thread;
+
+/* A request to the committer: n records to append, or (compact) the
+ * live state to write as the snapshot. */
+struct wk_logreq {
+	struct wk_logreq *next;
+	const struct wk_rec *r;
+	size_t n;
+	bool compact;          /* r is ushi_malloc()ed: the committer frees
+				  it */
+	struct wk_thread *t;   /* handed back to t's loop (wk_group_take());
+				  NULL: a waiter (wk_group_log()), or a
+				  compaction nobody waits for */
+	void *owner;           /* the submitter's */
+	int res;               /* 0 once durable, or -errno */
+	bool done;
+};
+
+/* The committer and its queue (in struct ush_worker). */
+struct wk_group {
+	pthread_t tid;
+	bool running, stop;
+	pthread_mutex_t lock;  /* the queue and every thread's done list,
+				  never held across I/O */
+	pthread_cond_t work, done;
+	struct wk_logreq *head, **tail;
+	uint8_t *buf;          /* a group's encoded records */
+	size_t cap;
+	unsigned max_group;    /* the most records one write carried */
+};
+
+void wk_group_init(struct wk_group *g);
+void wk_group_fini(struct wk_group *g);
+/* Opens the commit log and starts the committer: 0 or -errno. */
+int wk_group_start(struct ush_worker *wk);
+/* Logs what is queued, then stops the committer (no-op if none). */
+void wk_group_stop(struct ush_worker *wk);
+/* Queues req (with req->t set): t's loop gets it back from
+ * wk_group_take() once its records are durable or have failed, and is
+ * woken for it. The caller keeps req and its records until then. */
+void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req);
+/* Appends the n records and waits until they are durable: 0 or -errno.
+ * Blocks the caller: for claims and drops, not for commits. */
+int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
+/* Queues a compaction with the live state r (n records, ushi_malloc()ed,
+ * the committer's from here on). The caller holds wk->lock, has made
+ * sure that every record logged so far is applied to the tables, and
+ * has set wk->compact_queued, which is cleared once the compaction ran
+ * (or could not be queued). */
+void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n);
+/* t's requests that are done, in the order they were logged (NULL:
+ * none). */
+struct wk_logreq *wk_group_take(struct wk_thread *t);
+/* Waits until none of t's requests is with the committer. */
+void wk_group_quiesce(struct wk_thread *t);
+
+#endif
