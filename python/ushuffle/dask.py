@@ -9,15 +9,13 @@ statuses Dask delivered). A map task that Dask re-runs (its worker died)
 writes a new, random attempt number; the attempts Dask did not deliver
 are never read.
 
-Row batches carry the numeric columns (and index) as raw bytes, sliced
-from one sorted copy per map and copied once into the reducer's columns;
-the other columns travel pickled.
+Rows travel as row batches (ushuffle/rows.py): the map hashes and sorts
+them in C and packs each batch's columns straight into a push buffer;
+the reducer copies each record's columns once into its output's.
 """
 import collections
 import os
-import pickle
 import shutil
-import struct
 import threading
 import time
 import uuid
@@ -28,28 +26,13 @@ import numpy as np
 import pandas as pd
 from dask.base import tokenize
 from dask.dataframe.core import new_dd_object
-from dask.dataframe.shuffle import partitioning_index
 from dask.highlevelgraph import HighLevelGraph
-from pandas._libs.algos import groupsort_indexer
 
 import ushuffle
+from ushuffle import rows as _rows
 
 __all__ = ["shuffle", "drop"]
 
-# A row batch is one record: a header "<4s I I Q" (magic, rows, layout
-# length, rest length), the layout (a pickle: the frame's columns, which of
-# them and whether the index travel raw, their dtypes), the rest (a pickle
-# of the columns without a numpy dtype: object, string, nullable,
-# categorical), then each raw column's bytes (the index first); every part
-# starts 8-byte aligned. Raw columns cost no Python per row: the map sorts
-# each once and writes slices of it, the reducer copies each record's
-# slice straight into its output column. Every record is a whole batch
-# within one frame (Writer.write_gather), so the frames of maps interleaved
-# on a worker never split one.
-_MAGIC = b"USD3"
-_HDR = struct.Struct("<4sIIQ")
-_PAD = bytes(8)
-_RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None,
              "push_size": 1 << 20, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
@@ -62,11 +45,11 @@ _IO_THREADS = 2
 _io_pool, _io_lock = [], threading.Lock()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
-# sort by it), take (the rows in partition order, once per map), pickle
-# (the batches' rest columns and headers), decode (copy each record's
-# columns into the output's, unpickle the rest), concat (make the frame).
-# Transport: write (copy into push buffers, hand-offs, waits for credit),
-# commit (flush, worker sync), fetch (reader). map and reduce: whole tasks.
+# sort by it), take (the columns carried in the rest, in partition order),
+# write (pack the batches into push buffers, hand-offs, waits for
+# credit), decode (copy each record's columns into the output's,
+# unpickle the rest), concat (make the frame). Transport: commit (flush,
+# worker sync), fetch (reader). map and reduce: whole tasks.
 # stats holds wall seconds, cpu the calling thread's CPU seconds.
 stats = collections.Counter()
 cpu = collections.Counter()
@@ -101,59 +84,6 @@ def _auth(cfg):
         ushuffle.auth_secret(cfg["app"], path=cfg["secret_file"])
 
 
-def _pad(n):
-    return _PAD[:-n % 8]
-
-
-def _is_raw(dtype):
-    return isinstance(dtype, np.dtype) and dtype.kind in _RAW_KINDS
-
-
-def _sorted_parts(frame, order):
-    """frame's rows in the order `order`, split into the layout (pickled),
-    the raw columns as byte arrays (index first, if raw) and the rest
-    frame (None when every column is raw)."""
-    ix = frame.index
-    raw_index = _is_raw(ix.dtype) and ix.nlevels == 1
-    pos = [i for i, t in enumerate(frame.dtypes) if _is_raw(t)]
-    sort = [np.take(frame.iloc[:, i].to_numpy(), order) for i in pos]
-    if isinstance(ix, pd.RangeIndex):  # computed, not gathered
-        sort.insert(0, (ix.start + ix.step * order).astype(ix.dtype))
-    elif raw_index:
-        sort.insert(0, np.take(ix.to_numpy(), order))
-    # Bytes, not the dtype: numpy gives datetimes no buffer protocol.
-    raws = [a.view(np.uint8) for a in sort]
-    others = sorted(set(range(frame.shape[1])) - set(pos))
-    rest = None
-    if others or not raw_index:
-        rest = frame.iloc[:, others].take(order)
-        if raw_index:
-            rest = rest.reset_index(drop=True)
-    layout = pickle.dumps((frame.columns, ix.name, raw_index, pos,
-                           [a.dtype.str for a in sort]), protocol=5)
-    return layout, raws, [a.dtype.itemsize for a in sort], rest
-
-
-def _write_rows(w, part, a, b, layout, raws, sizes, rest, limit):
-    """Writes rows [a, b) of the sorted columns to part as one batch, or
-    halves it if its record came out larger than limit bytes."""
-    t = _clock()
-    rp = b"" if rest is None else pickle.dumps(rest.iloc[a:b], protocol=5)
-    pieces = [_HDR.pack(_MAGIC, b - a, len(layout), len(rp)),
-              layout, _pad(len(layout)), rp, _pad(len(rp))]
-    for r, sz in zip(raws, sizes):
-        pieces += [r[a * sz:b * sz], _pad((b - a) * sz)]
-    n = sum(memoryview(x).nbytes for x in pieces)
-    t = _tally("pickle", t)
-    if n > limit and b - a > 1:
-        half = (a + b) // 2
-        _write_rows(w, part, a, half, layout, raws, sizes, rest, limit)
-        _write_rows(w, part, half, b, layout, raws, sizes, rest, limit)
-        return
-    w.write_gather(part, pieces)
-    _tally("write", t)
-
-
 def _io():
     """This process's writer threads and a slot per thread (a map holds
     one from its hand-over to its commit), made once."""
@@ -183,13 +113,10 @@ def _map(frame, on, nparts, sid, index, cfg):
     that the commit's wait (the workers' sync) overlaps the next map."""
     _auth(cfg)
     t0 = t = _clock()
-    idx = np.asarray(partitioning_index(frame[on], nparts), dtype=np.intp)
-    # A counting sort by partition, as dask's own group_split_pandas does.
-    order, counts = groupsort_indexer(idx, nparts)
-    counts = counts[1:]  # [0] counts the label -1, which hashes never give
+    order, counts = _rows.partition(frame, on, nparts)
     t = _tally("hash", t)
-    parts = list(_sorted_parts(frame, order))
-    del idx, order
+    parts = [_rows.Packer(frame, order, cfg["push_size"])]
+    del order
     _tally("take", t)
     pool, slots = _io()
     slots.acquire()  # a writer thread is free
@@ -213,18 +140,10 @@ def _write(cfg, sid, index, nparts, counts, parts):
     the sorted rows, so that they go before the commit's wait; frees the
     map's slot at the end."""
     slots = _io()[1]
-    layout, raws, sizes, rest = parts
-    parts.clear()
+    packer = parts.pop()
     try:
         _auth(cfg)
         ends = np.cumsum(counts)
-        # Rows per batch from the bytes per row (the rest's deep size,
-        # which exceeds its pickle's), so few batches need halving.
-        limit = cfg["push_size"] - 256 - len(layout)
-        per_row = sum(sizes) + (0 if rest is None else
-                                rest.memory_usage(deep=True).sum() /
-                                max(len(rest), 1))
-        step = max(1, int(limit * 0.9 / max(per_row, 1)))
         target = "net" if cfg["workers"] else "disk"
         while True:
             attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
@@ -238,67 +157,17 @@ def _write(cfg, sid, index, nparts, counts, parts):
                 if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
                     raise
         with w:
-            for p in np.flatnonzero(counts):
-                for a in range(ends[p] - counts[p], ends[p], step):
-                    _write_rows(w, int(p), a, min(a + step, ends[p]),
-                                layout, raws, sizes, rest, limit)
             t = _clock()
-            del raws, rest  # in the push buffers now
+            for p in np.flatnonzero(counts):
+                packer.write(w, int(p), int(ends[p] - counts[p]),
+                             int(ends[p]))
+            t = _tally("write", t)
+            del packer  # in the push buffers now
             status = w.commit()
             _tally("commit", t)
         return status
     finally:
         slots.release()
-
-
-def _bad(what):
-    return ValueError(f"ushuffle.dask: a record that is not a row batch "
-                      f"({what})")
-
-
-class _Gather:
-    """The rows of records sharing one layout: each raw column copied
-    once, into an array sized for the partition's rows still to come."""
-
-    def __init__(self, layout, capacity):
-        self.layout = layout
-        (self.columns, self.index_name, self.raw_index, self.pos,
-         dtypes) = pickle.loads(layout)
-        self.dtypes = [np.dtype(d) for d in dtypes]
-        self.raws = [np.empty(capacity, d) for d in self.dtypes]
-        self.bytes = [r.view(np.uint8) for r in self.raws]
-        self.rests, self.rows = [], 0
-
-    def add(self, rec, off, rows, rest):
-        for r, d in zip(self.bytes, self.dtypes):
-            n = rows * d.itemsize
-            if off + n > rec.nbytes or self.rows + rows > len(r) // d.itemsize:
-                raise _bad("columns beyond its end")
-            r[self.rows * d.itemsize:][:n] = np.frombuffer(rec, np.uint8,
-                                                           n, off)
-            off += n + len(_pad(n))
-        self.rows += rows
-        if rest is not None:
-            self.rests.append(rest)
-
-    def frame(self):
-        raws = [r[:self.rows] for r in self.raws]
-        index = None
-        if self.raw_index:
-            index = pd.Index(raws.pop(0), name=self.index_name, copy=False)
-        rest = None
-        if self.rests:
-            rest = pd.concat(self.rests, ignore_index=self.raw_index) \
-                if len(self.rests) > 1 else self.rests[0]
-            if index is None:
-                index = rest.index
-        cols, others = dict(zip(self.pos, raws)), iter(range(
-            len(self.columns) - len(self.pos)))
-        data = {i: cols[i] if i in cols else rest.iloc[:, next(others)]._values
-                for i in range(len(self.columns))}
-        out = pd.DataFrame(data, index=index, copy=False)
-        out.columns = self.columns
-        return out
 
 
 def _statuses(results, nparts):
@@ -323,20 +192,13 @@ def _reduce(maps, part, meta, cfg):
             t = _tally("fetch", t)
             if rec is None:
                 break
-            if rec.nbytes < _HDR.size:
-                raise _bad("short")
-            magic, rows, llen, rlen = _HDR.unpack_from(rec)
-            off = _HDR.size + llen + len(_pad(llen))
-            if magic != _MAGIC or off + rlen > rec.nbytes:
-                raise _bad("header")
-            layout = rec[_HDR.size:_HDR.size + llen]
+            layout = _rows.layout(rec)
             if g is None or layout != g.layout:
                 if g is not None:
+                    left -= g.rows
                     frames.append(g.frame())
-                g = _Gather(bytes(layout), left)
-            rest = pickle.loads(rec[off:off + rlen]) if rlen else None
-            g.add(rec, off + rlen + len(_pad(rlen)), rows, rest)
-            left -= rows
+                g = _rows.Gather(bytes(layout), left)
+            g.add(rec)
             _tally("decode", t)
     t = _clock()
     if g is not None:
