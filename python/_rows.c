@@ -4,9 +4,9 @@
  *
  * hash_partition: the partition of every row, as dask's
  *   partitioning_index computes it (pandas' hash_array mixing of each key
- *   column, combined as hash_pandas_object combines a frame's columns),
- *   and the rows in partition order (a stable counting sort), in one call
- *   with the GIL released.
+ *   column, combined as hash_pandas_object combines a frame's columns)
+ *   or as a column of partition ids gives it, and the rows in partition
+ *   order (a stable counting sort), in one call with the GIL released.
  * encode_str: a column of Python str (None, NaN) as lengths, starts and
  *   UTF-8, in one pass in row order.
  * pack: rows order[a:b] of a frame's columns, gathered straight into a
@@ -75,10 +75,13 @@ static uint64_t load(const unsigned char *p, Py_ssize_t size, Py_ssize_t i)
 	}
 }
 
+enum { KEY_RAW, KEY_HASHED, KEY_IDS };
+
 struct key {
 	Py_buffer buf;
 	Py_ssize_t size;	/* bytes per value */
-	int hashed;		/* already pandas' hash (uint64) */
+	int mode;		/* KEY_HASHED: pandas' hash (uint64) already;
+				 * KEY_IDS: the partitions (int64) */
 };
 
 static void keys_release(struct key *k, Py_ssize_t n)
@@ -88,7 +91,7 @@ static void keys_release(struct key *k, Py_ssize_t n)
 	PyMem_Free(k);
 }
 
-/* The keys argument: (hashed, itemsize, buffer) per key column, each
+/* The keys argument: (mode, itemsize, buffer) per key column, each
  * buffer n values long. */
 static struct key *keys_get(PyObject *seq, Py_ssize_t n, Py_ssize_t *nkeys)
 {
@@ -105,11 +108,13 @@ static struct key *keys_get(PyObject *seq, Py_ssize_t n, Py_ssize_t *nkeys)
 	for (; got < m; got++) {
 		PyObject *t = PySequence_Fast_GET_ITEM(fast, got);
 		struct key *x = &k[got];
-		if (!PyArg_ParseTuple(t, "pny*;keys: (hashed, itemsize, buffer)",
-				      &x->hashed, &x->size, &x->buf))
+		if (!PyArg_ParseTuple(t, "iny*;keys: (mode, itemsize, buffer)",
+				      &x->mode, &x->size, &x->buf))
 			goto fail;
 		if ((x->size != 1 && x->size != 2 && x->size != 4 &&
-		     x->size != 8) || (x->hashed && x->size != 8) ||
+		     x->size != 8) || (x->mode != KEY_RAW && x->size != 8) ||
+		    x->mode < KEY_RAW || x->mode > KEY_IDS ||
+		    (x->mode == KEY_IDS && m != 1) ||
 		    x->buf.len != n * x->size) {
 			PyBuffer_Release(&x->buf);
 			PyErr_Format(PyExc_ValueError,
@@ -141,7 +146,7 @@ static void hash_rows(const struct key *k, Py_ssize_t nkeys, int combine,
 		const unsigned char *p = k[c].buf.buf;
 		for (Py_ssize_t i = 0; i < n; i++) {
 			uint64_t v = load(p, k[c].size, i);
-			if (!k[c].hashed)
+			if (k[c].mode == KEY_RAW)
 				v = mix(v);
 			h[i] = combine ? (h[i] ^ v) * mult : v;
 		}

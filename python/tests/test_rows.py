@@ -40,6 +40,15 @@ def test_partition_is_dasks(on):
     assert order.tolist() == np.argsort(want, kind="stable").tolist()
 
 
+def test_partition_ids():
+    """A "_partitions" column is the partitions, as in dask's
+    rearrange_by_column."""
+    df = pd.DataFrame({"_partitions": [2, 0, 2, 1, 0], "x": range(5)})
+    order, counts = rows.partition(df, "_partitions", 3)
+    assert counts.tolist() == [2, 1, 2]
+    assert order.tolist() == [1, 4, 3, 0, 2]
+
+
 def roundtrip(df, tmp_path, push_size=1 << 16, nparts=3):
     tmp_path = tmp_path / f"{len(list(tmp_path.iterdir()))}"
     order, counts = rows.partition(df, ["k"], nparts)

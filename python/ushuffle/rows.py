@@ -66,21 +66,29 @@ def _fixed(dtype):
     return isinstance(dtype, np.dtype) and dtype.kind in _FIXED
 
 
+_KEY_RAW, _KEY_HASHED, _KEY_IDS = range(3)
+
+
 def partition(frame, on, nparts):
     """(order, counts): the positions of frame's rows partition by
     partition (each partition's rows in their input order), and the rows
     of each partition, where partition p holds the rows dask's
-    partitioning_index(frame[on], nparts) maps to p."""
-    keys = frame[on]
-    series = isinstance(keys, pd.Series)
-    spec = []
-    for s in [keys] if series else (keys.iloc[:, i]
-                                    for i in range(keys.shape[1])):
+    partitioning_index(frame[on], nparts) maps to p; or, for on
+    "_partitions" (dask's rearrange_by_column), the rows whose value
+    there is p."""
+    if on in ("_partitions", ["_partitions"]):
+        ids = frame["_partitions"].to_numpy(np.int64)
+        spec, series = [(_KEY_IDS, 8, _bytes(ids))], True
+    else:
+        keys = frame[on]
+        series, spec = isinstance(keys, pd.Series), []
+    for s in [] if spec else [keys] if series else (
+            keys.iloc[:, i] for i in range(keys.shape[1])):
         v = s._values
         if _fixed(v.dtype) and v.dtype.kind != "c" and v.dtype.itemsize <= 8:
-            spec.append((False, v.dtype.itemsize, _bytes(v)))
+            spec.append((_KEY_RAW, v.dtype.itemsize, _bytes(v)))
         else:  # pandas' own hash (strings, categoricals, nullables)
-            spec.append((True, 8, _bytes(hash_array(v))))
+            spec.append((_KEY_HASHED, 8, _bytes(hash_array(v))))
     order = np.empty(len(frame), np.int64)
     counts = np.empty(nparts, np.int64)
     _rows.hash_partition(spec, len(frame), not series, nparts, order, counts)
