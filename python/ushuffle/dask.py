@@ -31,9 +31,9 @@ from dask.highlevelgraph import HighLevelGraph
 import ushuffle
 from ushuffle import rows as _rows
 
-__all__ = ["shuffle", "drop"]
+__all__ = ["shuffle", "drop", "install"]
 
-_DEFAULTS = {"app": "dask", "dir": None, "codec": None,
+_DEFAULTS = {"app": "dask", "dir": None, "codec": None, "replicas": 1,
              "push_size": 1 << 20, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
@@ -151,7 +151,8 @@ def _write(cfg, sid, index, nparts, counts, parts):
                 w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
                                     target=target, dir=cfg["dir"],
                                     workers=cfg["workers"], app=cfg["app"],
-                                    timeout_ms=cfg["timeout_ms"])
+                                    timeout_ms=cfg["timeout_ms"],
+                                    replicas=cfg["replicas"])
                 break
             except ushuffle.Error as e:  # the random attempt is taken
                 if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
@@ -221,6 +222,13 @@ def _drop(cfg, sid):
                       ignore_errors=True)
 
 
+def install(client, **opts):
+    """One ushuffled per host of client's Dask workers; returns the
+    options of shuffle() that use them (ushuffle/deploy.py)."""
+    from ushuffle.deploy import install as start
+    return start(client, **opts)
+
+
 def drop(result):
     """Drops the shuffle behind a collection shuffle() returned now,
     instead of when the collection is freed."""
@@ -235,7 +243,8 @@ def shuffle(df, on, npartitions=None, workers=None, **opts):
     through ushuffled workers ("HOST:PORT,...") or, without workers, the
     disk target under opts["dir"] (one host only).
 
-    opts: app, dir, codec, push_size, pool_bytes, timeout_ms,
+    opts: app, dir, codec, replicas (workers each batch goes to: with
+    2, a worker lost loses nothing), push_size, pool_bytes, timeout_ms,
     secret_file (else $USHUFFLE_SECRET on the Dask workers), on_commit
     (called with the map index after each commit: for tests).
 
