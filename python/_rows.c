@@ -571,6 +571,33 @@ static int pointer(PyObject *o, void *out)
 	return 1;
 }
 
+/* Short ASCII strings decoded in one unpack_str call, by a hash of
+ * their bytes: a column's repeated values (a few distinct words) become
+ * one object each, as they were in the map's frame, instead of one per
+ * row. Borrowed: the output array holds them. */
+#define SEEN 512
+#define SEEN_LEN 32
+
+static PyObject *cell_decode(const char *p, int32_t len, PyObject **seen)
+{
+	uint32_t h = 2166136261u;	/* FNV-1a */
+	PyObject *v, **slot;
+
+	if (len > SEEN_LEN)
+		return PyUnicode_DecodeUTF8(p, len, "strict");
+	for (int32_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)p[i]) * 16777619u;
+	slot = &seen[h % SEEN];
+	v = *slot;
+	if (v && PyUnicode_GET_LENGTH(v) == len &&
+	    !memcmp(PyUnicode_DATA(v), p, len))
+		return Py_NewRef(v);
+	v = PyUnicode_DecodeUTF8(p, len, "strict");
+	if (v && PyUnicode_IS_COMPACT_ASCII(v))
+		*slot = v;
+	return v;
+}
+
 /* unpack_str(record, off, rows, slots) -> end: the string column pack
  * wrote at off, stored into slots (the address of `rows` references of
  * an object ndarray, which owns what they replace); end is the offset
@@ -580,7 +607,7 @@ static PyObject *unpack_str(PyObject *self, PyObject *args)
 {
 	Py_buffer rec;
 	Py_ssize_t off, rows;
-	PyObject **slots, *ret = NULL;
+	PyObject **slots, *ret = NULL, *seen[SEEN] = { NULL };
 	void *addr;
 
 	(void)self;
@@ -603,7 +630,7 @@ static PyObject *unpack_str(PyObject *self, PyObject *args)
 		} else {
 			if (len < 0 || len > rec.len - p)
 				goto bad;
-			v = PyUnicode_DecodeUTF8(r + p, len, "strict");
+			v = cell_decode(r + p, len, seen);
 			if (!v)
 				goto out;
 			p += len;
