@@ -567,6 +567,15 @@ def t_dask(res, m):
             f"check every output partition's row count, key sum and that "
             f"each row hashes to it. One run each: on a shared machine, "
             f"wall times are noisy.")
+    for case, ms in res["runs"].items():
+        pc = ms["ushuffle"].get("phases_cpu_s")
+        if pc and case.startswith("shuffle/"):
+            note += (f" ushuffle's CPU by phase ({case.replace('/', ', ')};"
+                     f" python/ushuffle/dask.py's `cpu`, summed over the "
+                     f"workers): " + ", ".join(
+                         f"{k} {pc.get(k, 0):.1f}" for k in
+                         ("hash", "take", "write", "commit", "fetch",
+                          "decode", "concat")) + " s.")
     return table(["operation, frame", "Dask tasks", "Dask disk", "ushuffle",
                   "speed-up", "memory", "goal", ""], rows), note
 
