@@ -563,7 +563,7 @@ def t_dask(res, m):
             f"(CPU: the same for CPU seconds, steadier on a shared "
             f"machine); memory: ushuffle's peak worker RSS over that "
             f"method's. The larger-than-memory rows make their rows inside"
-            f" the graph (they do not fit to persist), 128 partitions, and "
+            f" the graph (they do not fit to persist), 256 partitions, and "
             f"check every output partition's row count, key sum and that "
             f"each row hashes to it. One run each: on a shared machine, "
             f"wall times are noisy.")
