@@ -2,7 +2,7 @@
 """One Dask operation on a 2-worker LocalCluster (processes), for bench/run's
 "dask" benchmark: --op shuffle, merge (of two frames), set_index or
 groupby (.agg(split_out=32)), through --method ushuffle (a ushuffled per
-worker), tasks or disk (partd). Rows are made on the workers (the client
+Dask worker, started by ushuffle.dask.install), tasks or disk (partd). Rows are made on the workers (the client
 holds none), persisted there before the clock starts (unless
 --no-persist: a frame larger than the workers' memory is made inside the
 timed graph), and the result is consumed there (each output partition's
@@ -23,7 +23,6 @@ import argparse
 from concurrent.futures import TimeoutError
 import json
 import os
-import subprocess
 import threading
 import time
 
@@ -36,6 +35,7 @@ from dask.dataframe.shuffle import partitioning_index
 from distributed import Client, LocalCluster, wait
 
 import ushuffle.dask as ud
+from ushuffle import deploy
 
 WORDS = np.array(["alpha", "beta", "gamma", "delta", "épsilon"], object)
 
@@ -113,35 +113,13 @@ class Peak(threading.Thread):
                     pass
 
 
-def workers_start(ushuffled, scratch):
-    """Two ushuffled on loopback with a secret made for the run, which
-    the Dask workers (started later) inherit in $USHUFFLE_SECRET."""
-    secret = os.path.join(scratch, "secret")
-    os.makedirs(scratch, exist_ok=True)
-    with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-        f.write(os.urandom(24).hex())
-    with open(secret) as f:
-        os.environ["USHUFFLE_SECRET"] = f.read()
-    procs, addrs = [], []
-    for i in range(2):
-        d = os.path.join(scratch, f"ushuffled{i}")
-        os.makedirs(d, exist_ok=True)
-        p = subprocess.Popen([ushuffled, "--listen=127.0.0.1:0",
-                              f"--dir={d}", f"--secret-file={secret}",
-                              "--log-level=error"], stdout=subprocess.PIPE,
-                             text=True)
-        addrs.append(f"127.0.0.1:{int(p.stdout.readline().split()[-1])}")
-        procs.append(p)
-    return procs, ",".join(addrs)
-
-
-def through_ushuffle(addr):
-    """shuffle="ushuffle" for Dask's own operations: register() where
-    ushuffle.dask has it, else Dask's rearrange_by_column (which shuffle,
-    merge, set_index and the groupby's shuffle all call) routed to
-    ushuffle.dask.shuffle here."""
+def through_ushuffle(opts):
+    """shuffle="ushuffle" for Dask's own operations, with install()'s
+    options: register() where ushuffle.dask has it, else Dask's
+    rearrange_by_column (which shuffle, merge, set_index and the
+    groupby's shuffle all call) routed to ushuffle.dask.shuffle here."""
     if hasattr(ud, "register"):
-        ud.register(workers=addr)
+        ud.register(**opts)
         return
     import dask.dataframe.shuffle as ds
     orig = ds.rearrange_by_column
@@ -151,7 +129,7 @@ def through_ushuffle(addr):
         if shuffle != "ushuffle":
             return orig(df, col, npartitions, max_branch, shuffle, compute,
                         ignore_index)
-        return ud.shuffle(df, col, npartitions=npartitions, workers=addr)
+        return ud.shuffle(df, col, npartitions=npartitions, **opts)
     ds.rearrange_by_column = rearrange
 
 
@@ -184,12 +162,15 @@ def build(a, rows):
 
 def check(part, j, nparts, op):
     """An output partition's rows, key sum, and whether every row is in
-    the partition its key hashes to (shuffle)."""
+    the partition its key hashes to (shuffle) or the partition is sorted
+    (set_index)."""
     ok = True
     if op == "shuffle" and len(part):
         ok = bool((np.asarray(partitioning_index(part[["k"]], nparts))
                    == j).all())
-    k = part.index if op == "set_index" else part["k"]
+    if op == "set_index":
+        ok = part.index.is_monotonic_increasing
+    k = np.asarray(part.index if op == "set_index" else part["k"])
     return pd.DataFrame({"rows": [len(part)], "ksum": [int(k.sum())],
                          "ok": [ok]})
 
@@ -223,28 +204,23 @@ def main():
     FRAME = a.frame
     rows = int(a.bytes / row_bytes(MAKERS[a.frame]) / a.partitions)
     dask.config.set({"temporary-directory": a.scratch})
-    procs, addr = [], None
-    if a.method == "ushuffle":
-        procs, addr = workers_start(a.ushuffled, a.scratch)
-        through_ushuffle(addr)
-    try:
-        res = run(a, rows, procs)
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait()
-    print(json.dumps(res))
+    print(json.dumps(run(a, rows)))
 
 
-def run(a, rows, procs):
+def run(a, rows):
     with LocalCluster(n_workers=2, threads_per_worker=a.threads,
                       processes=True, memory_limit=a.memory_limit,
                       dashboard_address=None,
                       local_directory=a.scratch) as cluster, \
             Client(cluster) as client:
-        pids = [w["pid"] for w in
-                client.run(lambda: {"pid": os.getpid()}).values()]
-        peak = Peak(pids + [p.pid for p in procs])
+        pids = list(client.run(os.getpid).values())
+        procs = []
+        if a.method == "ushuffle":  # a ushuffled per Dask worker
+            opts = ud.install(client, replicas=1, ushuffled=a.ushuffled,
+                              per_worker=True)
+            procs = list(deploy.pids(client).values())
+            through_ushuffle(opts)
+        peak = Peak(pids + procs)
         out, want = build(a, rows)
         base = [psutil.Process(p).memory_info().rss for p in pids]
         peak.start()
