@@ -228,9 +228,10 @@ def run(a, rows):
         error = None
         try:
             if a.verify:
+                n = out.npartitions  # not out itself in the tasks
                 res = out.map_partitions(
                     lambda p, partition_info=None: check(
-                        p, partition_info["number"], out.npartitions, a.op),
+                        p, partition_info["number"], n, a.op),
                     meta={"rows": int, "ksum": int, "ok": bool})
             else:
                 res = out.map_partitions(len)
