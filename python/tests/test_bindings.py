@@ -108,6 +108,37 @@ def test_write_after_write_gather_keeps_order(tmp_path):
         assert [bytes(v) for v in r] == [b"a", b"b", b"cc", b"d", b"e"]
 
 
+def test_write_into(tmp_path):
+    """write_into() fills the room left in the batch, takes a fresh push
+    buffer when fill asks for more room, and says False when not even an
+    empty one is enough; mixed with write() and write_gather() the order
+    written holds."""
+    def fill(data):
+        def f(buf):
+            if len(buf) < len(data):
+                return 0
+            buf[:len(data)] = data
+            return len(data)
+        return f
+    with ushuffle.Ring(push_size=4096) as ring, \
+            ushuffle.Writer(ring, 4, 0, 0, 2, target="disk",
+                            dir=str(tmp_path)) as w:
+        assert w.write_into(0, fill(b"a" * 3000))
+        assert w.write_into(0, fill(b"b" * 3000))  # a second buffer
+        w.write(0, b"c")
+        w.write_gather(0, [b"d"])
+        assert not w.write_into(0, fill(b"x" * 5000))
+        assert w.write_into(1, fill(b"e"))
+        with pytest.raises(ValueError, match="wrote 9999 bytes"):
+            w.write_into(1, lambda buf: 9999)
+        st = w.commit()
+    with ushuffle.Reader(0, [st]) as r:
+        assert [bytes(v) for v in r] == [b"a" * 3000, b"b" * 3000, b"c",
+                                         b"d"]
+    with ushuffle.Reader(1, [st]) as r:
+        assert [bytes(v) for v in r] == [b"e"]
+
+
 def test_kept_views_raise(tmp_path):
     """A view kept past the next record or close() raises ValueError: it
     read the reader's recycled buffers (list(reader) gave wrong bytes for

@@ -293,12 +293,7 @@ class Writer(_Handle):
         views = [ffi.from_buffer(x) for x in pieces]
         n = sum(len(v) for v in views)
         h = self._h()
-        if self._buf is None:
-            b, cap = ffi.new("void **"), ffi.new("size_t *")
-            _check(lib.ush_writer_acquire(h, b, cap),
-                   "ush_writer_acquire")
-            self._buf, self._cap, self._len, self._nrec = b, cap[0], 0, 0
-            self._part = partition
+        self._lend(h)
         if 4 + n > self._cap:
             raise ValueError(f"write_gather: a record of {n} bytes does "
                              f"not fit a push buffer of {self._cap}")
@@ -314,6 +309,49 @@ class Writer(_Handle):
             off += len(v)
         self._len += off
         self._nrec += 1
+
+    def write_into(self, partition, fill):
+        """Appends one record that fill writes straight into a push
+        buffer the library lends, as write_gather() does: fill(buf) gets
+        a writable memoryview of the room left in the batch and returns
+        the record's length, or 0 when it needs more room. Returns False
+        when it did not fit an empty push buffer either (nothing was
+        written), else True."""
+        h = self._h()
+        self._lend(h)
+        if self._nrec and (partition != self._part or
+                           self._len + 4 > self._cap - self._cap // 8):
+            self._swap()  # another partition's, or nearly full
+        self._part = partition
+        while True:
+            room = self._cap - self._len - 4
+            view = memoryview(ffi.buffer(
+                ffi.cast("char *", self._buf[0]) + self._len + 4, room))
+            try:
+                n = fill(view)
+            finally:
+                view.release()
+            if n:
+                if not 0 < n <= room:
+                    raise ValueError(f"write_into: fill wrote {n} bytes "
+                                     f"into a room of {room}")
+                dst = ffi.cast("char *", self._buf[0]) + self._len
+                dst[0:4] = n.to_bytes(4, "little")
+                self._len += 4 + n
+                self._nrec += 1
+                return True
+            if not self._nrec:
+                return False
+            self._swap()
+
+    def _lend(self, h):
+        """Borrows a push buffer for write_gather() and write_into()."""
+        if self._buf is None:
+            b, cap = ffi.new("void **"), ffi.new("size_t *")
+            _check(lib.ush_writer_acquire(h, b, cap),
+                   "ush_writer_acquire")
+            self._buf, self._cap, self._len, self._nrec = b, cap[0], 0, 0
+            self._part = None
 
     def _swap(self):
         _check(lib.ush_writer_swap(self._h(), self._part, self._buf,

@@ -19,19 +19,18 @@ workers when the statuses task, on which every output partition depends,
 is forgotten: after the last output key was released by every future,
 persisted collection and client that held it.
 
-Row batches carry the numeric columns (and index) as raw bytes, sliced
-from one sorted copy per map and copied once into the reducer's columns;
-the other columns travel pickled. Each batch names its map and its first
-row, so the reducer puts a partition's rows in map order, then row order,
-and concatenates per map as Dask's tasks shuffle does.
+Rows travel as row batches (ushuffle/rows.py): the map hashes and sorts
+them in C and packs each batch's columns straight into a push buffer;
+the reducer copies each record's columns once into its output's. Each
+batch names its map and its first row, so the reducer puts a
+partition's rows in map order, then row order, and concatenates per map
+as Dask's tasks shuffle does.
 """
 import collections
 import inspect
 import logging
 import os
-import pickle
 import shutil
-import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,31 +42,15 @@ import pandas as pd
 from dask.base import is_dask_collection, tokenize
 from dask.dataframe import methods
 from dask.dataframe.core import new_dd_object
-from dask.dataframe.shuffle import partitioning_index
 from dask.highlevelgraph import HighLevelGraph
 from distributed.diagnostics.plugin import SchedulerPlugin
-from pandas._libs.algos import groupsort_indexer
 
 import ushuffle
+from ushuffle import rows as _rows
 
-__all__ = ["register", "shuffle", "Lifetimes", "stats", "cpu"]
+__all__ = ["register", "shuffle", "install", "Lifetimes", "stats", "cpu"]
 
-# A row batch is one record: a header "<4s I I I I Q" (magic, rows, map,
-# the map's sorted row it starts at, layout length, rest length), the
-# layout (a pickle: the frame's columns, which of them and whether the
-# index travel raw, their dtypes), the rest (a pickle of the columns
-# without a numpy dtype: object, string, nullable, categorical), then each
-# raw column's bytes (the index first); every part starts 8-byte aligned.
-# Raw columns cost no Python per row: the map sorts each once and writes
-# slices of it, the reducer copies each record's slice straight into its
-# output column. Every record is a whole batch within one frame
-# (Writer.write_gather), so the frames of maps interleaved on a worker
-# never split one.
-_MAGIC = b"USD4"
-_HDR = struct.Struct("<4sIIIIQ")
-_PAD = bytes(8)
-_RAW_KINDS = "biufcmM"  # numpy dtypes whose values are their bytes
-_DEFAULTS = {"app": "dask", "dir": None, "codec": None,
+_DEFAULTS = {"app": "dask", "dir": None, "codec": None, "replicas": 1,
              "push_size": 1 << 20, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
@@ -89,11 +72,11 @@ _IO_THREADS = 2
 _io_pool, _io_lock = [], threading.Lock()
 # Seconds this process's tasks spent per phase (bench/dask_shuffle.py reads
 # them to tell Python from transport). Python: hash (partition of each row,
-# sort by it), take (the rows in partition order, once per map), pickle
-# (the batches' rest columns and headers), decode (copy each record's
-# columns into the output's, unpickle the rest), concat (make the frame).
-# Transport: write (copy into push buffers, hand-offs, waits for credit),
-# commit (flush, worker sync), fetch (reader). map and reduce: whole tasks.
+# sort by it), take (the columns carried in the rest, in partition order),
+# write (pack the batches into push buffers, hand-offs, waits for
+# credit), decode (copy each record's columns into the output's,
+# unpickle the rest), concat (make the frame). Transport: commit (flush,
+# worker sync), fetch (reader). map and reduce: whole tasks.
 # stats holds wall seconds, cpu the calling thread's CPU seconds.
 stats = collections.Counter()
 cpu = collections.Counter()
@@ -128,63 +111,6 @@ def _auth(cfg):
         ushuffle.auth_secret(cfg["app"], path=cfg["secret_file"])
 
 
-def _pad(n):
-    return _PAD[:-n % 8]
-
-
-def _is_raw(dtype):
-    return isinstance(dtype, np.dtype) and dtype.kind in _RAW_KINDS
-
-
-def _sorted_parts(frame, order):
-    """frame's rows in the order `order`, split into the layout (pickled),
-    the raw columns as byte arrays (index first, if raw) and the rest
-    frame (None when every column is raw)."""
-    ix = frame.index
-    raw_index = _is_raw(ix.dtype) and ix.nlevels == 1
-    pos = [i for i, t in enumerate(frame.dtypes) if _is_raw(t)]
-    sort = [np.take(frame.iloc[:, i].to_numpy(), order) for i in pos]
-    if isinstance(ix, pd.RangeIndex):  # computed, not gathered
-        sort.insert(0, (ix.start + ix.step * order).astype(ix.dtype))
-    elif raw_index:
-        sort.insert(0, np.take(ix.to_numpy(), order))
-    # Bytes, not the dtype: numpy gives datetimes no buffer protocol.
-    raws = [a.view(np.uint8) for a in sort]
-    others = sorted(set(range(frame.shape[1])) - set(pos))
-    rest = None
-    if others or not raw_index:
-        rest = frame.iloc[:, others].take(order)
-        if raw_index:
-            rest = rest.reset_index(drop=True)
-    layout = pickle.dumps((frame.columns, ix.name, raw_index, pos,
-                           [a.dtype.str for a in sort]), protocol=5)
-    return layout, raws, [a.dtype.itemsize for a in sort], rest
-
-
-def _write_rows(w, m, part, a, b, layout, raws, sizes, rest, limit):
-    """Writes rows [a, b) of map m's sorted columns to part as one batch,
-    or halves it if its record came out larger than limit bytes; a single
-    row larger than that goes out alone (Writer.write: a batch of its
-    own, as large as the workers' frame limit allows)."""
-    t = _clock()
-    rp = b"" if rest is None else pickle.dumps(rest.iloc[a:b], protocol=5)
-    pieces = [_HDR.pack(_MAGIC, b - a, m, a, len(layout), len(rp)),
-              layout, _pad(len(layout)), rp, _pad(len(rp))]
-    for r, sz in zip(raws, sizes):
-        pieces += [r[a * sz:b * sz], _pad((b - a) * sz)]
-    n = sum(memoryview(x).nbytes for x in pieces)
-    t = _tally("pickle", t)
-    if n > limit and b - a > 1:
-        half = (a + b) // 2
-        _write_rows(w, m, part, a, half, layout, raws, sizes, rest, limit)
-        _write_rows(w, m, part, half, b, layout, raws, sizes, rest, limit)
-    elif n > limit:
-        w.write(part, b"".join(pieces))
-    else:
-        w.write_gather(part, pieces)
-    _tally("write", t)
-
-
 def _io():
     """This process's writer threads and a slot per thread (a map holds
     one from its hand-over to its commit), made once."""
@@ -206,20 +132,20 @@ def _secede():
     secede()
 
 
-def _write_map(frame, ids, nparts, sid, index, cfg):
-    """The map side: writes frame's rows to their partitions (ids: each
-    row's) as map `index` of shuffle sid and commits; returns the map
-    status and the rows per partition (the reducers size their columns by
-    them). The task thread sorts; a writer thread writes and commits while
-    the task waits outside the worker's pool, so that the commit's wait
-    (the workers' sync) overlaps the next map."""
+def _write_map(frame, on, nparts, sid, index, cfg):
+    """The map side: writes frame's rows to their partitions (by the
+    columns on, as rows.partition) as map `index` of shuffle sid and
+    commits; returns the map status and the rows per partition (the
+    reducers size their columns by them). The task thread hashes and
+    sorts; a writer thread writes and commits while the task waits
+    outside the worker's pool, so that the commit's wait (the workers'
+    sync) overlaps the next map."""
     t0 = t = _clock()
-    # A stable counting sort by partition, as dask's group_split_pandas
-    # does: each partition's rows keep their order.
-    order, counts = groupsort_indexer(ids, nparts)
-    counts = counts[1:]  # [0] counts the label -1, which ids never hold
+    # A stable sort by partition, as dask's group_split_pandas does: each
+    # partition's rows keep their order.
+    order, counts = _rows.partition(frame, on, nparts)
     t = _tally("hash", t)
-    parts = list(_sorted_parts(frame, order))
+    parts = [_rows.Packer(frame, order, cfg["push_size"], index)]
     del order
     _tally("take", t)
     pool, slots = _io()
@@ -242,18 +168,10 @@ def _write(cfg, sid, index, nparts, counts, parts):
     the sorted rows, so that they go before the commit's wait; frees the
     map's slot at the end."""
     slots = _io()[1]
-    layout, raws, sizes, rest = parts
-    parts.clear()
+    packer = parts.pop()
     try:
         _auth(cfg)
         ends = np.cumsum(counts)
-        # Rows per batch from the bytes per row (the rest's deep size,
-        # which exceeds its pickle's), so few batches need halving.
-        limit = cfg["push_size"] - 256 - len(layout)
-        per_row = sum(sizes) + (0 if rest is None else
-                                rest.memory_usage(deep=True).sum() /
-                                max(len(rest), 1))
-        step = max(1, int(limit * 0.9 / max(per_row, 1)))
         target = "net" if cfg["workers"] else "disk"
         while True:
             attempt = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
@@ -261,93 +179,24 @@ def _write(cfg, sid, index, nparts, counts, parts):
                 w = ushuffle.Writer(_ring(cfg), sid, index, attempt, nparts,
                                     target=target, dir=cfg["dir"],
                                     workers=cfg["workers"], app=cfg["app"],
-                                    timeout_ms=cfg["timeout_ms"])
+                                    timeout_ms=cfg["timeout_ms"],
+                                    replicas=cfg["replicas"])
                 break
             except ushuffle.Error as e:  # the random attempt is taken
                 if e.name not in ("USH_ECOMMITTED", "EEXIST", "EBUSY"):
                     raise
         with w:
-            for p in np.flatnonzero(counts):
-                for a in range(ends[p] - counts[p], ends[p], step):
-                    _write_rows(w, index, int(p), a, min(a + step, ends[p]),
-                                layout, raws, sizes, rest, limit)
             t = _clock()
-            del raws, rest  # in the push buffers now
+            for p in np.flatnonzero(counts):
+                packer.write(w, int(p), int(ends[p] - counts[p]),
+                             int(ends[p]))
+            t = _tally("write", t)
+            del packer  # in the push buffers now
             status = w.commit()
             _tally("commit", t)
         return status
     finally:
         slots.release()
-
-
-def _bad(what):
-    return ValueError(f"ushuffle.dask: a record that is not a row batch "
-                      f"({what})")
-
-
-class _Gather:
-    """The rows of records sharing one layout: each raw column copied
-    once, in arrival order, into an array sized for the partition's rows
-    still to come; frame() puts them in map order."""
-
-    def __init__(self, layout, capacity):
-        (self.columns, self.index_name, self.raw_index, self.pos,
-         dtypes) = pickle.loads(layout)
-        self.dtypes = [np.dtype(d) for d in dtypes]
-        self.raws = [np.empty(capacity, d) for d in self.dtypes]
-        self.bytes = [r.view(np.uint8) for r in self.raws]
-        # Per record: (map, its first row in the map, its first row here,
-        # rows) and its rest frame (None when every column is raw).
-        self.recs, self.rests, self.rows = [], [], 0
-
-    def add(self, rec, off, m, first, rows, rest):
-        for r, d in zip(self.bytes, self.dtypes):
-            n = rows * d.itemsize
-            if off + n > rec.nbytes or self.rows + rows > len(r) // d.itemsize:
-                raise _bad("columns beyond its end")
-            r[self.rows * d.itemsize:][:n] = np.frombuffer(rec, np.uint8,
-                                                           n, off)
-            off += n + len(_pad(n))
-        self.recs.append((m, first, self.rows, rows))
-        self.rests.append(rest)
-        self.rows += rows
-
-    def frame(self):
-        """The rows in map order, then row order, and (map, rows) of each
-        map's run of them."""
-        order = sorted(range(len(self.recs)), key=lambda i: self.recs[i][:2])
-        raws = [r[:self.rows] for r in self.raws]
-        if order != list(range(len(order))):  # arrived out of map order
-            take = np.concatenate([np.arange(self.recs[i][2], self.recs[i][2] +
-                                             self.recs[i][3])
-                                   for i in order])
-            raws = [r[take] for r in raws]
-        index = None
-        if self.raw_index:
-            index = pd.Index(raws.pop(0), name=self.index_name, copy=False)
-        rests = [self.rests[i] for i in order if self.rests[i] is not None]
-        rest = None
-        if rests:
-            # Dask's concat, as the tasks shuffle's: it unions the
-            # categories of categoricals that differ between maps.
-            rest = methods.concat(rests, uniform=True) \
-                if len(rests) > 1 else rests[0]
-            if index is None:
-                index = rest.index
-        cols, others = dict(zip(self.pos, raws)), iter(range(
-            len(self.columns) - len(self.pos)))
-        data = {i: cols[i] if i in cols else rest.iloc[:, next(others)]._values
-                for i in range(len(self.columns))}
-        out = pd.DataFrame(data, index=index, copy=False)
-        out.columns = self.columns
-        runs = []
-        for i in order:
-            m, rows = self.recs[i][0], self.recs[i][3]
-            if runs and runs[-1][0] == m:
-                runs[-1][1] += rows
-            else:
-                runs.append([m, rows])
-        return out, runs
 
 
 def _read(part, statuses, rows, cfg):
@@ -361,18 +210,11 @@ def _read(part, statuses, rows, cfg):
             t = _tally("fetch", t)
             if rec is None:
                 break
-            if rec.nbytes < _HDR.size:
-                raise _bad("short")
-            magic, n, m, first, llen, rlen = _HDR.unpack_from(rec)
-            off = _HDR.size + llen + len(_pad(llen))
-            if magic != _MAGIC or off + rlen > rec.nbytes:
-                raise _bad("header")
-            layout = bytes(rec[_HDR.size:_HDR.size + llen])
+            layout = bytes(_rows.layout(rec))
             g = gathers.get(layout)
             if g is None:
-                g = gathers[layout] = _Gather(layout, rows)
-            rest = pickle.loads(rec[off:off + rlen]) if rlen else None
-            g.add(rec, off + rlen + len(_pad(rlen)), m, first, n, rest)
+                g = gathers[layout] = _rows.Gather(layout, rows)
+            g.add(rec)
             _tally("decode", t)
     return gathers.values()
 
@@ -426,29 +268,18 @@ def _reduce(maps, part, ignore_index, cfg):
     return out
 
 
-def _partition_ids(frame, col, nparts):
-    """Each row's output partition, as dask's shuffle_group computes it:
-    the "_partitions" column Dask assigned, else a hash of the columns."""
-    cols = [col] if isinstance(col, str) else list(col)
-    if cols[0] == "_partitions":
-        ids = frame["_partitions"].to_numpy() % nparts
-    else:
-        ids = partitioning_index(frame[cols], nparts)
-    return np.asarray(ids, dtype=np.intp)
-
-
 def _map(frame, col, nparts, token, index, ignore_index, cfg):
     """A map task: the status, rows per partition and, from map 0, the
     empty frame an empty output partition is."""
     _auth(cfg)
     sid = _shuffle_id(token, cfg)
-    t = _clock()
-    ids = _partition_ids(frame, col, nparts)
-    _tally("hash", t)
     head = frame.take(np.empty(0, np.intp)) if index == 0 else None
     if ignore_index:
         frame = frame.reset_index(drop=True)  # computed, not gathered
-    status, counts = _write_map(frame, ids, nparts, sid, index, cfg)
+    # The column labels (a "_partitions" column Dask assigned is the
+    # partitions themselves).
+    on = [col] if isinstance(col, str) else list(col)
+    status, counts = _write_map(frame, on, nparts, sid, index, cfg)
     if cfg["on_commit"]:
         cfg["on_commit"](index)
     return status, counts, head
@@ -647,14 +478,24 @@ def register(workers=None, **opts):
     workers, the disk target under opts["dir"] (one host only). Calling
     it again replaces the options.
 
-    opts: app, dir, codec, push_size, pool_bytes, timeout_ms,
+    opts: app, dir, codec, replicas (workers each batch goes to: with
+    2, a worker lost loses nothing), push_size, pool_bytes, timeout_ms,
     secret_file (else $USHUFFLE_SECRET on the Dask workers and the
     scheduler), on_commit (called with the map index after each commit:
-    for tests)."""
+    for tests). install() returns the workers, replicas and app of the
+    ushuffled it starts."""
     global _registered
     _check_opts(opts)
     _install()
     _registered = {**_DEFAULTS, **opts, "workers": workers}
+
+
+def install(client, **opts):
+    """One ushuffled per host of client's Dask workers; returns the
+    options of register() and shuffle() that use them
+    (ushuffle/deploy.py)."""
+    from ushuffle.deploy import install as start
+    return start(client, **opts)
 
 
 def _check_on(df, on):

@@ -1,0 +1,73 @@
+"""ushuffle.dask.install on a real cluster of two "hosts" (Dask workers on
+127.0.0.1 and 127.0.0.2): one ushuffled each, a secret on no command
+line, directories in the workers' local directories, a ushuffled killed
+during the shuffle with replicas 2 losing nothing, and nothing left when
+the cluster closes."""
+import functools
+import os
+import signal
+
+import dask.dataframe as dd
+from distributed import Client, Nanny, Scheduler, SpecCluster
+
+import ushuffle.dask as ud
+from ushuffle import deploy
+from test_dask import assert_same, frame
+
+
+def cluster(tmp_path):
+    def worker(host):
+        return {"cls": Nanny, "options": {
+            "host": host, "nthreads": 1,
+            "local_directory": str(tmp_path / host)}}
+    return SpecCluster(
+        scheduler={"cls": Scheduler, "options": {
+            "host": "127.0.0.1", "dashboard_address": ":0"}},
+        workers={"a": worker("127.0.0.1"), "b": worker("127.0.0.2")})
+
+
+def kill(pid, index):
+    """on_commit: the first map's commit kills ushuffled pid."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_install_and_a_lost_ushuffled(tmp_path):
+    with cluster(tmp_path) as c, Client(c) as client:
+        opts = ud.install(client, replicas=2)
+        pids = deploy.pids(client)
+        assert sorted(w.split("@")[1] for w in pids) == \
+            ["127.0.0.1", "127.0.0.2"]  # one per host, labelled
+        for addr, pid in pids.items():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            path = [a for a in argv if a.startswith(b"--secret-file=")][0]
+            path = path.split(b"=", 1)[1].decode()
+            assert os.stat(path).st_mode & 0o077 == 0
+            with open(path, "rb") as f:
+                assert f.read() not in b" ".join(argv)
+            host = addr.split(":")[0]
+            assert path.startswith(str(tmp_path / host))
+        ddf = dd.from_pandas(frame(20000, 4, skew=True), npartitions=4)
+        victim = sorted(pids.values())[0]
+        ours = ud.shuffle(ddf, "k", npartitions=5,
+                          on_commit=functools.partial(kill, victim), **opts)
+        assert_same(client, ours, ddf.shuffle("k", npartitions=5,
+                                              shuffle="tasks"))
+        assert not alive(victim)
+    for pid in pids.values():
+        assert not alive(pid)
+    for host in ("127.0.0.1", "127.0.0.2"):
+        for base, dirs, _ in os.walk(tmp_path / host):
+            assert "ushuffled" not in dirs, base
