@@ -78,7 +78,7 @@ kill -TERM $pid
 wait $pid
 pid=
 python3 - <<'PY'
-import json, ushuffle
+import json, ushuffle, ushuffle._rows
 jobs = json.load(open("/tmp/job.json"))["jobs"]
 assert jobs and all(j["verify"]["status"] == "ok" for j in jobs), jobs
 print("deb: the packaged ushuffled served one job:",
