@@ -28,6 +28,8 @@ struct ushi_sync {
 	struct pollfd *pfd;                /* one per op (iodepth) */
 	struct ushi_op **pop;              /* the op of each pfd */
 	unsigned cap;
+	/* pop[cap], then pfd[cap], follow in the same allocation: a reader
+	 * opens a ring per partition, so one allocation, not three. */
 	struct ushi_sync_br {
 		struct io_uring_buf_ring *br;
 		uint16_t mask, head, bgid;
@@ -77,17 +79,15 @@ bool ushi_uring_refused(int err, const char *what)
 
 static void sync_destroy(struct ushi_engine *e)
 {
-	struct ushi_sync *s = of(e);
-	ushi_free(s->pfd);
-	ushi_free(s->pop);
-	ushi_free(s);
+	ushi_free(of(e));
 }
 
 /* Room for iodepth ops. */
 static int sync_create(struct ush_ring *r, struct ushi_engine **out)
 {
 	unsigned iodepth = ring_opts(r)->iodepth;
-	struct ushi_sync *s = ushi_calloc(1, sizeof(*s));
+	struct ushi_sync *s = ushi_calloc(1, sizeof(*s) + iodepth *
+					  (sizeof(*s->pop) + sizeof(*s->pfd)));
 	if (!s)
 		return ushi_fail(-ENOMEM, "ring: %u ops", iodepth);
 	*s = (struct ushi_sync){
@@ -96,12 +96,9 @@ static int sync_create(struct ush_ring *r, struct ushi_engine **out)
 	};
 	s->pend_tail = &s->pend;
 	s->done_tail = &s->done;
-	s->pfd = ushi_calloc(iodepth, sizeof(*s->pfd));
-	s->pop = ushi_calloc(iodepth, sizeof(*s->pop));
-	if (!s->pfd || !s->pop) {
-		sync_destroy(&s->e);
-		return ushi_fail(-ENOMEM, "ring: %u ops", iodepth);
-	}
+	/* Pointers first, then the pollfds: both stay aligned. */
+	s->pop = (struct ushi_op **)(s + 1);
+	s->pfd = (struct pollfd *)(s->pop + iodepth);
 	*out = &s->e;
 	return 0;
 }

@@ -135,13 +135,13 @@ static inline uint64_t ushi_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Smallest power of two >= v (v >= 1). */
-/* fileio.c: pwrite() of all n bytes (EINTR and short writes resumed);
- * fsync() of the directory at path. 0 or -errno. */
+/* fileio.c: pwrite() of all n bytes at off (EINTR and short writes
+ * resumed): 0 or -errno. */
 int ushi_pwrite_all(int fd, const void *p, size_t n, uint64_t off);
 /* pread() of all n bytes at off: 0, -errno, or USH_ECORRUPT where the
  * file ends first (it is shorter than its index says). */
 int ushi_pread_all(int fd, void *p, size_t n, uint64_t off);
+/* fsync() of the directory at path: 0 or -errno. */
 int ushi_sync_dir(const char *path);
 
 /* The index of the first of n structs of size bytes at base, sorted by

@@ -420,21 +420,6 @@ static int open_counted(struct wk_thread *t, struct wk_shuf *s,
 	}
 }
 
-static int read_all(int fd, uint8_t *p, size_t n, uint64_t off)
-{
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : USH_ECORRUPT;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 /* The size of the DATA frame of shuffle whose header is at log offset
  * at, or 0 when none is there (within lsize). */
 static uint64_t frame_at(int lfd, uint32_t shuffle, uint64_t at,
@@ -442,7 +427,7 @@ static uint64_t frame_at(int lfd, uint32_t shuffle, uint64_t at,
 {
 	uint8_t h[USH_FRAME_HDR_SIZE];
 	struct ushi_frame f;
-	if (at + sizeof(h) > lsize || read_all(lfd, h, sizeof(h), at) ||
+	if (at + sizeof(h) > lsize || ushi_pread_all(lfd, h, sizeof(h), at) ||
 	    frame_decode(h, &f) || f.shuffle != shuffle ||
 	    at + proto_size(&f) > lsize)
 		return 0;
@@ -469,7 +454,7 @@ static void entry_rebuild(int lfd, uint32_t shuffle, uint8_t *e, uint64_t at,
 	uint32_t part = get_le32(e + 4), map = get_le32(e + 8),
 		 att = get_le32(e + 12);
 	if (frame_at(lfd, shuffle, at, lsize) == len &&
-	    !read_all(lfd, h, sizeof(h), at) && !frame_decode(h, &f))
+	    !ushi_pread_all(lfd, h, sizeof(h), at) && !frame_decode(h, &f))
 		wk_idx_set(e, at, len, f.partition, f.map, f.attempt);
 	else if ((part == WK_IDX_HOLE) + (map == WK_IDX_HOLE) +
 		 (att == WK_IDX_HOLE) >= 2 || len < USH_FRAME_HDR_SIZE)
