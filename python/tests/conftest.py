@@ -25,7 +25,7 @@ class Workers:
     """Two ushuffled on loopback, each over its own directory, with
     their metrics served on loopback too."""
 
-    def __init__(self, root):
+    def __init__(self, root, extra=()):
         secret = os.path.join(root, "secret")
         with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(SECRET)
@@ -37,7 +37,8 @@ class Workers:
                 p = subprocess.Popen(
                     [ushuffled_path(), "--listen=127.0.0.1:0", f"--dir={d}",
                      "--threads=1", "--direct=0", "--log-level=error",
-                     "--metrics=127.0.0.1:0", f"--secret-file={secret}"],
+                     "--metrics=127.0.0.1:0", f"--secret-file={secret}",
+                     *extra],
                     stdout=subprocess.PIPE, stderr=log, text=True)
                 line = p.stdout.readline()
                 assert line.startswith("ushuffled: port "), line

@@ -6,12 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 
 import dask
 import dask.dataframe as dd
-from distributed import Client, wait
+from distributed import Client, LocalCluster, wait
 
+import ushuffle.dask
+from conftest import Workers
 from test_dask import frame
 
 ROWS = 3000
@@ -37,6 +41,29 @@ def test_persist(client, registered):
     assert registered.stored(), "dropped under a persisted collection"
     del p
     assert registered.emptied() == []
+
+
+def test_persist_outlives_app_ttl(monkeypatch):
+    """Workers drop the shuffles of an application silent for their
+    --app-ttl: the scheduler's plugin heartbeats the application of every
+    live shuffle, so a persisted result idle for three TTLs still reads."""
+    monkeypatch.setattr(ushuffle.dask, "_HEARTBEAT_S", 0.3)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as root, \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                         dashboard_address=None) as cluster, \
+            Client(cluster):
+        w = Workers(root, ["--app-ttl=1500"])
+        try:
+            ushuffle.dask.register(workers=w.addr)
+            p = shuffled().persist()
+            wait(p)
+            time.sleep(4.5)
+            assert w.stored(), "expired under a persisted collection"
+            assert len(p.compute()) == ROWS
+            del p
+            assert w.emptied() == []
+        finally:
+            w.stop()
 
 
 def test_client_compute(client, registered):

@@ -325,11 +325,30 @@ def _drop(target, sid):
         log.warning("ushuffle.dask: %s", e)  # --app-ttl
 
 
+def _heartbeat(target):
+    """Tells target's workers its application is alive (a worker drops
+    the shuffles of one it has not heard from for its --app-ttl)."""
+    try:
+        _auth(target)
+        ushuffle.app_heartbeat(target["workers"], target["app"],
+                               target["timeout_ms"])
+    except ushuffle.Error as e:  # the next beat, or a replica, serves
+        log.warning("ushuffle.dask: heartbeat: %s", e)
+
+
+# How often the scheduler heartbeats the applications of live shuffles:
+# a fifth of ushuffled's default --app-ttl (300 s), so a beat or two
+# lost to a stalled worker never expires a persisted result.
+_HEARTBEAT_S = 60
+
+
 class Lifetimes(SchedulerPlugin):
     """The scheduler plugin that owns shuffle lifetimes: each incarnation
     of a shuffle (from its first map until its statuses key is forgotten)
     gets an id of its own, dropped on the workers when the key goes. A
-    recompute is a new incarnation: it never adds to a dropped one."""
+    recompute is a new incarnation: it never adds to a dropped one. While
+    any shuffle of an application on workers lives, the plugin heartbeats
+    that application, so the workers' --app-ttl never expires it."""
 
     name = "ushuffle"
 
@@ -339,9 +358,18 @@ class Lifetimes(SchedulerPlugin):
     async def start(self, scheduler):
         self.scheduler = scheduler
         scheduler.handlers["ushuffle_shuffle_id"] = self.shuffle_id
-        # Drops talk to the workers: off the scheduler's event loop, in
-        # order.
+        # Drops and heartbeats talk to the workers: off the scheduler's
+        # event loop, in order.
         self.dropper = ThreadPoolExecutor(1, "ushuffle-drop")
+        from tornado.ioloop import PeriodicCallback
+        self.beat = PeriodicCallback(self.heartbeat, _HEARTBEAT_S * 1000)
+        self.beat.start()
+
+    def heartbeat(self):
+        targets = {tuple(t[k] for k in _TARGET): t
+                   for _, t in self.live.values() if t["workers"]}
+        for t in targets.values():
+            self.dropper.submit(_heartbeat, t)
 
     def shuffle_id(self, key, target):
         if key not in self.scheduler.tasks:
@@ -361,6 +389,7 @@ class Lifetimes(SchedulerPlugin):
             self.transition(key, None, "forgotten")
 
     async def close(self):
+        self.beat.stop()
         self.restart(self.scheduler)
         self.dropper.shutdown(wait=True)
 
