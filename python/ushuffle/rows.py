@@ -122,10 +122,9 @@ class Packer:
         if isinstance(ix, pd.RangeIndex):  # computed, not gathered
             kinds.append(np.dtype(np.int64).str)
             self.cols.append(("R", ix.start, ix.step))
-        elif ix.nlevels == 1 and _column(ix._values):
-            k, spec = _column(ix._values)
-            kinds.append(k)
-            self.cols.append(spec)
+        elif ix.nlevels == 1 and (c := _column(ix._values)):
+            kinds.append(c[0])  # encoded once: a string index is a copy
+            self.cols.append(c[1])
         index = bool(kinds)
         others = []
         for i in range(frame.shape[1]):
