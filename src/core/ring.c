@@ -104,10 +104,10 @@ static int engine_create(struct ush_ring *r)
 	return ret;
 }
 
-int ring_use_uring(struct ush_ring *r)
+bool ring_use_uring(struct ush_ring *r)
 {
 	if (!r->unbound || r->uring_tried)
-		return 0;
+		return r->eng->ops == &ushi_engine_uring;
 	r->uring_tried = true;
 	if (r->inflight || r->armed)
 		ushi_panic("ring: engine changed with %u ops in flight, %u armed",
@@ -117,10 +117,10 @@ int ring_use_uring(struct ush_ring *r)
 	if (ret > 0)
 		r->refused = -ret;
 	if (ret)
-		return ret > 0 ? 0 : ret;
+		return false;
 	r->eng->ops->destroy(r->eng);
 	r->eng = e;
-	return 0;
+	return true;
 }
 
 /* The one constructor of rings: ush_ring_create()'s, and a reader's. */

@@ -234,10 +234,10 @@ bool ring_unbound(const struct ush_ring *r);
  * once: set up without SINGLE_ISSUER (nor DEFER_TASKRUN or COOP_TASKRUN,
  * whose completions wait for the submitting thread) and without a
  * registered ring fd (registered per thread). Where the kernel refuses
- * io_uring, or on any other ring, nothing changes. Returns 0, or -errno
- * when the setup failed otherwise (the ring stays on the sync engine).
+ * io_uring, or where the setup fails otherwise, the ring stays on the
+ * sync engine. True when r's ops run on io_uring after the call.
  */
-int ring_use_uring(struct ush_ring *r);
+bool ring_use_uring(struct ush_ring *r);
 /* Counts n writers opened on r (negative: freed); ush_ring_free() of a
  * ring with writers open is a bug. */
 void ring_writers(struct ush_ring *r, int n);

@@ -133,14 +133,16 @@ int prefetch_take(struct prefetch *pf, size_t i, const uint8_t **frame)
 {
 	/* An io_uring pays once a second frame is asked for: the first
 	 * comes through the sync engine, so a reader that wants one record
-	 * sets none up. A ring that cannot be had leaves the reads there. */
-	if (i > 0 && USHI_PREFETCH_DEPTH > 1)
-		ring_use_uring(pf->ring);
-	/* The slot of i - 1 is free now: its records were read. The window
+	 * sets none up. On the sync engine (io_uring refused) a read ahead
+	 * would only read sooner what is read anyway, so the window stays 1.
+	 * The slot of i - 1 is free now: its records were read. The window
 	 * grows with the frames taken: 1, 2, … up to the depth, so a short
 	 * read reads little ahead. A read ahead that cannot be issued is
 	 * issued again when its frame is due. */
-	size_t win = i + 1 < USHI_PREFETCH_DEPTH ? i + 1 : USHI_PREFETCH_DEPTH;
+	bool ahead = i > 0 && USHI_PREFETCH_DEPTH > 1 &&
+		     ring_use_uring(pf->ring);
+	size_t win = !ahead ? 1 : i + 1 < USHI_PREFETCH_DEPTH ?
+		     i + 1 : USHI_PREFETCH_DEPTH;
 	bool queued = false;
 	int ret = 0;
 	while (!ret && pf->next < pf->n && pf->next < i + win &&
