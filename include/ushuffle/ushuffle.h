@@ -123,7 +123,8 @@ USH_API const char *ush_version_string(void);
 	X(POOL, -4005, "buffer pool exhausted")                              \
 	X(CODEC, -4006, "compression or decompression failed")               \
 	X(STATE, -4007, "object in the wrong state for this call")           \
-	X(COMMITTED, -4008, "map attempt already committed")
+	X(COMMITTED, -4008, "map attempt already committed")                 \
+	X(DRAINING, -4009, "worker decommissioning: takes no new map output")
 
 enum {
 #define USH_ERR_ENUM(name, code, msg) USH_E##name = (code),
