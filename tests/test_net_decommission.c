@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 
 #define NW 3
-#define JOBS 4
+#define JOBS 3
 #define MAPS 3
-#define PARTS 12
-#define RECORDS 600
+#define PARTS 8
+#define RECORDS 300
 #define DRAIN_JOB 1 /* the drain comes in this job's map 1 */
 
 static struct th_worker wk[NW];
@@ -171,7 +171,8 @@ static void stream(uint32_t replicas)
 	 * the lists). */
 	for (uint32_t s = JOBS; s-- > 0;) {
 		assert_true(th_worker_alive(&wk[1]));
-		th_verify(&job[s]);
+		if (s <= DRAIN_JOB) /* the jobs with maps on it */
+			th_verify(&job[s]);
 		th_ok(ush_shuffle_drop(list, NULL, s + 1, 0));
 	}
 	exits_0(1);
