@@ -1,0 +1,73 @@
+"""Decommission through the bindings (docs/operations.md,
+"Decommission"): a writer given a list with a draining worker raises
+nothing and places its map on the other; readers find it; the drained
+worker serves its shuffle until it is dropped, then exits 0."""
+import signal
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+import ushuffle
+
+from conftest import Workers
+
+APP = "decom-py"
+
+
+def _metric(url, name):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return int(line.split()[1])
+    raise AssertionError(f"{url} has no {name}")
+
+
+def _write(addr, shuffle, parts=8, n=200):
+    with ushuffle.Ring() as ring, \
+            ushuffle.Writer(ring, shuffle, 0, 0, parts, target="net",
+                            workers=addr, app=APP) as w:
+        for i in range(n):
+            w.write(i % parts, b"%d:%d" % (shuffle, i))
+        return w.commit()
+
+
+def _read(st, shuffle, parts=8, n=200):
+    got = []
+    for p in range(parts):
+        with ushuffle.Reader(p, [st]) as r:
+            got += [bytes(v) for v in r]
+    assert sorted(got) == sorted(b"%d:%d" % (shuffle, i) for i in range(n))
+
+
+def test_drained_worker_is_skipped_then_exits():
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as root:
+        w = Workers(root)
+        try:
+            old = _write(w.addr, 1)  # both workers hold shuffle 1
+            w.procs[0].send_signal(signal.SIGUSR2)
+            end = time.monotonic() + 30
+            while not _metric(w.metrics[0], "ushuffled_decommissioning"):
+                assert time.monotonic() < end, "no decommission seen"
+                time.sleep(0.02)
+            new = _write(w.addr, 2)  # raises nothing
+            assert w.held() == [1, 2]  # shuffle 2 went to worker 1 only
+            _read(new, 2)
+            _read(old, 1)  # the drained worker serves what it holds
+            # A list of the draining worker alone: refused, saying why.
+            with ushuffle.Ring() as ring, \
+                    pytest.raises(ushuffle.Draining) as e:
+                ushuffle.Writer(ring, 3, 0, 0, 2, target="net",
+                                workers=w.addr.split(",")[0], app=APP)
+            assert e.value.name == "USH_EDRAINING"
+            assert "every worker is decommissioning" in str(e.value)
+            ushuffle.shuffle_drop(w.addr, APP, 2)
+            assert w.procs[0].poll() is None
+            ushuffle.shuffle_drop(w.addr, APP, 1)
+            assert w.procs[0].wait(timeout=30) == 0
+        finally:
+            w.procs[0].kill()
+            w.procs[0].wait()
+            w.procs[1].terminate()
+            assert w.procs[1].wait(timeout=30) == 0
