@@ -8,7 +8,7 @@
  * shuffle directory appears on the drained worker); the drained worker
  * serves its old shuffles until they are dropped, then exits 0 on its
  * own. With replicas = 2, the maps placed after the drain keep both
- * replicas. Also: a drain of a worker holding nothing exits at once, and
+ * replicas (ring and psync writers alike). Also: a drain of a worker holding nothing exits at once, and
  * when every worker drains a writer fails with USH_EDRAINING naming them.
  */
 #include "core/status.h"
@@ -135,7 +135,7 @@ static void pushed(const struct th_job *j, uint32_t m, uint32_t i)
 	}
 }
 
-static void stream(uint32_t replicas)
+static void stream(uint32_t replicas, enum ush_ioengine io)
 {
 	spawn(NW);
 	struct ush_status st[JOBS][MAPS];
@@ -145,7 +145,7 @@ static void stream(uint32_t replicas)
 	for (uint32_t s = 0; s < JOBS; s++) {
 		job[s] = (struct th_job){.workers = list, .shuffle = s + 1,
 			.partitions = PARTS, .maps = MAPS, .records = RECORDS,
-			.replicas = replicas, .pushed = pushed,
+			.replicas = replicas, .ioengine = io, .pushed = pushed,
 			.statuses = st[s]};
 		for (uint32_t m = 0; m < MAPS; m++, pushed_maps++) {
 			th_ok(th_push_map(&job[s], m, 0, NULL));
@@ -185,13 +185,20 @@ static void stream(uint32_t replicas)
 static void stream_one_replica(void **state)
 {
 	(void)state;
-	stream(1);
+	stream(1, USH_IOENGINE_URING);
 }
 
 static void stream_two_replicas(void **state)
 {
 	(void)state;
-	stream(2);
+	stream(2, USH_IOENGINE_URING);
+}
+
+/* The psync baseline's writer places the same way. */
+static void stream_psync(void **state)
+{
+	(void)state;
+	stream(2, USH_IOENGINE_PSYNC);
 }
 
 /* A worker holding nothing exits as soon as it drains. */
@@ -238,6 +245,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(stream_one_replica, th_teardown),
 		cmocka_unit_test_teardown(stream_two_replicas, th_teardown),
+		cmocka_unit_test_teardown(stream_psync, th_teardown),
 		cmocka_unit_test_teardown(empty_exits, th_teardown),
 		cmocka_unit_test_teardown(all_draining, th_teardown),
 	};
