@@ -8,8 +8,9 @@
  * shuffle directory appears on the drained worker); the drained worker
  * serves its old shuffles until they are dropped, then exits 0 on its
  * own. With replicas = 2, the maps placed after the drain keep both
- * replicas (ring and psync writers alike). Also: a drain of a worker holding nothing exits at once, and
- * when every worker drains a writer fails with USH_EDRAINING naming them.
+ * replicas (ring and psync writers alike). Also: a drain of a worker
+ * holding nothing exits at once, and when every worker drains a writer
+ * fails with USH_EDRAINING naming them.
  */
 #include "core/status.h"
 #include "net_helpers.h"

@@ -217,9 +217,9 @@ void wk_decommission_pass(struct wk_thread *t)
 		return;
 	wk->decom_left = left;
 	if (left) {
-		wk_log(wk, 1, "decommissioning: %zu shuffle%s left; new writers "
-		       "are refused, reads, drops and heartbeats served", left,
-		       left == 1 ? "" : "s");
+		wk_log(wk, 1, "decommissioning: %zu shuffle%s left; new "
+		       "writers are refused, reads, drops and heartbeats "
+		       "served", left, left == 1 ? "" : "s");
 		return;
 	}
 	wk_log(wk, 1, "decommissioned: no shuffle left; exiting");

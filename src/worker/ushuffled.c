@@ -88,10 +88,11 @@ static void on_usr2(int sig)
 }
 
 /*
- * Serves until a signal stops the worker, or a decommission ends. Under systemd (Type=notify):
- * READY=1 once serving, and with WatchdogSec= a WATCHDOG=1 every half
- * period while no worker thread has stalled for a whole period, so a
- * hung thread gets the daemon restarted.
+ * Serves until a signal stops the worker, or a decommission ends. Under
+ * systemd (Type=notify): READY=1 once serving, the shuffles left while
+ * decommissioning, and with WatchdogSec= a WATCHDOG=1 every half period
+ * while no worker thread has stalled for a whole period, so a hung
+ * thread gets the daemon restarted.
  */
 /* The shortest watchdog period kept: worker threads pass their loop
  * every 100 ms while healthy, so a shorter one would see stalls in every

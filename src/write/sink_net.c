@@ -617,9 +617,10 @@ static int skip_draining(struct net *n, char (*peers)[USHI_NET_PEER])
 	for (unsigned i = 0; i < n->nc; i++) {
 		if (n->c[i].err == USH_EDRAINING) {
 			if (len < (int)sizeof(names))
-				len += snprintf(names + len, sizeof(names) -
-						(size_t)len, "%s%s", len ? ", " :
-						"", peers[i]);
+				len += snprintf(names + len,
+						sizeof(names) - (size_t)len,
+						"%s%s", len ? ", " : "",
+						peers[i]);
 			continue;
 		}
 		if (k != i) {
