@@ -356,6 +356,11 @@ struct ush_writer_stats {
  * number, as engines number task attempts. On disk, an attempt whose
  * writer failed before its commit may be reopened (its partial files are
  * replaced); a worker refuses one it holds frames of (-EEXIST).
+ *
+ * Net target: a worker that decommissions refuses the map, which is then
+ * placed on the other workers of the list (replicas cut to those left,
+ * with a warning) and its status names the workers used; when every
+ * worker refuses, USH_EDRAINING naming them.
  */
 USH_API int ush_writer_open(ush_writer **out, ush_ring *ring,
 			    const struct ush_writer_opts *opts);
