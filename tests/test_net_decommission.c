@@ -10,11 +10,14 @@
  * own. With replicas = 2, the maps placed after the drain keep both
  * replicas (ring and psync writers alike). Also: a drain of a worker
  * holding nothing exits at once, and when every worker drains a writer
- * fails with USH_EDRAINING naming them.
+ * fails with USH_EDRAINING naming them; and the CLI's shuffle jobs given
+ * the drained worker in their list pass their verify without it.
  */
+#include "cli_run.h"
 #include "core/status.h"
 #include "net_helpers.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #define NW 3
@@ -26,11 +29,12 @@
 
 static struct th_worker wk[NW];
 static char list[512], errlog[NW][600];
+static const char *base; /* the test's scratch directory */
 
 static void spawn(unsigned n)
 {
 	int len = 0;
-	const char *base = th_scratch("decom"); /* th_teardown removes it */
+	base = th_scratch("decom"); /* th_teardown removes it */
 	for (unsigned i = 0; i < n; i++) {
 		wk[i] = (struct th_worker){0};
 		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s/w%u", base, i);
@@ -212,6 +216,51 @@ static void empty_exits(void **state)
 	cleanup(1);
 }
 
+/* The shuffle directories in worker i's --dir. */
+static unsigned shuffle_dirs(unsigned i)
+{
+	DIR *d = opendir(wk[i].dir);
+	unsigned n = 0;
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] == 's' && e->d_name[1] >= '0' &&
+		     e->d_name[1] <= '9';
+	closedir(d);
+	return n;
+}
+
+/* The CLI's shuffle jobs, given all three workers while one drains: they
+ * verify, and none of their shuffles lands on the drained worker. */
+static void cli_jobs(void **state)
+{
+	(void)state;
+	spawn(NW);
+	struct ush_status st[1] = {{0}};
+	struct th_job j = {.workers = list, .shuffle = 7, .partitions = 4,
+			   .maps = 1, .records = 50, .statuses = st};
+	th_ok(th_push_map(&j, 0, 0, NULL)); /* all three hold shuffle 7 */
+	drain(1);
+	char workers[600];
+	snprintf(workers, sizeof(workers), "--workers=%s", list);
+	const char *args[] = {"--name=decom", "--rw=shuffle", "--target=net",
+			      workers, "--size=2m", "--numjobs=2",
+			      "--partitions=16", "--loops=2",
+			      "--verify=crc32c", "--unlink=0",
+			      "--output-format=json", NULL};
+	struct cli_out r = cli_runv(base, args);
+	cli_expect(&r, 0);
+	cli_free(&r);
+	/* Kept (--unlink=0): the job's shuffle is on the others, and the
+	 * drained worker holds shuffle 7 alone. */
+	assert_int_equal(shuffle_dirs(0), 2);
+	assert_int_equal(shuffle_dirs(1), 1);
+	th_verify(&j);
+	th_ok(ush_shuffle_drop(list, NULL, 7, 0));
+	exits_0(1);
+	th_job_free(&j);
+	cleanup(NW);
+}
+
 /* Every worker draining: the writer fails, naming them all. */
 static void all_draining(void **state)
 {
@@ -249,6 +298,7 @@ int main(void)
 		cmocka_unit_test_teardown(stream_psync, th_teardown),
 		cmocka_unit_test_teardown(empty_exits, th_teardown),
 		cmocka_unit_test_teardown(all_draining, th_teardown),
+		cmocka_unit_test_teardown(cli_jobs, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
