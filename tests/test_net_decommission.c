@@ -243,10 +243,9 @@ static void cli_jobs(void **state)
 	char workers[600];
 	snprintf(workers, sizeof(workers), "--workers=%s", list);
 	const char *args[] = {"--name=decom", "--rw=shuffle", "--target=net",
-			      workers, "--size=2m", "--numjobs=2",
-			      "--partitions=16", "--loops=2",
-			      "--verify=crc32c", "--unlink=0",
-			      "--output-format=json", NULL};
+			      workers, "--size=1m", "--numjobs=2",
+			      "--partitions=16", "--verify=crc32c",
+			      "--unlink=0", "--output-format=json", NULL};
 	struct cli_out r = cli_runv(base, args);
 	cli_expect(&r, 0);
 	cli_free(&r);
