@@ -123,7 +123,8 @@ USH_API const char *ush_version_string(void);
 	X(POOL, -4005, "buffer pool exhausted")                              \
 	X(CODEC, -4006, "compression or decompression failed")               \
 	X(STATE, -4007, "object in the wrong state for this call")           \
-	X(COMMITTED, -4008, "map attempt already committed")
+	X(COMMITTED, -4008, "map attempt already committed")                 \
+	X(DRAINING, -4009, "worker decommissioning: takes no new map output")
 
 enum {
 #define USH_ERR_ENUM(name, code, msg) USH_E##name = (code),
@@ -355,6 +356,11 @@ struct ush_writer_stats {
  * number, as engines number task attempts. On disk, an attempt whose
  * writer failed before its commit may be reopened (its partial files are
  * replaced); a worker refuses one it holds frames of (-EEXIST).
+ *
+ * Net target: a worker that decommissions refuses the map, which is then
+ * placed on the other workers of the list (replicas cut to those left,
+ * with a warning) and its status names the workers used; when every
+ * worker refuses, USH_EDRAINING naming them.
  */
 USH_API int ush_writer_open(ush_writer **out, ush_ring *ring,
 			    const struct ush_writer_opts *opts);

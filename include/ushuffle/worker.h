@@ -157,6 +157,17 @@ USH_API int ush_worker_start(ush_worker *w);
  * sets a flag: safe from a signal handler and any thread.
  */
 USH_API void ush_worker_stop(ush_worker *w);
+/*
+ * Decommissions the worker before maintenance: from now on a writer's
+ * HELLO is refused with ERROR USH_EDRAINING (clients place its
+ * partitions on their other workers), whatever its shuffle; writers
+ * already past their HELLO push and commit as before; reads, drops and
+ * heartbeats are served. Once the worker holds no shuffle (each dropped
+ * or expired), it stops as ush_worker_stop() does, so ush_worker_wait()
+ * returns. Not persisted: a restarted worker takes writers again. Only
+ * sets a flag: safe from a signal handler and any thread.
+ */
+USH_API void ush_worker_decommission(ush_worker *w);
 /* Waits for the threads to exit; returns 0 or their first error. */
 USH_API int ush_worker_wait(ush_worker *w);
 /* start + wait: serves in the calling thread until ush_worker_stop(). */
@@ -225,6 +236,8 @@ struct ush_worker_stats {
 	uint64_t bytes_in_place; /* DATA frame bytes written to the logs
 				    from the buffers they were received in
 				    (the rest were copied once) */
+	uint64_t decommissioning; /* 1 once ush_worker_decommission() was
+				    called (0.4.4) */
 };
 USH_API void ush_worker_stats_size(const ush_worker *w,
 				   struct ush_worker_stats *st, size_t size);

@@ -144,7 +144,13 @@ class Corrupt(Error):
     """USH_ECORRUPT or USH_ECRC: data or a status does not check."""
 
 
-_CLASSES = {-4004: NotCommitted, -4001: Corrupt, -4002: Corrupt}
+class Draining(Error):
+    """USH_EDRAINING: every worker of a writer's list decommissions
+    (one that does is left out of the map's list, no error)."""
+
+
+_CLASSES = {-4004: NotCommitted, -4001: Corrupt, -4002: Corrupt,
+            -4009: Draining}
 
 
 def _check(rc, what):

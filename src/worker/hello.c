@@ -60,6 +60,16 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 				   [WK_ABANDONED] = -EEXIST,
 				   [WK_COMMITTED] = USH_ECOMMITTED};
 	pthread_mutex_lock(&wk->lock);
+	/* Under the lock: once thread 0 has seen no shuffle left here, no
+	 * claim can add one (decommission_pass()). */
+	if (atomic_load(&wk->decom)) {
+		pthread_mutex_unlock(&wk->lock);
+		wk_conn_close_with(c, USH_EDRAINING, "worker decommissioning: "
+				   "it takes no new map output (shuffle %u map "
+				   "%u attempt %u); place it on the other "
+				   "workers", h->shuffle, h->map, h->attempt);
+		return USH_EDRAINING;
+	}
 	unsigned natt = c->appr->natt;
 	if (natt >= wk->o.max_app_attempts) {
 		pthread_mutex_unlock(&wk->lock);

@@ -18,7 +18,8 @@ void wk_count_error(struct ush_worker *wk, int code)
 	case -EDQUOT: k = USH_WORKER_ERR_QUOTA; break;
 	case -EBUSY: k = USH_WORKER_ERR_LIMIT; break;
 	case -ETIMEDOUT: k = USH_WORKER_ERR_TIMEOUT; break;
-	case -ESHUTDOWN: k = USH_WORKER_ERR_SHUTDOWN; break;
+	case -ESHUTDOWN: case USH_EDRAINING: /* told it stops, or drains */
+		k = USH_WORKER_ERR_SHUTDOWN; break;
 	case -EIO: case -ENOSPC: case -EROFS: case -EFBIG:
 		k = USH_WORKER_ERR_STORAGE; break;
 	case -EPROTO: case -EINVAL: case -EMSGSIZE: case USH_ECRC:

@@ -435,6 +435,8 @@ void *wk_thread_main(void *arg)
 			t->expire_ns = ushi_now_ns();
 			wk_app_expire(t);
 		}
+		if (t->idx == 0 && !t->stopping && atomic_load(&wk->decom))
+			wk_decommission_pass(t);
 		while (t->naccepted) {
 			int fd = t->accepted[--t->naccepted];
 			if (!t->stopping) {

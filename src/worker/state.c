@@ -207,6 +207,25 @@ void wk_app_expire(struct wk_thread *t)
 		       err ? ush_strerror(err) : "");
 }
 
+void wk_decommission_pass(struct wk_thread *t)
+{
+	struct ush_worker *wk = t->wk;
+	pthread_mutex_lock(&wk->lock);
+	size_t left = wk->nowners;
+	pthread_mutex_unlock(&wk->lock);
+	if (left == wk->decom_left)
+		return;
+	wk->decom_left = left;
+	if (left) {
+		wk_log(wk, 1, "decommissioning: %zu shuffle%s left; new "
+		       "writers are refused, reads, drops and heartbeats "
+		       "served", left, left == 1 ? "" : "s");
+		return;
+	}
+	wk_log(wk, 1, "decommissioned: no shuffle left; exiting");
+	atomic_store(&wk->stop, 1);
+}
+
 static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
 {
 	for (size_t i = 0; i < wk->acap; i++)

@@ -27,6 +27,11 @@ void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
 /* Drops the shuffles of every application silent for the TTL, and
  * removes those applications. */
 void wk_app_expire(struct wk_thread *t);
+/* Thread 0, each pass while decommissioning (takes wk->lock): logs the
+ * shuffles left when their number changes, and stops the worker once
+ * none is. A claim checks wk->decom under the lock, so none can follow
+ * a pass that saw nothing left. */
+void wk_decommission_pass(struct wk_thread *t);
 /* At start: removes shuffle directories no application owns. */
 void wk_sweep(struct ush_worker *wk);
 

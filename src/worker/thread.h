@@ -75,6 +75,10 @@ struct ush_worker {
 	struct wk_thread *threads;
 	bool started;
 	atomic_int stop;
+	atomic_bool decom;    /* ush_worker_decommission(): no new writers;
+				 stop once no shuffle is left */
+	size_t decom_left;    /* thread 0: the shuffles last logged as left
+				 (SIZE_MAX before the first line) */
 	pthread_mutex_t lock; /* attempts, owners, apps, drops, the logs */
 	struct wk_attempt *att; /* open addressing, acap a power of two */
 	size_t natt, nslots, acap; /* live entries, used slots, slots */

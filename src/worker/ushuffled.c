@@ -1,7 +1,8 @@
 /*
  * ushuffled: the shuffle worker daemon, a thin main around the library's
  * ush_worker. Runs in the foreground; SIGTERM or SIGINT drain and exit 0;
- * SIGHUP reopens --log-file (logrotate). Options: ushuffled_opts.c;
+ * SIGHUP reopens --log-file (logrotate); SIGUSR2 decommissions (exit 0
+ * once no shuffle is left). Options: ushuffled_opts.c;
  * --metrics: ushuffled_metrics.c; systemd readiness and watchdog:
  * supervise() below. docs/operations.md.
  */
@@ -77,11 +78,21 @@ static void on_signal(int sig)
 		ush_worker_stop(worker); /* an atomic store: signal-safe */
 }
 
+/* SIGUSR2: decommission (docs/operations.md, "Decommission"); the
+ * worker logs it on its next pass. */
+static void on_usr2(int sig)
+{
+	(void)sig;
+	if (worker)
+		ush_worker_decommission(worker); /* an atomic store */
+}
+
 /*
- * Serves until a signal stops the worker. Under systemd (Type=notify):
- * READY=1 once serving, and with WatchdogSec= a WATCHDOG=1 every half
- * period while no worker thread has stalled for a whole period, so a
- * hung thread gets the daemon restarted.
+ * Serves until a signal stops the worker, or a decommission ends. Under
+ * systemd (Type=notify): READY=1 once serving, the shuffles left while
+ * decommissioning, and with WatchdogSec= a WATCHDOG=1 every half period
+ * while no worker thread has stalled for a whole period, so a hung
+ * thread gets the daemon restarted.
  */
 /* The shortest watchdog period kept: worker threads pass their loop
  * every 100 ms while healthy, so a shorter one would see stalls in every
@@ -126,16 +137,29 @@ static void supervise(void)
 	uint64_t step = wd_usec ? wd_usec / 2 : 200000;
 	step = step > 200000 ? 200000 : step;
 	uint64_t since = 0;
+#ifdef USH_HAVE_SYSTEMD
+	uint64_t left = UINT64_MAX;
+#endif
 	while (!atomic_load(&stopping)) {
 		struct timespec ts = {(time_t)(step / 1000000),
 				      (long)(step % 1000000) * 1000};
 		nanosleep(&ts, NULL);
 		since += step;
+		struct ush_worker_stats st;
+		ush_worker_stats(worker, &st);
+		/* A decommission that is done stops the worker itself:
+		 * ush_worker_wait() returns. */
+		if (st.decommissioning && !st.shuffles)
+			break;
+#ifdef USH_HAVE_SYSTEMD
+		if (st.decommissioning && st.shuffles != left)
+			sd_notifyf(0, "STATUS=decommissioning: %llu shuffles "
+				   "left", (unsigned long long)st.shuffles);
+		left = st.decommissioning ? st.shuffles : UINT64_MAX;
+#endif
 		if (!wd_usec || since < wd_usec / 2)
 			continue;
 		since = 0;
-		struct ush_worker_stats st;
-		ush_worker_stats(worker, &st);
 		if (st.stalled_ms * 1000 >= wd_usec)
 			continue; /* let the watchdog fire */
 #ifdef USH_HAVE_SYSTEMD
@@ -195,6 +219,9 @@ int main(int argc, char **argv)
 	struct sigaction hup = {.sa_handler = on_hup, .sa_flags = SA_RESTART};
 	sigemptyset(&hup.sa_mask);
 	sigaction(SIGHUP, &hup, NULL);
+	struct sigaction usr2 = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
+	sigemptyset(&usr2.sa_mask);
+	sigaction(SIGUSR2, &usr2, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	ret = ush_worker_start(worker);
 	if (ret)

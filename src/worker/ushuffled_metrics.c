@@ -92,6 +92,9 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	metric(&t, "connections", "gauge", "Connections held.", s.conns_open);
 	metric(&t, "applications", "gauge", "Applications known.", s.apps);
 	metric(&t, "shuffles", "gauge", "Shuffles held.", s.shuffles);
+	metric(&t, "decommissioning", "gauge", "1 once decommissioned "
+	       "(SIGUSR2): no new writers, exits when no shuffle is left.",
+	       s.decommissioning);
 	metric(&t, "stored_bytes", "gauge",
 	       "DATA bytes stored for applications.", s.bytes_stored);
 	metric(&t, "open_files", "gauge", "Log and index files open.",

@@ -103,6 +103,7 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	s.expiries = LOAD(m->expiries); /* with the drops it counts */
 	s.apps = wk->napps;
 	s.shuffles = wk->nowners;
+	s.decommissioning = atomic_load(&wk->decom);
 	s.bytes_stored = wk_app_bytes(wk);
 	pthread_mutex_unlock(&wk->lock);
 	ushi_struct_init(st, size, &s, sizeof(s));
@@ -451,6 +452,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			wk->o.flush_size = fs;
 	wk->secrets_dirfd = -1;
 	wk->log_fd = -1;
+	wk->decom_left = SIZE_MAX;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
 	wk_group_init(&wk->grp);
@@ -601,6 +603,11 @@ int ush_worker_start(ush_worker *wk)
 void ush_worker_stop(ush_worker *wk)
 {
 	atomic_store(&wk->stop, 1);
+}
+
+void ush_worker_decommission(ush_worker *wk)
+{
+	atomic_store(&wk->decom, true);
 }
 
 int ush_worker_wait(ush_worker *wk)

@@ -26,6 +26,12 @@
  * not a writer error: the others carry on, the commit needs the ACKs of
  * the live ones and the map status names, per partition, the workers
  * that acknowledged it.
+ *
+ * Decommission: a worker that refuses the HELLO as decommissioning
+ * (USH_EDRAINING) leaves this map's list. The map is placed on the
+ * workers left, by the same hash and replica rule over that shorter list,
+ * and its status names that list: readers find each partition where it
+ * went, and the map keeps its replica count while enough workers remain.
  */
 #define _GNU_SOURCE
 #include "net/net.h"
@@ -582,6 +588,70 @@ static int place_replicas(struct net *n, char (*peers)[USHI_NET_PEER])
 	return 0;
 }
 
+/* The list of peers[0..n), labels kept ("HOST:PORT@LABEL,..."), on the
+ * heap. */
+static char *peer_list(char (*peers)[USHI_NET_PEER], unsigned n)
+{
+	char *list = ushi_malloc((size_t)n * (USHI_NET_PEER + 1) + 1);
+	size_t len = 0;
+	for (unsigned i = 0; list && i < n; i++) {
+		const char *label = peers[i] + strlen(peers[i]) + 1;
+		len += (size_t)sprintf(list + len, "%s%s%s%s", i ? "," : "",
+				       peers[i], *label ? "@" : "", label);
+	}
+	if (list)
+		list[len] = 0;
+	return list;
+}
+
+/* Leaves the workers that refused as decommissioning (c->err
+ * USH_EDRAINING) out of the map's list, which becomes the writer's
+ * location (its map status names it); the replicas are cut to the
+ * workers left, with a warning. Fails when none is left. */
+static int skip_draining(struct net *n, char (*peers)[USHI_NET_PEER])
+{
+	struct ush_writer *w = n->w;
+	char names[512];
+	int len = 0;
+	unsigned k = 0;
+	for (unsigned i = 0; i < n->nc; i++) {
+		if (n->c[i].err == USH_EDRAINING) {
+			if (len < (int)sizeof(names))
+				len += snprintf(names + len,
+						sizeof(names) - (size_t)len,
+						"%s%s", len ? ", " : "",
+						peers[i]);
+			continue;
+		}
+		if (k != i) {
+			n->c[k] = n->c[i];
+			memcpy(peers[k], peers[i], USHI_NET_PEER);
+		}
+		k++;
+	}
+	if (k == n->nc)
+		return 0;
+	if (!k)
+		return ushi_fail(USH_EDRAINING, "net: every worker is "
+				"decommissioning (%s): none takes map %u of "
+				"shuffle %u", names, w->o.map, w->o.shuffle);
+	char *list = peer_list(peers, k);
+	if (!list)
+		return ushi_fail(-ENOMEM, "net: worker list");
+	ushi_free((void *)w->o.workers);
+	w->o.workers = list;
+	n->nc = k;
+	n->st->net_workers = k;
+	if (n->replicas > k) {
+		ushi_warn("net: map %u of shuffle %u: %u replicas asked, %u "
+			  "workers left taking data (%s decommissioning): %u "
+			  "replicas", w->o.map, w->o.shuffle, n->replicas, k,
+			  names, k);
+		n->replicas = k;
+	}
+	return 0;
+}
+
 static int sink_net_open(struct ush_writer *w)
 {
 	const struct ush_writer_opts *o = &w->o;
@@ -635,8 +705,6 @@ static int sink_net_open(struct ush_writer *w)
 	n->nc = nc;
 	n->replicas = R;
 	w->sink_state = n;
-	if (!ret)
-		ret = place_replicas(n, peers);
 	n->st->net_workers = nc;
 	for (unsigned i = 0; !ret && i < nc; i++) {
 		struct proto_hello h, me = {.role = USHI_ROLE_WRITER,
@@ -646,6 +714,10 @@ static int sink_net_open(struct ush_writer *w)
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
 		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
+		if (fd == USH_EDRAINING) {
+			c[i].err = fd; /* skip_draining() */
+			continue;
+		}
 		if (fd < 0 && R > 1) {
 			/* Down already: its partitions go to the others. */
 			conn_dead(&c[i], fd, ush_last_error());
@@ -660,8 +732,14 @@ static int sink_net_open(struct ush_writer *w)
 								    h.window;
 		c[i].max_frame = h.max_frame;
 		c[i].zc = o->send_zc >= 0;
-		ret = io->start(n, &c[i]);
 	}
+	if (!ret)
+		ret = skip_draining(n, peers);
+	if (!ret)
+		ret = place_replicas(n, peers);
+	for (unsigned i = 0; !ret && i < n->nc; i++)
+		if (c[i].fd >= 0)
+			ret = io->start(n, &c[i]);
 	ushi_free(peers);
 	if (ret) {
 		close_all(n);
