@@ -650,7 +650,7 @@ static void dirs_reordered_or_added(void **state)
 		job_free(&j[k]);
 }
 
-/* Two directories that each hold a commit log are two workers'. */
+/* Two directories of two workers in one list are refused. */
 static void dirs_of_two_workers_refused(void **state)
 {
 	(void)state;
@@ -672,8 +672,8 @@ static void dirs_of_two_workers_refused(void **state)
 	o.dir = err;
 	th_worker_secret(&o);
 	ush_worker *wk;
-	assert_int_equal(ush_worker_create(&wk, &o), -EEXIST);
-	assert_non_null(strstr(ush_last_error(), "both hold a commit log"));
+	assert_int_equal(ush_worker_create(&wk, &o), -EINVAL);
+	assert_non_null(strstr(ush_last_error(), "belong to two workers"));
 	snprintf(err, sizeof(err), "%s::%s", a, b);
 	assert_int_equal(ush_worker_create(&wk, &o), -EINVAL);
 	assert_non_null(strstr(ush_last_error(), "an empty directory"));
