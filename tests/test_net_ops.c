@@ -12,11 +12,13 @@
 #include <sys/un.h>
 #include <time.h>
 
-/* A worker whose stderr goes to <dir>.log (named in log). */
+/* A worker whose stderr goes to <dir>.log (named in log), over w->dir
+ * if set, else a fresh directory. */
 static void spawn_logged(struct th_worker *w, char *log, size_t n,
 			 const char *tag)
 {
-	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
+	if (!w->dir[0])
+		snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
 	snprintf(log, n, "%s.log", w->dir);
 	unlink(log);
 	w->errlog = log;
@@ -323,6 +325,29 @@ static void metrics_scraped_with_curl(void **state)
 	th_worker_stop(&w);
 	th_rmrf(w.dir);
 	unlink(log);
+}
+
+/* A --dir whose path holds a backslash, a double quote and a newline
+ * is a label value escaped as the text format wants it. */
+static void metrics_dir_label_escaped(void **state)
+{
+	(void)state;
+	if (system("curl --version >/dev/null 2>&1"))
+		fail_msg("curl is not installed: tests/bootstrap.sh installs "
+			 "it; this test needs a real HTTP client");
+	const char *root = th_scratch("opslabel");
+	struct th_worker w = {0};
+	char log[600], want[700];
+	snprintf(w.dir, sizeof(w.dir), "%.400s/a\"b\\c\nd", root);
+	int port = spawn_metrics(&w, log, sizeof(log), NULL);
+	char *text = curl(port, "/metrics");
+	assert_non_null(text);
+	snprintf(want, sizeof(want), "ushuffled_dir_quarantined{dir=\"%.400s"
+		 "/a\\\"b\\\\c\\nd\"} 0\n", root);
+	if (!strstr(text, want))
+		fail_msg("no line %s in\n%s", want, text);
+	free(text);
+	th_worker_stop(&w);
 }
 
 /* Why the commit-sync histogram in s breaks Prometheus' invariants
@@ -675,6 +700,8 @@ int main(void)
 		cmocka_unit_test(one_prefix_startup_line_and_hello_at_info),
 		cmocka_unit_test(config_file_sets_options),
 		cmocka_unit_test(metrics_scraped_with_curl),
+		cmocka_unit_test_teardown(metrics_dir_label_escaped,
+					  th_teardown),
 		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
 		cmocka_unit_test(sync_histogram_whole_on_every_scrape),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),
