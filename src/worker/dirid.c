@@ -18,7 +18,6 @@
 #define _GNU_SOURCE
 #include "worker/thread.h"
 #include "worker/dirid.h"
-#include "worker/files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -527,8 +526,6 @@ int wk_dirid_hold(struct ush_worker *wk, struct wk_dir *d)
 	 * sees it makes logs in d at once. */
 	if (!ret)
 		atomic_store(&d->holds, true);
-	else
-		wk_dir_fail(wk, &wk->dirs[0], ret, "writing its " WK_DIRID);
 	pthread_mutex_unlock(&wk->id_lock);
 	return ret;
 }

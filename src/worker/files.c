@@ -723,8 +723,11 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 		s->dir = place(wk, s->shuffle, t->idx);
 	if (!s->dir_made) {
 		int ret = wk_dirid_hold(wk, s->dir);
-		if (ret)
+		if (ret) {
+			wk_dir_fail(wk, &wk->dirs[0], ret, "writing its "
+				    WK_DIRID);
 			return ret;
+		}
 		snprintf(lpath, sizeof(lpath), "s%u", s->shuffle);
 		if (mkdirat(s->dir->fd, lpath, 0755) && errno != EEXIST) {
 			ret = -errno;
