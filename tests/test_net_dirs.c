@@ -4,7 +4,8 @@
  *  - a restart without the home directory, or without a directory that
  *    holds shuffle logs, is refused (exit 2, naming it; a new empty
  *    directory at its path is called out), deletes nothing, and the
- *    whole list afterwards, in another order, serves everything;
+ *    whole list afterwards, in another order, serves everything (its
+ *    markers, which say the same, not rewritten);
  *  - a directory added empty may leave the list again and come back;
  *  - two workers' directories in one list are refused, marked or of an
  *    earlier version, and so is one directory given twice (under two
@@ -176,8 +177,16 @@ static void missing_dir_refused(void **state)
 	th_rmrf(d.b);
 	assert_int_equal(rename(gone, d.b), 0);
 	assert_true(fp == fingerprint(&d));
+	/* The list in another order: the markers say the same (the home
+	 * first), so they are not rewritten (no space needed). */
+	struct stat st0, st1;
+	char id[200];
+	snprintf(id, sizeof(id), "%s/ushuffled.id", d.a);
+	assert_int_equal(stat(id, &st0), 0);
 	snprintf(w.dir, sizeof(w.dir), "%s:%s", d.b, d.a);
 	serves(&w, j, 2);
+	assert_int_equal(stat(id, &st1), 0);
+	assert_true(st0.st_ino == st1.st_ino);
 	jobs_free(j, 2);
 }
 

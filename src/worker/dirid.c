@@ -431,8 +431,25 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 
 /* ----------------------------------------------------------- writing */
 
+/* Whether d's marker holds the n bytes at b already. */
+static bool unchanged(const struct wk_dir *d, const char *b, size_t n)
+{
+	int fd = openat(d->fd, WK_DIRID, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	char *old = NULL;
+	bool same = fd >= 0 && !fstat(fd, &st) && (size_t)st.st_size == n &&
+		    (old = ushi_malloc(n)) && !ushi_pread_all(fd, old, n, 0) &&
+		    !memcmp(old, b, n);
+	ushi_free(old);
+	if (fd >= 0)
+		close(fd);
+	return same;
+}
+
 /* The marker of d, as the worker's directories stand (and extra
- * recorded as holding logs), written whole or not at all. */
+ * recorded as holding logs), written whole or not at all; not at all
+ * where it says so already (a restart with the same list needs no
+ * space on a full disk). */
 static int write_marker(struct ush_worker *wk, struct wk_dir *d,
 			const struct wk_dir *extra)
 {
@@ -457,6 +474,10 @@ static int write_marker(struct ush_worker *wk, struct wk_dir *d,
 	}
 	n += (size_t)snprintf(b + n, cap - n, "crc32c %08x\n",
 			      text_crc(b, n));
+	if (unchanged(d, b, n)) {
+		ushi_free(b);
+		return 0;
+	}
 	int fd = openat(d->fd, WK_DIRID ".tmp", O_WRONLY | O_CREAT | O_TRUNC |
 			O_NOFOLLOW | O_CLOEXEC, 0644);
 	int ret = fd < 0 ? -errno : ushi_pwrite_all(fd, b, n, 0);
