@@ -23,8 +23,9 @@
 #include <ftw.h>
 #include <sys/stat.h>
 
-#define THREADS 2
-#define MAPS 4
+#define THREADS 1
+#define MAPS 1
+#define JOBS 9
 
 /* Short enough for three in a th_worker's dir. */
 struct dirs {
@@ -71,7 +72,7 @@ static void refused(const char *list, int rc, const char *want,
 static struct th_job job(const struct th_worker *w, uint32_t shuffle)
 {
 	struct th_job j = {.workers = w->addr, .shuffle = shuffle,
-			   .partitions = 6, .maps = MAPS, .records = 800,
+			   .partitions = 6, .maps = MAPS, .records = 300,
 			   .statuses = calloc(MAPS, sizeof(struct ush_status))};
 	assert_non_null(j.statuses);
 	for (uint32_t m = 0; m < MAPS; m++)
@@ -140,17 +141,22 @@ static uint64_t fingerprint(const struct dirs *d)
 	return fp_sum;
 }
 
-/* Two shuffles over a:b, from two threads: logs in both (placement
- * spreads a shuffle's logs over the directories by thread). */
-static void two_shuffles(struct dirs *d, struct th_worker *w,
+/* Shuffles 40, 41, ... over a:b until both hold logs (placement
+ * spreads shuffles over the directories by number); returns how many. */
+static unsigned shuffles(struct dirs *d, struct th_worker *w,
 			 struct th_job *j)
 {
+	unsigned n = 0;
 	snprintf(w->dir, sizeof(w->dir), "%s:%s", d->a, d->b);
 	th_worker_spawn(w, "127.0.0.1", 0, THREADS);
-	j[0] = job(w, 40);
-	j[1] = job(w, 41);
+	while (n < JOBS - 1 && (!n || !holds_logs(d->a) ||
+				!holds_logs(d->b))) {
+		j[n] = job(w, 40 + n);
+		n++;
+	}
 	th_worker_stop(w);
-	assert_true(holds_logs(d->b));
+	assert_true(holds_logs(d->a) && holds_logs(d->b));
+	return n;
 }
 
 /* A list without the home, or without a directory holding logs, is
@@ -161,9 +167,9 @@ static void missing_dir_refused(void **state)
 	(void)state;
 	struct dirs d;
 	struct th_worker w = {0};
-	struct th_job j[2];
+	struct th_job j[JOBS];
 	dirs_make(&d);
-	two_shuffles(&d, &w, j);
+	unsigned n = shuffles(&d, &w, j);
 	uint64_t fp = fingerprint(&d);
 	refused(dir_arg(&d, d.b, NULL, NULL), 2, "lacks", "home");
 	refused(dir_arg(&d, d.c, d.b, NULL), 2, d.a, "home");
@@ -184,10 +190,10 @@ static void missing_dir_refused(void **state)
 	snprintf(id, sizeof(id), "%s/ushuffled.id", d.a);
 	assert_int_equal(stat(id, &st0), 0);
 	snprintf(w.dir, sizeof(w.dir), "%s:%s", d.b, d.a);
-	serves(&w, j, 2);
+	serves(&w, j, n);
 	assert_int_equal(stat(id, &st1), 0);
 	assert_true(st0.st_ino == st1.st_ino);
-	jobs_free(j, 2);
+	jobs_free(j, n);
 }
 
 /* In another order with one more, everything is served and new logs
@@ -198,21 +204,21 @@ static void reordered_added_left(void **state)
 	(void)state;
 	struct dirs d;
 	struct th_worker w = {0};
-	struct th_job j[3];
+	struct th_job j[JOBS];
 	dirs_make(&d);
-	two_shuffles(&d, &w, j);
+	unsigned n = shuffles(&d, &w, j);
 	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", d.c, d.b, d.a);
-	serves(&w, j, 2);
+	serves(&w, j, n);
 	assert_false(holds_logs(d.c));
 	snprintf(w.dir, sizeof(w.dir), "%s:%s", d.b, d.a);
-	serves(&w, j, 2);
+	serves(&w, j, n);
 	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", d.a, d.c, d.b);
 	th_worker_restart(&w, THREADS);
-	j[2] = job(&w, 42);
+	j[n] = job(&w, 40 + n);
 	th_worker_stop(&w);
 	snprintf(w.dir, sizeof(w.dir), "%s:%s:%s", d.b, d.c, d.a);
-	serves(&w, j, 3);
-	jobs_free(j, 3);
+	serves(&w, j, n + 1);
+	jobs_free(j, n + 1);
 }
 
 /* Another worker's directory, marked or of an earlier version, and one
@@ -259,9 +265,9 @@ static void damaged_marker_refused(void **state)
 	(void)state;
 	struct dirs d;
 	struct th_worker w = {0};
-	struct th_job j[2];
+	struct th_job j[JOBS];
 	dirs_make(&d);
-	two_shuffles(&d, &w, j);
+	unsigned n = shuffles(&d, &w, j);
 	char path[200];
 	snprintf(path, sizeof(path), "%s/ushuffled.id", d.b);
 	size_t len;
@@ -278,8 +284,8 @@ static void damaged_marker_refused(void **state)
 	put(path, orig, len);
 	free(orig);
 	free(bad);
-	serves(&w, j, 2);
-	jobs_free(j, 2);
+	serves(&w, j, n);
+	jobs_free(j, n);
 }
 
 /* Directories of an earlier version (no markers): shuffle logs whose
@@ -290,10 +296,10 @@ static void earlier_version_adopted(void **state)
 	(void)state;
 	struct dirs d;
 	struct th_worker w = {0};
-	struct th_job j[2];
+	struct th_job j[JOBS];
 	char path[200];
 	dirs_make(&d);
-	two_shuffles(&d, &w, j);
+	unsigned n = shuffles(&d, &w, j);
 	snprintf(path, sizeof(path), "%s/ushuffled.id", d.a);
 	assert_int_equal(unlink(path), 0);
 	snprintf(path, sizeof(path), "%s/ushuffled.id", d.b);
@@ -303,11 +309,11 @@ static void earlier_version_adopted(void **state)
 		"directory listed holds their commit log", d.b);
 	assert_true(fp == fingerprint(&d));
 	snprintf(w.dir, sizeof(w.dir), "%s:%s", d.b, d.a);
-	serves(&w, j, 2);
+	serves(&w, j, n);
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	refused(dir_arg(&d, d.b, NULL, NULL), 2, "lacks", d.a);
-	jobs_free(j, 2);
+	jobs_free(j, n);
 }
 
 int main(void)
