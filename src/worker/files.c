@@ -136,12 +136,14 @@ const char *wk_why_open(int err)
 			       ush_strerror(err);
 }
 
+#define LOCK_FILE "ushuffled.lock"
+
 /* One worker per directory: two would interleave their logs and files.
  * The lock file holds the owner's pid, to name it. */
 static int dir_lock(struct wk_dir *d)
 {
 	char path[4096], pid[32] = "";
-	snprintf(path, sizeof(path), "%s/ushuffled.lock", d->path);
+	snprintf(path, sizeof(path), "%s/" LOCK_FILE, d->path);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return ushi_fail(-errno, "worker: open %s", path);
@@ -227,6 +229,25 @@ static int dirs_parse(struct ush_worker *wk)
 	}
 }
 
+/* A refused start leaves no directory it made (a mount point's stand-in,
+ * say) behind. */
+static void unmake(struct ush_worker *wk)
+{
+	for (unsigned i = 0; i < wk->ndirs; i++) {
+		const struct wk_dir *d = &wk->dirs[i];
+		if (!d->made)
+			continue;
+		if (d->fd >= 0) {
+			unlinkat(d->fd, WK_DIRID, 0);
+			unlinkat(d->fd, WK_DIRID ".tmp", 0);
+		}
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/" LOCK_FILE, d->path);
+		unlink(path);
+		rmdir(d->path);
+	}
+}
+
 int wk_store_init(struct ush_worker *wk)
 {
 	int ret = dirs_parse(wk);
@@ -234,6 +255,8 @@ int wk_store_init(struct ush_worker *wk)
 		ret = dir_open(wk, i);
 	if (!ret)
 		ret = wk_dirid_check(wk);
+	if (ret)
+		unmake(wk);
 	if (ret)
 		return ret == -ENOMEM ? ushi_fail(ret, "worker: allocation") :
 					ret;
