@@ -103,6 +103,15 @@ static inline void cli_expect(const struct cli_out *r, int status)
 			 "--- stderr:\n%s", r->status, status, r->out, r->err);
 }
 
+/* The shuffle id the CLI derives from a job name (FNV-1a, job.c). */
+static inline uint32_t cli_shuffle_id(const char *name)
+{
+	uint32_t h = 2166136261u;
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 16777619u;
+	return h;
+}
+
 /* Asserts that s contains needle. */
 static inline void cli_has(const char *s, const char *needle)
 {

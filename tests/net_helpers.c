@@ -95,6 +95,36 @@ void th_worker_spawn(struct th_worker *w, const char *host, int port,
 	snprintf(w->addr, sizeof(w->addr), "%s:%d", host, w->port);
 }
 
+int th_ushuffled_run(const char *const *args, char **out, char **err)
+{
+	FILE *o = tmpfile(), *e = tmpfile();
+	const char *argv[16] = {"ushuffled"};
+	for (unsigned i = 0; args[i] && i < 14; i++)
+		argv[i + 1] = args[i];
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fileno(o), 1);
+		dup2(fileno(e), 2);
+		execv(USH_USHUFFLED_PATH, (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	char *bufs[2];
+	FILE *fs[2] = {o, e};
+	for (int i = 0; i < 2; i++) {
+		long n = ftell(fs[i]);
+		bufs[i] = calloc(1, (size_t)n + 1);
+		rewind(fs[i]);
+		assert_int_equal(fread(bufs[i], 1, (size_t)n, fs[i]), n);
+		fclose(fs[i]);
+	}
+	*out = bufs[0];
+	*err = bufs[1];
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 void th_worker_stop(struct th_worker *w)
 {
 	int st;

@@ -49,6 +49,10 @@ struct th_worker {
  * "ushuffled: port N" line. With ns set, runs it in that namespace. */
 void th_worker_spawn(struct th_worker *w, const char *host, int port,
 		     unsigned threads);
+/* Runs ushuffled with args (NULL-terminated, at most 14) to its end:
+ * its exit status, and its stdout and stderr in out and err (freed by
+ * the caller). */
+int th_ushuffled_run(const char *const *args, char **out, char **err);
 /* SIGTERM; asserts a clean exit 0. */
 void th_worker_stop(struct th_worker *w);
 void th_worker_kill(struct th_worker *w);

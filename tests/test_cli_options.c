@@ -256,6 +256,16 @@ static void config_mistakes_exit_2(void **state)
 		{"--target=net", "--dir=/nonexistent",
 		 "--dir=/nonexistent: No such file or directory",
 		 "accepted: an existing directory"},
+		/* A list names the directory after the list. */
+		{"--target=disk", "--dir=.:/nonexistent",
+		 "--dir=.:/nonexistent: /nonexistent: No such file or "
+		 "directory", "accepted: an existing directory"},
+		{"--target=disk", "--dir=.::.",
+		 "--dir=.::.: an empty directory in the list (directories "
+		 "are separated by ':')", "accepted: DIR[:DIR...]"},
+		{"--target=disk", "--dir=.:",
+		 "--dir=.:: an empty directory in the list",
+		 "accepted: DIR[:DIR...]"},
 		{"--target=disk", "--iodepht=4",
 		 "--iodepht=4: unknown option (did you mean --iodepth?)",
 		 "accepted: the options"},

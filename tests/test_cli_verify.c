@@ -38,22 +38,13 @@ static struct cli_out read_job(const char *name, const char *format)
 		       "--numjobs=2", "--eta=never");
 }
 
-/* The shuffle id the CLI derives from a job name (FNV-1a, job.c). */
-static uint32_t shuffle_id(const char *name)
-{
-	uint32_t h = 2166136261u;
-	for (; *name; name++)
-		h = (h ^ (uint8_t)*name) * 16777619u;
-	return h;
-}
-
 /* The one file of job name matching pattern, e.g. "m1.a*.data". */
 static void job_file(const char *name, const char *pattern, char *out,
 		     size_t n)
 {
 	char pat[700];
 	glob_t g;
-	snprintf(pat, sizeof(pat), "%s/s%u/%s", spill_dir, shuffle_id(name),
+	snprintf(pat, sizeof(pat), "%s/s%u/%s", spill_dir, cli_shuffle_id(name),
 		 pattern);
 	assert_int_equal(glob(pat, 0, NULL, &g), 0);
 	assert_int_equal(g.gl_pathc, 1);

@@ -12,11 +12,13 @@
 #include <sys/un.h>
 #include <time.h>
 
-/* A worker whose stderr goes to <dir>.log (named in log). */
+/* A worker whose stderr goes to <dir>.log (named in log), over w->dir
+ * if set, else a fresh directory. */
 static void spawn_logged(struct th_worker *w, char *log, size_t n,
 			 const char *tag)
 {
-	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
+	if (!w->dir[0])
+		snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
 	snprintf(log, n, "%s.log", w->dir);
 	unlink(log);
 	w->errlog = log;
@@ -34,38 +36,6 @@ static char *slurp(const char *path)
 	return s;
 }
 
-/* Runs ushuffled with args (NULL-terminated); its exit status, and its
- * stdout and stderr in out and err (freed by the caller). */
-static int run_ushuffled(const char *const *args, char **out, char **err)
-{
-	FILE *o = tmpfile(), *e = tmpfile();
-	const char *argv[16] = {"ushuffled"};
-	for (unsigned i = 0; args[i] && i < 14; i++)
-		argv[i + 1] = args[i];
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		dup2(fileno(o), 1);
-		dup2(fileno(e), 2);
-		execv(USH_USHUFFLED_PATH, (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	char *bufs[2];
-	FILE *fs[2] = {o, e};
-	for (int i = 0; i < 2; i++) {
-		long n = ftell(fs[i]);
-		bufs[i] = calloc(1, (size_t)n + 1);
-		rewind(fs[i]);
-		assert_int_equal(fread(bufs[i], 1, (size_t)n, fs[i]), n);
-		fclose(fs[i]);
-	}
-	*out = bufs[0];
-	*err = bufs[1];
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* "--dir=" a path in a fresh directory of this test's own (dir), so
  * absent whatever other tests create meanwhile; the daemon must not
  * create it when its options are refused. */
@@ -81,7 +51,7 @@ static void version_and_option_errors(void **state)
 	(void)state;
 	char *out, *err;
 	const char *dir = th_tmpdir("opsopts"), *absent = absent_dir_arg(dir);
-	assert_int_equal(run_ushuffled((const char *[]){"--version", NULL},
+	assert_int_equal(th_ushuffled_run((const char *[]){"--version", NULL},
 				       &out, &err), 0);
 	assert_string_equal(out, "ushuffled " USH_VERSION_STRING "\n");
 	free(out), free(err);
@@ -94,7 +64,7 @@ static void version_and_option_errors(void **state)
 		{"--window=17179869185g", "--window=17179869185g: bad value"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int st = run_ushuffled((const char *[]){absent, bad[i][0],
+		int st = th_ushuffled_run((const char *[]){absent, bad[i][0],
 							 NULL}, &out, &err);
 		assert_int_equal(st, 2);
 		if (!strstr(err, bad[i][1]))
@@ -104,18 +74,18 @@ static void version_and_option_errors(void **state)
 	}
 	/* getaddrinfo() takes port 99999 and binds 34463: both addresses
 	 * are checked with the options, before anything is bound. */
-	assert_int_equal(run_ushuffled((const char *[]){absent,
+	assert_int_equal(th_ushuffled_run((const char *[]){absent,
 		"--metrics=127.0.0.1:99999", "--listen=127.0.0.1:99999", NULL},
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--metrics=127.0.0.1:99999: bad value; "
 				    "accepted: HOST:PORT, "));
 	free(out), free(err);
-	assert_int_equal(run_ushuffled((const char *[]){absent,
+	assert_int_equal(th_ushuffled_run((const char *[]){absent,
 		"--listen=127.0.0.1:99999", NULL}, &out, &err), 2);
 	assert_non_null(strstr(err, "--listen=127.0.0.1:99999: bad value; "
 				    "accepted: HOST:PORT or [V6]:PORT, "));
 	free(out), free(err);
-	assert_int_equal(run_ushuffled((const char *[]){"--listen=x:1", NULL},
+	assert_int_equal(th_ushuffled_run((const char *[]){"--listen=x:1", NULL},
 				       &out, &err), 2);
 	assert_non_null(strstr(err, "--dir is required"));
 	free(out), free(err);
@@ -205,7 +175,7 @@ static void config_file_sets_options(void **state)
 		f = fopen(conf, "w");
 		fputs(cases[i][0], f);
 		fclose(f);
-		assert_int_equal(run_ushuffled((const char *[]){arg, absent,
+		assert_int_equal(th_ushuffled_run((const char *[]){arg, absent,
 					NULL}, &out, &err), 2);
 		if (!strstr(err, conf) || !strstr(err, cases[i][1]))
 			fail_msg("config error: \"%s\" missing in:\n%s",
@@ -213,7 +183,7 @@ static void config_file_sets_options(void **state)
 		free(out), free(err);
 	}
 	snprintf(arg, sizeof(arg), "--config=%s", dir);
-	assert_int_equal(run_ushuffled((const char *[]){arg, absent, NULL},
+	assert_int_equal(th_ushuffled_run((const char *[]){arg, absent, NULL},
 				       &out, &err), 2);
 	if (!strstr(err, "cannot read it: Is a directory"))
 		fail_msg("config error for a directory:\n%s", err);
@@ -355,6 +325,29 @@ static void metrics_scraped_with_curl(void **state)
 	th_worker_stop(&w);
 	th_rmrf(w.dir);
 	unlink(log);
+}
+
+/* A --dir whose path holds a backslash, a double quote and a newline
+ * is a label value escaped as the text format wants it. */
+static void metrics_dir_label_escaped(void **state)
+{
+	(void)state;
+	if (system("curl --version >/dev/null 2>&1"))
+		fail_msg("curl is not installed: tests/bootstrap.sh installs "
+			 "it; this test needs a real HTTP client");
+	const char *root = th_scratch("opslabel");
+	struct th_worker w = {0};
+	char log[600], want[700];
+	snprintf(w.dir, sizeof(w.dir), "%.400s/a\"b\\c\nd", root);
+	int port = spawn_metrics(&w, log, sizeof(log), NULL);
+	char *text = curl(port, "/metrics");
+	assert_non_null(text);
+	snprintf(want, sizeof(want), "ushuffled_dir_quarantined{dir=\"%.400s"
+		 "/a\\\"b\\\\c\\nd\"} 0\n", root);
+	if (!strstr(text, want))
+		fail_msg("no line %s in\n%s", want, text);
+	free(text);
+	th_worker_stop(&w);
 }
 
 /* Why the commit-sync histogram in s breaks Prometheus' invariants
@@ -537,7 +530,7 @@ static void set_notify_env(void)
 static void need_systemd(void)
 {
 	char *out, *err;
-	run_ushuffled((const char *[]){"--help", NULL}, &out, &err);
+	th_ushuffled_run((const char *[]){"--help", NULL}, &out, &err);
 	int built = !strstr(out, "not in this build");
 	free(out), free(err);
 	if (!built) {
@@ -707,6 +700,8 @@ int main(void)
 		cmocka_unit_test(one_prefix_startup_line_and_hello_at_info),
 		cmocka_unit_test(config_file_sets_options),
 		cmocka_unit_test(metrics_scraped_with_curl),
+		cmocka_unit_test_teardown(metrics_dir_label_escaped,
+					  th_teardown),
 		cmocka_unit_test(metrics_outlive_idle_and_trickling_clients),
 		cmocka_unit_test(sync_histogram_whole_on_every_scrape),
 		cmocka_unit_test(notify_socket_gets_ready_and_watchdog),

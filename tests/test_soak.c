@@ -788,7 +788,8 @@ static void usage_of(const struct th_worker *w, struct usage *u)
 	while (d && (de = readdir(d))) {
 		const char *n = de->d_name;
 		if (n[0] == '.' || !strcmp(n, "ushuffled.lock") ||
-		    !strcmp(n, "commit.snap") || !strcmp(n, "commit.log"))
+		    !strcmp(n, "ushuffled.id") || !strcmp(n, "commit.snap") ||
+		    !strcmp(n, "commit.log"))
 			continue;
 		u->entries++;
 		size_t l = strlen(u->stray);

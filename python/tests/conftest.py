@@ -62,15 +62,15 @@ class Workers:
         return out
 
     def stored(self):
-        """Files the workers hold besides their lock and commit logs, and
-        a line for each worker that holds shuffles."""
+        """Files the workers hold besides their lock, identity marker and
+        commit logs, and a line for each worker that holds shuffles."""
         out = [f"{url}: {n} shuffles held"
                for url, n in zip(self.metrics, self.held()) if n]
         for d in self.dirs:
             for base, _, files in os.walk(d):
                 out += [os.path.join(base, f) for f in files
-                        if f != "ushuffled.lock" and
-                        not f.startswith("commit.")]
+                        if f not in ("ushuffled.lock", "ushuffled.id")
+                        and not f.startswith("commit.")]
         return out
 
     def emptied(self, timeout=30):

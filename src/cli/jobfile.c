@@ -211,10 +211,11 @@ static int check_dir(const struct job_opts *j, const char *pre)
 	for (unsigned i = 0; used && i < n; i++) {
 		job_dir(j, i, d, sizeof(d));
 		/* one of a list is named after the list */
-		snprintf(what, sizeof(what), n > 1 ? "--dir=%s: %s" : "--dir=%s",
-			 j->dir, d);
+		snprintf(what, sizeof(what), n > 1 && *d ? "--dir=%s: %s" :
+			 "--dir=%s", j->dir, d);
 		if (!*d)
-			usage_error("%s%s: an empty directory in the list; "
+			usage_error("%s%s: an empty directory in the list "
+				    "(directories are separated by ':'); "
 				    "accepted: DIR[:DIR...]", pre, what);
 		else if (stat(d, &st))
 			usage_error("%s%s: %s; accepted: an existing directory "

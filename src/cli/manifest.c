@@ -153,15 +153,23 @@ int manifest_load(struct manifest *m, const struct job_opts *o, char *err,
 	char path[PATH_MAX + 32], dir[PATH_MAX];
 	memset(m, 0, sizeof(*m));
 	m->shuffle = job_shuffle_id(o->name);
-	job_dir(o, 0, dir, sizeof(dir));
-	manifest_path(path, sizeof(path), dir, m->shuffle);
-	if (access(path, R_OK)) {
-		int e = -errno;
-		snprintf(err, n, "no output of job '%s' in %s: %s: %s; run "
-			 "--rw=write (or --rw=shuffle --keep) with the same "
-			 "--name and --dir first", o->name, dir, path,
-			 strerror(-e));
-		return e;
+	/* In the first directory of the write's list: the first of this
+	 * one's that has it, so the list may come in another order. */
+	unsigned nd = job_dir(o, 0, dir, sizeof(dir));
+	int miss = -ENOENT;
+	for (unsigned i = 0; miss && i < nd; i++) {
+		job_dir(o, i, dir, sizeof(dir));
+		manifest_path(path, sizeof(path), dir, m->shuffle);
+		miss = access(path, R_OK) ? -errno : 0;
+	}
+	if (miss) {
+		job_dir(o, 0, dir, sizeof(dir));
+		manifest_path(path, sizeof(path), dir, m->shuffle);
+		snprintf(err, n, "no output of job '%s' in --dir=%s: %s: %s; "
+			 "run --rw=write (or --rw=shuffle --keep) with the same "
+			 "--name and --dir first", o->name, o->dir, path,
+			 strerror(-miss));
+		return miss;
 	}
 	json_object *j = json_object_from_file(path), *rs = NULL;
 	uint32_t shuffle = 0;

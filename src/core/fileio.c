@@ -41,12 +41,12 @@ int ushi_pread_all(int fd, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
-int ushi_sync_dir(const char *path)
+int ushi_sync_dir(const char *path, const char *who)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return ushi_fail(-errno, "%s: open %s (to sync it)", who, path);
 	int ret = fsync(fd) ? -errno : 0;
 	close(fd);
-	return ret;
+	return ret ? ushi_fail(ret, "%s: fsync %s", who, path) : 0;
 }

@@ -364,11 +364,14 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 		return ret;
 	for (uint32_t i = 0; i < d->nbad; i++)
 		if (wanted(fe, d->bad[i].map, d->bad[i].attempt)) {
+			const struct wk_dir *in = wk_dir_with(
+				t->wk, file_name(name, sizeof(name), fe, k,
+						 "log"));
 			snprintf(msg, n, "shuffle %u map %u attempt %u: %u "
-				 "bytes of its frames at s%u/t%u.log offset "
-				 "%llu are damaged", fe->shuffle,
-				 d->bad[i].map, d->bad[i].attempt,
-				 d->bad[i].len, fe->shuffle, k,
+				 "bytes of its frames at %s/%s offset %llu "
+				 "are damaged", fe->shuffle, d->bad[i].map,
+				 d->bad[i].attempt, d->bad[i].len,
+				 in ? in->path : t->wk->dirlist, name,
 				 (unsigned long long)d->bad[i].off);
 			return USH_ECORRUPT;
 		}

@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "worker/thread.h"
 #include "worker/attempt.h"
+#include "worker/dirid.h"
 #include "worker/files.h"
 
 #include <dirent.h>
@@ -135,12 +136,14 @@ const char *wk_why_open(int err)
 			       ush_strerror(err);
 }
 
+#define LOCK_FILE "ushuffled.lock"
+
 /* One worker per directory: two would interleave their logs and files.
  * The lock file holds the owner's pid, to name it. */
 static int dir_lock(struct wk_dir *d)
 {
 	char path[4096], pid[32] = "";
-	snprintf(path, sizeof(path), "%s/ushuffled.lock", d->path);
+	snprintf(path, sizeof(path), "%s/" LOCK_FILE, d->path);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return ushi_fail(-errno, "worker: open %s", path);
@@ -166,28 +169,28 @@ static int dir_lock(struct wk_dir *d)
 	return 0;
 }
 
-/* Makes, locks and opens directory d. */
-static int dir_open(struct wk_dir *d)
+/* Makes, locks and opens directory i of --dir; refuses one given
+ * twice (under two names), whose lock would name this very worker. */
+static int dir_open(struct ush_worker *wk, unsigned i)
 {
-	if (mkdir(d->path, 0755) && errno != EEXIST)
+	struct wk_dir *d = &wk->dirs[i];
+	struct stat st, o;
+	d->made = !mkdir(d->path, 0755);
+	if (!d->made && errno != EEXIST)
 		return ushi_fail(-errno, "worker: mkdir %s", d->path);
+	if (stat(d->path, &st))
+		return ushi_fail(-errno, "worker: stat %s", d->path);
+	for (unsigned k = 0; k < i; k++)
+		if (!fstat(wk->dirs[k].fd, &o) && o.st_dev == st.st_dev &&
+		    o.st_ino == st.st_ino)
+			return ushi_fail(-EINVAL, "worker: --dir: %s and %s are "
+					"the same directory, given twice",
+					wk->dirs[k].path, d->path);
 	int ret = dir_lock(d);
 	if (ret)
 		return ret;
 	d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return d->fd < 0 ? ushi_fail(-errno, "worker: open %s", d->path) : 0;
-}
-
-/* Whether d holds a commit log (or snapshot): it is the home. */
-static bool has_log(const struct wk_dir *d)
-{
-	static const char *names[] = {"commit.log", "commit.snap",
-				      "commit.t0.log"};
-	struct stat st;
-	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		if (!fstatat(d->fd, names[i], &st, AT_SYMLINK_NOFOLLOW))
-			return true;
-	return false;
 }
 
 /* --dir's directories, fio's way: "D0:D1:...". */
@@ -212,7 +215,7 @@ static int dirs_parse(struct ush_worker *wk)
 			if (strlen(wk->dirs[i].path) == len &&
 			    !strncmp(wk->dirs[i].path, p, len))
 				return ushi_fail(-EINVAL, "worker: --dir=%s: "
-						"%s is listed twice", list,
+						"%s is given twice", list,
 						wk->dirs[i].path);
 		char *d = ushi_malloc(len + 1);
 		if (!d)
@@ -226,38 +229,34 @@ static int dirs_parse(struct ush_worker *wk)
 	}
 }
 
-/* The home directory (the commit log's) goes first: the one that has a
- * log, so that the list may come in another order; with none, the
- * first listed. Two with logs are two workers' directories. */
-static int find_home(struct ush_worker *wk)
+/* A refused start leaves no directory it made (a mount point's stand-in,
+ * say) behind. */
+static void unmake(struct ush_worker *wk)
 {
-	unsigned home = wk->ndirs;
 	for (unsigned i = 0; i < wk->ndirs; i++) {
-		if (!has_log(&wk->dirs[i]))
+		const struct wk_dir *d = &wk->dirs[i];
+		if (!d->made)
 			continue;
-		if (home < wk->ndirs)
-			return ushi_fail(-EEXIST, "worker: --dir: %s and %s "
-					"both hold a commit log: the directories "
-					"of two workers, not one", 
-					wk->dirs[home].path, wk->dirs[i].path);
-		home = i;
+		if (d->fd >= 0) {
+			unlinkat(d->fd, WK_DIRID, 0);
+			unlinkat(d->fd, WK_DIRID ".tmp", 0);
+		}
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/" LOCK_FILE, d->path);
+		unlink(path);
+		rmdir(d->path);
 	}
-	if (home < wk->ndirs && home) {
-		struct wk_dir h = wk->dirs[home];
-		memmove(wk->dirs + 1, wk->dirs, home * sizeof(h));
-		wk->dirs[0] = h;
-	}
-	wk->dir = wk->dirs[0].path;
-	return 0;
 }
 
 int wk_store_init(struct ush_worker *wk)
 {
 	int ret = dirs_parse(wk);
 	for (unsigned i = 0; !ret && i < wk->ndirs; i++)
-		ret = dir_open(&wk->dirs[i]);
+		ret = dir_open(wk, i);
 	if (!ret)
-		ret = find_home(wk);
+		ret = wk_dirid_check(wk);
+	if (ret)
+		unmake(wk);
 	if (ret)
 		return ret == -ENOMEM ? ushi_fail(ret, "worker: allocation") :
 					ret;
@@ -746,9 +745,15 @@ static int files_create(struct wk_thread *t, struct wk_shuf *s)
 	if (!s->dir)
 		s->dir = place(wk, s->shuffle, t->idx);
 	if (!s->dir_made) {
+		int ret = wk_dirid_hold(wk, s->dir);
+		if (ret) {
+			wk_dir_fail(wk, &wk->dirs[0], ret, "writing its "
+				    WK_DIRID);
+			return ret;
+		}
 		snprintf(lpath, sizeof(lpath), "s%u", s->shuffle);
 		if (mkdirat(s->dir->fd, lpath, 0755) && errno != EEXIST) {
-			int ret = -errno;
+			ret = -errno;
 			wk_dir_fail(wk, s->dir, ret, "mkdir");
 			return ushi_fail(ret, "worker: mkdir %s/%s",
 					s->dir->path, lpath);

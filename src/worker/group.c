@@ -52,8 +52,8 @@ static void write_group(struct ush_worker *wk, struct wk_logreq *req,
 	if (!ret)
 		ret = wk_log_write(wk, g->buf, at);
 	if (ret)
-		wk_log(wk, 0, "commit log: appending %zu records: %s", n,
-		       ush_strerror(ret));
+		wk_log(wk, 0, "commit log %s/commit.log: appending %zu "
+		       "records: %s", wk->dir, n, ush_strerror(ret));
 	if (n > g->max_group)
 		g->max_group = (unsigned)n;
 	for (struct wk_logreq *q = req; q != stop; q = q->next)

@@ -548,9 +548,19 @@ static void idx_synced(struct ushi_op *op, int res)
 static void dir_synced(struct ushi_op *op, int res)
 {
 	struct wk_shuf *s = op->owner;
-	if (res < 0)
-		wk_shuf_fail(s, res, "fsync of a directory above", 0);
-	if (op->io.fd != s->dir->fd)
+	bool top = op->io.fd == s->dir->fd;
+	if (res < 0) {
+		/* Named, as the log's path follows it. */
+		char what[PATH_MAX + 64];
+		if (top)
+			snprintf(what, sizeof(what), "fsync of directory %s, "
+				 "above", s->dir->path);
+		else
+			snprintf(what, sizeof(what), "fsync of directory "
+				 "%s/s%u, above", s->dir->path, s->shuffle);
+		wk_shuf_fail(s, res, what, 0);
+	}
+	if (!top)
 		close(op->io.fd);
 	synced(s);
 }

@@ -60,6 +60,10 @@ struct wk_dir {
 	int lock;             /* holds the flock on <path>/ushuffled.lock */
 	atomic_int err;       /* what quarantined it (out of placement), or
 				 0: healthy (files.c, wk_dir_fail()) */
+	uint8_t id[16];       /* its identity (dirid.c, its ushuffled.id) */
+	atomic_bool holds;    /* the home's marker says it may hold shuffle
+				 logs: a restart without it is refused */
+	bool made;            /* made by this start: new and empty */
 };
 
 struct ush_worker {
@@ -70,6 +74,8 @@ struct ush_worker {
 	struct wk_dir *dirs;  /* the home first (its commit log), then the
 				 others as listed */
 	unsigned ndirs;
+	uint8_t wid[16];      /* the worker's identity, in every marker */
+	pthread_mutex_t id_lock; /* the home's marker (wk_dirid_hold()) */
 	int port;
 	unsigned nthreads;
 	struct wk_thread *threads;

@@ -65,6 +65,19 @@ static void metric(struct text *t, const char *name, const char *type,
 	    (unsigned long long)v);
 }
 
+/* A label value as the text format wants it: backslash, double quote
+ * and newline escaped. */
+static void put_label(struct text *t, const char *v)
+{
+	for (; *v; v++)
+		if (*v == '\\' || *v == '"')
+			put(t, "\\%c", *v);
+		else if (*v == '\n')
+			put(t, "\\n");
+		else
+			put(t, "%c", *v);
+}
+
 size_t metrics_text(ush_worker *w, char *buf, size_t n)
 {
 	struct ush_worker_stats s;
@@ -124,9 +137,11 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	    "system).\n# TYPE ushuffled_dir_quarantined gauge\n");
 	const char *path;
 	int err;
-	for (unsigned i = 0; !ush_worker_dir(w, i, &path, &err); i++)
-		put(&t, "ushuffled_dir_quarantined{dir=\"%s\"} %d\n", path,
-		    err != 0);
+	for (unsigned i = 0; !ush_worker_dir(w, i, &path, &err); i++) {
+		put(&t, "ushuffled_dir_quarantined{dir=\"");
+		put_label(&t, path);
+		put(&t, "\"} %d\n", err != 0);
+	}
 	put(&t, "# HELP ushuffled_errors_total Failed connections and storage "
 	    "errors, by kind.\n# TYPE ushuffled_errors_total counter\n");
 	for (unsigned i = 0; i < USH_WORKER_ERR_KINDS; i++)

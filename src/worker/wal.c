@@ -118,8 +118,7 @@ int wk_log_open(struct ush_worker *wk)
 	}
 	wk->log_fd = fd;
 	wk->log_off = (uint64_t)st.st_size;
-	return ushi_sync_dir(wk->dir) ?
-		       ushi_fail(-errno, "worker: fsync %s", wk->dir) : 0;
+	return ushi_sync_dir(wk->dir, "worker");
 }
 
 /* Whether name is a log of an earlier version: one per thread. */
@@ -178,7 +177,7 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 	if (!ret && rename(tmp, path))
 		ret = -errno;
 	if (!ret)
-		ret = ushi_sync_dir(wk->dir);
+		ret = ushi_sync_dir(wk->dir, "worker");
 	/* Published: the log's records are all in it or older than it. */
 	if (!ret && wk->log_fd >= 0 && ftruncate(wk->log_fd, 0) == 0)
 		wk->log_off = 0;

@@ -455,6 +455,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	wk->decom_left = SIZE_MAX;
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
+	pthread_mutex_init(&wk->id_lock, NULL);
 	wk_group_init(&wk->grp);
 	pthread_mutex_init(&wk->m.sync_lock, NULL);
 	int port = 0;
@@ -494,6 +495,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			close(wk->secrets_dirfd);
 		pthread_mutex_destroy(&wk->lock);
 		pthread_mutex_destroy(&wk->log_lock);
+		pthread_mutex_destroy(&wk->id_lock);
 		pthread_mutex_destroy(&wk->m.sync_lock);
 		wk_group_fini(&wk->grp);
 		ushi_free(wk);
@@ -652,6 +654,7 @@ void ush_worker_free(ush_worker *wk)
 	ushi_free(wk->secret);
 	pthread_mutex_destroy(&wk->lock);
 	pthread_mutex_destroy(&wk->log_lock);
+	pthread_mutex_destroy(&wk->id_lock);
 	pthread_mutex_destroy(&wk->m.sync_lock);
 	wk_group_fini(&wk->grp);
 	ushi_free(wk->threads);

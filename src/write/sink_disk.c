@@ -577,12 +577,6 @@ static int disk_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 	return d->plen == d->pcap ? pack_flush(w, d) : 0;
 }
 
-static int sync_dir(const char *path)
-{
-	int ret = ushi_sync_dir(path);
-	return ret ? ushi_fail(ret, "disk: fsync %s", path) : 0;
-}
-
 /* Writes the last pack and waits for every data write. */
 static int data_finish(struct ush_writer *w, struct disk *d)
 {
@@ -639,10 +633,10 @@ static int publish(struct ush_writer *w, struct disk *d)
 		return ushi_fail(errno == EEXIST ? USH_ECOMMITTED : -errno,
 				"disk: rename %s to %s", d->itmp, d->index);
 	d->published = true; /* the data is the index's from here on */
-	ret = sync_dir(d->sdir);
+	ret = ushi_sync_dir(d->sdir, "disk");
 	/* The shuffle directory may be new (this writer's mkdir or another
 	 * one's): its entry must be durable too, or a crash loses it. */
-	return ret ? ret : sync_dir(w->o.dir);
+	return ret ? ret : ushi_sync_dir(w->o.dir, "disk");
 }
 
 /*
