@@ -178,8 +178,8 @@ struct fake {
 };
 
 /* The worker's half of the challenge, with the tests' secret: the fake
- * proves it, and takes the client's proof unchecked. */
-static int fake_auth(int fd, uint8_t *in)
+ * proves it, takes the client's proof unchecked, and keys m. */
+static int fake_auth(int fd, uint8_t *in, struct ushi_mac *m)
 {
 	uint8_t out[USHI_PROTO_SMALL];
 	struct proto_auth a = {.step = USHI_AUTH_CHALLENGE};
@@ -189,7 +189,8 @@ static int fake_auth(int fd, uint8_t *in)
 		     USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN, a.nonce, NULL,
 		     a.mac))
 		return -1;
-	if (net_write(fd, out, proto_put_auth(out, &a)))
+	if (net_write(fd, out, proto_put_auth(out, &a)) ||
+	    th_worker_mac(m, key, in, a.nonce))
 		return -1;
 	return net_read(fd, in, USH_FRAME_HDR_SIZE + USHI_PROTO_AUTH_LEN);
 }
@@ -209,16 +210,19 @@ static void *fake_worker(void *p)
 					      USHI_PROTO_FETCH_LEN +
 					      300 * USHI_PROTO_WANT_LEN,
 		       "fake reply buffer");
-	if (net_read(fd, in, sizeof(in)) == 0 && fake_auth(fd, in) == 0) {
+	struct ushi_mac mac = {0};
+	if (net_read(fd, in, sizeof(in)) == 0 && fake_auth(fd, in, &mac) == 0) {
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
 					4u << 20, 64u << 20, 0, 0, 0, "default", 0, {0}};
-		net_write(fd, out, proto_put_hello(out, &h));
+		net_write(fd, out, mac_seal(&mac, out,
+					    proto_put_hello(out, &h)));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
 			net_write(fd, out, proto_put_fetch(out, 1, 0, 0, m, 300));
 	}
 	usleep(100000);
 	close(fd);
+	mac_free(&mac);
 	return NULL;
 }
 

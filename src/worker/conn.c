@@ -86,6 +86,9 @@ void wk_conn_pump(struct wk_conn *c)
 		c->eof = true;
 		return;
 	}
+	struct wk_out *o = c->out.head;
+	if (o->ptr == o->data)
+		o->len = (uint32_t)mac_seal(&c->mac, o->data, o->len);
 	op->kind = OP_SEND;
 	op->cb = send_done;
 	op->owner = c;
