@@ -219,6 +219,20 @@ int th_worker_mac(struct ushi_mac *m, const char *secret,
 	return ret ? ret : mac_start(m, keys, AUTH_WORKER);
 }
 
+int th_listen(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	socklen_t al = sizeof(a);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
 int th_raw_connect(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -75,6 +75,9 @@ ush_worker *th_worker_embed(const char *dir, unsigned threads, char *addr,
  * the protocol by hand. Every wait on it has a 30 s deadline, far beyond
  * any limit a test sets: a worker that never acts fails the test. */
 int th_raw_connect(int port);
+/* A socket listening on loopback at a port of its own, written into
+ * *port: a fake worker's or a proxy's. */
+int th_listen(int *port);
 void th_send_all(int fd, const void *p, size_t n);
 /* recv() of exactly n bytes: 0, or -1 at EOF or a reset. */
 int th_recv_n(int fd, uint8_t *b, size_t n);

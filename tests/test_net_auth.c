@@ -608,15 +608,9 @@ static void replayed_challenge(void **state)
 {
 	(void)state;
 	struct replayer rp;
-	rp.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(rp.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(rp.lfd, 4), 0);
-	assert_int_equal(getsockname(rp.lfd, (struct sockaddr *)&a, &al), 0);
+	rp.lfd = th_listen(&rp.port);
 	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", rp.port);
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, replayer_main, &rp), 0);
 	th_ok(ush_auth_secret("R", SECRET_A, strlen(SECRET_A)));

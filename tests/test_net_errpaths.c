@@ -226,25 +226,13 @@ static void *fake_worker(void *p)
 	return NULL;
 }
 
-static void fake_listen(struct fake *fk)
-{
-	fk->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(fk->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fk->lfd, 4), 0);
-	assert_int_equal(getsockname(fk->lfd, (struct sockaddr *)&a, &al), 0);
-	fk->port = ntohs(a.sin_port);
-}
-
 /* A reply larger than the net sink's receive buffer fails the connection
  * with a message of its own (it used to print an unset pointer). */
 static void writer_reply_too_large(void **state)
 {
 	(void)state;
 	struct fake fk = {.eager = 1};
-	fake_listen(&fk);
+	fk.lfd = th_listen(&fk.port);
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
 	char addr[64];
@@ -275,7 +263,7 @@ static void drop_reply_too_large(void **state)
 {
 	(void)state;
 	struct fake fk = {0};
-	fake_listen(&fk);
+	fk.lfd = th_listen(&fk.port);
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
 	char addr[64];

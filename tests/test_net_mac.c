@@ -9,7 +9,6 @@
  */
 #include "net_helpers.h"
 
-#include <netinet/in.h>
 #include <pthread.h>
 
 enum dir { C2W, W2C };
@@ -188,14 +187,7 @@ static void proxy_start(struct proxy *p, int wport)
 {
 	memset(p, 0, sizeof(*p));
 	p->wport = wport;
-	p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(p->lfd, 16), 0);
-	assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &al), 0);
-	p->port = ntohs(a.sin_port);
+	p->lfd = th_listen(&p->port);
 	snprintf(p->addr, sizeof(p->addr), "127.0.0.1:%d", p->port);
 	assert_int_equal(pthread_create(&p->tid, NULL, accept_main, p), 0);
 }

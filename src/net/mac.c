@@ -7,8 +7,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-/* The header up to its CRC (its last field), which the CRC covers and
- * the tag needs not. */
+/* The header up to its CRC field (its last): the CRC is computed after
+ * the tag, over it, so the tag cannot cover the CRC. */
 #define HDR_SIGNED (USH_FRAME_HDR_SIZE - 4u)
 
 int mac_derive(const uint8_t *secret, size_t slen, const uint8_t *hello,
@@ -90,8 +90,7 @@ size_t mac_seal(struct ushi_mac *m, uint8_t *frame, size_t len)
 	f.payload_len += USHI_MAC_TAG;
 	f.raw_len = f.payload_len;
 	/* Once for the fields the tag covers, once more for the CRC over
-	 * the tag. A tag libcrypto could not make stays zero: the peer
-	 * refuses the frame and the connection ends. */
+	 * the tag (mac.h: a tag libcrypto could not make stays zero). */
 	frame_encode(frame, &f);
 	uint8_t *t = frame + USH_FRAME_HDR_SIZE + body;
 	if (tag(m->tx, m->txn++, frame, body, t))

@@ -47,8 +47,9 @@ static inline bool mac_on(const struct ushi_mac *m)
  * Seals the whole frame of len bytes at frame, which has room for
  * USHI_MAC_TAG bytes more: a control frame gets the MAC flag, the tag
  * behind its payload (counted in its lengths) and a new CRC. Returns its
- * new length; len for DATA or when m is off. Never fails: a failing
- * libcrypto aborts (a frame sent without its tag would only be refused).
+ * new length; len for DATA or when m is off. Never fails: should
+ * libcrypto fail, the tag is left zero and the peer refuses the frame,
+ * which ends the connection as an error here would.
  */
 size_t mac_seal(struct ushi_mac *m, uint8_t *frame, size_t len);
 /*

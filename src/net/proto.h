@@ -119,8 +119,8 @@ struct proto_want {
  * Parses a header and bounds it by type: DATA frames as frame_decode()
  * and at most max_frame bytes in all; control frames codec 0, no
  * records and an exact or bounded payload length, plus the tag when
- * their flags are USHI_FLAG_MAC (whether one is due, mac_open() says). PAD is refused
- * unless pad_ok (it never travels). Returns 0 or USH_ECORRUPT /
+ * their flags are USHI_FLAG_MAC (whether one is due, mac_open() says).
+ * PAD is refused unless pad_ok (it never travels). Returns 0 or USH_ECORRUPT /
  * USH_EVERSION with *why naming the broken rule.
  */
 int proto_header(const uint8_t *hdr, struct ushi_frame *f, uint32_t max_frame,
