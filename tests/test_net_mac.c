@@ -269,7 +269,7 @@ static void expect_worker_log(const char *want)
 	for (int i = 0; i < 200; i++) {
 		size_t len;
 		char *log = th_read_file(wlog, &len);
-		bool found = log && strstr(log, want);
+		bool found = memmem(log, len, want, strlen(want)) != NULL;
 		free(log);
 		if (found)
 			return;
