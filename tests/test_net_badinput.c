@@ -184,8 +184,9 @@ static void unknown_type(void **state)
 static void wrong_version(void **state)
 {
 	(void)state;
-	/* Nonsense, and the version before this one (0.4.0's, whose
-	 * HELLO has this one's length). The refusal names both versions. */
+	/* Nonsense, and the version before this one (a client of before
+	 * control-frame MACs, whose HELLO has this one's length). The
+	 * refusal names both versions. */
 	const uint32_t versions[] = {99, USHI_PROTO_VERSION - 1};
 	for (unsigned i = 0; i < 2; i++) {
 		char msg[600], want[64];

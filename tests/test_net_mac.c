@@ -422,6 +422,34 @@ static void injected_drop_refused(void **state)
 	th_job_free(&j);
 }
 
+/* A refusal for a MAC counts as an authentication failure of the
+ * worker (errors{kind="auth"}), as a wrong proof does: here a worker of
+ * this process, whose counters the test reads. */
+static void mac_failures_counted(void **state)
+{
+	(void)state;
+	char addr[64] = ""; /* any port */
+	const char *dir = th_tmpdir("mac-count");
+	ush_worker *w = th_worker_embed(dir, 1, addr, sizeof(addr));
+	struct proxy p2;
+	proxy_start(&p2, ush_worker_port(w));
+	proxy_rule(&p2, (struct rule){.act = REPLAY, .dir = C2W,
+				      .type = USHI_FRAME_HEARTBEAT});
+	th_ok(ush_app_heartbeat(p2.addr, NULL, 10000));
+	assert_int_equal(atomic_load(&p2.rule.fired) > 0, 1);
+	struct ush_worker_stats st;
+	for (int i = 0; i < 1000; i++) {
+		ush_worker_stats(w, &st);
+		if (st.errors[USH_WORKER_ERR_AUTH])
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(st.errors[USH_WORKER_ERR_AUTH], 1);
+	proxy_stop(&p2);
+	ush_worker_free(w);
+	th_rmrf(dir);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -432,6 +460,7 @@ int main(void)
 		cmocka_unit_test(altered_fetch_drop_error_refused),
 		cmocka_unit_test(replayed_frames_refused),
 		cmocka_unit_test(injected_drop_refused),
+		cmocka_unit_test(mac_failures_counted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
