@@ -4,8 +4,9 @@
  * can rewrite one (with a correct CRC, as an attacker on the path would),
  * send one twice, or insert a forged one. Every altered, replayed or
  * injected control frame is refused by the side that receives it, before
- * it acts: nothing is committed or dropped, and the data stays readable.
- * Untouched, everything passes through.
+ * it acts: nothing is committed or dropped, and the data stays readable;
+ * the worker logs and counts each refusal. Untouched, everything passes
+ * through.
  */
 #include "net_helpers.h"
 
