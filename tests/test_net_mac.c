@@ -112,7 +112,7 @@ static size_t forged_drop(uint8_t *b, uint32_t s, bool tagged)
 	frame_parse(b, &f);
 	f.flags = USHI_FLAG_MAC;
 	f.payload_len = f.raw_len = USHI_MAC_TAG;
-	th_ok(auth_nonce(b + USH_FRAME_HDR_SIZE)); /* 32 random bytes */
+	th_ok(auth_nonce(b + USH_FRAME_HDR_SIZE)); /* the tag: random */
 	frame_encode(b, &f);
 	return n + USHI_MAC_TAG;
 }
