@@ -200,10 +200,74 @@ ush_worker *th_worker_embed(const char *dir, unsigned threads, char *addr,
 	return th_worker_embed_pool(dir, threads, 0, addr, n);
 }
 
+/* Raw connections' MACs, by descriptor. */
+static struct ushi_mac th_macs[1024];
+
+struct ushi_mac *th_mac(int fd)
+{
+	assert_true(fd >= 0 && (size_t)fd < ARRAY_SIZE(th_macs));
+	return &th_macs[fd];
+}
+
+size_t th_seal(int fd, uint8_t *b, size_t n)
+{
+	size_t off = 0;
+	while (off < n) {
+		struct ushi_frame f;
+		assert_int_equal(frame_parse(b + off, &f), 0);
+		size_t len = proto_size(&f);
+		assert_true(off + len <= n);
+		if (f.type != USHI_FRAME_DATA && mac_on(th_mac(fd))) {
+			memmove(b + off + len + USHI_MAC_TAG, b + off + len,
+				n - off - len);
+			len = mac_seal(th_mac(fd), b + off, len);
+			n += USHI_MAC_TAG;
+		}
+		off += len;
+	}
+	return n;
+}
+
+void th_send_ctrl(int fd, uint8_t *b, size_t n)
+{
+	th_send_all(fd, b, th_seal(fd, b, n));
+}
+
+void th_open(int fd, const uint8_t *frame, struct ushi_frame *f)
+{
+	const char *why;
+	if (mac_open(th_mac(fd), frame, f, &why))
+		fail_msg("frame of type %u from the worker: %s", f->type, why);
+}
+
+int th_worker_mac(struct ushi_mac *m, const char *secret,
+		  const uint8_t *hello, const uint8_t *nw)
+{
+	mac_keys keys;
+	int ret = mac_derive((const uint8_t *)secret, strlen(secret), hello,
+			     USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN, nw, keys);
+	return ret ? ret : mac_start(m, keys, AUTH_WORKER);
+}
+
+int th_listen(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	socklen_t al = sizeof(a);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
 int th_raw_connect(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(fd >= 0);
+	mac_free(th_mac(fd)); /* an earlier connection's, if any */
 	struct sockaddr_in a = {.sin_family = AF_INET,
 				.sin_port = htons((uint16_t)port)};
 	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
@@ -248,6 +312,7 @@ int th_recv_frame(int fd, uint8_t *buf, size_t cap, struct ushi_frame *f)
 	assert_true(proto_size(f) <= cap);
 	if (th_recv_n(fd, buf + USH_FRAME_HDR_SIZE, f->payload_len))
 		return -1;
+	th_open(fd, buf, f);
 	return f->type;
 }
 
@@ -278,7 +343,11 @@ int th_try_hello(int fd, struct proto_hello h, const char *secret,
 	assert_true(auth_mac_equal(pw, a.mac));
 	th_ok(auth_mac(key, klen, AUTH_CLIENT, hb, hn, a.nonce, a.mac,
 		       r.mac));
+	mac_keys keys;
+	th_ok(mac_derive(key, klen, hb, hn, a.nonce, keys));
 	th_send_all(fd, b, proto_put_auth(b, &r));
+	mac_free(th_mac(fd));
+	th_ok(mac_start(th_mac(fd), keys, AUTH_CLIENT));
 	return 0;
 }
 

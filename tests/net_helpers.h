@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 #include "net/auth.h"
+#include "net/mac.h"
 #include "net/proto.h"
 
 #include <arpa/inet.h>
@@ -78,12 +79,34 @@ ush_worker *th_worker_embed(const char *dir, unsigned threads, char *addr,
  * the protocol by hand. Every wait on it has a 30 s deadline, far beyond
  * any limit a test sets: a worker that never acts fails the test. */
 int th_raw_connect(int port);
+/* A socket listening on loopback at a port of its own, written into
+ * *port: a fake worker's or a proxy's. */
+int th_listen(int *port);
 void th_send_all(int fd, const void *p, size_t n);
 /* recv() of exactly n bytes: 0, or -1 at EOF or a reset. */
 int th_recv_n(int fd, uint8_t *b, size_t n);
 /* Reads one whole frame (at most cap bytes) from a raw connection into
- * buf; returns its type, or -1 at EOF or a reset. */
+ * buf; returns its type, or -1 at EOF or a reset. After th_try_hello()
+ * the worker's control frames are opened with the connection's MACs (a
+ * tag that fails fails the test): *f's lengths then leave out the tag. */
 int th_recv_frame(int fd, uint8_t *buf, size_t cap, struct ushi_frame *f);
+/* The MACs of raw connection fd: keyed by th_try_hello(), off before
+ * (or for a connection that proved no secret). */
+struct ushi_mac *th_mac(int fd);
+/* Seals, with fd's MACs, each control frame of the whole frames that
+ * fill b (n bytes, with USHI_MAC_TAG bytes of room behind for each),
+ * moving what follows; returns the new length. */
+size_t th_seal(int fd, uint8_t *b, size_t n);
+/* th_send_all() of th_seal()'s frames: how the library sends. */
+void th_send_ctrl(int fd, uint8_t *b, size_t n);
+/* Opens a frame of fd's (mac_open(), its header parsed into f) read by
+ * the test's own parser; fails the test when its tag does not check. */
+void th_open(int fd, const uint8_t *frame, struct ushi_frame *f);
+/* A fake worker's MACs after a handshake it proved with secret (the
+ * client's HELLO frame hello, the fake's nonce nw): 0, or an error.
+ * Cmocka-free: fakes run in threads of their own. */
+int th_worker_mac(struct ushi_mac *m, const char *secret,
+		  const uint8_t *hello, const uint8_t *nw);
 /* Says HELLO h on a raw connection as the library does: with a fresh
  * nonce, it reads the worker's challenge, checks the worker's proof of
  * secret (TH_SECRET unless given) and answers with its own. The worker's

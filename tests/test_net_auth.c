@@ -118,8 +118,9 @@ struct hs {
 };
 
 /* The client's side, proving key for app, in role (a writer names
- * shuffle s, map 0, attempt 0). The worker's proof is not checked: an
- * attacker would not. */
+ * shuffle s, map 0, attempt 0). The worker's proof is not required to
+ * check out (an attacker would not check it); when it does, key is the
+ * application's and fd's MACs are keyed, as the library's would be. */
 static void handshake(int fd, uint32_t role, const char *app, uint32_t s,
 		      const char *key, struct hs *rec)
 {
@@ -135,10 +136,18 @@ static void handshake(int fd, uint32_t role, const char *app, uint32_t s,
 	struct proto_auth a, r = {.step = USHI_AUTH_RESPONSE};
 	proto_get_auth(b + USH_FRAME_HDR_SIZE, &a);
 	memcpy(rec->nw, a.nonce, sizeof(rec->nw));
-	th_ok(auth_mac((const uint8_t *)key, strlen(key), AUTH_CLIENT,
-		       rec->hello, rec->hn, a.nonce, a.mac, r.mac));
+	const uint8_t *k = (const uint8_t *)key;
+	th_ok(auth_mac(k, strlen(key), AUTH_CLIENT, rec->hello, rec->hn,
+		       a.nonce, a.mac, r.mac));
 	rec->rn = proto_put_auth(rec->resp, &r);
 	th_send_all(fd, rec->resp, rec->rn);
+	uint8_t pw[USHI_AUTH_MAC];
+	mac_keys keys;
+	th_ok(auth_mac(k, strlen(key), AUTH_WORKER, rec->hello, rec->hn,
+		       a.nonce, NULL, pw));
+	th_ok(mac_derive(k, strlen(key), rec->hello, rec->hn, a.nonce, keys));
+	if (auth_mac_equal(pw, a.mac))
+		th_ok(mac_start(th_mac(fd), keys, AUTH_CLIENT));
 }
 
 /* A small honest job of app on shuffle s, pushed and verified. */
@@ -233,7 +242,7 @@ static void no_application_switch(void **state)
 	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN, 0, 0, 0,
 				0, 0, "B", 0, {0}};
 	uint8_t b[USHI_PROTO_SMALL];
-	th_send_all(fd, b, proto_put_hello(b, &h));
+	th_send_ctrl(fd, b, proto_put_hello(b, &h));
 	expect_refusal(fd, -EPROTO, "a second HELLO");
 	/* A's secret, B's name. */
 	fd = th_raw_connect(w.port);
@@ -282,7 +291,7 @@ static void other_application_refused(void **state)
 	handshake(fd, USHI_ROLE_READER, "A", 0, SECRET_A, &rec);
 	expect_welcome(fd);
 	struct proto_want want = {0, 0, 0};
-	th_send_all(fd, b, proto_put_fetch(b, s, 0, 0, &want, 1));
+	th_send_ctrl(fd, b, proto_put_fetch(b, s, 0, 0, &want, 1));
 	expect_refusal(fd, -EACCES, "belongs to another application");
 	assert_int_equal(ush_shuffle_drop(w.addr, "A", s, 5000), -EACCES);
 	print_message("%s\n", ush_last_error());
@@ -377,7 +386,7 @@ static void same_app_conflicting_frames(void **state)
 		th_send_all(fd, b, th_rec_frame(b, s, 0, first, &c));
 		th_send_all(fd, b, th_rec_frame(b, s, 0, second, &c));
 		th_send_all(fd, b, th_rec_frame(b, s, 1, "good1", &good[1]));
-		th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
+		th_send_ctrl(fd, b, proto_put_mapper_end(b, s, 0, 0));
 		wait_commit(fd);
 		close(fd);
 		struct ush_status st;
@@ -436,7 +445,7 @@ static void same_app_identical_resend(void **state)
 	th_send_all(fd, b, n);
 	th_send_all(fd, b, th_rec_frame(b, s, 1, "good1", &crc[1]));
 	th_send_all(fd, b, th_rec_frame(b, s, 1, "good1", &crc[1]));
-	th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
+	th_send_ctrl(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	wait_commit(fd);
 	close(fd);
 	struct ush_status st;
@@ -556,6 +565,7 @@ static void *replayer_main(void *arg)
 	struct replayer *rp = arg;
 	uint8_t in[USHI_PROTO_SMALL], saved[USHI_PROTO_SMALL], out[256];
 	size_t hn = USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN, sn = 0;
+	struct ushi_mac mac = {0};
 	for (int i = 0; i < 2; i++) {
 		int fd = accept(rp->lfd, NULL, NULL);
 		if (fd < 0 || net_read(fd, in, hn))
@@ -571,10 +581,16 @@ static void *replayer_main(void *arg)
 				"", USHI_HELLO_AUTH, {0}};
 			struct proto_ack ack = {USHI_ACK_HEARTBEAT, 0, 0};
 			net_write(fd, saved, sn);
+			th_worker_mac(&mac, SECRET_A, in, a.nonce);
 			net_read(fd, in, USH_FRAME_HDR_SIZE + USHI_PROTO_AUTH_LEN);
-			net_write(fd, out, proto_put_hello(out, &h));
-			net_read(fd, in, USH_FRAME_HDR_SIZE); /* HEARTBEAT */
-			net_write(fd, out, proto_put_ack(out, 0, 0, 0, &ack));
+			net_write(fd, out, mac_seal(&mac, out,
+						    proto_put_hello(out, &h)));
+			/* The HEARTBEAT, sealed. */
+			net_read(fd, in, USH_FRAME_HDR_SIZE + USHI_MAC_TAG);
+			net_write(fd, out, mac_seal(&mac, out,
+						    proto_put_ack(out, 0, 0, 0,
+								  &ack)));
+			mac_free(&mac);
 		} else {
 			net_write(fd, saved, sn);
 		}
@@ -592,15 +608,9 @@ static void replayed_challenge(void **state)
 {
 	(void)state;
 	struct replayer rp;
-	rp.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(rp.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(rp.lfd, 4), 0);
-	assert_int_equal(getsockname(rp.lfd, (struct sockaddr *)&a, &al), 0);
+	rp.lfd = th_listen(&rp.port);
 	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", rp.port);
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, replayer_main, &rp), 0);
 	th_ok(ush_auth_secret("R", SECRET_A, strlen(SECRET_A)));

@@ -60,12 +60,14 @@ static int outcome(int fd, char *msg, size_t n)
 		if (proto_header(buf + off, &f, 1u << 20, false, &why) ||
 		    proto_size(&f) > got - off)
 			break;
+		size_t size = proto_size(&f);
+		th_open(fd, buf + off, &f);
 		if (f.type == USHI_FRAME_ERROR) {
 			proto_get_error(buf + off + USH_FRAME_HDR_SIZE,
 					f.payload_len, msg, n);
 			return 1;
 		}
-		off += proto_size(&f);
+		off += size;
 	}
 	msg[0] = 0;
 	return 0;
@@ -182,8 +184,9 @@ static void unknown_type(void **state)
 static void wrong_version(void **state)
 {
 	(void)state;
-	/* Nonsense, and the version before this one (0.4.0's, whose
-	 * HELLO has this one's length). The refusal names both versions. */
+	/* Nonsense, and the version before this one (a client of before
+	 * control-frame MACs, whose HELLO has this one's length). The
+	 * refusal names both versions. */
 	const uint32_t versions[] = {99, USHI_PROTO_VERSION - 1};
 	for (unsigned i = 0; i < 2; i++) {
 		char msg[600], want[64];
@@ -241,7 +244,7 @@ static void frames_of_another_attempt(void **state)
 			th_send_all(fd, b, n); /* its own attempt: taken */
 			n = proto_put_mapper_end(b, 77, 0, cur_attempt + 1);
 		}
-		th_send_all(fd, b, n);
+		th_send_ctrl(fd, b, n);
 		expect_error(fd, "from the writer of shuffle 77 map 0");
 	}
 }
@@ -258,6 +261,7 @@ static void recv_frame(int fd, uint8_t *b, struct ushi_frame *f)
 		assert_int_equal(recv(fd, b + USH_FRAME_HDR_SIZE,
 				      f->payload_len, MSG_WAITALL),
 				 f->payload_len);
+	th_open(fd, b, f);
 }
 
 /* The status a driver would hold for map 0 attempt 0 of shuffle s on
@@ -283,7 +287,7 @@ static void raw_push(uint32_t s, uint32_t *sum)
 	th_send_all(fd, b, th_rec_frame(b, s, 0, "first", &crc[1])); /* a dup */
 	th_send_all(fd, b, th_rec_frame(b, s, 1, "second", &crc[2]));
 	*sum = ~status_sum_add(status_sum_add(USHI_SUM_INIT, crc[0]), crc[2]);
-	th_send_all(fd, b, proto_put_mapper_end(b, s, 0, 0));
+	th_send_ctrl(fd, b, proto_put_mapper_end(b, s, 0, 0));
 	for (;;) {
 		struct ushi_frame f;
 		struct proto_ack a;
@@ -367,7 +371,7 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 				0, 0, "default", 0, {0}};
 	int old = th_raw_connect(wk.port);
 	th_hello(old, h);
-	th_send_all(old, b, proto_put_drop(b, s));
+	th_send_ctrl(old, b, proto_put_drop(b, s));
 	wait_ack(old, USHI_ACK_DROP);
 	int now = th_raw_connect(wk.port);
 	th_hello(now, h);
@@ -378,7 +382,7 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	th_send_all(old, b, th_rec_frame(b, s, 0, "EVIL", &crc[2]));
 	expect_error(old, "dropped since");
 	th_send_all(now, b, th_rec_frame(b, s, 1, "good1", &crc[1]));
-	th_send_all(now, b, proto_put_mapper_end(b, s, 0, 0));
+	th_send_ctrl(now, b, proto_put_mapper_end(b, s, 0, 0));
 	wait_ack(now, USHI_ACK_COMMIT);
 	close(now);
 	struct ush_status st;
@@ -415,6 +419,9 @@ static void frame_split_across_commit(void **state)
 	th_send_all(fd, b, th_rec_frame(b, s, 0, "only", &crc));
 	size_t n = proto_put_mapper_end(b, s, 0, 0);
 	size_t hb = proto_put_heartbeat(b + n);
+	th_seal(fd, b, n + hb); /* each frame grows by its tag */
+	n += USHI_MAC_TAG;
+	hb += USHI_MAC_TAG;
 	th_send_all(fd, b, n + hb / 2);
 	wait_ack(fd, USHI_ACK_COMMIT);
 	th_send_all(fd, b + n + hb / 2, hb - hb / 2);
@@ -466,7 +473,7 @@ static void frames_around_the_buffer_size(void **state)
 				0, 0, "default", 0, {0}};
 	int fd = th_raw_connect(wk.port);
 	th_hello(fd, h);
-	th_send_all(fd, b, n);
+	th_send_ctrl(fd, b, n);
 	wait_ack(fd, USHI_ACK_COMMIT);
 	close(fd);
 	struct ush_status st;

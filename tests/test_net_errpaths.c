@@ -178,8 +178,8 @@ struct fake {
 };
 
 /* The worker's half of the challenge, with the tests' secret: the fake
- * proves it, and takes the client's proof unchecked. */
-static int fake_auth(int fd, uint8_t *in)
+ * proves it, takes the client's proof unchecked, and keys m. */
+static int fake_auth(int fd, uint8_t *in, struct ushi_mac *m)
 {
 	uint8_t out[USHI_PROTO_SMALL];
 	struct proto_auth a = {.step = USHI_AUTH_CHALLENGE};
@@ -189,7 +189,8 @@ static int fake_auth(int fd, uint8_t *in)
 		     USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN, a.nonce, NULL,
 		     a.mac))
 		return -1;
-	if (net_write(fd, out, proto_put_auth(out, &a)))
+	if (net_write(fd, out, proto_put_auth(out, &a)) ||
+	    th_worker_mac(m, key, in, a.nonce))
 		return -1;
 	return net_read(fd, in, USH_FRAME_HDR_SIZE + USHI_PROTO_AUTH_LEN);
 }
@@ -209,29 +210,20 @@ static void *fake_worker(void *p)
 					      USHI_PROTO_FETCH_LEN +
 					      300 * USHI_PROTO_WANT_LEN,
 		       "fake reply buffer");
-	if (net_read(fd, in, sizeof(in)) == 0 && fake_auth(fd, in) == 0) {
+	struct ushi_mac mac = {0};
+	if (net_read(fd, in, sizeof(in)) == 0 && fake_auth(fd, in, &mac) == 0) {
 		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_ADMIN,
 					4u << 20, 64u << 20, 0, 0, 0, "default", 0, {0}};
-		net_write(fd, out, proto_put_hello(out, &h));
+		net_write(fd, out, mac_seal(&mac, out,
+					    proto_put_hello(out, &h)));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
 			net_write(fd, out, proto_put_fetch(out, 1, 0, 0, m, 300));
 	}
 	usleep(100000);
 	close(fd);
+	mac_free(&mac);
 	return NULL;
-}
-
-static void fake_listen(struct fake *fk)
-{
-	fk->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(fk->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fk->lfd, 4), 0);
-	assert_int_equal(getsockname(fk->lfd, (struct sockaddr *)&a, &al), 0);
-	fk->port = ntohs(a.sin_port);
 }
 
 /* A reply larger than the net sink's receive buffer fails the connection
@@ -240,7 +232,7 @@ static void writer_reply_too_large(void **state)
 {
 	(void)state;
 	struct fake fk = {.eager = 1};
-	fake_listen(&fk);
+	fk.lfd = th_listen(&fk.port);
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
 	char addr[64];
@@ -271,7 +263,7 @@ static void drop_reply_too_large(void **state)
 {
 	(void)state;
 	struct fake fk = {0};
-	fake_listen(&fk);
+	fk.lfd = th_listen(&fk.port);
 	pthread_t tid;
 	assert_int_equal(pthread_create(&tid, NULL, fake_worker, &fk), 0);
 	char addr[64];

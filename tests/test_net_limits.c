@@ -67,6 +67,7 @@ static int read_frame(int fd, uint8_t *b, size_t cap, struct ushi_frame *f)
 	r = recv_n(fd, b + USH_FRAME_HDR_SIZE, f->payload_len);
 	if (r != (ssize_t)f->payload_len)
 		return r < 0 ? -1 : 0;
+	th_open(fd, b, f);
 	return f->type;
 }
 

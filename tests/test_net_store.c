@@ -1121,7 +1121,7 @@ static void in_place_leaves_logs_a_buffer(void **state)
 	uint8_t b[USHI_PROTO_ERROR_SIZE];
 	uint32_t crc;
 	th_send_all(fd, b, th_rec_frame(b, 3, 0, "copied", &crc));
-	th_send_all(fd, b, proto_put_mapper_end(b, 3, 0, 0));
+	th_send_ctrl(fd, b, proto_put_mapper_end(b, 3, 0, 0));
 	for (;;) {
 		struct ushi_frame f;
 		int type = th_recv_frame(fd, b, sizeof(b), &f);

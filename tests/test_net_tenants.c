@@ -93,7 +93,7 @@ static void commit(int fd, uint32_t s, uint32_t m)
 {
 	uint8_t b[USHI_PROTO_ERROR_SIZE];
 	struct ushi_frame f;
-	th_send_all(fd, b, proto_put_mapper_end(b, s, m, 0));
+	th_send_ctrl(fd, b, proto_put_mapper_end(b, s, m, 0));
 	assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f), USHI_FRAME_ACK);
 	struct proto_ack a;
 	proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);

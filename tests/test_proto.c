@@ -1,6 +1,7 @@
-/* The worker protocol's frames: bounds before use, round trips, and the
- * partition -> worker hash. */
+/* The worker protocol's frames: bounds before use, round trips, the
+ * control-frame MACs, and the partition -> worker hash. */
 #include "helpers.h"
+#include "net/mac.h"
 #include "net/proto.h"
 
 #include <errno.h>
@@ -72,7 +73,8 @@ static void control_round_trips(void **state)
 	memset(longmsg, 'z', sizeof(longmsg) - 1);
 	longmsg[sizeof(longmsg) - 1] = 0;
 	size_t n = proto_put_error(b, -EPROTO, longmsg);
-	assert_int_equal(n, USHI_PROTO_ERROR_SIZE); /* truncated to the bound */
+	/* Truncated to the bound, which leaves room for a tag. */
+	assert_int_equal(n, USHI_PROTO_ERROR_SIZE - USHI_MAC_TAG);
 	assert_int_equal(proto_header(b, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(proto_get_error(b + USH_FRAME_HDR_SIZE,
 					 f.payload_len, msg, sizeof(msg)),
@@ -177,6 +179,106 @@ static void bounds(void **state)
 
 /* Jump hash: in range, balanced, and a new worker only takes
  * partitions, never shuffles them among the old ones. */
+/* A client's and a worker's MACs keyed from one handshake. */
+static void mac_pair(struct ushi_mac *client, struct ushi_mac *worker)
+{
+	const uint8_t secret[] = "a-secret-of-32-bytes-0123456789ab";
+	uint8_t hello[USHI_PROTO_SMALL], nw[USHI_AUTH_NONCE];
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0,
+				1, 2, 3, "app", USHI_HELLO_AUTH, {0}};
+	th_ok(auth_nonce(h.nonce));
+	th_ok(auth_nonce(nw));
+	size_t hn = proto_put_hello(hello, &h);
+	mac_keys kc, kw;
+	th_ok(mac_derive(secret, sizeof(secret) - 1, hello, hn, nw, kc));
+	th_ok(mac_derive(secret, sizeof(secret) - 1, hello, hn, nw, kw));
+	/* One key per direction. */
+	assert_memory_not_equal(kc[0], kc[1], USHI_AUTH_MAC);
+	th_ok(mac_start(client, kc, AUTH_CLIENT));
+	th_ok(mac_start(worker, kw, AUTH_WORKER));
+	uint8_t zero[USHI_AUTH_MAC] = {0};
+	assert_memory_equal(kc[0], zero, sizeof(zero)); /* wiped */
+}
+
+/* Parses, checks the CRC of and opens frame b with m. */
+static int open_frame(struct ushi_mac *m, const uint8_t *b,
+		      struct ushi_frame *f, const char **why)
+{
+	assert_int_equal(proto_header(b, f, 1u << 20, false, why), 0);
+	assert_int_equal(frame_check(b, f), 0);
+	return mac_open(m, b, f, why);
+}
+
+/* Sealed control frames open on the other side, in order, both ways,
+ * and decode as they were; an altered, replayed, reordered, reflected
+ * or unsealed frame is refused; DATA passes untouched. */
+static void mac_seal_and_open(void **state)
+{
+	(void)state;
+	struct ushi_mac c, w, off = {0};
+	uint8_t b[2][USHI_PROTO_SMALL];
+	struct ushi_frame f;
+	const char *why;
+	mac_pair(&c, &w);
+	size_t n = proto_put_mapper_end(b[0], 5, 6, 7);
+	assert_int_equal(mac_seal(&c, b[0], n), n + USHI_MAC_TAG);
+	assert_int_equal(open_frame(&w, b[0], &f, &why), 0);
+	assert_int_equal(f.type, USHI_FRAME_MAPPER_END);
+	assert_int_equal(f.payload_len, 0);
+	assert_int_equal(f.attempt, 7);
+	/* Replayed: its tag was for the frame before. */
+	assert_int_equal(open_frame(&w, b[0], &f, &why), -EACCES);
+	assert_non_null(strstr(why, "failed its MAC"));
+	/* The other way: an ACK decodes as it was sealed. */
+	struct proto_ack a = {USHI_ACK_COMMIT, 0, 77}, a2;
+	mac_seal(&w, b[0], proto_put_ack(b[0], 5, 6, 7, &a));
+	assert_int_equal(open_frame(&c, b[0], &f, &why), 0);
+	proto_get_ack(b[0] + USH_FRAME_HDR_SIZE, &a2);
+	assert_int_equal(a2.value, 77);
+	/* Reflected: the client's own frame handed back to it. */
+	mac_seal(&c, b[0], proto_put_heartbeat(b[0]));
+	assert_int_equal(open_frame(&c, b[0], &f, &why), -EACCES);
+	mac_free(&c);
+	mac_free(&w);
+	/* Out of order: two sealed, the second opened first. */
+	mac_pair(&c, &w);
+	mac_seal(&c, b[0], proto_put_heartbeat(b[0]));
+	mac_seal(&c, b[1], proto_put_drop(b[1], 9));
+	assert_int_equal(open_frame(&w, b[1], &f, &why), -EACCES);
+	mac_free(&c);
+	mac_free(&w);
+	/* One bit altered, the CRC fixed. */
+	mac_pair(&c, &w);
+	mac_seal(&c, b[0], proto_put_drop(b[0], 9));
+	frame_parse(b[0], &f);
+	f.shuffle ^= 1;
+	frame_encode(b[0], &f);
+	assert_int_equal(open_frame(&w, b[0], &f, &why), -EACCES);
+	mac_free(&c);
+	mac_free(&w);
+	/* Unsealed where a tag is due; sealed where none is. */
+	mac_pair(&c, &w);
+	proto_put_heartbeat(b[0]);
+	assert_int_equal(open_frame(&w, b[0], &f, &why), -EACCES);
+	assert_non_null(strstr(why, "without its MAC"));
+	mac_seal(&c, b[0], proto_put_heartbeat(b[0]));
+	assert_int_equal(open_frame(&off, b[0], &f, &why), -EACCES);
+	/* DATA: neither sealed nor checked. */
+	struct ushi_frame d = {.type = USHI_FRAME_DATA, .raw_len = 8,
+			       .payload_len = 8, .nrec = 1};
+	put_le32(b[1] + USH_FRAME_HDR_SIZE, 4);
+	memcpy(b[1] + USH_FRAME_HDR_SIZE + 4, "data", 4);
+	frame_encode(b[1], &d);
+	assert_int_equal(mac_seal(&c, b[1], 56), 56);
+	assert_int_equal(open_frame(&w, b[1], &f, &why), 0);
+	/* Off (no secret): nothing sealed, nothing checked. */
+	assert_int_equal(mac_seal(&off, b[0], proto_put_heartbeat(b[0])),
+			 USH_FRAME_HDR_SIZE);
+	assert_int_equal(open_frame(&off, b[0], &f, &why), 0);
+	mac_free(&c);
+	mac_free(&w);
+}
+
 static void worker_hash(void **state)
 {
 	(void)state;
@@ -198,6 +300,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(control_round_trips),
 		cmocka_unit_test(bounds),
+		cmocka_unit_test(mac_seal_and_open),
 		cmocka_unit_test(worker_hash),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

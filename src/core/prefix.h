@@ -22,6 +22,11 @@
 #define auth_secret_len_ok ushi_auth_secret_len_ok
 #define frame_check ushi_frame_check
 #define frame_decode ushi_frame_decode
+#define mac_derive ushi_mac_derive
+#define mac_free ushi_mac_free
+#define mac_open ushi_mac_open
+#define mac_seal ushi_mac_seal
+#define mac_start ushi_mac_start
 #define pool_get ushi_pool_get
 #define pool_order ushi_pool_order
 #define pool_put ushi_pool_put

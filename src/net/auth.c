@@ -30,17 +30,19 @@ int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,
 	     const uint8_t *hello, size_t hlen, const uint8_t *nw,
 	     const uint8_t *pw, uint8_t *mac)
 {
-	static const char wlabel[] = "ushuffle-auth-v4 worker";
-	static const char clabel[] = "ushuffle-auth-v4 client";
+	static const char *const labels[] = {
+		[AUTH_WORKER] = "ushuffle-auth-v4 worker",
+		[AUTH_CLIENT] = "ushuffle-auth-v4 client",
+		[AUTH_KEY_WORKER] = "ushuffle-mac-v6 worker",
+		[AUTH_KEY_CLIENT] = "ushuffle-mac-v6 client",
+	};
 	/* The transcript is small (a HELLO frame and two 32-byte values):
 	 * one buffer and OpenSSL's one-shot HMAC(). */
-	uint8_t t[sizeof(wlabel) + 256 + 2 * USHI_AUTH_MAC];
-	size_t n = 0;
+	uint8_t t[32 + 256 + 2 * USHI_AUTH_MAC];
 	if (hlen > 256)
 		return ushi_fail(-EINVAL, "auth: HELLO of %zu bytes", hlen);
-	const char *label = side == AUTH_WORKER ? wlabel : clabel;
-	memcpy(t, label, sizeof(wlabel)); /* with its NUL: a separator */
-	n += sizeof(wlabel);
+	size_t n = strlen(labels[side]) + 1; /* with its NUL: a separator */
+	memcpy(t, labels[side], n);
 	memcpy(t + n, hello, hlen);
 	n += hlen;
 	memcpy(t + n, nw, USHI_AUTH_NONCE);

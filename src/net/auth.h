@@ -19,7 +19,14 @@
 /* The environment variable the library, the CLI and ushuffled read. */
 #define USHI_SECRET_ENV "USHUFFLE_SECRET"
 
-enum auth_side { AUTH_WORKER = 1, AUTH_CLIENT = 2 };
+/* Whose proof auth_mac() computes; or, for the session keys of
+ * control-frame MACs (mac.h), which direction's key. */
+enum auth_side {
+	AUTH_WORKER = 1,
+	AUTH_CLIENT = 2,
+	AUTH_KEY_WORKER = 3, /* the key of what the worker sends */
+	AUTH_KEY_CLIENT = 4, /* the key of what the client sends */
+};
 
 /* Fills n with USHI_AUTH_NONCE random bytes (getrandom). Returns 0 or
  * -errno. */
@@ -29,7 +36,10 @@ int auth_nonce(uint8_t *n);
  * label "ushuffle-auth-v4 worker" or "ushuffle-auth-v4 client" (so one
  * side's proof is never the other's), hello the client's HELLO frame as
  * sent (header and payload), nw the worker's nonce and, for the client's
- * proof only, pw the worker's proof. Returns 0 or -EIO.
+ * proof only, pw the worker's proof. A session key (AUTH_KEY_*) is the
+ * same MAC under label "ushuffle-mac-v6 worker" or "ushuffle-mac-v6
+ * client", without pw: a pseudo-random function of the secret and both
+ * nonces, never equal to a proof sent in the clear. Returns 0 or -EIO.
  */
 int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,
 	     const uint8_t *hello, size_t hlen, const uint8_t *nw,

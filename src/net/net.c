@@ -164,13 +164,15 @@ int ush_workers_check(const char *list, int resolve)
 
 /*
  * Reads the worker's answer to req into b (USHI_PROTO_ERROR_SIZE bytes):
- * a frame of type want, or an ERROR, which becomes the error returned.
+ * a frame of type want, or an ERROR, which becomes the error returned;
+ * opened with mac (its lengths in *f without the tag).
  * b holds an ERROR at most: control frames such as MANIFEST pass
  * proto_header() with payloads of up to USHI_PROTO_CTRL_MAX, so any other
  * type is refused before its payload is read.
  */
 static int read_reply(int fd, const char *peer, const char *req,
-		      unsigned want, uint8_t *b, struct ushi_frame *f)
+		      unsigned want, struct ushi_mac *mac, uint8_t *b,
+		      struct ushi_frame *f)
 {
 	const char *why = "";
 	int ret = net_read(fd, b, USH_FRAME_HDR_SIZE);
@@ -190,6 +192,8 @@ static int read_reply(int fd, const char *peer, const char *req,
 		ret = net_read(fd, b + USH_FRAME_HDR_SIZE, f->payload_len);
 	if (!ret && frame_check(b, f))
 		ret = USH_ECRC, why = "CRC32C mismatch";
+	if (!ret)
+		ret = mac_open(mac, b, f, &why);
 	if (ret)
 		return ushi_fail(ret, "net: worker %s: bad reply to %s%s%s", peer,
 				req, *why ? ": " : "", why);
@@ -204,11 +208,12 @@ static int read_reply(int fd, const char *peer, const char *req,
 }
 
 /* Reads the worker's answer to HELLO: its HELLO or an ERROR. */
-static int hello_reply(int fd, const char *peer, struct proto_hello *h)
+static int hello_reply(int fd, const char *peer, struct ushi_mac *mac,
+		       struct proto_hello *h)
 {
 	uint8_t b[USHI_PROTO_ERROR_SIZE];
 	struct ushi_frame f;
-	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_HELLO, b, &f);
+	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_HELLO, mac, b, &f);
 	if (ret)
 		return ret;
 	proto_get_hello(&f, b + USH_FRAME_HDR_SIZE, h);
@@ -225,14 +230,14 @@ static int hello_reply(int fd, const char *peer, struct proto_hello *h)
 
 /* The client's half of the challenge (protocol.md §2.8): hello is the
  * HELLO frame sent (hn bytes). Reads the worker's AUTH, checks its proof,
- * sends the client's. */
+ * sends the client's, and keys mac for what follows (§2.9). */
 static int auth_client(int fd, const char *peer, const char *app,
 		       const uint8_t *key, size_t klen, const uint8_t *hello,
-		       size_t hn)
+		       size_t hn, struct ushi_mac *mac)
 {
 	uint8_t b[USHI_PROTO_ERROR_SIZE];
 	struct ushi_frame f;
-	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_AUTH, b, &f);
+	int ret = read_reply(fd, peer, "HELLO", USHI_FRAME_AUTH, mac, b, &f);
 	if (ret)
 		return ret;
 	struct proto_auth a, r = {.step = USHI_AUTH_RESPONSE};
@@ -251,14 +256,22 @@ static int auth_client(int fd, const char *peer, const char *app,
 				app);
 	ret = auth_mac(key, klen, AUTH_CLIENT, hello, hn, a.nonce, a.mac,
 		       r.mac);
+	mac_keys keys;
+	if (!ret)
+		ret = mac_derive(key, klen, hello, hn, a.nonce, keys);
 	if (!ret && (ret = net_write(fd, b, proto_put_auth(b, &r))))
 		ushi_fail(ret, "net: worker %s: sending AUTH", peer);
+	if (!ret)
+		return mac_start(mac, keys, AUTH_CLIENT);
+	explicit_bzero(keys, sizeof(keys));
 	return ret;
 }
 
 int net_dial(const char *peer, const struct proto_hello *hello,
-	     uint32_t timeout_ms, struct proto_hello *reply)
+	     uint32_t timeout_ms, struct proto_hello *reply,
+	     struct ushi_mac *mac)
 {
+	*mac = (struct ushi_mac){0};
 	char host[USHI_NET_PEER], port[16];
 	if (split(peer, host, sizeof(host), port, sizeof(port)))
 		return ushi_fail(-EINVAL, "net: worker %s is not HOST:PORT",
@@ -292,16 +305,23 @@ int net_dial(const char *peer, const struct proto_hello *hello,
 	if (!ret && (ret = net_write(fd, b, hn)))
 		ushi_fail(ret, "net: worker %s: sending HELLO", peer);
 	if (!ret && klen > 0)
-		ret = auth_client(fd, peer, h.app, key, (size_t)klen, b, hn);
+		ret = auth_client(fd, peer, h.app, key, (size_t)klen, b, hn,
+				  mac);
 	if (klen > 0)
 		explicit_bzero(key, (size_t)klen);
 	if (!ret)
-		ret = hello_reply(fd, peer, reply);
+		ret = hello_reply(fd, peer, mac, reply);
 	if (ret) {
+		mac_free(mac);
 		close(fd);
 		return ret;
 	}
 	return fd;
+}
+
+int net_send_ctrl(int fd, struct ushi_mac *mac, uint8_t *frame, size_t n)
+{
+	return net_write(fd, frame, mac_seal(mac, frame, n));
 }
 
 /* Sends one admin request (frame req of n bytes, named what) to every
@@ -329,20 +349,23 @@ static int admin_all(const char *workers, const char *app,
 	char msg[512] = "";
 	for (unsigned i = 0; !ret && i < nw; i++) {
 		struct proto_hello h;
+		struct ushi_mac mac;
 		int fd = net_dial(peers[i], &admin,
 				  timeout_ms ? timeout_ms : USHI_NET_TIMEOUT_MS,
-				  &h);
+				  &h, &mac);
 		int r = fd < 0 ? fd : 0;
 		if (fd >= 0) {
 			uint8_t b[USHI_PROTO_ERROR_SIZE];
 			struct ushi_frame f;
-			r = net_write(fd, req, n);
+			memcpy(b, req, n); /* sealed per connection */
+			r = net_send_ctrl(fd, &mac, b, n);
 			if (r)
 				ushi_fail(r, "net: worker %s: sending %s",
 					 peers[i], what);
 			else
 				r = read_reply(fd, peers[i], what,
-					       USHI_FRAME_ACK, b, &f);
+					       USHI_FRAME_ACK, &mac, b, &f);
+			mac_free(&mac);
 			close(fd);
 		}
 		if (r && !first) {

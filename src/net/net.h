@@ -7,6 +7,7 @@
 #ifndef USHI_NET_H
 #define USHI_NET_H
 
+#include "net/mac.h"
 #include "net/proto.h"
 
 #define USHI_NET_TIMEOUT_MS 10000u
@@ -29,11 +30,19 @@ unsigned net_count_workers(const char *list);
  * receive timeouts of timeout_ms. With a secret for the HELLO's
  * application (net_secret()), the handshake is the mutual HMAC
  * challenge of docs/protocol.md §2.8: the worker proves the secret before
- * the client does. Returns the fd or an error (a refusal carries the
- * worker's ERROR message; -EACCES for a failed authentication).
+ * the client does, and *mac is keyed for the connection's control frames
+ * (§2.9; the caller frees it with mac_free(), and seals every control
+ * frame it sends with it, net_send_ctrl()); otherwise *mac is off.
+ * Returns the fd or an error (a refusal carries the worker's ERROR
+ * message; -EACCES for a failed authentication or a frame that failed
+ * its MAC), *mac then off.
  */
 int net_dial(const char *peer, const struct proto_hello *hello,
-	     uint32_t timeout_ms, struct proto_hello *reply);
+	     uint32_t timeout_ms, struct proto_hello *reply,
+	     struct ushi_mac *mac);
+/* Sends the control frame of n bytes at frame (room for USHI_MAC_TAG
+ * more) sealed with mac: net_write()'s result. */
+int net_send_ctrl(int fd, struct ushi_mac *mac, uint8_t *frame, size_t n);
 /* The application of clients that name none. */
 #define USHI_APP_DEFAULT "default"
 /* Sets h->app to app (NULL: the default) if it is a valid id; else

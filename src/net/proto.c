@@ -4,6 +4,10 @@
 #include <errno.h>
 #include <stdio.h>
 
+_Static_assert(USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN + USHI_MAC_TAG <=
+		       USHI_PROTO_SMALL,
+	       "a sealed HELLO fits the small buffers");
+
 static int bad(const char **why, const char *rule)
 {
 	*why = rule;
@@ -14,9 +18,14 @@ static int bad(const char **why, const char *rule)
 static int check_ctrl(const struct ushi_frame *f, const char **why)
 {
 	uint32_t n = f->payload_len;
-	if (f->codec || f->flags || f->nrec || f->raw_len != n)
+	if (f->codec || (f->flags & ~USHI_FLAG_MAC) || f->nrec ||
+	    f->raw_len != n)
 		return bad(why, "control frame with codec, flags, records or "
 			   "a raw length");
+	if (f->flags && n < USHI_MAC_TAG)
+		return bad(why, "control frame shorter than its MAC");
+	if (f->flags)
+		n -= USHI_MAC_TAG; /* the payload's bounds, before its tag */
 	switch (f->type) {
 	case USHI_FRAME_HELLO:
 		/* Version 3's length too: its sender is told the version

@@ -8,7 +8,7 @@
 
 #include "core/frame.h"
 
-#define USHI_PROTO_VERSION 5
+#define USHI_PROTO_VERSION 6
 /* Control payloads are small except FETCH, which names one attempt per
  * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
@@ -31,9 +31,15 @@
 #define USHI_PROTO_WANTS_MAX                                                  \
 	((USHI_PROTO_CTRL_MAX - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN)
 #define USHI_PROTO_FETCH_END_LEN 8u
-/* Bytes a control frame may take, rounded for small stack buffers. */
+/* A sealed control frame (net/mac.h): the header flag, and the tag at
+ * the end of its payload, counted in its lengths. */
+#define USHI_FLAG_MAC 0x80u
+#define USHI_MAC_TAG 16u
+/* Bytes a control frame may take, its tag included, rounded for small
+ * stack buffers. */
 #define USHI_PROTO_SMALL 192u
-#define USHI_PROTO_ERROR_SIZE (USH_FRAME_HDR_SIZE + 8u + USHI_PROTO_ERRMSG_MAX)
+#define USHI_PROTO_ERROR_SIZE                                                 \
+	(USH_FRAME_HDR_SIZE + 8u + USHI_PROTO_ERRMSG_MAX + USHI_MAC_TAG)
 
 enum ushi_proto_type {
 	USHI_FRAME_HELLO = 2,
@@ -111,9 +117,10 @@ struct proto_want {
 
 /*
  * Parses a header and bounds it by type: DATA frames as frame_decode()
- * and at most max_frame bytes in all; control frames codec 0, flags 0,
- * no records and an exact or bounded payload length. PAD is refused
- * unless pad_ok (it never travels). Returns 0 or USH_ECORRUPT /
+ * and at most max_frame bytes in all; control frames codec 0, no
+ * records and an exact or bounded payload length, plus the tag when
+ * their flags are USHI_FLAG_MAC (whether one is due, mac_open() says).
+ * PAD is refused unless pad_ok (it never travels). Returns 0 or USH_ECORRUPT /
  * USH_EVERSION with *why naming the broken rule.
  */
 int proto_header(const uint8_t *hdr, struct ushi_frame *f, uint32_t max_frame,

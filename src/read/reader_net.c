@@ -25,6 +25,7 @@
 
 struct reader_net {
 	int fd;
+	struct ushi_mac mac; /* the MACs of the worker's control frames */
 	char peer[USHI_NET_PEER];
 	char where[USHI_NET_PEER + 48];
 	uint32_t shuffle, partition;
@@ -120,11 +121,14 @@ static int read_frame(struct reader_net *r, struct ushi_frame *f,
 		why = "the worker closed the stream";
 	if (!ret && frame_check(r->buf + r->pos, f))
 		ret = USH_ECRC, why = "frame CRC32C mismatch";
+	size_t size = ret ? 0 : proto_size(f);
+	if (!ret)
+		ret = mac_open(&r->mac, r->buf + r->pos, f, &why);
 	if (ret)
 		return fail_at(r, ret, *why ? why : ush_strerror(ret));
 	*frame = r->buf + r->pos;
-	r->pos += proto_size(f);
-	r->off += proto_size(f);
+	r->pos += size;
+	r->off += size;
 	return 0;
 }
 
@@ -159,7 +163,7 @@ int reader_net_open(struct reader_net **out, const char *peer,
 				"exceed one FETCH (%u)", n, peer,
 				(unsigned)USHI_PROTO_WANTS_MAX);
 	struct reader_net *r = ushi_calloc(1, sizeof(*r));
-	uint8_t *b = ushi_malloc(proto_fetch_size(n));
+	uint8_t *b = ushi_malloc(proto_fetch_size(n) + USHI_MAC_TAG);
 	if (r) {
 		r->fd = -1;
 		r->cap = RECV_BUF_OPEN;
@@ -175,11 +179,12 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	r->partition = partition;
 	struct proto_hello me = {.role = USHI_ROLE_READER}, h;
 	snprintf(me.app, sizeof(me.app), "%s", app);
-	int ret = net_dial(peer, &me, timeout_ms, &h);
+	int ret = net_dial(peer, &me, timeout_ms, &h, &r->mac);
 	r->fd = ret;
 	if (ret >= 0) {
-		ret = net_write(r->fd, b, proto_put_fetch(b, shuffle, partition,
-							  0, w, n));
+		ret = net_send_ctrl(r->fd, &r->mac, b,
+				    proto_put_fetch(b, shuffle, partition, 0,
+						    w, n));
 		if (ret)
 			ushi_fail(ret, "reader: worker %s: sending FETCH", peer);
 		else
@@ -230,6 +235,7 @@ void reader_net_free(struct reader_net *r)
 		return;
 	if (r->fd >= 0)
 		close(r->fd);
+	mac_free(&r->mac);
 	ushi_free(r->buf);
 	ushi_free(r);
 }

@@ -86,11 +86,14 @@ void wk_conn_pump(struct wk_conn *c)
 		c->eof = true;
 		return;
 	}
+	struct wk_out *o = c->out.head;
+	if (o->ptr == o->data)
+		o->len = (uint32_t)mac_seal(&c->mac, o->data, o->len);
 	op->kind = OP_SEND;
 	op->cb = send_done;
 	op->owner = c;
-	op->io.addr = c->out.head->ptr;
-	op->io.len = c->out.head->len;
+	op->io.addr = o->ptr;
+	op->io.len = o->len;
 	op->io.fd = c->fd;
 	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;
 	c->sending = true;

@@ -388,6 +388,16 @@ int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
 			     (unsigned long long)f->seq);
 		return 0;
 	}
+	/* Its tag, if one is due, before anything acts on it; from here
+	 * on, f's lengths are those of the payload that was sealed. */
+	struct ushi_frame opened = *f;
+	const char *why;
+	if (mac_open(&c->mac, frame, &opened, &why)) {
+		wk_conn_fail(c, -EACCES, "%s frame: %s", type_name(f->type),
+			     why);
+		return 0;
+	}
+	f = &opened;
 	/* wk_type_ok() let this type through at its header. */
 	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
 	if (c->auth_wait) {

@@ -155,6 +155,8 @@ static void challenge(struct wk_conn *c, const struct proto_hello *h,
 	if (!ret)
 		ret = auth_mac(key, (size_t)n, AUTH_CLIENT, frame, hn, a.nonce,
 			       a.mac, c->expect);
+	if (!ret)
+		ret = mac_derive(key, (size_t)n, frame, hn, a.nonce, c->keys);
 	explicit_bzero(key, (size_t)n);
 	if (ret) {
 		wk_conn_fail(c, ret, "authentication: %s", ush_last_error());
@@ -166,7 +168,9 @@ static void challenge(struct wk_conn *c, const struct proto_hello *h,
 	wk_conn_send(c, b, proto_put_auth(b, &a));
 }
 
-/* The client's proof. */
+/* The client's proof. Once it checks out, every frame after it, both
+ * ways, is sealed (protocol.md §2.9); the ERROR refusing a wrong one
+ * is not: its sender would not have the keys to open it. */
 void wk_auth(struct wk_conn *c, const uint8_t *payload)
 {
 	struct proto_auth a;
@@ -181,6 +185,11 @@ void wk_auth(struct wk_conn *c, const uint8_t *payload)
 		wk_conn_fail(c, -EACCES, "authentication failed: the client "
 			     "of application '%s' does not hold its secret",
 			     c->app);
+		return;
+	}
+	int ret = mac_start(&c->mac, c->keys, AUTH_WORKER);
+	if (ret) {
+		wk_conn_fail(c, ret, "authentication: %s", ush_last_error());
 		return;
 	}
 	c->authed = true;

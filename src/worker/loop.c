@@ -268,6 +268,8 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		wk_conn_rb_free(c);
 		ushi_free(c->rent);
 		ushi_free(c->stage);
+		mac_free(&c->mac);
+		explicit_bzero(c->keys, sizeof(c->keys));
 		ushi_free(c);
 		t->nconns--;
 		atomic_fetch_sub(&t->wk->nconns, 1);

@@ -55,7 +55,7 @@ void wk_outq_free(struct wk_thread *t, struct wk_outq *q)
 
 void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)
 {
-	struct wk_out *o = wk_out_new(n);
+	struct wk_out *o = wk_out_new(n + USHI_MAC_TAG);
 	if (!o) {
 		c->eof = true; /* cannot answer: drop the connection */
 		return;

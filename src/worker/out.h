@@ -9,6 +9,10 @@ struct wk_conn;
 struct wk_thread;
 struct ushi_buf;
 
+/* An output whose ptr is its data holds one control frame, with room
+ * for its tag: it is sealed (mac_seal()) as its send starts, so tags
+ * count frames in the order they go out. A read's memory (a FETCH
+ * stream's stored DATA frames) goes as it is. */
 struct wk_out {
 	struct wk_out *next;
 	uint32_t len;
@@ -23,7 +27,8 @@ struct wk_outq {
 	struct wk_out *head, *tail;
 };
 
-/* An empty output with room for cap bytes, or NULL. */
+/* An empty output with room for cap bytes (a control frame's: its tag
+ * included), or NULL. */
 struct wk_out *wk_out_new(size_t cap);
 /* Frees o and what it holds (a pool buffer goes back to t's pool). */
 void wk_out_free(struct wk_thread *t, struct wk_out *o);

@@ -16,6 +16,7 @@
 #ifndef USHI_WK_THREAD_H
 #define USHI_WK_THREAD_H
 
+#include "net/mac.h"
 #include "net/proto.h"
 #include "ushuffle/worker.h"
 #include "core/ring.h"
@@ -145,6 +146,11 @@ struct wk_conn {
 	bool auth_wait;        /* challenge sent: expect the client's AUTH */
 	bool authed;           /* the client proved the secret */
 	uint8_t expect[USHI_PROTO_MAC]; /* the client's proof, precomputed */
+	mac_keys keys;         /* the session keys, from the challenge until
+				  the client's AUTH (the secret is not kept) */
+	struct ushi_mac mac;   /* control-frame MACs, from the client's AUTH
+				  on (off for a connection that proves no
+				  secret) */
 	uint64_t att_bytes;    /* DATA bytes of its attempt not yet settled
 				  into the shuffle's owner entry */
 	uint64_t id;           /* unique in the worker, from 1 */

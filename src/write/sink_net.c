@@ -87,6 +87,7 @@ struct conn {
 	struct msghdr msg;
 	int err, status;
 	char why[96];           /* what failed it (err) */
+	struct ushi_mac mac;    /* its control frames' MACs */
 	uint64_t zc_notifs, zc_copied;
 	uint32_t rlen;
 	uint8_t rbuf[RBUF];
@@ -463,8 +464,13 @@ static void parse(struct conn *c)
 			conn_dead(c, USH_ECRC, "CRC32C mismatch in a reply");
 			return;
 		}
+		size_t size = proto_size(&f);
+		if (mac_open(&c->mac, h, &f, &why)) {
+			conn_dead(c, -EACCES, why);
+			return;
+		}
 		handle(c, &f, h + USH_FRAME_HDR_SIZE);
-		off += proto_size(&f);
+		off += size;
 	}
 	memmove(c->rbuf, c->rbuf + off, c->rlen - off);
 	c->rlen -= (uint32_t)off;
@@ -514,9 +520,11 @@ static int arm_recv(struct ush_ring *r, struct conn *c)
  * allocated: their completions are the parent's. */
 static void net_free(struct net *n)
 {
-	for (unsigned i = 0; i < n->nc; i++)
+	for (unsigned i = 0; i < n->nc; i++) {
 		if (n->c[i].fd >= 0)
 			close(n->c[i].fd);
+		mac_free(&n->c[i].mac);
+	}
 	ushi_free(n->place);
 	ushi_free(n->c);
 	ushi_free(n);
@@ -713,7 +721,8 @@ static int sink_net_open(struct ush_writer *w)
 					    .attempt = o->attempt};
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
-		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
+		int fd = net_dial(peers[i], &me, n->timeout_ms, &h,
+				  &c[i].mac);
 		if (fd == USH_EDRAINING) {
 			c[i].err = fd; /* skip_draining() */
 			continue;
@@ -1094,6 +1103,7 @@ static int send_mapper_end(struct net *n, struct conn *c)
 	int ret = m ? 0 : -ENOMEM;
 	size_t len = m ? proto_put_mapper_end(m, w->o.shuffle, w->o.map,
 					      w->o.attempt) : 0;
+	len = m ? mac_seal(&c->mac, m, len) : 0;
 	if (!ret && c->qn == SEND_QUEUE)
 		ret = n->io->wait(n, c, has_room, 0, "sends not taken within the "
 			       "timeout (worker stalled?)");
