@@ -12,6 +12,41 @@
 #define USHI_NET_TIMEOUT_MS 10000u
 #define USHI_NET_PEER 280
 
+/*
+ * Stalled peers (docs/design.md, "Stalled peers"): where another replica
+ * can carry on, a peer is given up after a window taken from the
+ * progress observed, not after timeout_ms: STALL_GAPS times the usual
+ * wait for the next piece of progress, within [STALL_MIN, STALL_MAX] ms
+ * (and never past timeout_ms), so that noticing the stall and moving on
+ * fit in 2 s. The usual wait is a moving average (1/8 weight per sample)
+ * of the gaps a peer or its replica needed.
+ */
+#define USHI_STALL_MIN_MS 500u
+#define USHI_STALL_MAX_MS 1500u
+#define USHI_STALL_GAPS 8u
+
+struct ushi_pace {
+	uint64_t last_ns; /* the last progress, or when waiting began */
+	uint64_t gap_ns;  /* the usual gap: a moving average, 0 unknown */
+};
+
+/* A gap of gap_ns was observed: into the average. */
+static inline void pace_sample(struct ushi_pace *p, uint64_t gap_ns)
+{
+	p->gap_ns = p->gap_ns ? p->gap_ns - p->gap_ns / 8 + gap_ns / 8 : gap_ns;
+}
+
+/* The stall window (ms) for a usual gap of gap_ns, under timeout_ms. */
+static inline uint32_t pace_window_ms(uint64_t gap_ns, uint32_t timeout_ms)
+{
+	uint64_t ms = gap_ns * USHI_STALL_GAPS / 1000000u;
+	if (ms < USHI_STALL_MIN_MS)
+		ms = USHI_STALL_MIN_MS;
+	if (ms > USHI_STALL_MAX_MS)
+		ms = USHI_STALL_MAX_MS;
+	return ms < timeout_ms ? (uint32_t)ms : timeout_ms;
+}
+
 /* Splits a "HOST:PORT[@LABEL],..." list: returns the number of workers
  * (at most max) with each "HOST:PORT" copied into peers[i] (its label,
  * if any, after the NUL: net_peer_label()), or -EINVAL. */
