@@ -158,11 +158,19 @@ static bool owes(const struct conn *c)
 			   (c->ended && !c->acked));
 }
 
+/* c is given work: if it owed nothing, waiting for progress starts now. */
+static void given(struct conn *c)
+{
+	if (!owes(c))
+		c->pace.last_ns = ushi_now_ns();
+}
+
 /* c made progress: bytes went out, a reply came. */
 static void progressed(struct conn *c)
 {
 	uint64_t now = ushi_now_ns();
-	pace_sample(&c->pace, now - c->pace.last_ns);
+	if (c->pace.last_ns)
+		pace_sample(&c->pace, now - c->pace.last_ns);
 	c->pace.last_ns = c->progress_ns = now;
 }
 
@@ -369,8 +377,6 @@ static void kick(struct conn *c)
  * that, what was held back starts, so there is something to reap). */
 static int conn_queue(struct conn *c, const struct out *o)
 {
-	if (!owes(c)) /* waiting for progress begins now */
-		c->pace.last_ns = ushi_now_ns();
 	if (!o->zc && !c->gather) {
 		struct ushi_op *op;
 		kick_all(c->n);
@@ -461,8 +467,10 @@ static bool others_hold(const struct net *n, const struct conn *c)
 }
 
 /* The stall window (ms) of c: from the usual gap of the workers that
- * kept up while c did not (progress since c's last, and none of theirs
- * overdue), the one named in *up; 0 when none did. */
+ * kept up while c did not, the one named in *up; 0 when none did. One
+ * kept up that owes nothing (it took all it was given: the writer may be
+ * waiting for buffers that c holds), or that made progress since c's last
+ * and is not overdue itself. */
 static uint32_t stall_window(const struct net *n, const struct conn *c,
 			     uint64_t now, const struct conn **up)
 {
@@ -470,8 +478,9 @@ static uint32_t stall_window(const struct net *n, const struct conn *c,
 	for (unsigned i = 0; i < n->nc; i++) {
 		const struct conn *o = &n->c[i];
 		uint32_t ow = pace_window_ms(o->pace.gap_ns, n->timeout_ms);
-		if (o == c || o->err || o->progress_ns <= c->pace.last_ns ||
-		    (owes(o) && now - o->pace.last_ns >= ow * 1000000ull))
+		if (o == c || o->err || !o->progress_ns ||
+		    (owes(o) && (o->progress_ns <= c->pace.last_ns ||
+				 now - o->pace.last_ns >= ow * 1000000ull)))
 			continue;
 		if (ow > win) {
 			win = ow;
@@ -749,7 +758,11 @@ static int sink_net_open(struct ush_writer *w)
 					    .attempt = o->attempt};
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
-		int fd = net_dial(peers[i], &me, n->timeout_ms, &h);
+		/* With replicas a worker that does not answer within the
+		 * longest stall window is left to the others. */
+		int fd = net_dial(peers[i], &me, R > 1 &&
+				  USHI_STALL_MAX_MS < n->timeout_ms ?
+				  USHI_STALL_MAX_MS : n->timeout_ms, &h);
 		if (fd < 0 && R > 1) {
 			/* Down already: its partitions go to the others. */
 			conn_dead(&c[i], fd, ush_last_error());
@@ -1079,6 +1092,7 @@ static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 	}
 	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
 			.t0 = ushi_now_ns()};
+	given(c);
 	ret = n->io->send(n, c, &o);
 	if (ret)
 		return ret;
@@ -1146,6 +1160,7 @@ static int send_mapper_end(struct net *n, struct conn *c)
 		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
 	}
 	struct out o = {.addr = m, .len = (uint32_t)len, .ctrl = true};
+	given(c);
 	ret = n->io->send(n, c, &o);
 	if (ret)
 		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
