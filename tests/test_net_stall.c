@@ -5,8 +5,9 @@
  * point of the fetch, and SIGCONTs it after: every record is read back
  * exactly once and intact, and the stopped worker is the one dropped (the
  * writer's status names only the other; the reader failed over once,
- * resuming after the batches it verified). How long each stall cost is
- * printed (min / median / max per phase), never asserted.
+ * resuming after the batches it verified, unless the rest of the stream
+ * was in socket buffers already). How long each stall cost is printed
+ * (min / median / max per phase), never asserted.
  *
  * USH_STALL_ROUNDS=N runs N rounds per phase instead of 20, and
  * USH_STALL_TEST=PATTERN only the tests it names (to measure an older
@@ -22,7 +23,8 @@
 #define ROUNDS 20
 #define RECORDS 4000
 /* Fetch: two partitions of ~6 MB, more than a stream's socket buffers
- * hold, so the stream stalls mid-partition. */
+ * usually hold, so the stream stalls mid-partition (autotuned buffers
+ * may take it all: then the reader never waits). */
 #define FETCH_MAPS 2
 #define FETCH_RECORDS 24000
 
@@ -127,6 +129,8 @@ static int cmp_ms(const void *a, const void *b)
 
 static void report(const char *phase, double *ms, unsigned n)
 {
+	if (!n)
+		return;
 	qsort(ms, n, sizeof(*ms), cmp_ms);
 	printf("%s: %u stalls cost min %.0f ms, median %.0f ms, max %.0f ms\n",
 	       phase, n, ms[0], ms[n / 2], ms[n - 1]);
@@ -194,7 +198,9 @@ static void stall_at_commit(void **state)
  * Both workers hold both partitions; each round reads them all again
  * with the worker streaming partition fp stopped early in it, or (every
  * other round of partition 1) before its stream opens: the reader moves
- * to the other worker and resumes after the batches it verified.
+ * to the other worker and resumes after the batches it verified. A stop
+ * before the open always moves it; one in the stream moves it unless
+ * the rest was in the sockets already, and over the rounds some do.
  */
 static void stall_at_fetch(void **state)
 {
@@ -209,7 +215,7 @@ static void stall_at_fetch(void **state)
 	for (uint32_t m = 0; m < j.maps; m++)
 		th_ok(th_push_map(&j, m, 0, NULL));
 	uint64_t half = (uint64_t)FETCH_MAPS * FETCH_RECORDS / 2;
-	unsigned n = rounds();
+	unsigned n = rounds(), moved = 0;
 	double *ms = calloc(n, sizeof(*ms));
 	for (unsigned r = 0; r < n; r++) {
 		uint64_t x = r + 1;
@@ -224,17 +230,21 @@ static void stall_at_fetch(void **state)
 		if (stall.stopped)
 			resume_victim();
 		/* At open, the wait for the first record counts too. */
-		ms[r] = (double)stall.gap / 1e6;
 		printf("fetch round %u: worker %s stopped at record %llu%s: "
-		       "longest pause %.0f ms\n", r, wk[stall.victim].addr,
-		       (unsigned long long)stall.at, at_open ?
-		       " (before partition 1's stream opens)" : "", ms[r]);
-		assert_int_equal(sum.failovers, before + 1);
+		       "%u failover, longest pause %.0f ms\n", r,
+		       wk[stall.victim].addr, (unsigned long long)stall.at,
+		       at_open ? " (before partition 1's stream opens)" : "",
+		       sum.failovers - before, (double)stall.gap / 1e6);
+		if (at_open || sum.failovers != before)
+			assert_int_equal(sum.failovers, before + 1);
+		if (sum.failovers != before)
+			ms[moved++] = (double)stall.gap / 1e6;
 		assert_int_equal(sum.dup_batches, dups);
 	}
-	report("fetch", ms, n);
+	report("fetch", ms, moved);
 	printf("readers resumed after %llu batches verified\n",
 	       (unsigned long long)sum.resumed_batches);
+	/* Some moved in the middle of a stream. */
 	assert_true(sum.resumed_batches > 0);
 	free(ms);
 	th_job_free(&j);

@@ -47,6 +47,13 @@ static inline uint32_t pace_window_ms(uint64_t gap_ns, uint32_t timeout_ms)
 	return ms < timeout_ms ? (uint32_t)ms : timeout_ms;
 }
 
+/* The longest stall window under timeout_ms: before anything is observed
+ * (a dial), where another replica could take over. */
+static inline uint32_t pace_longest_ms(uint32_t timeout_ms)
+{
+	return USHI_STALL_MAX_MS < timeout_ms ? USHI_STALL_MAX_MS : timeout_ms;
+}
+
 /* Splits a "HOST:PORT[@LABEL],..." list: returns the number of workers
  * (at most max) with each "HOST:PORT" copied into peers[i] (its label,
  * if any, after the NUL: net_peer_label()), or -EINVAL. */

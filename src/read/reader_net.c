@@ -205,8 +205,7 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	r->replica = replica;
 	r->timeout_ms = timeout_ms;
 	/* Nothing observed yet: the longest stall window. */
-	r->rcv_ms = replica && USHI_STALL_MAX_MS < timeout_ms ?
-			    USHI_STALL_MAX_MS : timeout_ms;
+	r->rcv_ms = replica ? pace_longest_ms(timeout_ms) : timeout_ms;
 	struct proto_hello me = {.role = USHI_ROLE_READER}, h;
 	snprintf(me.app, sizeof(me.app), "%s", app);
 	int ret = net_dial(peer, &me, r->rcv_ms, &h);

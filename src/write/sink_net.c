@@ -22,7 +22,7 @@
  * a reply in) while it owed the writer something, and how long it
  * usually takes. With replicas, one that owes and has made no progress
  * for the stall window (net.h: a multiple of the usual gap of a replica
- * that kept up, at most 2 s) while another kept up is dropped as if it
+ * that kept up, at most 1.5 s) while another kept up is dropped as if it
  * had failed, unless it is the last live replica of a partition.
  *
  * Replicas: partition p goes to worker proto_worker_of(p) and its next
@@ -510,7 +510,7 @@ static void drop_stalled(struct net *n)
 		if (!win || now - c->pace.last_ns < win * 1000000ull ||
 		    !others_hold(n, c))
 			continue;
-		char what[sizeof(c->why)];
+		char what[128]; /* cut to why[] by conn_dead */
 		snprintf(what, sizeof(what), "stalled: no progress in %u ms "
 			 "while worker %.40s kept up", win, up->peer);
 		conn_dead(c, -ETIMEDOUT, what);
@@ -760,9 +760,9 @@ static int sink_net_open(struct ush_writer *w)
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
 		/* With replicas a worker that does not answer within the
 		 * longest stall window is left to the others. */
-		int fd = net_dial(peers[i], &me, R > 1 &&
-				  USHI_STALL_MAX_MS < n->timeout_ms ?
-				  USHI_STALL_MAX_MS : n->timeout_ms, &h);
+		int fd = net_dial(peers[i], &me, R > 1 ?
+				  pace_longest_ms(n->timeout_ms) :
+				  n->timeout_ms, &h);
 		if (fd < 0 && R > 1) {
 			/* Down already: its partitions go to the others. */
 			conn_dead(&c[i], fd, ush_last_error());
@@ -811,13 +811,24 @@ static void data_done(struct ushi_op *op, int res)
 		   op->io.t0);
 }
 
+/* Reaps completions for a tick at most (left_ns if shorter), then drops
+ * the replicas that stalled meanwhile: 0 or a ring error. */
+static int reap_tick(struct net *n, uint64_t left_ns)
+{
+	int ret = ring_reap_timeout(n->w->ring, 1, left_ns < STALL_TICK_NS ?
+				    left_ns : STALL_TICK_NS);
+	if (ret && ret != -ETIME)
+		return ret;
+	drop_stalled(n);
+	return 0;
+}
+
 /* Waits on the ring until done(c) or c fails; the deadline restarts
  * whenever the worker shows progress (credit, replies). */
 static int ring_wait(struct net *n, struct conn *c,
 		     bool (*done)(struct conn *, uint32_t), uint32_t arg,
 		     const char *what)
 {
-	struct ush_ring *r = n->w->ring;
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
 	uint64_t start = ushi_now_ns();
 	uint64_t seen = c->unacked;
@@ -832,12 +843,9 @@ static int ring_wait(struct net *n, struct conn *c,
 			conn_dead(c, -ETIMEDOUT, what);
 			break;
 		}
-		uint64_t left = limit - (now - start);
-		int ret = ring_reap_timeout(r, 1, left < STALL_TICK_NS ? left :
-					    STALL_TICK_NS);
-		if (ret && ret != -ETIME)
+		int ret = reap_tick(n, limit - (now - start));
+		if (ret)
 			return ret;
-		drop_stalled(n);
 	}
 	return c->err;
 }
@@ -858,7 +866,6 @@ static bool holds_frames(const struct conn *c)
 static int net_drain(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
-	struct ush_ring *r = w->ring;
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
 	uint64_t start = ushi_now_ns();
 	unsigned seen = w->inflight;
@@ -883,12 +890,9 @@ static int net_drain(struct ush_writer *w)
 			start = now;
 			continue;
 		}
-		uint64_t left = limit - (now - start);
-		int ret = ring_reap_timeout(r, 1, left < STALL_TICK_NS ? left :
-					    STALL_TICK_NS);
-		if (ret && ret != -ETIME)
+		int ret = reap_tick(n, limit - (now - start));
+		if (ret)
 			return ret;
-		drop_stalled(n);
 	}
 	return 0;
 }
@@ -897,10 +901,7 @@ static int net_drain(struct ush_writer *w)
  * stalled replicas are looked for (their sends hold the buffers). */
 static int net_reap(struct ush_writer *w)
 {
-	struct net *n = w->sink_state;
-	int ret = ring_reap_timeout(w->ring, 1, STALL_TICK_NS);
-	drop_stalled(n);
-	return ret == -ETIME ? 0 : ret;
+	return reap_tick(w->sink_state, STALL_TICK_NS);
 }
 
 static bool has_room(struct conn *c, uint32_t unused)
