@@ -138,6 +138,14 @@ void th_worker_restart(struct th_worker *w, unsigned threads)
 	th_worker_spawn(w, "127.0.0.1", w->port, threads);
 }
 
+void th_worker_sigstop(struct th_worker *w)
+{
+	int st;
+	assert_int_equal(kill(w->pid, SIGSTOP), 0);
+	assert_int_equal(waitpid(w->pid, &st, WUNTRACED), w->pid);
+	assert_true(WIFSTOPPED(st));
+}
+
 int th_worker_alive(struct th_worker *w)
 {
 	int st;

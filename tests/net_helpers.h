@@ -57,6 +57,10 @@ void th_worker_kill(struct th_worker *w);
  * requests are torn down after the exit): waits, 10 s at most, until a
  * plain bind would take the port. */
 void th_worker_restart(struct th_worker *w, unsigned threads);
+/* SIGSTOP, and waits until the worker is stopped: kill() returns
+ * before the signal takes effect, and a worker that is still running
+ * may answer a connection made meanwhile. SIGCONT resumes it. */
+void th_worker_sigstop(struct th_worker *w);
 /* Is the worker process still running? */
 int th_worker_alive(struct th_worker *w);
 

@@ -311,7 +311,7 @@ static void stalled_replica_heartbeat(void **state)
 		list, "--app=stall-test", "--output-format=json",
 		"--eta=never", NULL});
 	sleep(8); /* the heartbeat comes at 10 s */
-	assert_int_equal(kill(wk[1].pid, SIGSTOP), 0);
+	th_worker_sigstop(&wk[1]);
 	struct cli_out r = cli_wait(&p);
 	assert_int_equal(kill(wk[1].pid, SIGCONT), 0);
 	printf("%s", r.err);

@@ -75,7 +75,7 @@ static void stop_all(void)
 
 static void stop_victim(void)
 {
-	assert_int_equal(kill(wk[stall.victim].pid, SIGSTOP), 0);
+	th_worker_sigstop(&wk[stall.victim]);
 	stall.stopped = true;
 	stall.t_stop = stall.t_last = now_ns();
 	stall.gap = 0;
