@@ -13,7 +13,6 @@
  * USH_STALL_TEST=PATTERN only the tests it names (to measure an older
  * build, where each stall costs the whole timeout).
  */
-#include "core/status.h"
 #include "net_helpers.h"
 
 #include <pthread.h>
@@ -54,24 +53,6 @@ static unsigned rounds(void)
 	return e && atoi(e) > 0 ? (unsigned)atoi(e) : ROUNDS;
 }
 
-static void spawn_all(void)
-{
-	int len = 0;
-	for (unsigned i = 0; i < NW; i++) {
-		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s", th_tmpdir("stall"));
-		th_worker_spawn(&wk[i], "127.0.0.1", 0, 1);
-		len += snprintf(list + len, sizeof(list) - (size_t)len, "%s%s",
-				i ? "," : "", wk[i].addr);
-	}
-}
-
-static void stop_all(void)
-{
-	for (unsigned i = 0; i < NW; i++) {
-		th_worker_stop(&wk[i]);
-		th_rmrf(wk[i].dir);
-	}
-}
 
 static void stop_victim(void)
 {
@@ -107,18 +88,6 @@ static void checked(const struct th_job *j, uint64_t n)
 	} else if (n == stall.at) {
 		stop_victim();
 	}
-}
-
-/* Partition p's holder mask in status st. */
-static uint64_t holders(const struct ush_status *st, uint32_t p)
-{
-	struct status s;
-	const char *why = "";
-	uint64_t batches, mask;
-	uint32_t sum;
-	th_ok(status_parse(st->data, st->len, &s, &why));
-	th_ok(status_part(&s, p, &batches, &sum, &mask, &why));
-	return mask;
 }
 
 static int cmp_ms(const void *a, const void *b)
@@ -164,7 +133,8 @@ static double push_round(unsigned round, bool commit)
 	/* The stopped worker dropped, the other holds everything. */
 	assert_int_equal(ws.net_failovers, 1);
 	for (uint32_t p = 0; p < j.partitions; p++)
-		assert_int_equal(holders(&st[0], p), 1u << (1 - stall.victim));
+		assert_int_equal(th_status_holders(&st[0], p),
+				 1u << (1 - stall.victim));
 	th_verify(&j);
 	th_job_free(&j);
 	return ms;
@@ -172,14 +142,14 @@ static double push_round(unsigned round, bool commit)
 
 static void stall_at(bool commit)
 {
-	spawn_all();
+	th_workers_spawn(wk, NW, "stall", list, sizeof(list));
 	unsigned n = rounds();
 	double *ms = calloc(n, sizeof(*ms));
 	for (unsigned r = 0; r < n; r++)
 		ms[r] = push_round(r, commit);
 	report(commit ? "commit" : "push", ms, n);
 	free(ms);
-	stop_all();
+	th_workers_stop(wk, NW);
 }
 
 static void stall_at_push(void **state)
@@ -205,7 +175,7 @@ static void stall_at_commit(void **state)
 static void stall_at_fetch(void **state)
 {
 	(void)state;
-	spawn_all();
+	th_workers_spawn(wk, NW, "stall", list, sizeof(list));
 	struct ush_status st[FETCH_MAPS] = {{0}};
 	struct ush_reader_stats sum = {0};
 	struct th_job j = {.workers = list, .shuffle = 300, .partitions = 2,
@@ -248,7 +218,7 @@ static void stall_at_fetch(void **state)
 	assert_true(sum.resumed_batches > 0);
 	free(ms);
 	th_job_free(&j);
-	stop_all();
+	th_workers_stop(wk, NW);
 }
 
 /* One replica, stopped: no other to go on at, so the reader waits its
@@ -256,7 +226,7 @@ static void stall_at_fetch(void **state)
 static void one_replica_names_worker(void **state)
 {
 	(void)state;
-	spawn_all();
+	th_workers_spawn(wk, NW, "stall", list, sizeof(list));
 	struct ush_status st[1] = {{0}};
 	struct th_job j = {.workers = wk[0].addr, .shuffle = 400,
 			   .partitions = 2, .maps = 1, .records = 500,
@@ -274,7 +244,7 @@ static void one_replica_names_worker(void **state)
 	assert_non_null(strstr(msg, wk[0].addr));
 	ush_reader_free(r);
 	th_job_free(&j);
-	stop_all();
+	th_workers_stop(wk, NW);
 }
 
 int main(void)
