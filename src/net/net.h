@@ -94,6 +94,9 @@ struct addrinfo;
  * TCP_NODELAY and send and receive timeouts of timeout_ms; or -errno
  * (-ETIMEDOUT when the deadline passed). */
 int net_connect(const struct addrinfo *ai, uint32_t timeout_ms);
+/* Sets fd's send and receive timeouts (a blocking call's wait for
+ * progress) to timeout_ms. */
+void net_set_timeouts(int fd, uint32_t timeout_ms);
 /* Receives what the socket holds, up to cap bytes, waiting for at least
  * one: the count, -ETIMEDOUT after the socket's timeout, -EPIPE at EOF,
  * or -errno. */

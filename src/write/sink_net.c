@@ -1017,10 +1017,11 @@ static void psync_replies(struct conn *c, bool block,
 	}
 }
 
+/* The blocking sends and replies wait timeout_ms for progress, not the
+ * dial's deadline (shorter with replicas). */
 static int psync_start(struct net *n, struct conn *c)
 {
-	(void)n;
-	(void)c;
+	net_set_timeouts(c->fd, n->timeout_ms);
 	return 0;
 }
 
