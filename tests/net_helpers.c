@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "net_helpers.h"
+#include "core/status.h"
 
 /* Workers still running when the test exits (a failed assertion skips
  * its teardown) are killed then. */
@@ -166,6 +167,46 @@ void th_worker_restart(struct th_worker *w, unsigned threads)
 		usleep(10000);
 	}
 	th_worker_spawn(w, "127.0.0.1", w->port, threads);
+}
+
+void th_workers_spawn(struct th_worker *wk, unsigned n, const char *tag,
+		      char *list, size_t len)
+{
+	int at = 0;
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s", th_tmpdir(tag));
+		th_worker_spawn(&wk[i], "127.0.0.1", 0, 1);
+		at += snprintf(list + at, len - (size_t)at, "%s%s", i ? "," : "",
+			       wk[i].addr);
+	}
+}
+
+void th_workers_stop(struct th_worker *wk, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		th_worker_stop(&wk[i]);
+		th_rmrf(wk[i].dir);
+	}
+}
+
+uint64_t th_status_holders(const struct ush_status *st, uint32_t p)
+{
+	struct status s;
+	const char *why = "";
+	uint64_t batches, mask;
+	uint32_t sum;
+	th_ok(status_parse(st->data, st->len, &s, &why));
+	assert_int_equal(s.version, 2);
+	th_ok(status_part(&s, p, &batches, &sum, &mask, &why));
+	return mask;
+}
+
+void th_worker_sigstop(struct th_worker *w)
+{
+	int st;
+	assert_int_equal(kill(w->pid, SIGSTOP), 0);
+	assert_int_equal(waitpid(w->pid, &st, WUNTRACED), w->pid);
+	assert_true(WIFSTOPPED(st));
 }
 
 int th_worker_alive(struct th_worker *w)

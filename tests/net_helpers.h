@@ -62,6 +62,19 @@ void th_worker_kill(struct th_worker *w);
  * requests are torn down after the exit): waits, 10 s at most, until a
  * plain bind would take the port. */
 void th_worker_restart(struct th_worker *w, unsigned threads);
+/* n workers of one thread each on loopback, each over a th_tmpdir(tag),
+ * their "HOST:PORT,..." list into list (len bytes); stopped, their
+ * directories removed, by th_workers_stop(). */
+void th_workers_spawn(struct th_worker *wk, unsigned n, const char *tag,
+		      char *list, size_t len);
+void th_workers_stop(struct th_worker *wk, unsigned n);
+/* Partition p's holder mask in map status st (a version 2 status: one
+ * written with replicas). */
+uint64_t th_status_holders(const struct ush_status *st, uint32_t p);
+/* SIGSTOP, and waits until the worker is stopped: kill() returns
+ * before the signal takes effect, and a worker that is still running
+ * may answer a connection made meanwhile. SIGCONT resumes it. */
+void th_worker_sigstop(struct th_worker *w);
 /* Is the worker process still running? */
 int th_worker_alive(struct th_worker *w);
 

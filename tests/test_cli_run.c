@@ -286,6 +286,48 @@ static void replicas_shuffle(void **state)
 	th_rmrf(dir);
 }
 
+/* --replicas=2 over two workers, one SIGSTOPped in the middle of a job
+ * long enough for the application heartbeat (every 10 s): the writers
+ * drop it and go on with the other, which holds everything; the
+ * heartbeat and the drop that cannot reach it only warn. The job
+ * succeeds. */
+static void stalled_replica_heartbeat(void **state)
+{
+	(void)state;
+	const char *dir = th_tmpdir("clistall");
+	struct th_worker wk[2] = {{0}};
+	char list[300];
+	int len = 0;
+	for (int i = 0; i < 2; i++) {
+		snprintf(wk[i].dir, sizeof(wk[i].dir), "%.400s/w%d", dir, i);
+		assert_int_equal(mkdir(wk[i].dir, 0755), 0);
+		th_worker_spawn(&wk[i], "127.0.0.1", 0, 1);
+		len += snprintf(list + len, sizeof(list) - (size_t)len,
+				"%s%s", i ? "," : "--workers=", wk[i].addr);
+	}
+	struct cli_proc p = cli_start(NULL, (const char *const[]){
+		"--name=hb", "--target=net", "--rw=write", "--time_based",
+		"--runtime=12", "--size=16m", "--numjobs=1", "--replicas=2",
+		list, "--app=stall-test", "--output-format=json",
+		"--eta=never", NULL});
+	sleep(8); /* the heartbeat comes at 10 s */
+	th_worker_sigstop(&wk[1]);
+	struct cli_out r = cli_wait(&p);
+	assert_int_equal(kill(wk[1].pid, SIGCONT), 0);
+	printf("%s", r.err);
+	cli_expect(&r, 0);
+	cli_has(r.err, wk[1].addr);
+	json_object *j = cli_json(&r);
+	json_object *j0 = json_object_array_get_idx(jget(j, "jobs"), 0);
+	assert_string_equal(jstr(j0, "error_message"), "");
+	assert_int_equal(jint(j0, "write/failovers"), 1);
+	json_object_put(j);
+	cli_free(&r);
+	for (int i = 0; i < 2; i++)
+		th_worker_stop(&wk[i]);
+	th_rmrf(dir);
+}
+
 /* fio's --directory list: map i spills to the i-th directory, a read
  * finds every map, with the list in either order, --unlink=1 removes even
  * a write's output; --cpus_allowed confines the threads. */
@@ -515,6 +557,7 @@ int main(void)
 		cmocka_unit_test(every_target_rw_codec),
 		cmocka_unit_test(embedded_worker_allocations_count),
 		cmocka_unit_test(replicas_shuffle),
+		cmocka_unit_test(stalled_replica_heartbeat),
 		cmocka_unit_test(directory_list_and_unlink),
 		cmocka_unit_test(ab_switches_and_paths),
 		cmocka_unit_test(time_based_keep_and_grouping),

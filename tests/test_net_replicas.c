@@ -46,22 +46,12 @@ static struct {
 
 static void spawn_all(void)
 {
-	int len = 0;
-	for (unsigned i = 0; i < NW; i++) {
-		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s",
-			 th_tmpdir("replicas"));
-		th_worker_spawn(&wk[i], "127.0.0.1", 0, 1);
-		len += snprintf(list + len, sizeof(list) - (size_t)len, "%s%s",
-				i ? "," : "", wk[i].addr);
-	}
+	th_workers_spawn(wk, NW, "replicas", list, sizeof(list));
 }
 
 static void stop_all(void)
 {
-	for (unsigned i = 0; i < NW; i++) {
-		th_worker_stop(&wk[i]);
-		th_rmrf(wk[i].dir);
-	}
+	th_workers_stop(wk, NW);
 }
 
 static void *killer(void *arg)
@@ -91,17 +81,9 @@ static void checked(const struct th_job *j, uint64_t n)
 		th_worker_kill(&wk[draw.victim]);
 }
 
-/* Partition p's holder mask in status st. */
 static uint64_t holders(const struct ush_status *st, uint32_t p)
 {
-	struct status s;
-	const char *why = "";
-	uint64_t batches, mask;
-	uint32_t sum;
-	th_ok(status_parse(st->data, st->len, &s, &why));
-	assert_int_equal(s.version, 2);
-	th_ok(status_part(&s, p, &batches, &sum, &mask, &why));
-	return mask;
+	return th_status_holders(st, p);
 }
 
 static void kill_round(unsigned round)

@@ -361,6 +361,9 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 
 /* Well within a worker's default --app-ttl (300 s). */
 #define HEARTBEAT_NS (10 * 1000000000ull)
+/* How long a heartbeat or a drop waits for each worker: a stalled one
+ * costs the job this, once, and only a warning (the others got it). */
+#define ADMIN_TIMEOUT_MS 2000u
 
 /* Workers keep every attempt until the shuffle is dropped: a job writing
  * the shuffle anew drops what an earlier run left (as the disk target
@@ -371,7 +374,8 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 static void net_drop(struct job_ctx *j, struct job_result *res)
 {
 	if (j->o->target != TARGET_NET || j->o->rw == RW_READ ||
-	    !ush_shuffle_drop(j->workers, j->o->app, j->shuffle, 0) ||
+	    !ush_shuffle_drop(j->workers, j->o->app, j->shuffle,
+			      ADMIN_TIMEOUT_MS) ||
 	    res->warning[0])
 		return;
 	snprintf(res->warning, sizeof(res->warning), "dropping shuffle %u on "
@@ -403,7 +407,8 @@ static void watch(struct job_ctx *j, const struct progress *p)
 		uint64_t now = now_ns();
 		if (o->target == TARGET_NET && now >= next_beat) {
 			next_beat += HEARTBEAT_NS;
-			if (ush_app_heartbeat(j->workers, o->app, 5000) &&
+			if (ush_app_heartbeat(j->workers, o->app,
+					      ADMIN_TIMEOUT_MS) &&
 			    !res->warning[0]) /* the others got it */
 				snprintf(res->warning, sizeof(res->warning),
 					 "heartbeat: %.400s", ush_last_error());

@@ -13,6 +13,48 @@
 #define USHI_NET_TIMEOUT_MS 10000u
 #define USHI_NET_PEER 280
 
+/*
+ * Stalled peers (docs/design.md, "Stalled peers"): where another replica
+ * can carry on, a peer is given up after a window taken from the
+ * progress observed, not after timeout_ms: STALL_GAPS times the usual
+ * wait for the next piece of progress, within [STALL_MIN, STALL_MAX] ms
+ * (and never past timeout_ms), so that noticing the stall and moving on
+ * fit in 2 s. The usual wait is a moving average (1/8 weight per sample)
+ * of the gaps a peer or its replica needed.
+ */
+#define USHI_STALL_MIN_MS 500u
+#define USHI_STALL_MAX_MS 1500u
+#define USHI_STALL_GAPS 8u
+
+struct ushi_pace {
+	uint64_t last_ns; /* the last progress, or when waiting began */
+	uint64_t gap_ns;  /* the usual gap: a moving average, 0 unknown */
+};
+
+/* A gap of gap_ns was observed: into the average. */
+static inline void pace_sample(struct ushi_pace *p, uint64_t gap_ns)
+{
+	p->gap_ns = p->gap_ns ? p->gap_ns - p->gap_ns / 8 + gap_ns / 8 : gap_ns;
+}
+
+/* The stall window (ms) for a usual gap of gap_ns, under timeout_ms. */
+static inline uint32_t pace_window_ms(uint64_t gap_ns, uint32_t timeout_ms)
+{
+	uint64_t ms = gap_ns * USHI_STALL_GAPS / 1000000u;
+	if (ms < USHI_STALL_MIN_MS)
+		ms = USHI_STALL_MIN_MS;
+	if (ms > USHI_STALL_MAX_MS)
+		ms = USHI_STALL_MAX_MS;
+	return ms < timeout_ms ? (uint32_t)ms : timeout_ms;
+}
+
+/* The longest stall window under timeout_ms: before anything is observed
+ * (a dial), where another replica could take over. */
+static inline uint32_t pace_longest_ms(uint32_t timeout_ms)
+{
+	return USHI_STALL_MAX_MS < timeout_ms ? USHI_STALL_MAX_MS : timeout_ms;
+}
+
 /* Splits a "HOST:PORT[@LABEL],..." list: returns the number of workers
  * (at most max) with each "HOST:PORT" copied into peers[i] (its label,
  * if any, after the NUL: net_peer_label()), or -EINVAL. */
@@ -61,6 +103,9 @@ struct addrinfo;
  * TCP_NODELAY and send and receive timeouts of timeout_ms; or -errno
  * (-ETIMEDOUT when the deadline passed). */
 int net_connect(const struct addrinfo *ai, uint32_t timeout_ms);
+/* Sets fd's send and receive timeouts (a blocking call's wait for
+ * progress) to timeout_ms. */
+void net_set_timeouts(int fd, uint32_t timeout_ms);
 /* Receives what the socket holds, up to cap bytes, waiting for at least
  * one: the count, -ETIMEDOUT after the socket's timeout, -EPIPE at EOF,
  * or -errno. */

@@ -9,12 +9,18 @@
  * parsed where they lie: the caller gets a pointer into it, valid until
  * the next call. Only the start of a frame that the buffer's end cut off
  * moves to the front (at most one frame per RECV_BUF received).
+ *
+ * A stream whose maps all have another replica to go on at waits for the
+ * worker only for the stall window (net.h), from the time its receives
+ * usually wait, not for timeout_ms: the socket's receive timeout follows
+ * the window.
  */
 #include "net/net.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Receive buffer while the stream is read; a larger frame grows it to
@@ -35,6 +41,9 @@ struct reader_net {
 	uint64_t at;     /* stream offset of the last frame read */
 	uint64_t frames; /* DATA frames read */
 	uint64_t bytes;  /* ... and their bytes */
+	bool replica;    /* another replica can go on: stall window */
+	uint32_t timeout_ms, rcv_ms; /* the socket's receive timeout */
+	struct ushi_pace pace;       /* how long receives wait */
 };
 
 const char *reader_net_where(struct reader_net *r)
@@ -77,6 +86,19 @@ static int resize(struct reader_net *r, size_t cap)
 	return 0;
 }
 
+/* A receive waited waited_ns for data: the receive timeout follows the
+ * stall window, set again when it moved by 100 ms or more. */
+static void pace(struct reader_net *r, uint64_t waited_ns)
+{
+	pace_sample(&r->pace, waited_ns);
+	uint32_t ms = pace_window_ms(r->pace.gap_ns, r->timeout_ms);
+	if (ms + 100 > r->rcv_ms && ms < r->rcv_ms + 100)
+		return;
+	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+	if (!setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+		r->rcv_ms = ms;
+}
+
 /* Makes [pos, pos + n) received: moves the unparsed bytes to the front
  * when n does not fit behind pos, grows the buffer when n exceeds it,
  * and receives as much as the socket holds, at least up to n. */
@@ -94,9 +116,12 @@ static int fill(struct reader_net *r, size_t n)
 		r->pos = 0;
 	}
 	while (r->len - r->pos < n) {
+		uint64_t t0 = r->replica ? ushi_now_ns() : 0;
 		int got = net_recv(r->fd, r->buf + r->len, r->cap - r->len);
 		if (got < 0)
 			return got;
+		if (r->replica)
+			pace(r, ushi_now_ns() - t0);
 		r->len += (size_t)got;
 	}
 	return 0;
@@ -119,6 +144,10 @@ static int read_frame(struct reader_net *r, struct ushi_frame *f,
 		ret = fill(r, proto_size(f));
 	if (ret == -EPIPE)
 		why = "the worker closed the stream";
+	if (ret == -ETIMEDOUT)
+		why = r->replica ? "the worker sent nothing in the stall "
+				   "window (stalled?)" :
+				   "the worker sent nothing within the timeout";
 	if (!ret && frame_check(r->buf + r->pos, f))
 		ret = USH_ECRC, why = "frame CRC32C mismatch";
 	size_t size = ret ? 0 : proto_size(f);
@@ -155,7 +184,7 @@ static int accepted(struct reader_net *r)
 int reader_net_open(struct reader_net **out, const char *peer,
 		    const char *app, uint32_t shuffle, uint32_t partition,
 		    const struct proto_want *w, uint32_t n,
-		    uint32_t timeout_ms)
+		    uint32_t timeout_ms, bool replica)
 {
 	*out = NULL;
 	if (n > USHI_PROTO_WANTS_MAX)
@@ -177,9 +206,13 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
 	r->shuffle = shuffle;
 	r->partition = partition;
+	r->replica = replica;
+	r->timeout_ms = timeout_ms;
+	/* Nothing observed yet: the longest stall window. */
+	r->rcv_ms = replica ? pace_longest_ms(timeout_ms) : timeout_ms;
 	struct proto_hello me = {.role = USHI_ROLE_READER}, h;
 	snprintf(me.app, sizeof(me.app), "%s", app);
-	int ret = net_dial(peer, &me, timeout_ms, &h, &r->mac);
+	int ret = net_dial(peer, &me, r->rcv_ms, &h, &r->mac);
 	r->fd = ret;
 	if (ret >= 0) {
 		ret = net_send_ctrl(r->fd, &r->mac, b,

@@ -12,11 +12,13 @@ struct reader_net;
 
 /* Dials peer as app and asks for partition's frames of the n attempts w
  * (ascending maps); reads the worker's acceptance or refusal (a named
- * attempt it does not hold committed: USH_ENOTCOMMITTED). */
+ * attempt it does not hold committed: USH_ENOTCOMMITTED). Waits for the
+ * worker up to timeout_ms, or, with replica (another replica can go on
+ * with every map), up to the stall window (net.h) only. */
 int reader_net_open(struct reader_net **out, const char *peer,
 		    const char *app, uint32_t shuffle, uint32_t partition,
 		    const struct proto_want *w, uint32_t n,
-		    uint32_t timeout_ms);
+		    uint32_t timeout_ms, bool replica);
 /* The next DATA frame: returns 1 with *f and *frame (the whole frame,
  * valid until the next call), 0 after a FETCH_END that agrees with the
  * frames received, or an error naming the worker and offset. */

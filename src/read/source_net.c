@@ -135,15 +135,18 @@ static int net_open_src(struct ush_reader *r, uint32_t s, uint32_t timeout_ms)
 	if (!w)
 		return ushi_fail(-ENOMEM, "reader: allocation");
 	uint32_t n = 0;
+	bool replica = true; /* every map has a holder left to go on at */
 	for (uint32_t i = 0; i < r->nmaps; i++)
 		if (r->maps[i].src == s) {
 			w[n++] = (struct proto_want){r->maps[i].map,
 						     r->maps[i].attempt,
 						     r->maps[i].got};
 			r->st.resumed_batches += r->maps[i].got;
+			replica &= r->maps[i].at + 1u < r->maps[i].nholders;
 		}
 	int ret = reader_net_open(&ns->str[s].s, r->srcs[s], r->app,
-				  r->shuffle, r->partition, w, n, timeout_ms);
+				  r->shuffle, r->partition, w, n, timeout_ms,
+				  replica);
 	ushi_free(w);
 	return ret;
 }

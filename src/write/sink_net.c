@@ -18,6 +18,13 @@
  * credit for timeout_ms, or that drops the connection, becomes a sticky
  * writer error naming it.
  *
+ * Stalls: each connection notes when it last made progress (bytes out,
+ * a reply in) while it owed the writer something, and how long it
+ * usually takes. With replicas, one that owes and has made no progress
+ * for the stall window (net.h: a multiple of the usual gap of a replica
+ * that kept up, at most 1.5 s) while another kept up is dropped as if it
+ * had failed, unless it is the last live replica of a partition.
+ *
  * Replicas: partition p goes to worker proto_worker_of(p) and its next
  * replicas-1 workers of the list, other host labels first. Each replica's
  * connection queues the same frame (pool buffer or heap frame), which
@@ -88,6 +95,9 @@ struct conn {
 	int err, status;
 	char why[96];           /* what failed it (err) */
 	struct ushi_mac mac;    /* its control frames' MACs */
+	struct ushi_pace pace;  /* progress while owing (owes()) */
+	uint64_t progress_ns;   /* the last progress: bytes out, a reply */
+	bool ended;             /* MAPPER_END queued: its ACK is due */
 	uint64_t zc_notifs, zc_copied;
 	uint32_t rlen;
 	uint8_t rbuf[RBUF];
@@ -142,6 +152,34 @@ static const struct net_io net_io_ring, net_io_psync;
 
 static void parse(struct conn *c);
 static void conn_dead(struct conn *c, int err, const char *what);
+static void drop_stalled(struct net *n);
+
+/* Waits for completions a tick at a time, so that stalls are seen. */
+#define STALL_TICK_NS (USHI_STALL_MIN_MS * 1000000ull / 4)
+
+/* Whether live c owes the writer something: frames to send or to have
+ * notified, credit, the commit's ACK. */
+static bool owes(const struct conn *c)
+{
+	return !c->err && (c->qn || c->zc_out || c->unacked ||
+			   (c->ended && !c->acked));
+}
+
+/* c is given work: if it owed nothing, waiting for progress starts now. */
+static void given(struct conn *c)
+{
+	if (!owes(c))
+		c->pace.last_ns = ushi_now_ns();
+}
+
+/* c made progress: bytes went out, a reply came. */
+static void progressed(struct conn *c)
+{
+	uint64_t now = ushi_now_ns();
+	if (c->pace.last_ns)
+		pace_sample(&c->pace, now - c->pace.last_ns);
+	c->pace.last_ns = c->progress_ns = now;
+}
 
 /* The workers holding partition p, first replica first. */
 static const unsigned *replicas_of(const struct net *n, uint32_t p)
@@ -253,6 +291,8 @@ static void gather_sent(struct ushi_op *op, int res)
 {
 	struct conn *c = op->owner;
 	struct ush_ring *r = c->n->w->ring;
+	if (res > 0)
+		progressed(c);
 	/* The frames it covered are out: release them as they complete,
 	 * remembering how far into the next one it got. */
 	for (uint64_t got = res > 0 ? (uint64_t)res : 0; got && c->qsend;) {
@@ -288,6 +328,8 @@ static void zc_sent(struct ushi_op *op, int res)
 	struct ush_ring *r = c->n->w->ring;
 	bool again = res == -EAGAIN || res == -EINTR ||
 		     (res > 0 && op->io.done < op->io.len);
+	if (res > 0)
+		progressed(c);
 	if (again && !c->err) {
 		c->n->st->net_short_sends += res > 0;
 		c->n->st->net_send_ops++;
@@ -378,6 +420,7 @@ static void kick_all(struct net *n)
  * each connection as soon as the last is done. */
 static int ring_flush(struct net *n)
 {
+	drop_stalled(n);
 	kick_all(n);
 	return ring_poll(n->w->ring);
 }
@@ -413,12 +456,85 @@ static void conn_dead(struct conn *c, int err, const char *what)
 	}
 }
 
+/* Whether every partition that c holds has a live replica besides c. */
+static bool others_hold(const struct net *n, const struct conn *c)
+{
+	unsigned me = (unsigned)(c - n->c);
+	for (unsigned f = 0; f < n->nc; f++) {
+		const unsigned *pl = n->place + f * n->replicas;
+		bool mine = false, other = false;
+		for (unsigned k = 0; k < n->replicas; k++) {
+			mine |= pl[k] == me;
+			other |= pl[k] != me && !n->c[pl[k]].err;
+		}
+		if (mine && !other)
+			return false;
+	}
+	return true;
+}
+
+/* The stall window (ms) of c: from the usual gap of the workers that
+ * kept up while c did not, the one named in *up; 0 when none did. One
+ * kept up that owes nothing (it took all it was given: the writer may be
+ * waiting for buffers that c holds), or that made progress since c's last
+ * and is not overdue itself. */
+static uint32_t stall_window(const struct net *n, const struct conn *c,
+			     uint64_t now, const struct conn **up)
+{
+	uint32_t win = 0;
+	for (unsigned i = 0; i < n->nc; i++) {
+		const struct conn *o = &n->c[i];
+		uint32_t ow = pace_window_ms(o->pace.gap_ns, n->timeout_ms);
+		if (o == c || o->err || !o->progress_ns ||
+		    (owes(o) && (o->progress_ns <= c->pace.last_ns ||
+				 now - o->pace.last_ns >= ow * 1000000ull)))
+			continue;
+		if (ow > win) {
+			win = ow;
+			*up = o;
+		}
+	}
+	return win;
+}
+
+/*
+ * With replicas: a worker that owes the writer something and has made no
+ * progress for its stall window while another kept up is dropped, as if
+ * it had failed (the status will not name it), unless it is the last
+ * live replica of a partition: that one keeps timeout_ms.
+ */
+static void drop_stalled(struct net *n)
+{
+	if (n->replicas < 2)
+		return;
+	uint64_t now = ushi_now_ns();
+	/* No window is shorter: most connections are passed over in O(1),
+	 * as this runs at every flush. */
+	uint64_t shortest = pace_window_ms(0, n->timeout_ms) * 1000000ull;
+	for (unsigned i = 0; i < n->nc; i++) {
+		struct conn *c = &n->c[i];
+		const struct conn *up = NULL;
+		if (!owes(c) || now - c->pace.last_ns < shortest)
+			continue;
+		uint32_t win = stall_window(n, c, now, &up);
+		if (!win || now - c->pace.last_ns < win * 1000000ull ||
+		    !others_hold(n, c))
+			continue;
+		char what[128]; /* cut to why[] by conn_dead */
+		snprintf(what, sizeof(what), "stalled: no progress in %u ms "
+			 "while worker %.40s kept up", win, up->peer);
+		conn_dead(c, -ETIMEDOUT, what);
+		kick(c); /* drops what is queued, unless a send is going */
+	}
+}
+
 static void handle(struct conn *c, const struct ushi_frame *f,
 		   const uint8_t *payload)
 {
 	char msg[USHI_PROTO_ERRMSG_MAX], what[USHI_PROTO_ERRMSG_MAX + 16];
 	if (f->type == USHI_FRAME_ACK) {
 		struct proto_ack a;
+		progressed(c);
 		proto_get_ack(payload, &a);
 		if (a.kind == USHI_ACK_CREDIT)
 			c->unacked -= a.value < c->unacked ? a.value :
@@ -721,8 +837,11 @@ static int sink_net_open(struct ush_writer *w)
 					    .attempt = o->attempt};
 		snprintf(me.app, sizeof(me.app), "%s", o->app);
 		snprintf(c[i].peer, sizeof(c[i].peer), "%s", peers[i]);
-		int fd = net_dial(peers[i], &me, n->timeout_ms, &h,
-				  &c[i].mac);
+		/* With replicas a worker that does not answer within the
+		 * longest stall window is left to the others. */
+		int fd = net_dial(peers[i], &me, R > 1 ?
+				  pace_longest_ms(n->timeout_ms) :
+				  n->timeout_ms, &h, &c[i].mac);
 		if (fd == USH_EDRAINING) {
 			c[i].err = fd; /* skip_draining() */
 			continue;
@@ -781,13 +900,24 @@ static void data_done(struct ushi_op *op, int res)
 		   op->io.t0);
 }
 
+/* Reaps completions for a tick at most (left_ns if shorter), then drops
+ * the replicas that stalled meanwhile: 0 or a ring error. */
+static int reap_tick(struct net *n, uint64_t left_ns)
+{
+	int ret = ring_reap_timeout(n->w->ring, 1, left_ns < STALL_TICK_NS ?
+				    left_ns : STALL_TICK_NS);
+	if (ret && ret != -ETIME)
+		return ret;
+	drop_stalled(n);
+	return 0;
+}
+
 /* Waits on the ring until done(c) or c fails; the deadline restarts
  * whenever the worker shows progress (credit, replies). */
 static int ring_wait(struct net *n, struct conn *c,
 		     bool (*done)(struct conn *, uint32_t), uint32_t arg,
 		     const char *what)
 {
-	struct ush_ring *r = n->w->ring;
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
 	uint64_t start = ushi_now_ns();
 	uint64_t seen = c->unacked;
@@ -802,8 +932,8 @@ static int ring_wait(struct net *n, struct conn *c,
 			conn_dead(c, -ETIMEDOUT, what);
 			break;
 		}
-		int ret = ring_reap_timeout(r, 1, limit - (now - start));
-		if (ret && ret != -ETIME)
+		int ret = reap_tick(n, limit - (now - start));
+		if (ret)
 			return ret;
 	}
 	return c->err;
@@ -825,7 +955,6 @@ static bool holds_frames(const struct conn *c)
 static int net_drain(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
-	struct ush_ring *r = w->ring;
 	uint64_t limit = (uint64_t)n->timeout_ms * 1000000u;
 	uint64_t start = ushi_now_ns();
 	unsigned seen = w->inflight;
@@ -850,11 +979,18 @@ static int net_drain(struct ush_writer *w)
 			start = now;
 			continue;
 		}
-		int ret = ring_reap_timeout(r, 1, limit - (now - start));
-		if (ret && ret != -ETIME)
+		int ret = reap_tick(n, limit - (now - start));
+		if (ret)
 			return ret;
 	}
 	return 0;
+}
+
+/* The writer waits for an idle buffer: a completion, or a tick in which
+ * stalled replicas are looked for (their sends hold the buffers). */
+static int net_reap(struct ush_writer *w)
+{
+	return reap_tick(w->sink_state, STALL_TICK_NS);
 }
 
 static bool has_room(struct conn *c, uint32_t unused)
@@ -967,10 +1103,11 @@ static void psync_replies(struct conn *c, bool block,
 	}
 }
 
+/* The blocking sends and replies wait timeout_ms for progress, not the
+ * dial's deadline (shorter with replicas). */
 static int psync_start(struct net *n, struct conn *c)
 {
-	(void)n;
-	(void)c;
+	net_set_timeouts(c->fd, n->timeout_ms);
 	return 0;
 }
 
@@ -1046,6 +1183,7 @@ static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 	}
 	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
 			.t0 = ushi_now_ns()};
+	given(c);
 	ret = n->io->send(n, c, &o);
 	if (ret)
 		return ret;
@@ -1114,8 +1252,12 @@ static int send_mapper_end(struct net *n, struct conn *c)
 		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
 	}
 	struct out o = {.addr = m, .len = (uint32_t)len, .ctrl = true};
+	given(c);
 	ret = n->io->send(n, c, &o);
-	return ret ? ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer) : 0;
+	if (ret)
+		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
+	c->ended = true;
+	return 0;
 }
 
 static bool acked(struct conn *c, uint32_t unused)
@@ -1218,4 +1360,5 @@ const struct ushi_sink_ops ushi_sink_net = {
 	.release = net_release,
 	.drain = net_drain,
 	.flush = net_flush,
+	.reap = net_reap,
 };

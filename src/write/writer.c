@@ -308,7 +308,8 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 		if (w->qhead)
 			ret = flush_queue(w);
 		else if (ring_inflight(r))
-			ret = ring_reap(r, 1);
+			ret = w->sink->reap ? w->sink->reap(w) :
+					      ring_reap(r, 1);
 		else if (stage_pending(w))
 			ret = stage_flush(w);
 		else if (!evict(w))

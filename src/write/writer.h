@@ -37,6 +37,11 @@ struct ushi_sink_ops {
 	 * sink that holds frames back to send them together starts them.
 	 * Returns 0 or a ring error. */
 	int (*flush)(struct ush_writer *w);
+	/* Optional: the writer waits for an idle buffer; waits for a
+	 * completion, or a moment for sinks that watch their peers for
+	 * stalls meanwhile. Returns 0 or a ring error. Without it the
+	 * writer reaps. */
+	int (*reap)(struct ush_writer *w);
 	/*
 	 * Optional, both or neither: staged writes (stage.c) build frames
 	 * straight into the sink's open pack. pack_room sets *p to the
