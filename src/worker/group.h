@@ -31,13 +31,11 @@ struct wk_logreq {
 struct wk_group {
 	pthread_t tid;
 	bool running, stop;
-	pthread_mutex_t lock;  /* the queue and every thread's done list,
-				  never held across I/O */
+	pthread_mutex_t lock;  /* the queue, never held across I/O */
 	pthread_cond_t work, done;
 	struct wk_logreq *head, **tail;
 	uint8_t *buf;          /* a group's encoded records */
 	size_t cap;
-	unsigned max_group;    /* the most records one write carried */
 };
 
 void wk_group_init(struct wk_group *g);
@@ -60,7 +58,7 @@ int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
  * (or could not be queued). */
 void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n);
 /* t's requests that are done, in the order they were logged (NULL:
- * none). */
+ * none); takes no lock. t's loop only. */
 struct wk_logreq *wk_group_take(struct wk_thread *t);
 /* Waits until none of t's requests is with the committer. */
 void wk_group_quiesce(struct wk_thread *t);

@@ -141,6 +141,17 @@ static void log_done(struct ushi_op *op, int res)
 			s->written = s->wq[s->wq_head].end;
 		s->wq_head = (s->wq_head + 1) % WK_LOG_QD;
 		s->wq_n--;
+		s->wq_done++;
+	}
+	if (op == s->pad) {
+		/* Its block's next write may go now (it takes no op: a
+		 * callback may start one it holds). */
+		s->pad = NULL;
+		if (s->held.op)
+			ring_write_at(t->ring, s->held.op, s->held.b,
+				      s->held.mem, s->held.off, s->held.n,
+				      s->fd, s->slot);
+		s->held.op = NULL;
 	}
 	/* The log's own buffer (a tail write) stays with it. */
 	if (op->io.buf && op->io.buf != s->buf)
@@ -154,9 +165,11 @@ static void log_done(struct ushi_op *op, int res)
 /* Writes n bytes at mem (in pool buffer b, or heap memory when b is
  * NULL) at log offset off; the frames in it end at data_end. The ring
  * owns the memory from here on, but s's own buffer; on an error it is
- * freed and the shuffle has failed. */
+ * freed and the shuffle has failed. Returns the op (its write may be
+ * held behind a round's padded tail block) through *opp when given. */
 static int log_submit(struct wk_shuf *s, struct ushi_buf *b, uint8_t *mem,
-		      uint32_t n, uint64_t off, uint64_t data_end)
+		      uint32_t n, uint64_t off, uint64_t data_end,
+		      struct ushi_op **opp)
 {
 	struct wk_thread *t = s->t;
 	struct ushi_op *op = NULL;
@@ -182,10 +195,18 @@ static int log_submit(struct wk_shuf *s, struct ushi_buf *b, uint8_t *mem,
 	s->wq[k].done = false;
 	op->cb = log_done;
 	op->owner = s;
-	ring_write_at(t->ring, op, b, mem, off, n, s->fd, s->slot);
+	/* Only the write after the padded one starts in its block: later
+	 * ones start past it. */
+	if (s->pad && off < s->pad->io.off + s->pad->io.len)
+		s->held = (typeof(s->held)){op, b, mem, off, n};
+	else
+		ring_write_at(t->ring, op, b, mem, off, n, s->fd, s->slot);
 	s->writes++;
 	t->writes++;
+	s->wq_sub++;
 	s->unsynced = true;
+	if (opp)
+		*opp = op;
 	return 0;
 }
 
@@ -251,7 +272,7 @@ static int flush_tail(struct wk_thread *t, struct wk_shuf *s)
 	uint32_t len = s->len;
 	uint32_t n = (uint32_t)ALIGN_UP((uint64_t)len, align_of(s));
 	memset(b->data + len, 0, n - len);
-	int ret = log_submit(s, b, b->data, n, s->base, s->base + len);
+	int ret = log_submit(s, b, b->data, n, s->base, s->base + len, NULL);
 	if (!ret)
 		ret = wait_writes(t, s);
 	if (ret || s->err)
@@ -335,22 +356,32 @@ static int ensure_buf(struct wk_thread *t, struct wk_shuf *s)
 	return 0;
 }
 
-/* Writes the whole blocks of s's buffer and carries its partial tail
- * block over into another buffer. */
-static int flush_full(struct wk_thread *t, struct wk_shuf *s)
+/* Writes the whole blocks of s's buffer (and with pad its partial tail
+ * block, padded: a sync round's) and carries that partial block over
+ * into another buffer, where the next appends go: the loop never waits
+ * for the write. */
+static int flush_full(struct wk_thread *t, struct wk_shuf *s, bool pad)
 {
 	struct ushi_buf *b = s->buf;
-	uint32_t k = (uint32_t)align_down(s, s->len), tail = s->len - k;
-	if (!k)
+	uint32_t len = s->len, k = (uint32_t)align_down(s, len);
+	uint32_t tail = len - k;
+	uint32_t n = pad ? (uint32_t)ALIGN_UP((uint64_t)len, align_of(s)) : k;
+	if (!n)
 		return 0;
 	uint8_t keep[USHI_ALIGN];
 	memcpy(keep, b->data + k, tail);
+	if (n > len)
+		memset(b->data + len, 0, n - len);
 	wk_list_del(&t->bufq, &s->bufq);
 	s->buf = NULL;
 	uint64_t off = s->base;
 	s->base += k;
 	s->len = 0;
-	int ret = log_submit(s, b, b->data, k, off, off + k);
+	struct ushi_op *op;
+	int ret = log_submit(s, b, b->data, n, off, off + (pad ? len : k),
+			     &op);
+	if (!ret && n > k)
+		s->pad = op;
 	/* The tail is in memory: no read back. */
 	uint64_t end = s->end;
 	s->end = s->base;
@@ -382,7 +413,7 @@ static int append_big(struct wk_shuf *s, const uint8_t *frame, uint32_t n)
 	uint64_t off = s->base;
 	s->base += k;
 	s->len = (uint32_t)(tot - k);
-	return log_submit(s, NULL, m, (uint32_t)k, off, off + k);
+	return log_submit(s, NULL, m, (uint32_t)k, off, off + k, NULL);
 }
 
 static int ipend_grow(struct wk_shuf *s)
@@ -433,7 +464,7 @@ static int seal(struct wk_thread *t, struct wk_shuf *s)
 		memset(b->data + s->len, 0, n - s->len);
 		if (n)
 			ret = log_submit(s, b, b->data, n, s->base,
-					 s->base + s->len);
+					 s->base + s->len, NULL);
 		else
 			pool_put(ring_pool(t->ring), b);
 	}
@@ -480,7 +511,7 @@ int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
 		pool_put(ring_pool(t->ring), b);
 		return ret;
 	}
-	ret = log_submit(s, b, b->data, len, off, off + len);
+	ret = log_submit(s, b, b->data, len, off, off + len, NULL);
 	if (!ret)
 		WK_COUNT(t->wk, bytes_in_place, data);
 	if (!ret && s->ilen >= WK_IDX_BATCH)
@@ -501,7 +532,7 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		return ret;
 	uint32_t n = (uint32_t)proto_size(f);
 	uint32_t cap = s->buf->cap;
-	if (s->len + n > cap && (ret = flush_full(t, s)))
+	if (s->len + n > cap && (ret = flush_full(t, s, false)))
 		return ret;
 	if ((ret = idx_add(s, s->end, n, f->partition, f->map, f->attempt)))
 		return ret;
@@ -520,7 +551,7 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 /* ------------------------------------------------------------ sync */
 
 /* The steps of a sync round (see round_start()). */
-enum { SY_IDLE, SY_IDX, SY_SYNCS, SY_DIR };
+enum { SY_IDLE, SY_WRITES, SY_IDX, SY_SYNCS, SY_DIR };
 
 static void synced(struct wk_shuf *s)
 {
@@ -595,13 +626,15 @@ static int sync_dirs(struct wk_shuf *s)
 }
 
 /*
- * A round: the partial tail block written (waited for: the next appends
- * go to the same buffer), then the index entries of the frames written
- * so far; the log's sync starts at once, the index's once its writes
- * are done, and the two run together: an entry made durable before its
- * frame is only ever one after the last commit, which the repair at the
- * next open cuts (files.c), and the commit is logged only once both
- * syncs are done. New directories are synced last.
+ * A round: what the log buffer holds written (its partial tail block
+ * padded; the appends that follow go to another buffer), then, once the
+ * log's writes up to here are done, the index entries of the frames
+ * written so far; the log's sync starts then, the index's once its
+ * writes are done, and the two run together: an entry made durable
+ * before its frame is only ever one after the last commit, which the
+ * repair at the next open cuts (files.c), and the commit is logged only
+ * once both syncs are done. New directories are synced last. No step
+ * waits: each starts in the loop pass that finds the one before done.
  */
 static int round_start(struct wk_thread *t, struct wk_shuf *s)
 {
@@ -614,17 +647,27 @@ static int round_start(struct wk_thread *t, struct wk_shuf *s)
 	int ret = wk_shuf_open(t, s);
 	if (ret)
 		wk_shuf_fail(s, ret, "reopen", s->end);
-	if (!ret)
-		ret = flush_tail(t, s);
-	if (!ret)
-		ret = wait_writes(t, s);
-	if (!ret && s->ilen)
-		ret = idx_flush(s);
-	if (ret || !s->unsynced)
-		return ret;
+	if (!ret && s->buf && s->len)
+		ret = flush_full(t, s, true);
 	/* Writes from here on set it again: they need the next round. */
+	s->sy_log = s->unsynced;
 	s->unsynced = false;
-	return sync_start(s, s->fd, s->slot, log_synced);
+	s->sy_wq = s->wq_sub;
+	s->sy_step = SY_WRITES;
+	return ret;
+}
+
+/* The round's log writes are done: the index entries of their frames
+ * go out, and the log's sync starts. */
+static int round_written(struct wk_thread *t, struct wk_shuf *s)
+{
+	s->sy_step = SY_IDX;
+	int ret = s->ilen ? idx_flush(s) : 0;
+	if (ret || !s->sy_log)
+		return ret;
+	/* An idle log may have been closed (evict()) since. */
+	ret = wk_shuf_open(t, s);
+	return ret ? ret : sync_start(s, s->fd, s->slot, log_synced);
 }
 
 /* Takes s's round as far as it goes without waiting. */
@@ -640,6 +683,11 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 				return;
 			}
 			ret = round_start(t, s);
+			break;
+		case SY_WRITES:
+			if (s->wq_done < s->sy_wq)
+				return;
+			ret = round_written(t, s);
 			break;
 		case SY_IDX:
 			if (s->iwrites)
