@@ -189,7 +189,7 @@ static void commit_log(struct wk_conn *c)
 	if (!e) /* dropped meanwhile */
 		settle(c, false);
 	if (!ret) {
-		wk->cm_pending++;
+		e->logging = true;
 		c->cm_req = (struct wk_logreq){.r = &c->cm_rec, .n = 1,
 					       .t = c->t, .owner = c};
 		c->cm_step = WK_CM_LOG;
@@ -227,8 +227,10 @@ void wk_commit_logged(struct wk_conn *c, int res)
 	const struct wk_rec *r = &c->cm_rec;
 	c->cm_step = 0;
 	pthread_mutex_lock(&wk->lock);
-	wk->cm_pending--;
-	struct wk_attempt *e = res ? NULL : mine(c);
+	struct wk_attempt *e = mine(c);
+	if (e)
+		e->logging = false;
+	e = res ? NULL : e;
 	if (e)
 		wk_attempt_mark(wk, e, WK_COMMITTED);
 	if (!res) /* dropped meanwhile, after its record: the drop's

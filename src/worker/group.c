@@ -3,16 +3,19 @@
  * worker thread to the commit log. Threads queue requests and go on
  * serving; the committer takes the whole queue, writes its records with
  * one pwrite and one fdatasync, and hands each request back: a commit
- * to its thread's done list (the thread is woken through its wake
- * socket, and acknowledges then), a claim or drop to its waiter. So a
- * group costs one sync however many threads and connections committed
- * in it, and no thread waits on a sync to serve pushes and fetches: the
- * queue's lock is held only to link requests, never across I/O.
+ * to its thread's done stack (taken without a lock; the thread is woken
+ * through its wake socket once per batch, and acknowledges then), a
+ * claim or drop to its waiter. So a group costs one sync however many
+ * threads and connections committed in it, every commit that came
+ * during a sync shares the next one, and no thread waits on a sync to
+ * serve pushes and fetches: the queue's lock is held only to link
+ * requests, never across I/O or a system call.
  *
  * Records reach the log in queue order, and a compaction is a request
  * in the same queue: the snapshot it writes holds every record queued
- * before it (wk_group_compact()'s caller made sure they are applied),
- * and the records queued after it go to the emptied log.
+ * before it (wk_group_compact()'s caller put them in, the commits still
+ * with the committer too), and the records queued after it go to the
+ * emptied log; so it never waits for a moment without commits.
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
@@ -52,8 +55,9 @@ static void write_group(struct ush_worker *wk, struct wk_logreq *req,
 	if (!ret)
 		ret = wk_log_write(wk, g->buf, at);
 	if (ret)
-		wk_log(wk, 0, "commit log: appending %zu records: %s", n,
-		       ush_strerror(ret));
+		wk_log(wk, 0, "commit log: appending %zu records: %s (the "
+		       "log is compacted no more)", n, ush_strerror(ret));
+	g->failed |= ret != 0;
 	for (struct wk_logreq *q = req; q != stop; q = q->next)
 		q->res = ret;
 }
@@ -69,7 +73,7 @@ static void run(struct ush_worker *wk, struct wk_logreq *batch)
 		write_group(wk, from, q);
 		if (!q)
 			return;
-		q->res = wk_log_compact(wk, q->r, q->n);
+		q->res = wk->grp.failed ? -EIO : wk_log_compact(wk, q->r, q->n);
 		atomic_store(&wk->compact_queued, false);
 		ushi_free((void *)q->r);
 		q->r = NULL;

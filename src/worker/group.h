@@ -36,6 +36,7 @@ struct wk_group {
 	struct wk_logreq *head, **tail;
 	uint8_t *buf;          /* a group's encoded records */
 	size_t cap;
+	bool failed;           /* an append failed (the committer's) */
 };
 
 void wk_group_init(struct wk_group *g);
@@ -52,10 +53,11 @@ void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req);
  * Blocks the caller: for claims and drops, not for commits. */
 int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
 /* Queues a compaction with the live state r (n records, ushi_malloc()ed,
- * the committer's from here on). The caller holds wk->lock, has made
- * sure that every record logged so far is applied to the tables, and
- * has set wk->compact_queued, which is cleared once the compaction ran
- * (or could not be queued). */
+ * the committer's from here on). The caller holds wk->lock, has put in
+ * r every record queued so far (applied to the tables, or a commit
+ * still with the committer), and has set wk->compact_queued, which is
+ * cleared once the compaction ran (or could not be queued). After an
+ * append failed, none runs: r could name the commit that failed. */
 void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n);
 /* t's requests that are done, in the order they were logged (NULL:
  * none); takes no lock. t's loop only. */

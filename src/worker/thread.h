@@ -96,8 +96,6 @@ struct ush_worker {
 	atomic_uint_fast64_t log_bytes; /* appended since the last
 					   compaction */
 	atomic_uint_fast64_t snap_bytes; /* the snapshot's size */
-	unsigned cm_pending;  /* commits queued to the committer and not yet
-				 applied (lock held): no compaction then */
 	atomic_bool compact_queued; /* a compaction waits in the queue */
 	uint32_t *drops;      /* shuffles dropped that some thread has not
 				 yet seen (its drop_seen), in epoch order */
