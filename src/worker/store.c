@@ -551,7 +551,7 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 /* ------------------------------------------------------------ sync */
 
 /* The steps of a sync round (see round_start()). */
-enum { SY_IDLE, SY_WRITES, SY_IDX, SY_SYNCS, SY_DIR };
+enum { SY_IDLE, SY_WRITES, SY_IDX, SY_SYNCS };
 
 static void synced(struct wk_shuf *s)
 {
@@ -629,12 +629,12 @@ static int sync_dirs(struct wk_shuf *s)
  * A round: what the log buffer holds written (its partial tail block
  * padded; the appends that follow go to another buffer), then, once the
  * log's writes up to here are done, the index entries of the frames
- * written so far; the log's sync starts then, the index's once its
- * writes are done, and the two run together: an entry made durable
+ * written so far; once those are done too, the syncs of the log, the
+ * index and new directories start together: an entry made durable
  * before its frame is only ever one after the last commit, which the
  * repair at the next open cuts (files.c), and the commit is logged only
- * once both syncs are done. New directories are synced last. No step
- * waits: each starts in the loop pass that finds the one before done.
+ * once every sync is done. No step waits: each starts in the loop pass
+ * that finds the one before done.
  */
 static int round_start(struct wk_thread *t, struct wk_shuf *s)
 {
@@ -657,17 +657,20 @@ static int round_start(struct wk_thread *t, struct wk_shuf *s)
 	return ret;
 }
 
-/* The round's log writes are done: the index entries of their frames
- * go out, and the log's sync starts. */
-static int round_written(struct wk_thread *t, struct wk_shuf *s)
+/* The round's writes are done: its syncs start together, so that a
+ * file system that commits a journal for them commits one. */
+static int round_sync(struct wk_thread *t, struct wk_shuf *s)
 {
-	s->sy_step = SY_IDX;
-	int ret = s->ilen ? idx_flush(s) : 0;
-	if (ret || !s->sy_log)
-		return ret;
+	s->sy_step = SY_SYNCS;
+	bool log = s->sy_log, idx = s->iunsynced;
+	s->iunsynced = false;
 	/* An idle log may have been closed (evict()) since. */
-	ret = wk_shuf_open(t, s);
-	return ret ? ret : sync_start(s, s->fd, s->slot, log_synced);
+	int ret = log || idx ? wk_shuf_open(t, s) : 0;
+	if (!ret && log)
+		ret = sync_start(s, s->fd, s->slot, log_synced);
+	if (!ret && idx)
+		ret = sync_start(s, s->ifd, -1, idx_synced);
+	return ret ? ret : sync_dirs(s);
 }
 
 /* Takes s's round as far as it goes without waiting. */
@@ -687,27 +690,16 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 		case SY_WRITES:
 			if (s->wq_done < s->sy_wq)
 				return;
-			ret = round_written(t, s);
+			s->sy_step = SY_IDX;
+			if (s->ilen)
+				ret = idx_flush(s);
 			break;
 		case SY_IDX:
 			if (s->iwrites)
 				return;
-			s->sy_step = SY_SYNCS;
-			if (s->iunsynced) {
-				s->iunsynced = false;
-				ret = wk_shuf_open(t, s);
-				if (!ret)
-					ret = sync_start(s, s->ifd, -1,
-							 idx_synced);
-			}
+			ret = round_sync(t, s);
 			break;
 		case SY_SYNCS:
-			if (s->sy_ops)
-				return;
-			s->sy_step = SY_DIR;
-			ret = sync_dirs(s);
-			break;
-		case SY_DIR:
 			if (s->sy_ops)
 				return;
 			s->sy_done = s->sy_run;
