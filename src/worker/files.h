@@ -29,6 +29,10 @@ struct ushi_buf;
  * from its start. Its files may be closed (the open files are a
  * bounded cache): the rest stays.
  */
+/* Sync rounds of one log whose syncs may be in flight at once: the next
+ * round writes while the one before syncs. */
+#define WK_SY_FLIGHT 2
+
 struct wk_shuf {
 	struct wk_shuf *hnext;
 	struct wk_thread *t;
@@ -63,11 +67,15 @@ struct wk_shuf {
 	unsigned writes;        /* log and index writes (and syncs) in
 				   flight */
 	unsigned iwrites;       /* index writes in flight */
-	/* Commits' sync rounds (store.c): asked for, running, done; the
-	 * running round's step and its syncs in flight. */
+	/* Commits' sync rounds (store.c): asked for, started, done; the
+	 * step of the round writing, the syncs in flight (all rounds), and
+	 * the rounds syncing, oldest first: the tickets each covers, and
+	 * its syncs. */
 	uint64_t sy_req, sy_run, sy_done;
 	uint8_t sy_step;
 	unsigned sy_ops;
+	struct { uint64_t run; unsigned ops; } sy_fl[WK_SY_FLIGHT];
+	unsigned sy_fl_head, sy_fl_n;
 	uint64_t sy_wq;         /* the round's log writes: done once wq_done
 				   reaches it */
 	bool sy_log;            /* the round syncs the log */

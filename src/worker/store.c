@@ -550,11 +550,25 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 
 /* ------------------------------------------------------------ sync */
 
-/* The steps of a sync round (see round_start()). */
-enum { SY_IDLE, SY_WRITES, SY_IDX, SY_SYNCS };
+/* The steps of a sync round until its syncs start (see round_start()). */
+enum { SY_IDLE, SY_WRITES, SY_IDX };
 
-static void synced(struct wk_shuf *s)
+/* One of a round's syncs is done (op->io.off: the round's ticket); the
+ * rounds whose syncs are all done are, in order. */
+static void synced(struct wk_shuf *s, const struct ushi_op *op)
 {
+	for (unsigned i = 0; i < s->sy_fl_n; i++) {
+		unsigned k = (s->sy_fl_head + i) % WK_SY_FLIGHT;
+		if (s->sy_fl[k].run == op->io.off && s->sy_fl[k].ops) {
+			s->sy_fl[k].ops--;
+			break;
+		}
+	}
+	while (s->sy_fl_n && !s->sy_fl[s->sy_fl_head].ops) {
+		s->sy_done = s->sy_fl[s->sy_fl_head].run;
+		s->sy_fl_head = (s->sy_fl_head + 1) % WK_SY_FLIGHT;
+		s->sy_fl_n--;
+	}
 	s->sy_ops--;
 	s->writes--;
 	s->t->writes--;
@@ -565,7 +579,7 @@ static void log_synced(struct ushi_op *op, int res)
 	struct wk_shuf *s = op->owner;
 	if (res < 0)
 		wk_shuf_fail(s, res, "fdatasync of the log", s->end);
-	synced(s);
+	synced(s, op);
 }
 
 static void idx_synced(struct ushi_op *op, int res)
@@ -573,7 +587,7 @@ static void idx_synced(struct ushi_op *op, int res)
 	struct wk_shuf *s = op->owner;
 	if (res < 0)
 		wk_shuf_fail(s, res, "fdatasync of the index", s->iend);
-	synced(s);
+	synced(s, op);
 }
 
 static void dir_synced(struct ushi_op *op, int res)
@@ -583,10 +597,10 @@ static void dir_synced(struct ushi_op *op, int res)
 		wk_shuf_fail(s, res, "fsync of a directory above", 0);
 	if (op->io.fd != s->dir->fd)
 		close(op->io.fd);
-	synced(s);
+	synced(s, op);
 }
 
-/* Starts an fdatasync of fd (or of its slot) for s's round. */
+/* Starts an fdatasync of fd (or of its slot) for s's newest round. */
 static int sync_start(struct wk_shuf *s, int fd, int slot, ushi_op_cb cb)
 {
 	struct wk_thread *t = s->t;
@@ -596,10 +610,13 @@ static int sync_start(struct wk_shuf *s, int fd, int slot, ushi_op_cb cb)
 		return ret;
 	op->cb = cb;
 	op->owner = s;
-	ring_fsync(t->ring, op, fd, slot);
+	/* A sync has no offset: the field carries its round. */
+	op->io.off = s->sy_run;
+	s->sy_fl[(s->sy_fl_head + s->sy_fl_n - 1) % WK_SY_FLIGHT].ops++;
 	s->sy_ops++;
 	s->writes++;
 	t->writes++;
+	ring_fsync(t->ring, op, fd, slot);
 	return 0;
 }
 
@@ -634,7 +651,11 @@ static int sync_dirs(struct wk_shuf *s)
  * before its frame is only ever one after the last commit, which the
  * repair at the next open cuts (files.c), and the commit is logged only
  * once every sync is done. No step waits: each starts in the loop pass
- * that finds the one before done.
+ * that finds the one before done. Once a round's syncs are started, the
+ * next round may start (WK_SY_FLIGHT rounds syncing at most): commits
+ * that came meanwhile wait for their own round's syncs, not for the end
+ * of the one before too, and a round is done once every round before
+ * it is.
  */
 static int round_start(struct wk_thread *t, struct wk_shuf *s)
 {
@@ -661,7 +682,10 @@ static int round_start(struct wk_thread *t, struct wk_shuf *s)
  * file system that commits a journal for them commits one. */
 static int round_sync(struct wk_thread *t, struct wk_shuf *s)
 {
-	s->sy_step = SY_SYNCS;
+	s->sy_step = SY_IDLE;
+	unsigned k = (s->sy_fl_head + s->sy_fl_n++) % WK_SY_FLIGHT;
+	s->sy_fl[k].run = s->sy_run;
+	s->sy_fl[k].ops = 0;
 	bool log = s->sy_log, idx = s->iunsynced;
 	s->iunsynced = false;
 	/* An idle log may have been closed (evict()) since. */
@@ -670,7 +694,14 @@ static int round_sync(struct wk_thread *t, struct wk_shuf *s)
 		ret = sync_start(s, s->fd, s->slot, log_synced);
 	if (!ret && idx)
 		ret = sync_start(s, s->ifd, -1, idx_synced);
-	return ret ? ret : sync_dirs(s);
+	if (!ret)
+		ret = sync_dirs(s);
+	/* None to wait for: done once the rounds before it are. */
+	if (!s->sy_fl[k].ops && s->sy_fl_n == 1) {
+		s->sy_done = s->sy_run;
+		s->sy_fl_n = 0;
+	}
+	return ret;
 }
 
 /* Takes s's round as far as it goes without waiting. */
@@ -680,11 +711,15 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 	while (!ret && !s->err) {
 		switch (s->sy_step) {
 		case SY_IDLE:
-			if (s->sy_done >= s->sy_req) {
+			/* Done once the syncs of every round are. */
+			if (s->sy_run >= s->sy_req && !s->sy_fl_n) {
 				wk_list_del(&t->syncq, &s->syl);
 				s->sy_queued = false;
 				return;
 			}
+			if (s->sy_run >= s->sy_req ||
+			    s->sy_fl_n == WK_SY_FLIGHT)
+				return;
 			ret = round_start(t, s);
 			break;
 		case SY_WRITES:
@@ -699,12 +734,6 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 				return;
 			ret = round_sync(t, s);
 			break;
-		case SY_SYNCS:
-			if (s->sy_ops)
-				return;
-			s->sy_done = s->sy_run;
-			s->sy_step = SY_IDLE;
-			break;
 		}
 	}
 	if (ret)
@@ -712,6 +741,7 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 	if (s->err && !s->sy_ops) {
 		/* Its commits fail with s->err; no round runs again. */
 		s->sy_step = SY_IDLE;
+		s->sy_fl_n = 0;
 		wk_list_del(&t->syncq, &s->syl);
 		s->sy_queued = false;
 	}
