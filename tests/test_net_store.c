@@ -1065,6 +1065,59 @@ static void in_place_and_copied(void **state)
 	th_rmrf(dir);
 }
 
+/* Eight maps of one shuffle written at once through a thread whose pool
+ * spares in-place buffers for some only, each map committed as soon as
+ * its last record is written while the others go on writing: rounds
+ * start among appends and regions, and the next round among the
+ * syncs of the one before. Every record reads back, after a restart
+ * too. */
+static void commits_among_appends(void **state)
+{
+	(void)state;
+	char dir[512], addr[64] = "127.0.0.1:0";
+	snprintf(dir, sizeof(dir), "%s", th_tmpdir("storecommitsamong"));
+	ush_worker *wk = th_worker_embed_pool(dir, 1, 1u << 20, addr,
+					      sizeof(addr));
+	enum { MAPS = 8, STRIDE = 2500 };
+	struct job j = {.workers = addr, .shuffle = 43, .partitions = 5,
+			.maps = MAPS, .records = 20000, .st = statuses(MAPS)};
+	ush_ring *ring = ring_new();
+	ush_writer *w[MAPS];
+	for (uint32_t m = 0; m < MAPS; m++) {
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = j.shuffle, .map = m,
+			.partitions = j.partitions, .target = USH_TARGET_NET,
+			.workers = addr, .timeout_ms = 120000};
+		th_ok(ush_writer_open(&w[m], ring, &wo));
+	}
+	uint8_t buf[256];
+	for (uint32_t g = 0; g < j.records + (MAPS - 1) * STRIDE; g++)
+		for (uint32_t m = 0; m < MAPS; m++) {
+			if (g < m * STRIDE || g - m * STRIDE >= j.records)
+				continue;
+			uint32_t i = g - m * STRIDE;
+			size_t len = rec_len(&j, m, i);
+			uint64_t id = (uint64_t)m << 32 | i;
+			memcpy(buf, &id, 8);
+			th_fill(buf + 8, len - 8, rec_seed(&j, id));
+			th_ok(ush_writer_write(w[m], i % j.partitions, buf,
+					       len));
+			if (i + 1 < j.records)
+				continue;
+			th_ok(ush_writer_commit(w[m], NULL));
+			th_status_copy(w[m], &j.st[m]);
+			ush_writer_free(w[m]);
+		}
+	ush_ring_free(ring);
+	verify(&j, 1);
+	embedded_free(wk);
+	wk = th_worker_embed_pool(dir, 1, 1u << 20, addr, sizeof(addr));
+	verify(&j, 1);
+	embedded_free(wk);
+	job_free(&j);
+	th_rmrf(dir);
+}
+
 /* A raw writer of shuffle s map m on port: its HELLO answered. */
 static int raw_writer(int port, uint32_t s, uint32_t m)
 {
@@ -1701,6 +1754,7 @@ int main(void)
 		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),
 		cmocka_unit_test(commit_then_close),
+		cmocka_unit_test(commits_among_appends),
 		cmocka_unit_test(scale_many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test_teardown(full_dir_quarantined, unmount),
