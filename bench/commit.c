@@ -38,15 +38,14 @@ struct cfg {
 struct writer {
 	const struct cfg *c;
 	unsigned k;
-	double *lat_us;     /* per map of this writer */
-	unsigned n;
+	struct ush_lat lat; /* its commits' latencies */
 	int err;
 	pthread_t tid;
 };
 
 /* One map: written, then committed (timed). */
 static int one_map(ush_ring *ring, const struct cfg *c, uint32_t m,
-		   uint8_t *rec, double *us)
+		   uint8_t *rec, struct ush_lat *lat)
 {
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = c->shuffle,
 		.map = m, .partitions = c->parts, .target = USH_TARGET_NET,
@@ -62,7 +61,7 @@ static int one_map(ush_ring *ring, const struct cfg *c, uint32_t m,
 	uint64_t t0 = now_ns();
 	if (!ret)
 		ret = ush_writer_commit(w, NULL);
-	*us = (double)(now_ns() - t0) / 1e3;
+	ush_lat_add(lat, now_ns() - t0);
 	if (ret)
 		fprintf(stderr, "%s: map %u: %s\n", PROG, m, ush_last_error());
 	ush_writer_free(w);
@@ -86,17 +85,10 @@ static void *writer_main(void *arg)
 		return NULL;
 	}
 	for (uint32_t m = wr->k; m < c->maps && !wr->err; m += c->writers)
-		wr->err = one_map(ring, c, m, rec, &wr->lat_us[wr->n++]) != 0;
+		wr->err = one_map(ring, c, m, rec, &wr->lat) != 0;
 	ush_ring_free(ring);
 	free(rec);
 	return NULL;
-}
-
-static double pct(double *v, size_t n, double p)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-	return n ? v[i] : 0;
 }
 
 int main(int argc, char **argv)
@@ -141,26 +133,27 @@ int main(int argc, char **argv)
 	if (c.map_bytes < c.rec_len)
 		bench_bad(PROG, "--map-kib=%zu: less than one record", map_kib);
 	static struct writer w[WRITERS_MAX];
-	double *lat = calloc(c.maps, sizeof(*lat));
-	if (!lat)
-		return fprintf(stderr, "%s: out of memory\n", PROG), 1;
 	uint64_t t0 = now_ns();
-	for (unsigned k = 0, at = 0; k < c.writers; k++) {
-		w[k] = (struct writer){.c = &c, .k = k, .lat_us = lat + at};
-		at += (c.maps - k + c.writers - 1) / c.writers;
+	for (unsigned k = 0; k < c.writers; k++) {
+		w[k] = (struct writer){.c = &c, .k = k};
+		ush_lat_init(&w[k].lat);
 		if (pthread_create(&w[k].tid, NULL, writer_main, &w[k]))
 			return fprintf(stderr, "%s: pthread_create\n", PROG), 1;
 	}
 	int err = 0;
+	struct ush_lat lat;
+	ush_lat_init(&lat);
 	for (unsigned k = 0; k < c.writers; k++) {
 		pthread_join(w[k].tid, NULL);
 		err |= w[k].err;
+		ush_lat_merge(&lat, &w[k].lat);
 	}
 	double secs = (double)(now_ns() - t0) / 1e9;
 	if (err)
 		return 1;
-	double per_s = c.maps / secs, p50 = pct(lat, c.maps, 0.5),
-	       p99 = pct(lat, c.maps, 0.99);
+	double per_s = c.maps / secs,
+	       p50 = (double)ush_lat_percentile(&lat, 50) / 1e3,
+	       p99 = (double)ush_lat_percentile(&lat, 99) / 1e3;
 	if (json)
 		printf("{\"bench\": \"commit\", \"writers\": %u, \"maps\": %u, "
 		       "\"map_bytes\": %zu, \"partitions\": %u, "
@@ -172,6 +165,5 @@ int main(int argc, char **argv)
 		printf("%u maps of %zu KiB by %u writers in %.2f s: %.1f "
 		       "commits/s, commit p50 %.0f us, p99 %.0f us\n", c.maps,
 		       map_kib, c.writers, secs, per_s, p50, p99);
-	free(lat);
 	return 0;
 }

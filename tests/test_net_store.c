@@ -1069,6 +1069,59 @@ static void in_place_and_copied(void **state)
 	th_rmrf(dir);
 }
 
+/* Eight maps of one shuffle written at once through a thread whose pool
+ * spares in-place buffers for some only, each map committed as soon as
+ * its last record is written while the others go on writing: rounds
+ * start among appends and regions, and the next round among the
+ * syncs of the one before. Every record reads back, after a restart
+ * too. */
+static void commits_among_appends(void **state)
+{
+	(void)state;
+	char dir[512], addr[64] = "127.0.0.1:0";
+	snprintf(dir, sizeof(dir), "%s", th_tmpdir("storecommitsamong"));
+	ush_worker *wk = th_worker_embed_pool(dir, 1, 1u << 20, addr,
+					      sizeof(addr));
+	enum { MAPS = 8, STRIDE = 2500 };
+	struct job j = {.workers = addr, .shuffle = 43, .partitions = 5,
+			.maps = MAPS, .records = 20000, .st = statuses(MAPS)};
+	ush_ring *ring = ring_new();
+	ush_writer *w[MAPS];
+	for (uint32_t m = 0; m < MAPS; m++) {
+		struct ush_writer_opts wo = {.size = sizeof(wo),
+			.shuffle = j.shuffle, .map = m,
+			.partitions = j.partitions, .target = USH_TARGET_NET,
+			.workers = addr, .timeout_ms = 120000};
+		th_ok(ush_writer_open(&w[m], ring, &wo));
+	}
+	uint8_t buf[256];
+	for (uint32_t g = 0; g < j.records + (MAPS - 1) * STRIDE; g++)
+		for (uint32_t m = 0; m < MAPS; m++) {
+			if (g < m * STRIDE || g - m * STRIDE >= j.records)
+				continue;
+			uint32_t i = g - m * STRIDE;
+			size_t len = rec_len(&j, m, i);
+			uint64_t id = (uint64_t)m << 32 | i;
+			memcpy(buf, &id, 8);
+			th_fill(buf + 8, len - 8, rec_seed(&j, id));
+			th_ok(ush_writer_write(w[m], i % j.partitions, buf,
+					       len));
+			if (i + 1 < j.records)
+				continue;
+			th_ok(ush_writer_commit(w[m], NULL));
+			th_status_copy(w[m], &j.st[m]);
+			ush_writer_free(w[m]);
+		}
+	ush_ring_free(ring);
+	verify(&j, 1);
+	embedded_free(wk);
+	wk = th_worker_embed_pool(dir, 1, 1u << 20, addr, sizeof(addr));
+	verify(&j, 1);
+	embedded_free(wk);
+	job_free(&j);
+	th_rmrf(dir);
+}
+
 /* A raw writer of shuffle s map m on port: its HELLO answered. */
 static int raw_writer(int port, uint32_t s, uint32_t m)
 {
@@ -1081,6 +1134,72 @@ static int raw_writer(int port, uint32_t s, uint32_t m)
 	assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f),
 			 USHI_FRAME_HELLO);
 	return fd;
+}
+
+/* Waits on a raw writer for its commit's ACK, which must say success. */
+static void commit_acked(int fd)
+{
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	for (;;) {
+		struct ushi_frame f;
+		int type = th_recv_frame(fd, b, sizeof(b), &f);
+		char msg[600] = "";
+		if (type == USHI_FRAME_ERROR)
+			proto_get_error(b + USH_FRAME_HDR_SIZE, f.payload_len,
+					msg, sizeof(msg));
+		if (type == USHI_FRAME_ERROR || type < 0)
+			fail_msg("the writer's commit: %s",
+				 type < 0 ? "closed" : msg);
+		struct proto_ack a;
+		if (type != USHI_FRAME_ACK)
+			continue;
+		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
+		if (a.kind == USHI_ACK_COMMIT) {
+			assert_int_equal(a.status, 0);
+			return;
+		}
+	}
+}
+
+/* Writers that close (or reset) their connection right after their
+ * MAPPER_END, at delays that spread the close over the commit's steps:
+ * its sync round, and its record with the committer, which hands the
+ * record back to the loop after the close. The connection waits for it
+ * (a freed one would be written by the loop: ASan's to see); the worker
+ * goes on committing, stops cleanly and replays its log. */
+static void commit_then_close(void **state)
+{
+	(void)state;
+	char dir[512], addr[64] = "127.0.0.1:0";
+	snprintf(dir, sizeof(dir), "%s", th_tmpdir("storecommitclose"));
+	ush_worker *wk = th_worker_embed(dir, 2, addr, sizeof(addr));
+	int port = ush_worker_port(wk);
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	uint32_t crc;
+	for (uint32_t i = 0; i < 100; i++) {
+		uint32_t s = 300 + i;
+		int fd = raw_writer(port, s, 0);
+		th_send_all(fd, b, th_rec_frame(b, s, 0, "closing", &crc));
+		th_send_ctrl(fd, b, proto_put_mapper_end(b, s, 0, 0));
+		usleep((i % 50) * 60);
+		if (i % 2) { /* a reset rather than a FIN */
+			struct linger l = {1, 0};
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+		}
+		close(fd);
+	}
+	int fd = raw_writer(port, 500, 0);
+	th_send_all(fd, b, th_rec_frame(b, 500, 0, "kept", &crc));
+	th_send_ctrl(fd, b, proto_put_mapper_end(b, 500, 0, 0));
+	commit_acked(fd);
+	close(fd);
+	struct ush_worker_stats ws;
+	ush_worker_stats(wk, &ws);
+	assert_true(ws.commits >= 1 && ws.commits <= 101);
+	embedded_free(wk);
+	wk = th_worker_embed(dir, 2, addr, sizeof(addr));
+	embedded_free(wk);
+	th_rmrf(dir);
 }
 
 /* Writers holding in-place receive buffers (all the pool spares them)
@@ -1122,25 +1241,7 @@ static void in_place_leaves_logs_a_buffer(void **state)
 	uint32_t crc;
 	th_send_all(fd, b, th_rec_frame(b, 3, 0, "copied", &crc));
 	th_send_ctrl(fd, b, proto_put_mapper_end(b, 3, 0, 0));
-	for (;;) {
-		struct ushi_frame f;
-		int type = th_recv_frame(fd, b, sizeof(b), &f);
-		char msg[600] = "";
-		if (type == USHI_FRAME_ERROR)
-			proto_get_error(b + USH_FRAME_HDR_SIZE, f.payload_len,
-					msg, sizeof(msg));
-		if (type == USHI_FRAME_ERROR || type < 0)
-			fail_msg("the copying writer's commit: %s",
-				 type < 0 ? "closed" : msg);
-		struct proto_ack a;
-		if (type != USHI_FRAME_ACK)
-			continue;
-		proto_get_ack(b + USH_FRAME_HDR_SIZE, &a);
-		if (a.kind == USHI_ACK_COMMIT) {
-			assert_int_equal(a.status, 0);
-			break;
-		}
-	}
+	commit_acked(fd);
 	close(fd);
 	for (unsigned m = 0; m < 3; m++)
 		close(w[m]);
@@ -1656,6 +1757,8 @@ int main(void)
 		cmocka_unit_test(many_logs_few_buffers),
 		cmocka_unit_test(in_place_and_copied),
 		cmocka_unit_test(in_place_leaves_logs_a_buffer),
+		cmocka_unit_test(commit_then_close),
+		cmocka_unit_test(commits_among_appends),
 		cmocka_unit_test(scale_many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test_teardown(full_dir_quarantined, unmount),

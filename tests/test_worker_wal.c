@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "helpers.h"
 #include "worker/app.h"
+#include "worker/attempt.h"
 #include "worker/files.h"
 #include "worker/state.h"
 #include "worker/thread.h"
@@ -277,6 +278,34 @@ static void logs_compact_into_a_snapshot(void **state)
 	ush_worker_free(wk);
 }
 
+/* A commit whose record is logged and not yet applied (its thread's
+ * loop has not taken it back) while the log is compacted: the snapshot
+ * holds it, so the log need not wait for a moment without commits. */
+static void compaction_keeps_a_commit_under_way(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("wal-compact-busy");
+	ush_worker *wk = wk_open(dir);
+	append(wk, WK_REC_CLAIM, 9, 0, 0, "keep");
+	struct wk_rec r = {.type = WK_REC_COMMIT, .shuffle = 9, .map = 1,
+			   .app = "keep"};
+	pthread_mutex_lock(&wk->lock);
+	th_ok(wk_attempt_set(wk, 9, 1, 0, WK_OPEN));
+	wk_attempt_find(wk, 9, 1, 0)->logging = true;
+	th_ok(wk_group_log(wk, &r, 1));
+	pthread_mutex_unlock(&wk->lock);
+	for (uint32_t s = 100; !strstr(logged, "commit log compacted"); s++) {
+		assert_true(s < 100 + 1000);
+		append(wk, WK_REC_CLAIM, s, 0, 0, "gone");
+		append(wk, WK_REC_COMMIT, s, 0, 0, "gone");
+		append(wk, WK_REC_DROP, s, 0, 0, "gone");
+	}
+	ush_worker_free(wk);
+	wk = wk_open(dir);
+	assert_true(wk_committed(wk, 9, 1, 0));
+	ush_worker_free(wk);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -288,6 +317,8 @@ int main(void)
 					  th_teardown),
 		cmocka_unit_test_teardown(foreign_log_is_refused, th_teardown),
 		cmocka_unit_test_teardown(logs_compact_into_a_snapshot,
+					  th_teardown),
+		cmocka_unit_test_teardown(compaction_keeps_a_commit_under_way,
 					  th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

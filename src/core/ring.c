@@ -426,8 +426,6 @@ void ring_start(struct ush_ring *r, struct ushi_op *op)
 	op->io.t0 = ushi_now_ns();
 	switch (op->kind) {
 	case OP_WRITE:
-		queue(r, op);
-		break;
 	case OP_SEND:
 	case OP_SEND_ZC:
 	case OP_FSYNC:
@@ -487,6 +485,7 @@ void ring_write_at(struct ush_ring *r, struct ushi_op *op, struct ushi_buf *b,
 void ring_fsync(struct ush_ring *r, struct ushi_op *op, int fd, int slot)
 {
 	op->kind = OP_FSYNC;
+	op->io.len = op->io.done = 0;
 	op->io.fd = slot >= 0 ? slot : fd;
 	op->io.fixed_file = slot >= 0;
 	ring_start(r, op);
@@ -533,18 +532,13 @@ void ring_complete(struct ush_ring *r, struct ushi_op *op, int res,
 {
 	switch (op->kind) {
 	case OP_WRITE:
+	case OP_FSYNC: /* a write of no bytes: retried on EINTR/EAGAIN */
 		complete_write(r, op, res);
 		break;
 	case OP_SEND:
 	case OP_SEND_ZC:
 	case OP_SENDMSG:
 		complete_send(r, op, res, flags);
-		break;
-	case OP_FSYNC:
-		if (res == -EINTR || res == -EAGAIN)
-			queue(r, op);
-		else
-			finish(r, op, res);
 		break;
 	default:
 		complete_armed(r, op, res, flags);

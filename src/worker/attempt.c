@@ -95,8 +95,9 @@ int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 				slot_put(wk, &old[i]);
 		ushi_free(old);
 	}
-	slot_put(wk, &(struct wk_attempt){shuffle, map, attempt, (uint8_t)state,
-				       0});
+	slot_put(wk, &(struct wk_attempt){.shuffle = shuffle, .map = map,
+					  .attempt = attempt,
+					  .state = (uint8_t)state});
 	wk->natt++;
 	count(wk, shuffle, (uint8_t)state, 1);
 	return 0;

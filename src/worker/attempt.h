@@ -2,6 +2,7 @@
 #ifndef USHI_WK_ATTEMPT_H
 #define USHI_WK_ATTEMPT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct ush_worker;
@@ -19,6 +20,8 @@ enum wk_attempt_state {
 struct wk_attempt {
 	uint32_t shuffle, map, attempt;
 	uint8_t state;  /* enum wk_attempt_state; 0: a free slot */
+	bool logging;   /* WK_OPEN: its commit record is with the
+			   committer (a snapshot counts it committed) */
 	uint64_t owner; /* WK_OPEN: the id of the connection writing it */
 };
 

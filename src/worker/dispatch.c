@@ -55,11 +55,15 @@ static void settle(struct wk_conn *c, bool kept)
 	c->att_bytes = 0;
 }
 
-void wk_conn_leave(struct wk_conn *c)
+bool wk_conn_leave(struct wk_conn *c)
 {
 	struct ush_worker *wk = c->t->wk;
+	/* The committer hands c->cm_req back to the loop, which applies it
+	 * to c: c stays until then. */
+	if (c->cm_step == WK_CM_LOG)
+		return false;
 	if (!c->appr)
-		return;
+		return true;
 	pthread_mutex_lock(&wk->lock);
 	struct wk_attempt *e = c->att.state == WK_OPEN ? mine(c) : NULL;
 	if (e)
@@ -70,6 +74,7 @@ void wk_conn_leave(struct wk_conn *c)
 	pthread_mutex_unlock(&wk->lock);
 	c->att.state = 0;
 	c->cm_step = 0; /* a sync round's ticket: nothing to give back */
+	return true;
 }
 
 /* Is c's attempt still its own? Only a DROP since it was last known
@@ -184,7 +189,7 @@ static void commit_log(struct wk_conn *c)
 	if (!e) /* dropped meanwhile */
 		settle(c, false);
 	if (!ret) {
-		wk->cm_pending++;
+		e->logging = true;
 		c->cm_req = (struct wk_logreq){.r = &c->cm_rec, .n = 1,
 					       .t = c->t, .owner = c};
 		c->cm_step = WK_CM_LOG;
@@ -222,8 +227,10 @@ void wk_commit_logged(struct wk_conn *c, int res)
 	const struct wk_rec *r = &c->cm_rec;
 	c->cm_step = 0;
 	pthread_mutex_lock(&wk->lock);
-	wk->cm_pending--;
-	struct wk_attempt *e = res ? NULL : mine(c);
+	struct wk_attempt *e = mine(c);
+	if (e)
+		e->logging = false;
+	e = res ? NULL : e;
 	if (e)
 		wk_attempt_mark(wk, e, WK_COMMITTED);
 	if (!res) /* dropped meanwhile, after its record: the drop's

@@ -28,7 +28,9 @@ void wk_commit_pump(struct wk_conn *c);
 /* The committer logged c's commit record (res 0) or failed to: the
  * attempt is committed and acknowledged, or c fails. */
 void wk_commit_logged(struct wk_conn *c, int res);
-/* A closing writer's attempt, unless committed, becomes abandoned. */
-void wk_conn_leave(struct wk_conn *c);
+/* A closing writer's attempt, unless committed, becomes abandoned.
+ * Returns false, and does nothing, while c's commit record is with the
+ * committer: c must not close (nor be freed) before it is back. */
+bool wk_conn_leave(struct wk_conn *c);
 
 #endif

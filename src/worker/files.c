@@ -344,7 +344,8 @@ void wk_shuf_fail(struct wk_shuf *s, int err, const char *what, uint64_t off)
 		wk_dir_fail(s->t->wk, s->dir, err, what);
 }
 
-void wk_shuf_fsync(struct wk_shuf *s)
+/* fdatasyncs s's open files that have unsynced writes: the log first. */
+static void shuf_fsync(struct wk_shuf *s)
 {
 	/* Failed or not, the flag goes: a retry could report success
 	 * without the data (the kernel reports a writeback error once);
@@ -390,7 +391,7 @@ static int evict(struct wk_thread *t, struct wk_shuf *keep)
 			}
 		}
 		if (victim) {
-			wk_shuf_fsync(victim);
+			shuf_fsync(victim);
 			wk_shuf_close(t, victim);
 			return 0;
 		}

@@ -29,6 +29,10 @@ struct ushi_buf;
  * from its start. Its files may be closed (the open files are a
  * bounded cache): the rest stays.
  */
+/* Sync rounds of one log whose syncs may be in flight at once: the next
+ * round writes while the one before syncs. */
+#define WK_SY_FLIGHT 2
+
 struct wk_shuf {
 	struct wk_shuf *hnext;
 	struct wk_thread *t;
@@ -52,14 +56,29 @@ struct wk_shuf {
 	uint64_t iend;          /* the index file's end */
 	struct { uint64_t off, end; bool done; } wq[WK_LOG_QD];
 	unsigned wq_head, wq_n; /* log writes in flight, oldest first */
+	uint64_t wq_sub, wq_done; /* log writes submitted; done, counted
+				     as the oldest in flight completes */
+	struct ushi_op *pad;    /* a round's write of the padded tail block,
+				   in flight: the next write of that block
+				   is held until it is done (the two could
+				   land in either order) */
+	struct { struct ushi_op *op; struct ushi_buf *b; uint8_t *mem;
+		 uint64_t off; uint32_t n; } held;
 	unsigned writes;        /* log and index writes (and syncs) in
 				   flight */
 	unsigned iwrites;       /* index writes in flight */
-	/* Commits' sync rounds (store.c): asked for, running, done; the
-	 * running round's step and its syncs in flight. */
+	/* Commits' sync rounds (store.c): asked for, started, done; the
+	 * step of the round writing, the syncs in flight (all rounds), and
+	 * the rounds syncing, oldest first: the tickets each covers, and
+	 * its syncs. */
 	uint64_t sy_req, sy_run, sy_done;
 	uint8_t sy_step;
 	unsigned sy_ops;
+	struct { uint64_t run; unsigned ops; } sy_fl[WK_SY_FLIGHT];
+	unsigned sy_fl_head, sy_fl_n;
+	uint64_t sy_wq;         /* the round's log writes: done once wq_done
+				   reaches it */
+	bool sy_log;            /* the round syncs the log */
 	bool sy_queued;         /* on t->syncq */
 	bool sy_final;          /* synced at the thread's end (it had not
 				   failed before) */
@@ -100,8 +119,6 @@ const char *wk_why_open(int err);
  * the most recently used, closing another's when the thread is at its
  * budget. Returns 0 or -errno. */
 int wk_shuf_open(struct wk_thread *t, struct wk_shuf *s);
-/* fdatasyncs s's open files that have unsynced writes: the log first. */
-void wk_shuf_fsync(struct wk_shuf *s);
 /* Closes s's files (synced or not: a dropped shuffle's). */
 void wk_shuf_close(struct wk_thread *t, struct wk_shuf *s);
 /* Records s's failure (of what, at offset off) as its error on this

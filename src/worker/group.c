@@ -3,16 +3,19 @@
  * worker thread to the commit log. Threads queue requests and go on
  * serving; the committer takes the whole queue, writes its records with
  * one pwrite and one fdatasync, and hands each request back: a commit
- * to its thread's done list (the thread is woken through its wake
- * socket, and acknowledges then), a claim or drop to its waiter. So a
- * group costs one sync however many threads and connections committed
- * in it, and no thread waits on a sync to serve pushes and fetches: the
- * queue's lock is held only to link requests, never across I/O.
+ * to its thread's done stack (taken without a lock; the thread is woken
+ * through its wake socket once per batch, and acknowledges then), a
+ * claim or drop to its waiter. So a group costs one sync however many
+ * threads and connections committed in it, every commit that came
+ * during a sync shares the next one, and no thread waits on a sync to
+ * serve pushes and fetches: the queue's lock is held only to link
+ * requests, never across I/O or a system call.
  *
  * Records reach the log in queue order, and a compaction is a request
  * in the same queue: the snapshot it writes holds every record queued
- * before it (wk_group_compact()'s caller made sure they are applied),
- * and the records queued after it go to the emptied log.
+ * before it (wk_group_compact()'s caller put them in, the commits still
+ * with the committer too), and the records queued after it go to the
+ * emptied log; so it never waits for a moment without commits.
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
@@ -53,9 +56,9 @@ static void write_group(struct ush_worker *wk, struct wk_logreq *req,
 		ret = wk_log_write(wk, g->buf, at);
 	if (ret)
 		wk_log(wk, 0, "commit log %s/commit.log: appending %zu "
-		       "records: %s", wk->dir, n, ush_strerror(ret));
-	if (n > g->max_group)
-		g->max_group = (unsigned)n;
+		       "records: %s (the log is compacted no more)", wk->dir,
+		       n, ush_strerror(ret));
+	g->failed |= ret != 0;
 	for (struct wk_logreq *q = req; q != stop; q = q->next)
 		q->res = ret;
 }
@@ -71,7 +74,7 @@ static void run(struct ush_worker *wk, struct wk_logreq *batch)
 		write_group(wk, from, q);
 		if (!q)
 			return;
-		q->res = wk_log_compact(wk, q->r, q->n);
+		q->res = wk->grp.failed ? -EIO : wk_log_compact(wk, q->r, q->n);
 		atomic_store(&wk->compact_queued, false);
 		ushi_free((void *)q->r);
 		q->r = NULL;
@@ -79,27 +82,52 @@ static void run(struct ush_worker *wk, struct wk_logreq *batch)
 	}
 }
 
-/* Hands the batch's requests back (group lock held). */
+/* Gives q to its thread's loop: pushed on the thread's done stack (the
+ * loop takes the whole stack with one exchange, no lock), and the loop
+ * woken unless a wake-up is already on its way. */
+static void give(struct wk_logreq *q)
+{
+	struct wk_thread *t = q->t;
+	q->next = atomic_load(&t->cm_done);
+	while (!atomic_compare_exchange_weak(&t->cm_done, &q->next, q))
+		;
+	if (!atomic_exchange(&t->cm_woken, true))
+		send(t->wake[1], "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Hands the batch's requests back: commits to their threads (outside
+ * the lock, one wake-up per thread at most), then waiters and counts
+ * under the lock. */
 static void hand_back(struct wk_group *g, struct wk_logreq *q)
 {
-	while (q) {
-		struct wk_logreq *next = q->next;
-		struct wk_thread *t = q->t;
-		q->next = NULL;
-		if (t) {
-			*t->cm_done_tail = q;
-			t->cm_done_tail = &q->next;
-			t->cm_out--;
-			/* A full socket already holds a wake-up. */
-			send(t->wake[1], "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-		} else if (q->compact) {
-			ushi_free(q);
+	unsigned commits = 0;
+	struct wk_logreq *rest = NULL, *next;
+	for (; q; q = next) {
+		next = q->next;
+		if (q->t) {
+			/* Counted once given (the loop may free q as soon
+			 * as it has it): its thread's teardown waits. */
+			struct wk_thread *t = q->t;
+			give(q);
+			atomic_fetch_sub(&t->cm_out, 1);
+			commits++;
 		} else {
-			q->done = true;
+			q->next = rest;
+			rest = q;
 		}
-		q = next;
 	}
-	pthread_cond_broadcast(&g->done);
+	pthread_mutex_lock(&g->lock);
+	for (q = rest; q; q = next) {
+		next = q->next;
+		if (q->compact)
+			ushi_free(q);
+		else
+			q->done = true;
+	}
+	/* Waiters, and wk_group_quiesce() for the counts. */
+	if (rest || commits)
+		pthread_cond_broadcast(&g->done);
+	pthread_mutex_unlock(&g->lock);
 }
 
 static void *committer(void *arg)
@@ -117,8 +145,8 @@ static void *committer(void *arg)
 		g->tail = &g->head;
 		pthread_mutex_unlock(&g->lock);
 		run(wk, batch);
-		pthread_mutex_lock(&g->lock);
 		hand_back(g, batch);
+		pthread_mutex_lock(&g->lock);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -180,8 +208,8 @@ static void enqueue(struct wk_group *g, struct wk_logreq *req)
 void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req)
 {
 	struct wk_group *g = &wk->grp;
+	atomic_fetch_add(&req->t->cm_out, 1);
 	pthread_mutex_lock(&g->lock);
-	req->t->cm_out++;
 	enqueue(g, req);
 	pthread_mutex_unlock(&g->lock);
 }
@@ -218,20 +246,25 @@ void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n)
 
 struct wk_logreq *wk_group_take(struct wk_thread *t)
 {
-	struct wk_group *g = &t->wk->grp;
-	pthread_mutex_lock(&g->lock);
-	struct wk_logreq *q = t->cm_done;
-	t->cm_done = NULL;
-	t->cm_done_tail = &t->cm_done;
-	pthread_mutex_unlock(&g->lock);
-	return q;
+	if (!atomic_load_explicit(&t->cm_done, memory_order_relaxed))
+		return NULL;
+	/* Cleared first: a request given after the exchange wakes again. */
+	atomic_store(&t->cm_woken, false);
+	struct wk_logreq *q = atomic_exchange(&t->cm_done, NULL), *prev = NULL;
+	while (q) { /* the stack is newest first */
+		struct wk_logreq *next = q->next;
+		q->next = prev;
+		prev = q;
+		q = next;
+	}
+	return prev;
 }
 
 void wk_group_quiesce(struct wk_thread *t)
 {
 	struct wk_group *g = &t->wk->grp;
 	pthread_mutex_lock(&g->lock);
-	while (t->cm_out)
+	while (atomic_load(&t->cm_out))
 		pthread_cond_wait(&g->done, &g->lock);
 	pthread_mutex_unlock(&g->lock);
 }

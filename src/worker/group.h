@@ -31,13 +31,12 @@ struct wk_logreq {
 struct wk_group {
 	pthread_t tid;
 	bool running, stop;
-	pthread_mutex_t lock;  /* the queue and every thread's done list,
-				  never held across I/O */
+	pthread_mutex_t lock;  /* the queue, never held across I/O */
 	pthread_cond_t work, done;
 	struct wk_logreq *head, **tail;
 	uint8_t *buf;          /* a group's encoded records */
 	size_t cap;
-	unsigned max_group;    /* the most records one write carried */
+	bool failed;           /* an append failed (the committer's) */
 };
 
 void wk_group_init(struct wk_group *g);
@@ -54,13 +53,14 @@ void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req);
  * Blocks the caller: for claims and drops, not for commits. */
 int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
 /* Queues a compaction with the live state r (n records, ushi_malloc()ed,
- * the committer's from here on). The caller holds wk->lock, has made
- * sure that every record logged so far is applied to the tables, and
- * has set wk->compact_queued, which is cleared once the compaction ran
- * (or could not be queued). */
+ * the committer's from here on). The caller holds wk->lock, has put in
+ * r every record queued so far (applied to the tables, or a commit
+ * still with the committer), and has set wk->compact_queued, which is
+ * cleared once the compaction ran (or could not be queued). After an
+ * append failed, none runs: r could name the commit that failed. */
 void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n);
 /* t's requests that are done, in the order they were logged (NULL:
- * none). */
+ * none); takes no lock. t's loop only. */
 struct wk_logreq *wk_group_take(struct wk_thread *t);
 /* Waits until none of t's requests is with the committer. */
 void wk_group_quiesce(struct wk_thread *t);

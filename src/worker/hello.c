@@ -110,8 +110,9 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 				     ush_strerror(ret));
 		return ret;
 	}
-	c->att = (struct wk_attempt){h->shuffle, h->map, h->attempt, WK_OPEN,
-				     c->id};
+	c->att = (struct wk_attempt){.shuffle = h->shuffle, .map = h->map,
+				     .attempt = h->attempt, .state = WK_OPEN,
+				     .owner = c->id};
 	return 0;
 }
 

@@ -251,10 +251,9 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		}
 		bool done = c->eof || (sent && now > c->t_linger);
 		/* A commit with the committer keeps c until it is back. */
-		if (done && !c->closed && c->cm_step != WK_CM_LOG) {
+		if (done && !c->closed && wk_conn_leave(c)) {
 			shutdown(c->fd, SHUT_RDWR);
 			c->closed = true;
-			wk_conn_leave(c);
 		}
 		if (!c->closed || c->recv_armed || c->sending || c->qn ||
 		    wk_fetch_busy(c->fetch)) {

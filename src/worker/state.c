@@ -73,7 +73,11 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 		}
 	for (size_t i = 0; i < wk->acap; i++) {
 		const struct wk_attempt *e = &wk->att[i];
-		if (e->state != WK_COMMITTED)
+		/* A commit whose record is queued before the snapshot's
+		 * compaction: in the log the snapshot replaces, not yet
+		 * applied. */
+		if (e->state != WK_COMMITTED &&
+		    !(e->state == WK_OPEN && e->logging))
 			continue;
 		const char *app = k < n ? wk_owner_of(wk, e->shuffle) : NULL;
 		if (k < n)
@@ -89,11 +93,10 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 
 void wk_compact_maybe(struct ush_worker *wk)
 {
-	/* Records logged and not yet applied (commits between their group
-	 * and their thread's apply) would be in neither the snapshot nor
-	 * the emptied log: wait for a moment without any. */
-	if (wk->cm_pending || atomic_load(&wk->compact_queued) ||
-	    !wk_log_compact_due(wk))
+	/* Commits logged and not yet applied are in the snapshot as
+	 * committed (wk_live_records()), so it never waits for a moment
+	 * without any: under steady commits there may be none. */
+	if (atomic_load(&wk->compact_queued) || !wk_log_compact_due(wk))
 		return;
 	size_t n = wk_live_records(wk, NULL, 0);
 	struct wk_rec *r = ushi_malloc((n ? n : 1) * sizeof(*r));

@@ -11,8 +11,9 @@ int wk_rec_apply(struct ush_worker *wk, const struct wk_rec *r);
 /* Replay's apply: wk_rec_apply(), and a commit gives an unowned shuffle
  * its application. */
 int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r);
-/* The records that rebuild the live state (claims, then commits): fills
- * out (room for n) and returns how many there are. */
+/* The records that rebuild the live state (claims, then commits, those
+ * whose record is with the committer included): fills out (room for n)
+ * and returns how many there are. */
 size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
 /* Logs the n records (one group, waited for: claims and drops),
  * compacting first when most of the log is dead. */

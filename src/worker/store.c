@@ -141,6 +141,17 @@ static void log_done(struct ushi_op *op, int res)
 			s->written = s->wq[s->wq_head].end;
 		s->wq_head = (s->wq_head + 1) % WK_LOG_QD;
 		s->wq_n--;
+		s->wq_done++;
+	}
+	if (op == s->pad) {
+		/* Its block's next write may go now (it takes no op: a
+		 * callback may start one it holds). */
+		s->pad = NULL;
+		if (s->held.op)
+			ring_write_at(t->ring, s->held.op, s->held.b,
+				      s->held.mem, s->held.off, s->held.n,
+				      s->fd, s->slot);
+		s->held.op = NULL;
 	}
 	/* The log's own buffer (a tail write) stays with it. */
 	if (op->io.buf && op->io.buf != s->buf)
@@ -154,9 +165,11 @@ static void log_done(struct ushi_op *op, int res)
 /* Writes n bytes at mem (in pool buffer b, or heap memory when b is
  * NULL) at log offset off; the frames in it end at data_end. The ring
  * owns the memory from here on, but s's own buffer; on an error it is
- * freed and the shuffle has failed. */
+ * freed and the shuffle has failed. Returns the op (its write may be
+ * held behind a round's padded tail block) through *opp when given. */
 static int log_submit(struct wk_shuf *s, struct ushi_buf *b, uint8_t *mem,
-		      uint32_t n, uint64_t off, uint64_t data_end)
+		      uint32_t n, uint64_t off, uint64_t data_end,
+		      struct ushi_op **opp)
 {
 	struct wk_thread *t = s->t;
 	struct ushi_op *op = NULL;
@@ -182,10 +195,18 @@ static int log_submit(struct wk_shuf *s, struct ushi_buf *b, uint8_t *mem,
 	s->wq[k].done = false;
 	op->cb = log_done;
 	op->owner = s;
-	ring_write_at(t->ring, op, b, mem, off, n, s->fd, s->slot);
+	/* Only the write after the padded one starts in its block: later
+	 * ones start past it. */
+	if (s->pad && off < s->pad->io.off + s->pad->io.len)
+		s->held = (typeof(s->held)){op, b, mem, off, n};
+	else
+		ring_write_at(t->ring, op, b, mem, off, n, s->fd, s->slot);
 	s->writes++;
 	t->writes++;
+	s->wq_sub++;
 	s->unsynced = true;
+	if (opp)
+		*opp = op;
 	return 0;
 }
 
@@ -251,7 +272,7 @@ static int flush_tail(struct wk_thread *t, struct wk_shuf *s)
 	uint32_t len = s->len;
 	uint32_t n = (uint32_t)ALIGN_UP((uint64_t)len, align_of(s));
 	memset(b->data + len, 0, n - len);
-	int ret = log_submit(s, b, b->data, n, s->base, s->base + len);
+	int ret = log_submit(s, b, b->data, n, s->base, s->base + len, NULL);
 	if (!ret)
 		ret = wait_writes(t, s);
 	if (ret || s->err)
@@ -335,22 +356,32 @@ static int ensure_buf(struct wk_thread *t, struct wk_shuf *s)
 	return 0;
 }
 
-/* Writes the whole blocks of s's buffer and carries its partial tail
- * block over into another buffer. */
-static int flush_full(struct wk_thread *t, struct wk_shuf *s)
+/* Writes the whole blocks of s's buffer (and with pad its partial tail
+ * block, padded: a sync round's) and carries that partial block over
+ * into another buffer, where the next appends go: the loop never waits
+ * for the write. */
+static int flush_full(struct wk_thread *t, struct wk_shuf *s, bool pad)
 {
 	struct ushi_buf *b = s->buf;
-	uint32_t k = (uint32_t)align_down(s, s->len), tail = s->len - k;
-	if (!k)
+	uint32_t len = s->len, k = (uint32_t)align_down(s, len);
+	uint32_t tail = len - k;
+	uint32_t n = pad ? (uint32_t)ALIGN_UP((uint64_t)len, align_of(s)) : k;
+	if (!n)
 		return 0;
 	uint8_t keep[USHI_ALIGN];
 	memcpy(keep, b->data + k, tail);
+	if (n > len)
+		memset(b->data + len, 0, n - len);
 	wk_list_del(&t->bufq, &s->bufq);
 	s->buf = NULL;
 	uint64_t off = s->base;
 	s->base += k;
 	s->len = 0;
-	int ret = log_submit(s, b, b->data, k, off, off + k);
+	struct ushi_op *op;
+	int ret = log_submit(s, b, b->data, n, off, off + (pad ? len : k),
+			     &op);
+	if (!ret && n > k)
+		s->pad = op;
 	/* The tail is in memory: no read back. */
 	uint64_t end = s->end;
 	s->end = s->base;
@@ -382,7 +413,7 @@ static int append_big(struct wk_shuf *s, const uint8_t *frame, uint32_t n)
 	uint64_t off = s->base;
 	s->base += k;
 	s->len = (uint32_t)(tot - k);
-	return log_submit(s, NULL, m, (uint32_t)k, off, off + k);
+	return log_submit(s, NULL, m, (uint32_t)k, off, off + k, NULL);
 }
 
 static int ipend_grow(struct wk_shuf *s)
@@ -433,7 +464,7 @@ static int seal(struct wk_thread *t, struct wk_shuf *s)
 		memset(b->data + s->len, 0, n - s->len);
 		if (n)
 			ret = log_submit(s, b, b->data, n, s->base,
-					 s->base + s->len);
+					 s->base + s->len, NULL);
 		else
 			pool_put(ring_pool(t->ring), b);
 	}
@@ -480,7 +511,7 @@ int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
 		pool_put(ring_pool(t->ring), b);
 		return ret;
 	}
-	ret = log_submit(s, b, b->data, len, off, off + len);
+	ret = log_submit(s, b, b->data, len, off, off + len, NULL);
 	if (!ret)
 		WK_COUNT(t->wk, bytes_in_place, data);
 	if (!ret && s->ilen >= WK_IDX_BATCH)
@@ -501,7 +532,7 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 		return ret;
 	uint32_t n = (uint32_t)proto_size(f);
 	uint32_t cap = s->buf->cap;
-	if (s->len + n > cap && (ret = flush_full(t, s)))
+	if (s->len + n > cap && (ret = flush_full(t, s, false)))
 		return ret;
 	if ((ret = idx_add(s, s->end, n, f->partition, f->map, f->attempt)))
 		return ret;
@@ -519,11 +550,25 @@ int wk_store_append(struct wk_thread *t, const struct ushi_frame *f,
 
 /* ------------------------------------------------------------ sync */
 
-/* The steps of a sync round (see round_start()). */
-enum { SY_IDLE, SY_IDX, SY_SYNCS, SY_DIR };
+/* The steps of a sync round until its syncs start (see round_start()). */
+enum { SY_IDLE, SY_WRITES, SY_IDX };
 
-static void synced(struct wk_shuf *s)
+/* One of a round's syncs is done (op->io.off: the round's ticket); the
+ * rounds whose syncs are all done are, in order. */
+static void synced(struct wk_shuf *s, const struct ushi_op *op)
 {
+	for (unsigned i = 0; i < s->sy_fl_n; i++) {
+		unsigned k = (s->sy_fl_head + i) % WK_SY_FLIGHT;
+		if (s->sy_fl[k].run == op->io.off && s->sy_fl[k].ops) {
+			s->sy_fl[k].ops--;
+			break;
+		}
+	}
+	while (s->sy_fl_n && !s->sy_fl[s->sy_fl_head].ops) {
+		s->sy_done = s->sy_fl[s->sy_fl_head].run;
+		s->sy_fl_head = (s->sy_fl_head + 1) % WK_SY_FLIGHT;
+		s->sy_fl_n--;
+	}
 	s->sy_ops--;
 	s->writes--;
 	s->t->writes--;
@@ -534,7 +579,7 @@ static void log_synced(struct ushi_op *op, int res)
 	struct wk_shuf *s = op->owner;
 	if (res < 0)
 		wk_shuf_fail(s, res, "fdatasync of the log", s->end);
-	synced(s);
+	synced(s, op);
 }
 
 static void idx_synced(struct ushi_op *op, int res)
@@ -542,7 +587,7 @@ static void idx_synced(struct ushi_op *op, int res)
 	struct wk_shuf *s = op->owner;
 	if (res < 0)
 		wk_shuf_fail(s, res, "fdatasync of the index", s->iend);
-	synced(s);
+	synced(s, op);
 }
 
 static void dir_synced(struct ushi_op *op, int res)
@@ -562,10 +607,10 @@ static void dir_synced(struct ushi_op *op, int res)
 	}
 	if (!top)
 		close(op->io.fd);
-	synced(s);
+	synced(s, op);
 }
 
-/* Starts an fdatasync of fd (or of its slot) for s's round. */
+/* Starts an fdatasync of fd (or of its slot) for s's newest round. */
 static int sync_start(struct wk_shuf *s, int fd, int slot, ushi_op_cb cb)
 {
 	struct wk_thread *t = s->t;
@@ -575,10 +620,13 @@ static int sync_start(struct wk_shuf *s, int fd, int slot, ushi_op_cb cb)
 		return ret;
 	op->cb = cb;
 	op->owner = s;
-	ring_fsync(t->ring, op, fd, slot);
+	/* A sync has no offset: the field carries its round. */
+	op->io.off = s->sy_run;
+	s->sy_fl[(s->sy_fl_head + s->sy_fl_n - 1) % WK_SY_FLIGHT].ops++;
 	s->sy_ops++;
 	s->writes++;
 	t->writes++;
+	ring_fsync(t->ring, op, fd, slot);
 	return 0;
 }
 
@@ -605,13 +653,19 @@ static int sync_dirs(struct wk_shuf *s)
 }
 
 /*
- * A round: the partial tail block written (waited for: the next appends
- * go to the same buffer), then the index entries of the frames written
- * so far; the log's sync starts at once, the index's once its writes
- * are done, and the two run together: an entry made durable before its
- * frame is only ever one after the last commit, which the repair at the
- * next open cuts (files.c), and the commit is logged only once both
- * syncs are done. New directories are synced last.
+ * A round: what the log buffer holds written (its partial tail block
+ * padded; the appends that follow go to another buffer), then, once the
+ * log's writes up to here are done, the index entries of the frames
+ * written so far; once those are done too, the syncs of the log, the
+ * index and new directories start together: an entry made durable
+ * before its frame is only ever one after the last commit, which the
+ * repair at the next open cuts (files.c), and the commit is logged only
+ * once every sync is done. No step waits: each starts in the loop pass
+ * that finds the one before done. Once a round's syncs are started, the
+ * next round may start (WK_SY_FLIGHT rounds syncing at most): commits
+ * that came meanwhile wait for their own round's syncs, not for the end
+ * of the one before too, and a round is done once every round before
+ * it is.
  */
 static int round_start(struct wk_thread *t, struct wk_shuf *s)
 {
@@ -624,17 +678,40 @@ static int round_start(struct wk_thread *t, struct wk_shuf *s)
 	int ret = wk_shuf_open(t, s);
 	if (ret)
 		wk_shuf_fail(s, ret, "reopen", s->end);
-	if (!ret)
-		ret = flush_tail(t, s);
-	if (!ret)
-		ret = wait_writes(t, s);
-	if (!ret && s->ilen)
-		ret = idx_flush(s);
-	if (ret || !s->unsynced)
-		return ret;
+	if (!ret && s->buf && s->len)
+		ret = flush_full(t, s, true);
 	/* Writes from here on set it again: they need the next round. */
+	s->sy_log = s->unsynced;
 	s->unsynced = false;
-	return sync_start(s, s->fd, s->slot, log_synced);
+	s->sy_wq = s->wq_sub;
+	s->sy_step = SY_WRITES;
+	return ret;
+}
+
+/* The round's writes are done: its syncs start together, so that a
+ * file system that commits a journal for them commits one. */
+static int round_sync(struct wk_thread *t, struct wk_shuf *s)
+{
+	s->sy_step = SY_IDLE;
+	unsigned k = (s->sy_fl_head + s->sy_fl_n++) % WK_SY_FLIGHT;
+	s->sy_fl[k].run = s->sy_run;
+	s->sy_fl[k].ops = 0;
+	bool log = s->sy_log, idx = s->iunsynced;
+	s->iunsynced = false;
+	/* An idle log may have been closed (evict()) since. */
+	int ret = log || idx ? wk_shuf_open(t, s) : 0;
+	if (!ret && log)
+		ret = sync_start(s, s->fd, s->slot, log_synced);
+	if (!ret && idx)
+		ret = sync_start(s, s->ifd, -1, idx_synced);
+	if (!ret)
+		ret = sync_dirs(s);
+	/* None to wait for: done once the rounds before it are. */
+	if (!s->sy_fl[k].ops && s->sy_fl_n == 1) {
+		s->sy_done = s->sy_run;
+		s->sy_fl_n = 0;
+	}
+	return ret;
 }
 
 /* Takes s's round as far as it goes without waiting. */
@@ -644,36 +721,28 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 	while (!ret && !s->err) {
 		switch (s->sy_step) {
 		case SY_IDLE:
-			if (s->sy_done >= s->sy_req) {
+			/* Done once the syncs of every round are. */
+			if (s->sy_run >= s->sy_req && !s->sy_fl_n) {
 				wk_list_del(&t->syncq, &s->syl);
 				s->sy_queued = false;
 				return;
 			}
+			if (s->sy_run >= s->sy_req ||
+			    s->sy_fl_n == WK_SY_FLIGHT)
+				return;
 			ret = round_start(t, s);
+			break;
+		case SY_WRITES:
+			if (s->wq_done < s->sy_wq)
+				return;
+			s->sy_step = SY_IDX;
+			if (s->ilen)
+				ret = idx_flush(s);
 			break;
 		case SY_IDX:
 			if (s->iwrites)
 				return;
-			s->sy_step = SY_SYNCS;
-			if (s->iunsynced) {
-				s->iunsynced = false;
-				ret = wk_shuf_open(t, s);
-				if (!ret)
-					ret = sync_start(s, s->ifd, -1,
-							 idx_synced);
-			}
-			break;
-		case SY_SYNCS:
-			if (s->sy_ops)
-				return;
-			s->sy_step = SY_DIR;
-			ret = sync_dirs(s);
-			break;
-		case SY_DIR:
-			if (s->sy_ops)
-				return;
-			s->sy_done = s->sy_run;
-			s->sy_step = SY_IDLE;
+			ret = round_sync(t, s);
 			break;
 		}
 	}
@@ -682,6 +751,7 @@ static void sync_step(struct wk_thread *t, struct wk_shuf *s)
 	if (s->err && !s->sy_ops) {
 		/* Its commits fail with s->err; no round runs again. */
 		s->sy_step = SY_IDLE;
+		s->sy_fl_n = 0;
 		wk_list_del(&t->syncq, &s->syl);
 		s->sy_queued = false;
 	}

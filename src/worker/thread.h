@@ -107,8 +107,6 @@ struct ush_worker {
 	atomic_uint_fast64_t log_bytes; /* appended since the last
 					   compaction */
 	atomic_uint_fast64_t snap_bytes; /* the snapshot's size */
-	unsigned cm_pending;  /* commits queued to the committer and not yet
-				 applied (lock held): no compaction then */
 	atomic_bool compact_queued; /* a compaction waits in the queue */
 	uint32_t *drops;      /* shuffles dropped that some thread has not
 				 yet seen (its drop_seen), in epoch order */
@@ -232,10 +230,13 @@ struct wk_thread {
 				  half the pool) */
 	struct wk_list syncq;  /* logs with a sync round asked for or under
 				  way (store.c) */
-	/* Commits back from the committer (wk->grp.lock): logged, to be
-	 * applied and acknowledged; and how many are still there. */
-	struct wk_logreq *cm_done, **cm_done_tail;
-	unsigned cm_out;
+	/* Commits back from the committer, logged, to be applied and
+	 * acknowledged: a stack the committer pushes on and the loop takes
+	 * whole (group.c); how many of its requests the committer still
+	 * holds; and whether a wake-up is on its way. */
+	_Atomic(struct wk_logreq *) cm_done;
+	atomic_uint cm_out;
+	atomic_bool cm_woken;
 	int wake[2];           /* the committer writes a byte to wake[1]
 				  when it hands commits back; the loop
 				  keeps a recv armed on wake[0] */

@@ -518,7 +518,6 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		wk->threads[i].idx = i;
 		wk->threads[i].lfd = -1;
 		wk->threads[i].wake[0] = wk->threads[i].wake[1] = -1;
-		wk->threads[i].cm_done_tail = &wk->threads[i].cm_done;
 	}
 	ret = wk_store_init(wk);
 	if (!ret && port)
