@@ -254,9 +254,9 @@ static void status_version_2(void **state)
 	struct ush_status_info info;
 	th_ok(ush_status_info(&v2, &info));
 	assert_int_equal(info.partitions, 70);
-	b[4] = 3;
+	b[4] = 4;
 	assert_int_equal(ush_status_info(&v2, &info), USH_EVERSION);
-	assert_non_null(strstr(ush_last_error(), "reads 1 and 2"));
+	assert_non_null(strstr(ush_last_error(), "reads 1 to 3"));
 	free(b);
 	h[1] = 0; /* partition 1 has batches (1000 records over 70) */
 	th_ok(status_build(&b, &len, &s, entry_of, &s));
