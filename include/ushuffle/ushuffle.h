@@ -504,6 +504,9 @@ struct ush_status_info {
 	enum ush_target target; /* USH_TARGET_DISK or USH_TARGET_NET */
 	uint64_t batches;       /* of every partition */
 	uint32_t location_len;  /* bytes of the directory or worker list */
+	/* 0.4.4: 1 when its frames are sealed, under key seal_key_id */
+	uint32_t sealed;
+	uint32_t seal_key_id;
 };
 /* Checks a map status (bounds, version, header CRC) and describes it:
  * 0, USH_ECORRUPT or USH_EVERSION, with a message saying what is wrong. */

@@ -299,6 +299,8 @@ int ush_status_info_size(const struct ush_status *st,
 	i.partitions = s.partitions;
 	i.target = (enum ush_target)s.target;
 	i.location_len = s.loc_len;
+	i.sealed = s.sealed;
+	i.seal_key_id = s.seal_id;
 	ushi_struct_init(info, size, &i, sizeof(i));
 	return 0;
 }
