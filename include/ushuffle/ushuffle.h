@@ -255,6 +255,10 @@ USH_SIZED_GET(ush_ring_info, ush_ring)
  */
 #define USH_SEAL_KEY_SIZE 32
 #define USH_SEAL_KEYS_MAX 16
+/* A sealed frame's payload ends with this many more bytes (key id and
+ * tag): a sealing writer's buffers hold as many fewer batch bytes
+ * (ush_writer_acquire() says how many). */
+#define USH_SEAL_TRAILER_SIZE 20u
 struct ush_seal_key {
 	uint32_t id;   /* carried in every frame and map status it seals */
 	unsigned char key[USH_SEAL_KEY_SIZE];

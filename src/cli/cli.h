@@ -73,6 +73,7 @@ struct job_opts {
 	char workers[1024];
 	uint64_t replicas;   /* net: workers each batch goes to */
 	char secret_file[PATH_MAX]; /* net: the application's secret */
+	char encrypt_key_file[PATH_MAX]; /* seal frames under its keys */
 	char app[65];        /* net: the application the shuffles belong to */
 	/* process-wide: from the command line or a [global] section */
 	int output_format, eta, parse_only, minimal;
@@ -328,6 +329,10 @@ struct job_ctx {
 	ush_worker *embedded;
 	char wdir[PATH_MAX + 32]; /* the embedded worker's storage */
 	bool wdir_tmp;           /* removed when the job ends */
+	/* --encrypt-key-file's keys: writers seal under the first, readers
+	 * hold them all and require sealed maps; none: plain frames. */
+	struct ush_seal_key keys[USH_SEAL_KEYS_MAX];
+	uint32_t nkeys;
 };
 
 struct thread_ctx {

@@ -316,6 +316,22 @@ static int net_secret(const struct job_opts *o, struct ush_worker_opts *wo,
 	return ret;
 }
 
+/* --encrypt-key-file's keys into j (docs/security.md, "Key files"). */
+static int seal_setup(struct job_ctx *j, struct job_result *res)
+{
+	const char *path = j->o->encrypt_key_file;
+	if (!path[0])
+		return 0;
+	int n = ush_seal_keys_load(path, j->keys, USH_SEAL_KEYS_MAX);
+	if (n < 0) {
+		snprintf(res->errmsg, sizeof(res->errmsg), "%.500s",
+			 ush_last_error());
+		return n;
+	}
+	j->nkeys = (uint32_t)n;
+	return 0;
+}
+
 static int net_setup(struct job_ctx *j, struct job_result *res)
 {
 	const struct job_opts *o = j->o;
@@ -457,6 +473,8 @@ int job_run(const struct job_opts *o, struct job_result *res,
 	if (!ret)
 		ret = res->err = prepare(&j, res);
 	if (!ret)
+		ret = res->err = seal_setup(&j, res);
+	if (!ret)
 		ret = res->err = net_setup(&j, res);
 	if (!ret) {
 		net_drop(&j, res);
@@ -484,6 +502,7 @@ int job_run(const struct job_opts *o, struct job_result *res,
 	net_teardown(&j);
 	manifest_free(&j.expect);
 	pthread_mutex_destroy(&j.lock);
+	explicit_bzero(j.keys, sizeof(j.keys));
 	free(tc);
 	free(tid);
 	if (res->interrupted)

@@ -100,6 +100,10 @@ const struct opt cli_opts[] = {
 	{"secret-file", T_STR, F(secret_file), "", "net: file holding the "
 	 "application's secret (else $USHUFFLE_SECRET; the embedded worker "
 	 "makes one up)", 0, PATH_MAX - 1, NULL, 0},
+	{"encrypt-key-file", T_STR, F(encrypt_key_file), "", "seal every "
+	 "batch (AES-256-GCM) under the first key of this file and read "
+	 "only sealed maps; workers never see the records (lines of 64 hex "
+	 "digits, each optionally after 'ID ')", 0, PATH_MAX - 1, NULL, 0},
 	{"app", T_STR, F(app), "default", "net: the application the job's "
 	 "shuffles belong to (A-Z a-z 0-9 . _ : -); workers check its "
 	 "secret (per application with their --secrets-dir) and drop its "

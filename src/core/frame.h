@@ -19,7 +19,7 @@ enum ushi_frame_type {
  * followed by its 20-byte trailer, counted in payload_len. */
 #define USHI_FRAME_SEALED 0x01u
 /* After a sealed payload: the key id (u32) and the 16-byte GCM tag. */
-#define USHI_SEAL_TRAILER 20u
+#define USHI_SEAL_TRAILER USH_SEAL_TRAILER_SIZE
 
 struct ushi_frame {
 	uint8_t type, codec, flags;
