@@ -5,7 +5,6 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
-#include <sys/random.h>
 
 /* Header bytes before the CRC: the associated data, with the key id. */
 #define AAD_HDR 44
@@ -25,20 +24,6 @@ void seal_fini(struct ushi_seal *s)
 {
 	EVP_CIPHER_CTX_free(s->ctx);
 	s->ctx = NULL;
-}
-
-int seal_salt(uint8_t salt[USHI_SEAL_SALT])
-{
-	size_t got = 0;
-	while (got < USHI_SEAL_SALT) {
-		ssize_t r = getrandom(salt + got, USHI_SEAL_SALT - got, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return ushi_fail(-errno, "seal: getrandom");
-		got += (size_t)r;
-	}
-	return 0;
 }
 
 int seal_derive(uint8_t sub[USH_SEAL_KEY_SIZE],

@@ -34,8 +34,6 @@ int seal_derive(uint8_t sub[USH_SEAL_KEY_SIZE],
 		const uint8_t key[USH_SEAL_KEY_SIZE],
 		const uint8_t salt[USHI_SEAL_SALT], const char *app,
 		uint32_t shuffle, uint32_t map, uint32_t attempt);
-/* 16 random bytes: 0 or -errno. */
-int seal_salt(uint8_t salt[USHI_SEAL_SALT]);
 
 /*
  * Seals frame f in place: hdr holds its header (frame_put(), f->flags

@@ -8,22 +8,12 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 int auth_nonce(uint8_t *n)
 {
-	size_t got = 0;
-	while (got < USHI_AUTH_NONCE) {
-		ssize_t r = getrandom(n + got, USHI_AUTH_NONCE - got, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return ushi_fail(-errno, "auth: getrandom");
-		got += (size_t)r;
-	}
-	return 0;
+	return ushi_random(n, USHI_AUTH_NONCE, "auth");
 }
 
 int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,

@@ -749,7 +749,7 @@ void ush_writer_opts_init_size(struct ush_writer_opts *o, size_t size)
 static int seal_open_writer(struct ush_writer *w,
 			    const struct ush_seal_key *key)
 {
-	int ret = seal_salt(w->seal_salt);
+	int ret = ushi_random(w->seal_salt, sizeof(w->seal_salt), "seal");
 	if (!ret)
 		ret = seal_derive(w->seal_sub, key->key, w->seal_salt, w->o.app,
 				  w->o.shuffle, w->o.map, w->o.attempt);
