@@ -2,12 +2,53 @@
  * The CLI's --encrypt-key-file (docs/cli.md): a job written sealed to
  * its embedded worker reads back, verified, with the key; without it the
  * read fails naming the key id; a bad key file fails the job naming the
- * file and the line.
+ * file and the line. Records filled with --buffer_pattern show in the
+ * worker's files when written plain, and nowhere when sealed.
  */
+#define _GNU_SOURCE
 #include "cli_run.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
+
+/* --buffer_pattern=0xC0FFEE42, three times in a row. */
+static const uint8_t PATTERN[] = {0xc0, 0xff, 0xee, 0x42, 0xc0, 0xff,
+				  0xee, 0x42, 0xc0, 0xff, 0xee, 0x42};
+static int pattern_files;
+
+static int scan(const char *path, const struct stat *st, int type,
+		struct FTW *ftw)
+{
+	(void)ftw;
+	if (type != FTW_F || !st->st_size)
+		return 0;
+	size_t n;
+	uint8_t *b = th_read_file(path, &n);
+	pattern_files += memmem(b, n, PATTERN, sizeof(PATTERN)) != NULL;
+	free(b);
+	return 0;
+}
+
+/* Writes a job of pattern-filled records to the embedded worker under
+ * dir (sealed with karg, unless NULL); how many of its files show them. */
+static int pattern_job(const char *dir, const char *karg)
+{
+	char darg[PATH_MAX + 16], wdir[PATH_MAX + 16];
+	snprintf(darg, sizeof(darg), "--dir=%s", dir);
+	snprintf(wdir, sizeof(wdir), "%s/ushuffled", dir);
+	th_rmrf(wdir);
+	struct cli_out r = cli_run(NULL, "--name=pattern", darg, "--target=net",
+				   "--rw=write", "--size=2m", "--codec=none",
+				   "--buffer_pattern=0xC0FFEE42",
+				   "--buffer_compress_percentage=100",
+				   "--eta=never", karg ? karg : "--verify=crc32c");
+	cli_expect(&r, 0);
+	cli_free(&r);
+	pattern_files = 0;
+	assert_int_equal(nftw(wdir, scan, 16, FTW_PHYS), 0);
+	return pattern_files;
+}
 
 static void write_key(const char *path, const char *text)
 {
@@ -43,6 +84,8 @@ static void sealed_job_and_read_back(void **state)
 	assert_int_not_equal(r.status, 0);
 	cli_has(r.err, "sealed with key id 9");
 	cli_free(&r);
+	assert_true(pattern_job(dir, NULL) > 0);
+	assert_int_equal(pattern_job(dir, karg), 0);
 	write_key(key, "9 0001\n");
 	r = cli_run(NULL, "--name=seal", darg, karg, "--target=disk",
 		    "--rw=write", "--size=1m", "--eta=never");

@@ -69,6 +69,7 @@ struct job_opts {
 	int direct, sqpoll, fixedbufs; /* fixedbufs: -1 auto */
 	int handoff, ioengine, target, verify;
 	uint64_t compress_pct;
+	char buffer_pattern[132]; /* fio's: the filler, "0x…" hex or text */
 	char dir[PATH_MAX];
 	char workers[1024];
 	uint64_t replicas;   /* net: workers each batch goes to */
@@ -184,6 +185,8 @@ struct rec_gen {
 	uint32_t partitions;
 	uint32_t min, max;   /* record size range */
 	uint32_t compress_pct;
+	uint8_t pattern[64]; /* --buffer_pattern: the filler (plen bytes) */
+	uint32_t plen;
 };
 
 /* Where record seq of map goes, and how long it is. */

@@ -145,6 +145,42 @@ static int nth_cpu(const cpu_set_t *set, unsigned i)
 	return -1;
 }
 
+/* --buffer_pattern into g: "0x" and hex digits (an even number), else
+ * the text itself; 0 or -EINVAL with res->errmsg. */
+static int pattern_parse(const char *s, struct rec_gen *g,
+			 struct job_result *res)
+{
+	size_t n = strlen(s);
+	const char *why = NULL;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		n -= 2;
+		if (!n || n % 2 || n / 2 > sizeof(g->pattern))
+			why = "0x takes 2 to 128 hex digits, an even number";
+		for (size_t i = 0; !why && i < n; i += 2) {
+			unsigned v;
+			char byte[3] = {s[2 + i], s[3 + i], 0};
+			if (!isxdigit((unsigned char)byte[0]) ||
+			    !isxdigit((unsigned char)byte[1]) ||
+			    sscanf(byte, "%2x", &v) != 1)
+				why = "a character after 0x is not a hex digit";
+			else
+				g->pattern[i / 2] = (uint8_t)v;
+		}
+		n /= 2;
+	} else if (n > sizeof(g->pattern)) {
+		why = "text of more than 64 characters";
+	} else {
+		memcpy(g->pattern, s, n);
+	}
+	if (why) {
+		snprintf(res->errmsg, sizeof(res->errmsg), "--buffer_pattern="
+			 "'%.140s': %s", s, why);
+		return -EINVAL;
+	}
+	g->plen = (uint32_t)n;
+	return 0;
+}
+
 /* Sets up what the threads expect; returns 0 or an error with
  * res->errmsg. */
 static int prepare(struct job_ctx *j, struct job_result *res)
@@ -154,6 +190,9 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 				  .min = (uint32_t)o->record_size[0],
 				  .max = (uint32_t)o->record_size[1],
 				  .compress_pct = (uint32_t)o->compress_pct};
+	if (o->buffer_pattern[0] &&
+	    pattern_parse(o->buffer_pattern, &j->gen, res))
+		return -EINVAL;
 	if (o->rw == RW_READ) {
 		int ret = manifest_load(&j->expect, o, res->errmsg,
 					sizeof(res->errmsg));

@@ -110,6 +110,10 @@ const struct opt cli_opts[] = {
 	 "shuffles when its heartbeats stop", 1, 64, NULL, 0},
 	{"verify", T_ENUM, F(verify), "crc32c", "check every record read "
 	 "back (needs records of 16 bytes or more)", 0, 0, verify_choices, 0},
+	{"buffer_pattern", T_STR, F(buffer_pattern), "", "the filler of "
+	 "each record's compressible share, repeated: 0x and up to 128 hex "
+	 "digits, or up to 64 characters of text (as fio's, so what workers "
+	 "and spill files store can be searched)", 0, 131, NULL, 0},
 	{"buffer_compress_percentage", T_UINT, F(compress_pct), "50",
 	 "compressible share of each record", 0, 100, NULL, 0},
 	{"pin", T_BOOL, F(pin), "1", "pin thread i to the i-th allowed CPU", 0,
