@@ -24,6 +24,7 @@ void seal_fini(struct ushi_seal *s)
 {
 	EVP_CIPHER_CTX_free(s->ctx);
 	s->ctx = NULL;
+	s->key = NULL;
 }
 
 int seal_derive(uint8_t sub[USH_SEAL_KEY_SIZE],
@@ -78,8 +79,12 @@ static int start(struct ushi_seal *s, const uint8_t *sub, int enc,
 	int n;
 	nonce_of(f, iv);
 	EVP_CIPHER_CTX *c = s->ctx;
-	return EVP_CipherInit_ex(c, NULL, NULL, sub, iv, enc) &&
-	       EVP_CipherUpdate(c, NULL, &n, hdr, AAD_HDR) &&
+	const uint8_t *key = sub == s->key ? NULL : sub;
+	s->key = NULL; /* until the init below succeeds */
+	if (!EVP_CipherInit_ex(c, NULL, NULL, key, iv, enc))
+		return 0;
+	s->key = sub;
+	return EVP_CipherUpdate(c, NULL, &n, hdr, AAD_HDR) &&
 	       EVP_CipherUpdate(c, NULL, &n, kid, 4);
 }
 

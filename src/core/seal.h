@@ -24,6 +24,9 @@ _Static_assert(USHI_SEAL_TRAILER == 4 + USHI_SEAL_TAG, "trailer layout");
  * frame (the codec-context rule). */
 struct ushi_seal {
 	void *ctx; /* EVP_CIPHER_CTX */
+	/* The subkey ctx holds: a frame under the same one sets only its
+	 * nonce, not the AES key schedule and GHASH key again. */
+	const uint8_t *key;
 };
 
 int seal_init(struct ushi_seal *s);
