@@ -15,8 +15,13 @@
 #include "core/seal.h"
 #include "core/spill.h"
 
+#include "core/status.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,6 +391,76 @@ static void wrong_or_missing_key(void **state)
 	th_status_free(&st);
 }
 
+/* A sealed frame is what docs/format.md §1.6 says, checked with OpenSSL
+ * directly: HKDF-SHA256 subkey from key, salt and the label, nonce from
+ * partition and seq, header bytes 0..43 and key id as associated data. */
+static void layout_as_documented(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("seal");
+	struct ush_status st;
+	write_map(dir, USH_CODEC_NONE, 0, 5, &KEY, &st);
+	struct status s;
+	const char *why;
+	th_ok(status_parse(st.data, st.len, &s, &why));
+	assert_int_equal(s.version, 3);
+	assert_true(s.sealed);
+	assert_int_equal(s.seal_id, KEY.id);
+	uint8_t info[64], sub[32];
+	size_t n = 0;
+	memcpy(info, "ushuffle seal v1", 17); /* with its NUL */
+	n += 17;
+	memcpy(info + n, "default", 7);
+	n += 7;
+	const uint32_t ids[3] = {SHUFFLE, 0, 5};
+	for (int i = 0; i < 3; i++, n += 4)
+		put_le32(info + n, ids[i]);
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+	EVP_KDF_CTX *k = EVP_KDF_CTX_new(kdf);
+	OSSL_PARAM p[] = {
+		OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0),
+		OSSL_PARAM_construct_octet_string("key", (void *)KEY.key, 32),
+		OSSL_PARAM_construct_octet_string("salt", (void *)s.salt, 16),
+		OSSL_PARAM_construct_octet_string("info", info, n),
+		OSSL_PARAM_construct_end(),
+	};
+	assert_int_equal(EVP_KDF_derive(k, sub, sizeof(sub), p), 1);
+	EVP_KDF_CTX_free(k);
+	EVP_KDF_free(kdf);
+	struct spill sp;
+	spill_load(&sp, dir, 0, 5);
+	const struct spill_entry *e = frame_at(&sp, 2, 1);
+	const uint8_t *fr = sp.data + e->off;
+	struct ushi_frame f;
+	th_ok(frame_decode(fr, &f));
+	th_ok(frame_check(fr, &f));
+	assert_int_equal(f.flags, USHI_FRAME_SEALED);
+	assert_int_equal(e->len, USH_FRAME_HDR_SIZE + f.raw_len + 20);
+	const uint8_t *ct = fr + USH_FRAME_HDR_SIZE, *kid = ct + f.raw_len;
+	assert_int_equal(get_le32(kid), KEY.id);
+	uint8_t iv[12], *pt = malloc(f.raw_len + 16);
+	put_le32(iv, 2);
+	put_le64(iv + 4, 1);
+	int m;
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	assert_int_equal(EVP_DecryptInit_ex(c, EVP_aes_256_gcm(), NULL, sub,
+					    iv), 1);
+	assert_int_equal(EVP_DecryptUpdate(c, NULL, &m, fr, 44), 1);
+	assert_int_equal(EVP_DecryptUpdate(c, NULL, &m, kid, 4), 1);
+	assert_int_equal(EVP_DecryptUpdate(c, pt, &m, ct, (int)f.raw_len), 1);
+	assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16,
+					     (void *)(kid + 4)), 1);
+	assert_int_equal(EVP_DecryptFinal_ex(c, pt + m, &m), 1);
+	EVP_CIPHER_CTX_free(c);
+	/* The batch's records: partition 2's, from its second frame on. */
+	assert_int_equal(get_le32(pt), RECLEN);
+	assert_memory_equal(pt + 4, MARK, sizeof(MARK) - 1);
+	th_ok(records_check(pt, f.raw_len, f.nrec));
+	free(pt);
+	spill_free(&sp);
+	th_status_free(&st);
+}
+
 /* Writes text into a fresh key file (mode 0600) and loads it. */
 static int load_text(const char *dir, const char *text,
 		     struct ush_seal_key *keys, uint32_t max)
@@ -452,6 +527,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(sealed_roundtrip, th_teardown),
+		cmocka_unit_test_teardown(layout_as_documented, th_teardown),
 		cmocka_unit_test_teardown(every_bit_flip_detected, th_teardown),
 		cmocka_unit_test_teardown(moved_frames_detected, th_teardown),
 		cmocka_unit_test_teardown(wrong_or_missing_key, th_teardown),
