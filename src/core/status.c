@@ -79,8 +79,8 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 		 const void *arg)
 {
 	uint32_t nb = nblocks(s->partitions);
-	size_t seal = s->sealed ? USHI_STATUS_SEAL : 0;
-	size_t strings = s->app_len + s->loc_len + seal;
+	size_t strings = s->app_len + s->loc_len +
+			 (s->sealed ? USHI_STATUS_SEAL : 0);
 	size_t head = USHI_STATUS_HDR + strings + 8u * (size_t)nb;
 	/* Worst case per partition: a full varint, a checksum, a mask. */
 	uint8_t *b = ushi_malloc(head + (size_t)s->partitions *
@@ -121,13 +121,13 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 	if (s->sealed)
 		b[OFF_FLAGS] = USHI_STATUS_SEALED |
 			       (s->holders ? USHI_STATUS_MASKS : 0);
-	uint8_t *q2 = b + USHI_STATUS_HDR;
-	memcpy(q2, s->app, s->app_len);
-	memcpy(q2 + s->app_len, s->loc, s->loc_len);
+	uint8_t *str = b + USHI_STATUS_HDR; /* the strings, then the seal */
+	memcpy(str, s->app, s->app_len);
+	memcpy(str + s->app_len, s->loc, s->loc_len);
 	if (s->sealed) {
-		q2 += s->app_len + s->loc_len;
-		put_le32(q2, s->seal_id);
-		memcpy(q2 + 4, s->salt, USHI_STATUS_SEAL - 4);
+		uint8_t *seal_at = str + s->app_len + s->loc_len;
+		put_le32(seal_at, s->seal_id);
+		memcpy(seal_at + 4, s->salt, USHI_STATUS_SEAL - 4);
 	}
 	put_le32(b + OFF_CRC, header_crc(b, strings, nb));
 	*out = b;
