@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
            "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
-           "replicas", "records", "commit", "disks"]
+           "replicas", "records", "commit", "disks", "seal"]
 
 
 def log(msg):
@@ -753,12 +753,46 @@ def t_disks(res, m):
                  rows), note
 
 
+def t_seal(res, m):
+    md, r = res["median"], res["ratios"]
+    rows = []
+    for t, what in (("disk", "disk spill"), ("net", "net push")):
+        rows.append([f"{what}: write MiB/s, sealed vs plain",
+                     mib(md[f"{t}_plain"]["write_bw"]),
+                     mib(md[f"{t}_sealed"]["write_bw"]),
+                     f"{r[t]['write_bw']:.2f}×", "≥ 0.85×",
+                     met(r[t]["write_bw"] >= 0.85)])
+        rows.append([f"{what} read back{' (fetch)' if t == 'net' else ''}"
+                     ": MiB/s", mib(md[f"{t}_plain"]["read_bw"]),
+                     mib(md[f"{t}_sealed"]["read_bw"]),
+                     f"{r[t]['read_bw']:.2f}×", "≥ 0.85×",
+                     met(r[t]["read_bw"] >= 0.85)])
+        rows.append([f"{what}: client CPU s per GiB (write + read)",
+                     f"{md[t + '_plain']['cpu_s_per_gib']:.2f}",
+                     f"{md[t + '_sealed']['cpu_s_per_gib']:.2f}",
+                     f"{r[t]['cpu_s_per_gib']:.2f}×", "≤ 1.4×",
+                     met(r[t]["cpu_s_per_gib"] <= 1.4)])
+    rows.append(["net: worker CPU s",
+                 f"{md['net_plain']['worker_cpu_s']:.2f}",
+                 f"{md['net_sealed']['worker_cpu_s']:.2f}",
+                 f"{r['net']['worker_cpu_s']:.2f}×", "≈ 1×", ""])
+    cmd = res["data"]["net_sealed"][0]["cmd"].split(" --workers")[0]
+    note = (f"One --rw=shuffle job of {res['size']} of 1000-byte records "
+            f"per row, no codec, plain and sealed (AES-256-GCM, "
+            f"`--encrypt-key-file`) alternating, {res['rounds']} rounds, "
+            f"medians; net jobs push to and fetch from a fresh ushuffled "
+            f"on loopback, whose CPU is counted apart. `{cmd}`.")
+    return table(["measure", "plain", "sealed", "ratio", "target", ""],
+                 rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
           "wire": t_wire, "dask": t_dask, "replicas": t_replicas,
-          "records": t_records, "commit": t_commit, "disks": t_disks}
+          "records": t_records, "commit": t_commit, "disks": t_disks,
+          "seal": t_seal}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -774,7 +808,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "replicas": "13. Replicas: push to two workers, and a worker's death",
           "records": "14. The record path: ns per record",
           "commit": "15. Group commit: many writers committing at once",
-          "disks": "16. Many disks: one worker over 1, 2 and 4 file systems"}
+          "disks": "16. Many disks: one worker over 1, 2 and 4 file systems",
+          "seal": "17. Sealed frames: AES-256-GCM against plain"}
 
 
 def gnuplot(script, png, dat):

@@ -444,7 +444,7 @@ int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 		.target = USH_TARGET_NET, .workers = j->workers,
 		.timeout_ms = j->timeout_ms, .send_zc = j->send_zc,
 		.ioengine = j->ioengine, .app = j->app,
-		.replicas = j->replicas};
+		.replicas = j->replicas, .seal_key = j->seal_key};
 	ush_writer *w;
 	int ret = ush_writer_open(&w, ring, &wo);
 	uint8_t buf[1024];
@@ -485,7 +485,16 @@ void th_verify(const struct th_job *j)
 			fail_msg("map %u has no status: not committed", m);
 	for (uint32_t p = 0; p < j->partitions; p++) {
 		ush_reader *r;
-		th_ok(th_reader_open(&r, j->statuses, j->maps, p, 20000));
+		struct ush_reader_opts ro;
+		ush_reader_opts_init(&ro);
+		ro.partition = p;
+		ro.statuses = j->statuses;
+		ro.nstatuses = j->maps;
+		ro.timeout_ms = 20000;
+		ro.seal_keys = j->seal_key;
+		ro.nseal_keys = j->seal_key != NULL;
+		ro.require_sealed = j->seal_key != NULL;
+		th_ok(ush_reader_open(&r, &ro));
 		const void *rec;
 		size_t len;
 		int ret;

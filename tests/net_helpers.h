@@ -149,6 +149,8 @@ struct th_job {
 	enum ush_ioengine ioengine;
 	const char *app; /* the application writing (NULL: "default") */
 	uint32_t replicas; /* 0: the default (1) */
+	/* Seals the maps under it, and th_verify() requires it, if set. */
+	const struct ush_seal_key *seal_key;
 	/* Called, if set, after each record written (map m, record i) and
 	 * after each record th_verify() checked (n so far): a test's hook
 	 * to act at a point of the push or the fetch. */

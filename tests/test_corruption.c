@@ -271,7 +271,9 @@ static void header_flips(struct fx *fx, enum ush_codec codec)
 		{4, USH_EVERSION, "version"},
 		{5, USH_ECORRUPT, "type"},
 		{6, USH_ECORRUPT, "codec"},
-		{7, USH_ECORRUPT, "flags"},
+		/* The sealed flag: a compressed payload stays long enough
+		 * for its lengths to agree, so its CRC refuses it. */
+		{7, comp ? USH_ECRC : USH_ECORRUPT, "flags"},
 		{8, USH_ECORRUPT, "shuffle"},
 		{12, USH_ECORRUPT, "map"},
 		{16, USH_ECORRUPT, "attempt"},

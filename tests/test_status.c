@@ -219,6 +219,63 @@ static void entry_of(const void *arg, uint32_t p, uint64_t *batches,
 	th_ok(status_part(arg, p, batches, sum, NULL, &why));
 }
 
+/* Version 3 (sealed): key id and salt after the location, under the
+ * header CRC, with or without holder masks; its flags byte must say
+ * sealed, and earlier versions keep it zero. */
+static void status_version_3(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("statusv3");
+	ush_ring *ring = ring_new();
+	struct ush_status v1 = put_map(ring, dir, 0, 0, 70, 1000);
+	struct status s, s2;
+	const char *why = "";
+	th_ok(status_parse(v1.data, v1.len, &s, &why));
+	static const uint8_t salt[16] = "0123456789abcdef";
+	uint64_t h[70];
+	for (uint32_t p = 0; p < 70; p++)
+		h[p] = 1;
+	for (int masks = 0; masks < 2; masks++) {
+		s.sealed = true;
+		s.seal_id = 0xfeedbeefu;
+		s.salt = salt;
+		s.holders = masks ? h : NULL;
+		uint8_t *b;
+		size_t len;
+		th_ok(status_build(&b, &len, &s, entry_of, &s));
+		th_ok(status_parse(b, len, &s2, &why));
+		assert_int_equal(s2.version, 3);
+		assert_true(s2.sealed);
+		assert_int_equal(s2.masks, masks);
+		assert_int_equal(s2.seal_id, 0xfeedbeefu);
+		assert_memory_equal(s2.salt, salt, 16);
+		for (uint32_t p = 0; p < 70; p += 23) {
+			uint64_t n, mask, n1;
+			uint32_t sum, sum1;
+			th_ok(status_part(&s2, p, &n, &sum, &mask, &why));
+			th_ok(status_part(&s, p, &n1, &sum1, NULL, &why));
+			assert_int_equal(n, n1);
+			assert_int_equal(sum, sum1);
+			assert_int_equal(mask, masks && n ? 1 : 0);
+		}
+		b[29] &= (uint8_t)~0x02u; /* not sealed: no version 3 */
+		assert_int_equal(status_parse(b, len, &s2, &why),
+				 USH_ECORRUPT);
+		b[29] |= 0x06u; /* an unknown flag */
+		assert_int_equal(status_parse(b, len, &s2, &why),
+				 USH_ECORRUPT);
+		free(b);
+	}
+	uint8_t *c = malloc(v1.len);
+	memcpy(c, v1.data, v1.len);
+	c[29] = 0x02; /* flags before version 3 */
+	assert_int_equal(status_parse(c, v1.len, &s2, &why), USH_ECORRUPT);
+	assert_non_null(strstr(why, "reserved"));
+	free(c);
+	th_status_free(&v1);
+	ush_ring_free(ring);
+}
+
 /* Version 2 (replicas): each partition with batches names its holders;
  * version 1 stays readable; another version is refused, saying which it
  * reads; a partition with batches and no holder is corrupt. */
@@ -254,9 +311,9 @@ static void status_version_2(void **state)
 	struct ush_status_info info;
 	th_ok(ush_status_info(&v2, &info));
 	assert_int_equal(info.partitions, 70);
-	b[4] = 3;
+	b[4] = 4;
 	assert_int_equal(ush_status_info(&v2, &info), USH_EVERSION);
-	assert_non_null(strstr(ush_last_error(), "reads 1 and 2"));
+	assert_non_null(strstr(ush_last_error(), "reads 1 to 3"));
 	free(b);
 	h[1] = 0; /* partition 1 has batches (1000 records over 70) */
 	th_ok(status_build(&b, &len, &s, entry_of, &s));
@@ -663,6 +720,7 @@ static void null_target_has_no_status(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(status_version_3, th_teardown),
 		cmocka_unit_test_teardown(status_at_10k_partitions,
 					  th_teardown),
 		cmocka_unit_test_teardown(status_corruption_refused,

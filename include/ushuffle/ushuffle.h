@@ -66,7 +66,7 @@ extern "C" {
 /* The one place the version is kept: CMakeLists.txt reads these three. */
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 3
+#define USH_VERSION_PATCH 4
 #define USH_QUOTE_(x) #x
 #define USH_EXPAND_AND_QUOTE_(x) USH_QUOTE_(x)
 #define USH_VERSION_STRING                                                   \
@@ -244,6 +244,39 @@ USH_API void ush_ring_info_size(const ush_ring *ring,
 				struct ush_ring_info *info, size_t size);
 USH_SIZED_GET(ush_ring_info, ush_ring)
 
+/* ----------------------------------------------------------------- sealing */
+
+/*
+ * Sealed frames (docs/security.md): a writer given an application data
+ * key encrypts and authenticates every batch (AES-256-GCM) before it
+ * leaves; workers store and forward it sealed and never hold the key;
+ * readers given the key open it, and fail with USH_ECORRUPT on a frame
+ * that does not authenticate. The data key is the application's own,
+ * not the secret workers authenticate it with.
+ */
+#define USH_SEAL_KEY_SIZE 32
+#define USH_SEAL_KEYS_MAX 16
+/* A sealed frame's payload ends with this many more bytes (key id and
+ * tag): a sealing writer's buffers hold as many fewer batch bytes
+ * (ush_writer_acquire() says how many). */
+#define USH_SEAL_TRAILER_SIZE 20u
+struct ush_seal_key {
+	uint32_t id;   /* carried in every frame and map status it seals */
+	unsigned char key[USH_SEAL_KEY_SIZE];
+};
+
+/*
+ * Reads a key file (docs/security.md, "Key files"): lines of 64 hex
+ * digits, each optionally preceded by a decimal key id and a space (else
+ * id 0); blank lines and lines starting with '#' are skipped; the first
+ * key is the one writers seal with. Fills keys (room for max) and
+ * returns how many, or an error naming the file and line (-EINVAL), a
+ * file that is not a regular file, or an I/O error. A file readable by
+ * group or others is used, with a warning.
+ */
+USH_API int ush_seal_keys_load(const char *path, struct ush_seal_key *keys,
+			       uint32_t max);
+
 /* ------------------------------------------------------------------ writer */
 
 typedef struct ush_writer ush_writer;
@@ -295,6 +328,9 @@ struct ush_writer_opts {
 	 * it fails only when every replica of a partition is gone. */
 	uint32_t replicas;
 	uint32_t reserved0; /* never read, never reused: 0.4 callers' padding */
+	/* 0.4.4: seal every batch under this key (copied at open; NULL: plain
+	 * frames). The map status names its id. */
+	const struct ush_seal_key *seal_key;
 };
 #define USH_REPLICAS_MAX 3
 
@@ -478,6 +514,9 @@ struct ush_status_info {
 	enum ush_target target; /* USH_TARGET_DISK or USH_TARGET_NET */
 	uint64_t batches;       /* of every partition */
 	uint32_t location_len;  /* bytes of the directory or worker list */
+	/* 0.4.4: 1 when its frames are sealed, under key seal_key_id */
+	uint32_t sealed;
+	uint32_t seal_key_id;
 };
 /* Checks a map status (bounds, version, header CRC) and describes it:
  * 0, USH_ECORRUPT or USH_EVERSION, with a message saying what is wrong. */
@@ -502,6 +541,14 @@ struct ush_reader_opts {
 	const struct ush_status *statuses;
 	uint32_t nstatuses;
 	uint32_t timeout_ms;  /* net: give up on a silent worker (10000) */
+	/* 0.4.4: the keys sealed maps may name (by id; borrowed until
+	 * ush_reader_open() returns). A sealed map whose key id is not
+	 * among them fails the open with -ENOKEY. */
+	const struct ush_seal_key *seal_keys;
+	uint32_t nseal_keys;
+	/* 0.4.4: 1 refuses a plain map (its status, at open: -EPERM), so no
+	 * frame is read that its reader cannot authenticate. */
+	uint32_t require_sealed;
 };
 
 /* ush_reader_opts_init(&opts) fills opts with the defaults (zero). */

@@ -288,3 +288,41 @@ def test_forked_children_leave_the_parents_output(tmp_path):
         shutil.rmtree(d)
     """)
     _child(code, "child: EPERM\n" * 3 + "True\n", tmp_path)
+
+
+def test_sealed_maps(tmp_path):
+    """encrypt_key_file: the spill file holds no record in plain text,
+    the key's reader reads every record, a reader without the key or
+    with another one is refused, and with a key a plain map is too."""
+    key = tmp_path / "key"
+    key.write_text("4 " + "ab" * 32 + "\n")
+    other = tmp_path / "other"
+    other.write_text("4 " + "cd" * 32 + "\n")
+    for f in (key, other):
+        f.chmod(0o600)
+    rec = [b"plain-record-%05d-" % i * 4 for i in range(500)]
+    sts = []
+    with ushuffle.Ring() as ring:
+        for m, k in ((0, key), (1, None)):
+            with ushuffle.Writer(ring, 3, m, 0, 2, target="disk",
+                                 dir=str(tmp_path / "d"),
+                                 encrypt_key_file=None if k is None
+                                 else str(k)) as w:
+                for r in rec:
+                    w.write(0, r)
+                sts.append(w.commit())
+    data = {f: open(f, "rb").read() for f in _files(tmp_path / "d")
+            if f.endswith(".data")}
+    sealed = [b for f, b in data.items() if "m0." in f][0]
+    plain = [b for f, b in data.items() if "m1." in f][0]
+    assert b"plain-record-00042-" in plain
+    assert b"plain-record-" not in sealed
+    with ushuffle.Reader(0, [sts[0]], encrypt_key_file=str(key)) as r:
+        assert [bytes(v) for v in r] == rec
+    with pytest.raises(ushuffle.Error, match="key id 4"):
+        ushuffle.Reader(0, [sts[0]])
+    with pytest.raises(ushuffle.Error, match="does not authenticate"):
+        with ushuffle.Reader(0, [sts[0]], encrypt_key_file=str(other)) as r:
+            list(r)
+    with pytest.raises(ushuffle.Error, match="requires sealed"):
+        ushuffle.Reader(0, sts, encrypt_key_file=str(key))

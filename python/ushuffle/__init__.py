@@ -30,12 +30,16 @@ struct ush_ring_opts {
     uint32_t size; unsigned iodepth; size_t pool_bytes; size_t push_size;
     int sqpoll; int fixedbufs; int codec; int level;
 };
+struct ush_seal_key { uint32_t id; unsigned char key[32]; };
+int ush_seal_keys_load(const char *path, struct ush_seal_key *keys,
+                       uint32_t max);
 struct ush_writer_opts {
     uint32_t size; uint32_t shuffle, map, attempt; uint32_t partitions;
     int target; const char *dir; int direct; int ioengine;
     const char *workers; uint32_t timeout_ms; uint32_t window;
     uint32_t zc_threshold; int send_zc; const char *app;
-    uint32_t replicas;
+    uint32_t replicas; uint32_t reserved0;
+    const struct ush_seal_key *seal_key;
 };
 struct ush_part_stats { uint64_t records; uint64_t bytes; uint64_t batches; };
 struct ush_status { const void *data; size_t len; };
@@ -46,6 +50,8 @@ struct ush_status_info {
 struct ush_reader_opts {
     uint32_t size; uint32_t partition; const struct ush_status *statuses;
     uint32_t nstatuses; uint32_t timeout_ms;
+    const struct ush_seal_key *seal_keys; uint32_t nseal_keys;
+    uint32_t require_sealed;
 };
 unsigned ush_version(void);
 const char *ush_version_string(void);
@@ -244,16 +250,28 @@ class Ring(_Handle):
 _keys = itertools.count()
 
 
+def _seal_keys(path):
+    """The keys of key file path (ush_seal_keys_load): a cffi array and
+    their count."""
+    keys = ffi.new("struct ush_seal_key[16]")
+    n = _check(lib.ush_seal_keys_load(path.encode(), keys, 16),
+               f"ush_seal_keys_load ({path})")
+    return keys, n
+
+
 class Writer(_Handle):
     """The map output (shuffle, map, attempt) of `partitions` partitions.
 
     target: "disk" (dir=...) or "net" (workers="HOST:PORT,...");
-    app: the application id (ush_writer_opts.app); further options are
+    app: the application id (ush_writer_opts.app); encrypt_key_file: a
+    key file (docs/security.md): every batch is sealed under its first
+    key, so workers never see the records; further options are
     ush_writer_opts fields (direct, timeout_ms, window, ...)."""
     _kind = "writer"
 
     def __init__(self, ring, shuffle, map, attempt, partitions,
-                 target="net", dir=None, workers=None, app=None, **opts):
+                 target="net", dir=None, workers=None, app=None,
+                 encrypt_key_file=None, **opts):
         o = ffi.new("struct ush_writer_opts *")
         lib.ush_writer_opts_init_size(o, ffi.sizeof(o[0]))
         o.shuffle, o.map, o.attempt = shuffle, map, attempt
@@ -263,8 +281,13 @@ class Writer(_Handle):
         keep = [ffi.NULL if s is None else ffi.new("char[]", s.encode())
                 for s in (dir, workers, app)]  # alive until the open
         o.dir, o.workers, o.app = keep
+        if encrypt_key_file is not None:
+            keys, _ = _seal_keys(encrypt_key_file)
+            keep.append(keys)
+            o.seal_key = keys
         for k, v in opts.items():
-            if k in ("size", "dir", "workers", "app") or not hasattr(o, k):
+            if k in ("size", "dir", "workers", "app", "seal_key",
+                     "reserved0") or not hasattr(o, k):
                 raise TypeError(f"Writer: unknown option {k!r}")
             setattr(o, k, v)
         out = ffi.new("ush_writer **")
@@ -434,12 +457,14 @@ class Reader(_Handle):
     must outlive it (bytes(view)). The view is released then, so a kept
     one raises ValueError rather than read freed memory (unless it is
     still exported, e.g. to numpy.frombuffer; slices of it are not
-    released)."""
+    released). encrypt_key_file: the key file of sealed maps; given, a
+    plain map is refused."""
 
     _kind = "reader"
     _view = None
 
-    def __init__(self, partition, statuses, timeout_ms=0):
+    def __init__(self, partition, statuses, timeout_ms=0,
+                 encrypt_key_file=None):
         statuses = list(statuses)
         if not statuses:
             raise ValueError("Reader: no map statuses")
@@ -451,6 +476,10 @@ class Reader(_Handle):
         lib.ush_reader_opts_init_size(o, ffi.sizeof(o[0]))
         o.partition, o.statuses, o.nstatuses = partition, arr, len(statuses)
         o.timeout_ms = timeout_ms
+        if encrypt_key_file is not None:
+            # Keys given: only sealed maps are read.
+            keys, o.nseal_keys = _seal_keys(encrypt_key_file)
+            o.seal_keys, o.require_sealed = keys, 1
         out = ffi.new("ush_reader **")
         _check(lib.ush_reader_open(out, o),
                f"ush_reader_open (partition {partition})")

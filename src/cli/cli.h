@@ -69,10 +69,12 @@ struct job_opts {
 	int direct, sqpoll, fixedbufs; /* fixedbufs: -1 auto */
 	int handoff, ioengine, target, verify;
 	uint64_t compress_pct;
+	char buffer_pattern[132]; /* fio's: the filler, "0x…" hex or text */
 	char dir[PATH_MAX];
 	char workers[1024];
 	uint64_t replicas;   /* net: workers each batch goes to */
 	char secret_file[PATH_MAX]; /* net: the application's secret */
+	char encrypt_key_file[PATH_MAX]; /* seal frames under its keys */
 	char app[65];        /* net: the application the shuffles belong to */
 	/* process-wide: from the command line or a [global] section */
 	int output_format, eta, parse_only, minimal;
@@ -183,6 +185,8 @@ struct rec_gen {
 	uint32_t partitions;
 	uint32_t min, max;   /* record size range */
 	uint32_t compress_pct;
+	uint8_t pattern[64]; /* --buffer_pattern: the filler (plen bytes) */
+	uint32_t plen;
 };
 
 /* Where record seq of map goes, and how long it is. */
@@ -328,6 +332,10 @@ struct job_ctx {
 	ush_worker *embedded;
 	char wdir[PATH_MAX + 32]; /* the embedded worker's storage */
 	bool wdir_tmp;           /* removed when the job ends */
+	/* --encrypt-key-file's keys: writers seal under the first, readers
+	 * hold them all and require sealed maps; none: plain frames. */
+	struct ush_seal_key keys[USH_SEAL_KEYS_MAX];
+	uint32_t nkeys;
 };
 
 struct thread_ctx {

@@ -145,6 +145,42 @@ static int nth_cpu(const cpu_set_t *set, unsigned i)
 	return -1;
 }
 
+/* --buffer_pattern into g: "0x" and hex digits (an even number), else
+ * the text itself; 0 or -EINVAL with res->errmsg. */
+static int pattern_parse(const char *s, struct rec_gen *g,
+			 struct job_result *res)
+{
+	size_t n = strlen(s);
+	const char *why = NULL;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		n -= 2;
+		if (!n || n % 2 || n / 2 > sizeof(g->pattern))
+			why = "0x takes 2 to 128 hex digits, an even number";
+		for (size_t i = 0; !why && i < n; i += 2) {
+			unsigned v;
+			char byte[3] = {s[2 + i], s[3 + i], 0};
+			if (!isxdigit((unsigned char)byte[0]) ||
+			    !isxdigit((unsigned char)byte[1]) ||
+			    sscanf(byte, "%2x", &v) != 1)
+				why = "a character after 0x is not a hex digit";
+			else
+				g->pattern[i / 2] = (uint8_t)v;
+		}
+		n /= 2;
+	} else if (n > sizeof(g->pattern)) {
+		why = "text of more than 64 characters";
+	} else {
+		memcpy(g->pattern, s, n);
+	}
+	if (why) {
+		snprintf(res->errmsg, sizeof(res->errmsg), "--buffer_pattern="
+			 "'%.140s': %s", s, why);
+		return -EINVAL;
+	}
+	g->plen = (uint32_t)n;
+	return 0;
+}
+
 /* Sets up what the threads expect; returns 0 or an error with
  * res->errmsg. */
 static int prepare(struct job_ctx *j, struct job_result *res)
@@ -154,6 +190,9 @@ static int prepare(struct job_ctx *j, struct job_result *res)
 				  .min = (uint32_t)o->record_size[0],
 				  .max = (uint32_t)o->record_size[1],
 				  .compress_pct = (uint32_t)o->compress_pct};
+	if (o->buffer_pattern[0] &&
+	    pattern_parse(o->buffer_pattern, &j->gen, res))
+		return -EINVAL;
 	if (o->rw == RW_READ) {
 		int ret = manifest_load(&j->expect, o, res->errmsg,
 					sizeof(res->errmsg));
@@ -316,6 +355,22 @@ static int net_secret(const struct job_opts *o, struct ush_worker_opts *wo,
 	return ret;
 }
 
+/* --encrypt-key-file's keys into j (docs/security.md, "Key files"). */
+static int seal_setup(struct job_ctx *j, struct job_result *res)
+{
+	const char *path = j->o->encrypt_key_file;
+	if (!path[0])
+		return 0;
+	int n = ush_seal_keys_load(path, j->keys, USH_SEAL_KEYS_MAX);
+	if (n < 0) {
+		snprintf(res->errmsg, sizeof(res->errmsg), "%.500s",
+			 ush_last_error());
+		return n;
+	}
+	j->nkeys = (uint32_t)n;
+	return 0;
+}
+
 static int net_setup(struct job_ctx *j, struct job_result *res)
 {
 	const struct job_opts *o = j->o;
@@ -462,6 +517,8 @@ int job_run(const struct job_opts *o, struct job_result *res,
 	if (!ret)
 		ret = res->err = prepare(&j, res);
 	if (!ret)
+		ret = res->err = seal_setup(&j, res);
+	if (!ret)
 		ret = res->err = net_setup(&j, res);
 	if (!ret) {
 		net_drop(&j, res);
@@ -489,6 +546,7 @@ int job_run(const struct job_opts *o, struct job_result *res,
 	net_teardown(&j);
 	manifest_free(&j.expect);
 	pthread_mutex_destroy(&j.lock);
+	explicit_bzero(j.keys, sizeof(j.keys));
 	free(tc);
 	free(tid);
 	if (res->interrupted)

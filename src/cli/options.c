@@ -100,12 +100,20 @@ const struct opt cli_opts[] = {
 	{"secret-file", T_STR, F(secret_file), "", "net: file holding the "
 	 "application's secret (else $USHUFFLE_SECRET; the embedded worker "
 	 "makes one up)", 0, PATH_MAX - 1, NULL, 0},
+	{"encrypt-key-file", T_STR, F(encrypt_key_file), "", "seal every "
+	 "batch (AES-256-GCM) under the first key of this file and read "
+	 "only sealed maps; workers never see the records (lines of 64 hex "
+	 "digits, each optionally after 'ID ')", 0, PATH_MAX - 1, NULL, 0},
 	{"app", T_STR, F(app), "default", "net: the application the job's "
 	 "shuffles belong to (A-Z a-z 0-9 . _ : -); workers check its "
 	 "secret (per application with their --secrets-dir) and drop its "
 	 "shuffles when its heartbeats stop", 1, 64, NULL, 0},
 	{"verify", T_ENUM, F(verify), "crc32c", "check every record read "
 	 "back (needs records of 16 bytes or more)", 0, 0, verify_choices, 0},
+	{"buffer_pattern", T_STR, F(buffer_pattern), "", "the filler of "
+	 "each record's compressible share, repeated: 0x and up to 128 hex "
+	 "digits, or up to 64 characters of text (as fio's, so what workers "
+	 "and spill files store can be searched)", 0, 131, NULL, 0},
 	{"buffer_compress_percentage", T_UINT, F(compress_pct), "50",
 	 "compressible share of each record", 0, 100, NULL, 0},
 	{"pin", T_BOOL, F(pin), "1", "pin thread i to the i-th allowed CPU", 0,

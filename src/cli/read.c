@@ -90,7 +90,9 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 	const struct job_opts *o = j->o;
 	struct dir_stats *d = &t->res->r;
 	struct ush_reader_opts ro = {.size = sizeof(ro), .partition = part,
-		.statuses = j->expect.status, .nstatuses = j->maps};
+		.statuses = j->expect.status, .nstatuses = j->maps,
+		.seal_keys = j->keys, .nseal_keys = j->nkeys,
+		.require_sealed = j->nkeys > 0};
 	struct part_check c = {.g = &j->gen, .part = part, .maps = j->maps,
 			       .count = count, .next = count + j->maps};
 	ush_reader *r = NULL;

@@ -12,9 +12,9 @@
  * partition, has its length, and arrives once, in order (a reader yields
  * map 0's records first, each map's in sequence order).
  *
- * The body is compress_pct percent filler (one repeated 8-byte word) after
- * random bytes (a slice of a random block made once), so codecs see data
- * about that compressible.
+ * The body is compress_pct percent filler (one repeated 8-byte word, or
+ * --buffer_pattern's bytes) after random bytes (a slice of a random
+ * block made once), so codecs see data about that compressible.
  */
 #include "cli.h"
 
@@ -108,6 +108,8 @@ void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
 		h = mix64(h);
 		i += k;
 	}
+	for (uint32_t k = 0; g->plen && i < blen; i++, k++)
+		body[i] = g->pattern[k % g->plen];
 	for (; i + 8 <= blen; i += 8)
 		memcpy(body + i, &word, 8);
 	for (; i < blen; i++)

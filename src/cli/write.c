@@ -193,7 +193,8 @@ static int fill_init(struct fill *s, const struct job_opts *o,
 	memset(s, 0, sizeof(*s));
 	s->w = w;
 	s->swap = o->handoff == HANDOFF_SWAP;
-	s->cap = o->bs - USH_FRAME_HDR_SIZE;
+	s->cap = o->bs - USH_FRAME_HDR_SIZE -
+		 (o->encrypt_key_file[0] ? USH_SEAL_TRAILER_SIZE : 0);
 	s->nslots = slots;
 	s->through = o->partitions > slots;
 	s->lat = lat;
@@ -259,7 +260,8 @@ void write_phase(struct thread_ctx *t)
 		.dir = dir, .direct = o->direct,
 		.workers = j->workers[0] ? j->workers : NULL,
 		.replicas = (uint32_t)o->replicas, .app = o->app,
-		.ioengine = (enum ush_ioengine)o->ioengine};
+		.ioengine = (enum ush_ioengine)o->ioengine,
+		.seal_key = j->nkeys ? &j->keys[0] : NULL};
 	ush_ring *ring = NULL;
 	ush_writer *w = NULL;
 	struct fill s = {0};

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 int ushi_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
@@ -49,4 +50,18 @@ int ushi_sync_dir(const char *path, const char *who)
 	int ret = fsync(fd) ? -errno : 0;
 	close(fd);
 	return ret ? ushi_fail(ret, "%s: fsync %s", who, path) : 0;
+}
+
+int ushi_random(void *p, size_t n, const char *what)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = getrandom((uint8_t *)p + got, n - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return ushi_fail(-errno, "%s: getrandom", what);
+		got += (size_t)r;
+	}
+	return 0;
 }

@@ -1,5 +1,6 @@
 /* Frame header encoding, CRC32C (ISA-L) and record iteration. */
 #include "core/frame.h"
+#include "core/seal.h"
 
 #include <isa-l/crc.h>
 
@@ -31,7 +32,7 @@ static uint32_t frame_crc(const uint8_t *hdr, uint32_t payload_len)
 	return ~c;
 }
 
-void frame_encode(uint8_t *hdr, struct ushi_frame *f)
+void frame_put(uint8_t *hdr, const struct ushi_frame *f)
 {
 	put_le32(hdr + OFF_MAGIC, USHI_FRAME_MAGIC);
 	hdr[OFF_VERSION] = USHI_FRAME_VERSION;
@@ -46,8 +47,18 @@ void frame_encode(uint8_t *hdr, struct ushi_frame *f)
 	put_le32(hdr + OFF_RAW, f->raw_len);
 	put_le32(hdr + OFF_PAYLOAD, f->payload_len);
 	put_le32(hdr + OFF_NREC, f->nrec);
+}
+
+void frame_put_crc(uint8_t *hdr, struct ushi_frame *f)
+{
 	f->crc = frame_crc(hdr, f->payload_len);
 	put_le32(hdr + OFF_CRC, f->crc);
+}
+
+void frame_encode(uint8_t *hdr, struct ushi_frame *f)
+{
+	frame_put(hdr, f);
+	frame_put_crc(hdr, f);
 }
 
 int frame_parse(const uint8_t *hdr, struct ushi_frame *f)
@@ -77,13 +88,17 @@ int frame_decode(const uint8_t *hdr, struct ushi_frame *f)
 	if (ret)
 		return ret;
 	if (f->type != USHI_FRAME_DATA || f->codec > USH_CODEC_ZSTD ||
-	    f->flags != 0)
+	    (f->flags & ~USHI_FRAME_SEALED) ||
+	    ((f->flags & USHI_FRAME_SEALED) &&
+	     f->payload_len < USHI_SEAL_TRAILER))
 		return USH_ECORRUPT;
-	/* Every record costs at least its 4-byte prefix. */
+	/* The codec rules bind the stored payload, without a seal's
+	 * trailer. Every record costs at least its 4-byte prefix. */
+	uint32_t stored = frame_stored_len(f);
 	if (f->raw_len > USH_RECORD_MAX + USH_RECORD_HDR_SIZE ||
-	    f->payload_len > f->raw_len ||
-	    (f->codec == USH_CODEC_NONE && f->payload_len != f->raw_len) ||
-	    (f->codec != USH_CODEC_NONE && f->payload_len == f->raw_len) ||
+	    stored > f->raw_len ||
+	    (f->codec == USH_CODEC_NONE && stored != f->raw_len) ||
+	    (f->codec != USH_CODEC_NONE && stored == f->raw_len) ||
 	    (uint64_t)f->nrec * USH_RECORD_HDR_SIZE > f->raw_len)
 		return USH_ECORRUPT;
 	return 0;

@@ -15,6 +15,12 @@ enum ushi_frame_type {
 	/* 2.. : the worker protocol's control frames, src/proto.h */
 };
 
+/* Header flags: SEALED, the stored payload is sealed (core/seal.h) and
+ * followed by its 20-byte trailer, counted in payload_len. */
+#define USHI_FRAME_SEALED 0x01u
+/* After a sealed payload: the key id (u32) and the 16-byte GCM tag. */
+#define USHI_SEAL_TRAILER USH_SEAL_TRAILER_SIZE
+
 struct ushi_frame {
 	uint8_t type, codec, flags;
 	uint32_t shuffle, map, attempt, partition;
@@ -25,6 +31,15 @@ struct ushi_frame {
 /* Writes f's header at hdr; the payload must follow it (hdr + 48) and is
  * covered by the CRC32C computed here. */
 void frame_encode(uint8_t *hdr, struct ushi_frame *f);
+/* frame_encode() in two steps, for a frame sealed in between: the
+ * header's fields, then the CRC over them and the payload. */
+void frame_put(uint8_t *hdr, const struct ushi_frame *f);
+void frame_put_crc(uint8_t *hdr, struct ushi_frame *f);
+/* The stored payload's bytes, without a sealed frame's trailer. */
+static inline uint32_t frame_stored_len(const struct ushi_frame *f)
+{
+	return f->payload_len - (f->flags & USHI_FRAME_SEALED ? USHI_SEAL_TRAILER : 0u);
+}
 /* Parses magic, version and the fields of any frame type, checking
  * nothing else (src/proto.c bounds control frames). Returns 0,
  * USH_ECORRUPT or USH_EVERSION. */

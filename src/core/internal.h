@@ -141,6 +141,9 @@ int ushi_pwrite_all(int fd, const void *p, size_t n, uint64_t off);
 /* pread() of all n bytes at off: 0, -errno, or USH_ECORRUPT where the
  * file ends first (it is shorter than its index says). */
 int ushi_pread_all(int fd, void *p, size_t n, uint64_t off);
+/* n random bytes from getrandom(): 0, or -errno failing with a message
+ * naming what wanted them. */
+int ushi_random(void *p, size_t n, const char *what);
 /* fsync() of the directory at path: 0 or -errno, the message saying
  * which of open and fsync failed, after "who: ". */
 int ushi_sync_dir(const char *path, const char *who);

@@ -15,7 +15,8 @@ enum {
 	OFF_ATTEMPT = 16,
 	OFF_PARTS = 20,
 	OFF_BODY = 24,
-	OFF_APP_LEN = 28, /* then 3 reserved zero bytes */
+	OFF_APP_LEN = 28,
+	OFF_FLAGS = 29, /* version 3; reserved zero before, as are 30, 31 */
 	OFF_CRC = 32,
 };
 _Static_assert(OFF_CRC + 4 == USHI_STATUS_HDR, "status header layout");
@@ -78,7 +79,8 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 		 const void *arg)
 {
 	uint32_t nb = nblocks(s->partitions);
-	size_t strings = s->app_len + s->loc_len;
+	size_t strings = s->app_len + s->loc_len +
+			 (s->sealed ? USHI_STATUS_SEAL : 0);
 	size_t head = USHI_STATUS_HDR + strings + 8u * (size_t)nb;
 	/* Worst case per partition: a full varint, a checksum, a mask. */
 	uint8_t *b = ushi_malloc(head + (size_t)s->partitions *
@@ -106,7 +108,7 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 		}
 	}
 	put_le32(b + OFF_MAGIC, USHI_STATUS_MAGIC);
-	b[OFF_VERSION] = s->holders ? 2 : 1;
+	b[OFF_VERSION] = s->sealed ? 3 : s->holders ? 2 : 1;
 	b[OFF_TARGET] = s->target;
 	put_le16(b + OFF_LOC_LEN, (uint16_t)s->loc_len);
 	put_le32(b + OFF_SHUFFLE, s->shuffle);
@@ -115,9 +117,18 @@ int status_build(uint8_t **out, size_t *len, const struct status *s,
 	put_le32(b + OFF_PARTS, s->partitions);
 	put_le32(b + OFF_BODY, (uint32_t)(q - body));
 	b[OFF_APP_LEN] = (uint8_t)s->app_len;
-	memset(b + OFF_APP_LEN + 1, 0, 3);
-	memcpy(b + USHI_STATUS_HDR, s->app, s->app_len);
-	memcpy(b + USHI_STATUS_HDR + s->app_len, s->loc, s->loc_len);
+	memset(b + OFF_FLAGS, 0, 3);
+	if (s->sealed)
+		b[OFF_FLAGS] = USHI_STATUS_SEALED |
+			       (s->holders ? USHI_STATUS_MASKS : 0);
+	uint8_t *str = b + USHI_STATUS_HDR; /* the strings, then the seal */
+	memcpy(str, s->app, s->app_len);
+	memcpy(str + s->app_len, s->loc, s->loc_len);
+	if (s->sealed) {
+		uint8_t *seal_at = str + s->app_len + s->loc_len;
+		put_le32(seal_at, s->seal_id);
+		memcpy(seal_at + 4, s->salt, USHI_STATUS_SEAL - 4);
+	}
 	put_le32(b + OFF_CRC, header_crc(b, strings, nb));
 	*out = b;
 	*len = (size_t)(q - b);
@@ -138,7 +149,7 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 	if (get_le32(p + OFF_MAGIC) != USHI_STATUS_MAGIC)
 		return bad(why, "bad magic (not a map status)");
 	if (p[OFF_VERSION] < 1 || p[OFF_VERSION] > USHI_STATUS_VERSION) {
-		*why = "unsupported version (this library reads 1 and 2)";
+		*why = "unsupported version (this library reads 1 to 3)";
 		return USH_EVERSION;
 	}
 	s->version = p[OFF_VERSION];
@@ -151,17 +162,24 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 	s->partitions = get_le32(p + OFF_PARTS);
 	s->body_len = get_le32(p + OFF_BODY);
 	s->app_len = p[OFF_APP_LEN];
+	uint8_t flags = s->version == 3 ? p[OFF_FLAGS] : 0;
+	s->masks = s->version == 2 || (flags & USHI_STATUS_MASKS);
+	s->sealed = flags & USHI_STATUS_SEALED;
 	if (s->target != USH_TARGET_DISK && s->target != USH_TARGET_NET)
 		return bad(why, "unknown target");
 	if (!s->loc_len || s->loc_len > USHI_STATUS_LOC_MAX)
 		return bad(why, "location length out of range 1..4096");
-	if (!s->app_len || s->app_len > USHI_STATUS_APP_MAX ||
-	    p[OFF_APP_LEN + 1] | p[OFF_APP_LEN + 2] | p[OFF_APP_LEN + 3])
+	if (!s->app_len || s->app_len > USHI_STATUS_APP_MAX)
 		return bad(why, "application id length out of range 1..64");
+	if ((s->version < 3 && p[OFF_FLAGS]) || p[OFF_FLAGS + 1] |
+	    p[OFF_FLAGS + 2] || (s->version == 3 && !s->sealed) ||
+	    (flags & ~(USHI_STATUS_MASKS | USHI_STATUS_SEALED)))
+		return bad(why, "reserved header bytes or flags set");
 	if (!s->partitions || s->partitions > USHI_PARTS_MAX)
 		return bad(why, "partition count out of range 1..16M");
 	uint32_t nb = nblocks(s->partitions);
-	size_t strings = s->app_len + s->loc_len;
+	size_t strings = s->app_len + s->loc_len +
+			 (s->sealed ? USHI_STATUS_SEAL : 0);
 	size_t head = USHI_STATUS_HDR + strings + 8u * (size_t)nb;
 	if (n < head || n - head != s->body_len)
 		return bad(why, "length disagrees with its header");
@@ -169,8 +187,10 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 		return bad(why, "header CRC32C mismatch");
 	s->app = (const char *)p + USHI_STATUS_HDR;
 	s->loc = s->app + s->app_len;
-	if (memchr(s->app, 0, strings))
+	if (memchr(s->app, 0, s->app_len + s->loc_len))
 		return bad(why, "NUL byte in its application or location");
+	s->salt = (const uint8_t *)s->loc + s->loc_len + 4;
+	s->seal_id = s->sealed ? get_le32(s->salt - 4) : 0;
 	s->blocks = p + USHI_STATUS_HDR + strings;
 	s->body = p + head;
 	uint32_t prev = 0;
@@ -215,7 +235,7 @@ static int entry(const struct status *s, const uint8_t **q,
 		*sum = get_le32(*q);
 		*q += 4;
 	}
-	if (*batches && s->version >= 2) {
+	if (*batches && s->masks) {
 		k = get_varint(*q, end, holders);
 		if (!k || !*holders)
 			return bad(why, k ? "partition held by no worker" :
@@ -279,6 +299,8 @@ int ush_status_info_size(const struct ush_status *st,
 	i.partitions = s.partitions;
 	i.target = (enum ush_target)s.target;
 	i.location_len = s.loc_len;
+	i.sealed = s.sealed;
+	i.seal_key_id = s.seal_id;
 	ushi_struct_init(info, size, &i, sizeof(i));
 	return 0;
 }

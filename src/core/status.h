@@ -15,8 +15,14 @@
 #define USHI_STATUS_MAGIC 0x534d5355u /* "USMS" */
 /* Version 2 (replicas): each non-empty partition's entry ends with a
  * LEB128 mask of the location's workers holding a complete copy. A
- * status without replicas stays version 1, readable by older readers. */
-#define USHI_STATUS_VERSION 2
+ * status without replicas stays version 1, readable by older readers.
+ * Version 3 (sealed frames): a flags byte says which of masks and seal
+ * it has; a sealed map's key id and salt follow the location. Only a
+ * sealed map's status is version 3. */
+#define USHI_STATUS_VERSION 3
+#define USHI_STATUS_MASKS 0x01u  /* version 3 flags */
+#define USHI_STATUS_SEALED 0x02u
+#define USHI_STATUS_SEAL 20u     /* key id, salt */
 #define USHI_STATUS_HDR 36u
 #define USHI_STATUS_BLOCK 64u     /* partitions per block */
 #define USHI_STATUS_LOC_MAX 4096u /* location bytes */
@@ -24,7 +30,12 @@
 
 /* A parsed status: pointers into the caller's bytes. */
 struct status {
-	uint8_t version; /* 1 or 2; status_build(): 2 iff holders */
+	uint8_t version; /* 1..3; status_build(): 3 iff sealed, else 2 iff
+			    holders */
+	bool masks;      /* entries end with holder masks */
+	bool sealed;     /* its frames are sealed under seal_id, salt */
+	uint32_t seal_id;
+	const uint8_t *salt; /* 16 bytes */
 	uint8_t target; /* enum ush_target */
 	uint32_t shuffle, map, attempt, partitions;
 	const char *app, *loc; /* not NUL-terminated */

@@ -8,22 +8,12 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 int auth_nonce(uint8_t *n)
 {
-	size_t got = 0;
-	while (got < USHI_AUTH_NONCE) {
-		ssize_t r = getrandom(n + got, USHI_AUTH_NONCE - got, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return ushi_fail(-errno, "auth: getrandom");
-		got += (size_t)r;
-	}
-	return 0;
+	return ushi_random(n, USHI_AUTH_NONCE, "auth");
 }
 
 int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,
@@ -112,22 +102,22 @@ static int read_whole(int fd, const struct stat *st, uint8_t *tmp, size_t n)
  * tmp; a file that changes while it is read is read again from a new
  * open, READ_TRIES times at most, and never taken half.
  */
-static int read_secret_file(int dirfd, const char *path, bool nofollow,
-			    uint8_t *tmp, size_t n, bool *loose)
+int auth_read_file(int dirfd, const char *path, bool nofollow, uint8_t *tmp,
+		   size_t n, bool *loose, const char *what)
 {
 	int ret = -EAGAIN;
 	for (int i = 0; i < READ_TRIES && ret == -EAGAIN; i++) {
 		int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY |
 				O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
 		if (fd < 0)
-			return ushi_fail(-errno, "auth: secret file %s: %s",
-					path, strerror(errno));
+			return ushi_fail(-errno, "%s %s: %s", what, path,
+					strerror(errno));
 		struct stat st;
 		ret = fstat(fd, &st) ? -errno : 0;
 		if (!ret && !S_ISREG(st.st_mode)) {
 			close(fd);
-			return ushi_fail(-EINVAL, "auth: secret file %s is not "
-					"a regular file", path);
+			return ushi_fail(-EINVAL, "%s %s is not a regular "
+					"file", what, path);
 		}
 		if (!ret) {
 			*loose = (st.st_mode & 077) != 0;
@@ -136,12 +126,11 @@ static int read_secret_file(int dirfd, const char *path, bool nofollow,
 		close(fd);
 	}
 	if (ret == -EAGAIN)
-		return ushi_fail(ret, "auth: secret file %s changed while it "
-				"was read, %d times in a row: write a new file "
-				"and rename it over the old one", path,
-				READ_TRIES);
+		return ushi_fail(ret, "%s %s changed while it was read, %d "
+				"times in a row: write a new file and rename "
+				"it over the old one", what, path, READ_TRIES);
 	if (ret < 0)
-		return ushi_fail(ret, "auth: reading secret file %s: %s", path,
+		return ushi_fail(ret, "%s %s: reading: %s", what, path,
 				strerror(-ret));
 	return ret;
 }
@@ -152,8 +141,8 @@ int auth_read_secret(int dirfd, const char *path, bool nofollow,
 	/* Room for the longest secret, its "\r\n" and one byte more: a
 	 * file that fills it is too long, whatever follows. */
 	uint8_t tmp[USHI_SECRET_MAX + 3];
-	int ret = read_secret_file(dirfd, path, nofollow, tmp, sizeof(tmp),
-				   loose);
+	int ret = auth_read_file(dirfd, path, nofollow, tmp, sizeof(tmp), loose,
+				 "auth: secret file");
 	size_t n = ret > 0 ? (size_t)ret : 0;
 	if (n && tmp[n - 1] == '\n')
 		n -= n >= 2 && tmp[n - 2] == '\r' ? 2 : 1;

@@ -60,6 +60,12 @@ bool auth_mac_equal(const uint8_t *a, const uint8_t *b);
  */
 int auth_read_secret(int dirfd, const char *path, bool nofollow,
 		     uint8_t *buf, bool *loose);
+/* auth_read_secret()'s reading: the whole regular file path, into tmp
+ * (n bytes at most; a longer file fills it), with the same checks;
+ * messages start with what ("auth: secret file"). Returns its length or
+ * an error. */
+int auth_read_file(int dirfd, const char *path, bool nofollow, uint8_t *tmp,
+		   size_t n, bool *loose, const char *what);
 /* A secret's length is acceptable. Fails with a message naming what. */
 int auth_secret_len_ok(size_t len, const char *what);
 

@@ -17,7 +17,8 @@
  * max_frame is now (it bounds what the worker accepts from writers, and
  * may have been larger when the frames were stored). */
 #define USHI_FRAME_MAX                                                        \
-	(USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE + USH_RECORD_MAX)
+	(USH_FRAME_HDR_SIZE + USH_RECORD_HDR_SIZE + USH_RECORD_MAX +           \
+	 USHI_SEAL_TRAILER)
 #define USHI_PROTO_ERRMSG_MAX 512u
 #define USHI_PROTO_APP_MAX 64u /* application id bytes */
 #define USHI_PROTO_NONCE 32u   /* auth.h's USHI_AUTH_NONCE */

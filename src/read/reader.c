@@ -57,6 +57,35 @@ static const char *target_name(uint8_t t)
 	return t == USH_TARGET_NET ? "net" : "disk";
 }
 
+/* A sealed map's key from o's (by the id its status names) and its
+ * writer's subkey; a plain map, unless sealing is required. */
+static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
+		    uint32_t i, const struct status *s, struct rmap *m)
+{
+	if (!s->sealed)
+		return o->require_sealed ?
+			ushi_fail(-EPERM, "reader: map status %u (map %u "
+				  "attempt %u) is of plain frames, and the "
+				  "reader requires sealed ones", i, s->map,
+				  s->attempt) : 0;
+	const struct ush_seal_key *k = NULL;
+	for (uint32_t j = 0; !k && o->seal_keys && j < o->nseal_keys; j++)
+		if (o->seal_keys[j].id == s->seal_id)
+			k = &o->seal_keys[j];
+	if (!k)
+		return ushi_fail(-ENOKEY, "reader: map %u attempt %u is sealed "
+				"with key id %u, and the reader was given %s",
+				s->map, s->attempt, s->seal_id,
+				o->nseal_keys ? "no key of that id" : "no key");
+	int ret = seal_derive(m->sub, k->key, s->salt, r->app, s->shuffle,
+			      s->map, s->attempt);
+	if (!ret && !r->seal.ctx)
+		ret = seal_init(&r->seal);
+	m->sealed = true;
+	m->seal_id = s->seal_id;
+	return ret;
+}
+
 /* Status i into map entry m. */
 static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		   uint32_t i, struct rmap *m)
@@ -99,6 +128,8 @@ static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 			       &mask, &why)))
 		return ushi_fail(ret, "reader: map status %u (map %u): %s", i,
 				s.map, why);
+	if ((ret = seal_map(r, o, i, &s, m)))
+		return ret;
 	m->map = s.map;
 	m->attempt = s.attempt;
 	m->sum = USHI_SUM_INIT;
@@ -188,10 +219,14 @@ void ush_reader_free(ush_reader *r)
 	for (uint32_t i = 0; r->srcs && i < r->nsrcs; i++)
 		ushi_free(r->srcs[i]);
 	ush_ring_free(r->ring);
-	for (uint32_t i = 0; r->maps && i < r->nmaps; i++)
+	for (uint32_t i = 0; r->maps && i < r->nmaps; i++) {
 		reader_map_done(&r->maps[i]);
+		explicit_bzero(r->maps[i].sub, sizeof(r->maps[i].sub));
+	}
+	seal_fini(&r->seal);
 	ushi_free(r->srcs);
 	ushi_free(r->maps);
 	ushi_free(r->rbuf);
+	ushi_free(r->sbuf);
 	ushi_free(r);
 }

@@ -10,6 +10,7 @@
 
 #include "core/frame.h"
 #include "core/ring.h"
+#include "core/seal.h"
 #include "core/status.h"
 
 /* One map: the attempt its status names and what it says of the
@@ -34,6 +35,11 @@ struct rmap {
 	uint64_t *offs;            /* NULL until its first batch */
 	uint32_t *crcs;
 	uint64_t seen_cap;         /* batches they have room for */
+	/* Sealed, per its status: the key id its frames name and the
+	 * subkey they open with. */
+	bool sealed;
+	uint32_t seal_id;
+	uint8_t sub[USH_SEAL_KEY_SIZE];
 };
 
 #define NO_SRC UINT32_MAX
@@ -83,6 +89,11 @@ struct ush_reader {
 	struct ush_ring *ring;
 	uint8_t *rbuf;             /* decompressed batch */
 	size_t rcap;
+	/* Sealed maps: the cipher context (made with the first one) and
+	 * the opened, still compressed, payload. */
+	struct ushi_seal seal;
+	uint8_t *sbuf;
+	size_t scap;
 	const uint8_t *batch;      /* records being yielded */
 	size_t blen, boff;
 	int err;

@@ -85,6 +85,51 @@ static int duplicate(struct ush_reader *r, struct rmap *m,
 			m->crcs[f->seq], first, f->crc, now);
 }
 
+/*
+ * Opens a sealed frame of map m into the reader's buffers: *payload
+ * becomes its stored bytes, decrypted, once the tag authenticated them.
+ * A frame sealed or not against its status, or under another key id, is
+ * refused before any decryption. Returns 0 or an error, *what saying
+ * why (in buf, n bytes).
+ */
+static int open_sealed(struct ush_reader *r, const struct rmap *m,
+		       const struct ushi_frame *f, const uint8_t *frame,
+		       const uint8_t **payload, const char **what, char *buf,
+		       size_t n)
+{
+	bool sealed = f->flags & USHI_FRAME_SEALED;
+	if (sealed != m->sealed) {
+		*what = sealed ? "a sealed frame in a map whose status says "
+				 "plain" :
+				 "a plain frame in a map whose status says "
+				 "sealed: not its writer's";
+		return USH_ECORRUPT;
+	}
+	if (!sealed)
+		return 0;
+	uint32_t kid = seal_key_id(frame, f), len = frame_stored_len(f);
+	bool raw = f->codec == USH_CODEC_NONE;
+	uint8_t **dst = raw ? &r->rbuf : &r->sbuf;
+	int ret = ushi_grow(dst, raw ? &r->rcap : &r->scap, len ? len : 1);
+	if (ret)
+		*what = "allocation";
+	else if (kid != m->seal_id)
+		ret = USH_ECORRUPT;
+	else
+		ret = seal_open(&r->seal, m->sub, frame, f, *dst);
+	if (ret && ret != -ENOMEM) {
+		snprintf(buf, n, "seq %llu: %s", (unsigned long long)f->seq,
+			 kid != m->seal_id ? "sealed under another key id "
+					     "than its map status names" :
+			 "the sealed frame does not authenticate (altered, "
+			 "moved from another place, or sealed under another "
+			 "key of the same id)");
+		*what = buf;
+	}
+	*payload = *dst;
+	return ret;
+}
+
 int reader_take(struct ush_reader *r, struct rmap *m,
 		const struct ushi_frame *f, const uint8_t *frame,
 		uint64_t off, uint64_t t0)
@@ -92,7 +137,7 @@ int reader_take(struct ush_reader *r, struct rmap *m,
 	if (f->seq < m->next_seq)
 		return duplicate(r, m, f, off);
 	const char *what = NULL;
-	char buf[96];
+	char buf[200];
 	if (f->seq > m->next_seq || m->got == m->expect) {
 		snprintf(buf, sizeof(buf), "batch %llu where %s was due",
 			 (unsigned long long)f->seq,
@@ -101,11 +146,14 @@ int reader_take(struct ush_reader *r, struct rmap *m,
 	}
 	const uint8_t *payload = frame + USH_FRAME_HDR_SIZE;
 	int ret = what ? USH_ECORRUPT : 0;
+	if (!ret)
+		ret = open_sealed(r, m, f, frame, &payload, &what, buf,
+				  sizeof(buf));
 	if (!ret && f->codec != USH_CODEC_NONE) {
 		ret = ushi_grow(&r->rbuf, &r->rcap, f->raw_len ? f->raw_len : 1);
 		if (!ret)
 			ret = ring_decompress(r->ring, f->codec, payload,
-					      f->payload_len, r->rbuf,
+					      frame_stored_len(f), r->rbuf,
 					      f->raw_len);
 		what = "decompressing the frame";
 		payload = r->rbuf;

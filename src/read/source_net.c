@@ -233,12 +233,12 @@ static int holders(struct ush_reader *r, const struct status *s,
 	unsigned n = net_count_workers(list);
 	char (*peers)[USHI_NET_PEER] = n ? ushi_calloc(n, USHI_NET_PEER) : NULL;
 	int ret = peers ? net_parse_workers(list, peers, n) : -EINVAL;
-	if (s->version >= 2 && n > 64)
+	if (s->masks && n > 64)
 		ret = -EINVAL; /* a mask names at most 64 workers */
 	uint32_t first = ret > 0 ? proto_worker_of(partition, n) : 0;
-	if (ret > 0 && (s->version < 2 || mask >> first & 1))
+	if (ret > 0 && (!s->masks || mask >> first & 1))
 		ret = add_peer(r, peers[first], &m->holder[m->nholders++]);
-	for (unsigned k = 1; ret >= 0 && s->version >= 2 && k < n; k++) {
+	for (unsigned k = 1; ret >= 0 && s->masks && k < n; k++) {
 		unsigned w = (first + k) % n;
 		if (!(mask >> w & 1))
 			continue;

@@ -202,7 +202,7 @@ static uint32_t batch_of(const struct ushi_stage *s, uint32_t a, uint32_t b,
 static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 		      uint32_t partition, uint32_t a, uint32_t b)
 {
-	const uint32_t cap = (uint32_t)w->ropts->push_size - USH_FRAME_HDR_SIZE;
+	const uint32_t cap = writer_room(w);
 	struct ush_part_stats *st = &w->parts[partition].st;
 	st->records += b - a;
 	while (a < b) {
@@ -212,7 +212,7 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &pack, &room);
 		if (ret)
 			return ret;
-		if (USH_FRAME_HDR_SIZE + raw <= room)
+		if (USH_FRAME_HDR_SIZE + raw + w->tail <= room)
 			dst = pack;
 		uint8_t *o = dst + USH_FRAME_HDR_SIZE;
 		for (uint32_t i = 0; i < nrec; i++) {

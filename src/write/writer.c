@@ -85,19 +85,38 @@ static bool compress(struct ush_writer *w, struct ushi_frame *f,
 	return true;
 }
 
-/* Writes f's header at hdr, in front of its payload, and counts the
- * frame; returns its bytes. */
-static uint32_t encode(struct ush_writer *w, struct ushi_frame *f,
-		       uint8_t *hdr)
+/* Seals the frame at hdr in place (its trailer room follows the
+ * payload) and writes its header and CRC, over the sealed bytes so that
+ * workers check what they store without the key. */
+static int seal(struct ush_writer *w, struct ushi_frame *f, uint8_t *hdr)
 {
-	frame_encode(hdr, f);
+	f->flags |= USHI_FRAME_SEALED;
+	f->payload_len += USHI_SEAL_TRAILER;
+	frame_put(hdr, f);
+	int ret = seal_frame(&w->seal, w->seal_sub, w->seal_id, hdr, f);
+	frame_put_crc(hdr, f);
+	return ret;
+}
+
+/* Writes f's header at hdr, in front of its payload, sealing it when
+ * the writer seals, and counts the frame; *flen gets its bytes. */
+static int encode(struct ush_writer *w, struct ushi_frame *f, uint8_t *hdr,
+		  uint32_t *flen)
+{
+	if (w->tail) {
+		int ret = seal(w, f, hdr);
+		if (ret)
+			return ret;
+	} else {
+		frame_encode(hdr, f);
+	}
 	struct ushi_part *p = &w->parts[f->partition];
 	p->sum = status_sum_add(p->sum, f->crc);
-	uint32_t flen = (uint32_t)ush_frame_size(f->payload_len);
-	w->st.frame_bytes += flen;
+	*flen = (uint32_t)ush_frame_size(f->payload_len);
+	w->st.frame_bytes += *flen;
 	w->st.raw_bytes += f->raw_len;
 	w->st.batches++;
-	return flen;
+	return 0;
 }
 
 /* A sink's error: it either failed through ushi_fail() or recorded why
@@ -114,9 +133,18 @@ static int sink_failed(struct ush_writer *w, int ret)
 static int submit(struct ush_writer *w, struct ushi_frame *f,
 		  struct ushi_buf *b, uint8_t *mem)
 {
-	uint32_t flen = encode(w, f, b ? b->data : mem);
+	uint32_t flen;
+	int ret = encode(w, f, b ? b->data : mem, &flen);
+	if (ret) {
+		writer_error_keep(w, ret);
+		if (b)
+			pool_put(w->pool, b);
+		else
+			ushi_free(mem);
+		return ret;
+	}
 	w->inflight++;
-	int ret = w->sink->submit(w, b, mem, flen, f->partition);
+	ret = w->sink->submit(w, b, mem, flen, f->partition);
 	return ret ? sink_failed(w, ret) : 0;
 }
 
@@ -127,13 +155,15 @@ static int pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_frame f = frame_of(w, partition, p->seq++, raw, nrec);
 	p->st.batches++;
-	if (zbuf && raw &&
-	    compress(w, &f, hdr, zbuf,
-		     w->ropts->push_size - USH_FRAME_HDR_SIZE))
+	if (zbuf && raw && compress(w, &f, hdr, zbuf, writer_room(w)))
 		hdr = zbuf;
-	uint32_t flen = encode(w, &f, hdr);
-	int ret = w->sink->pack_add(w, hdr, flen, partition);
-	return ret ? sink_failed(w, ret) : 0;
+	uint32_t flen;
+	int ret = encode(w, &f, hdr, &flen);
+	if (ret)
+		writer_error_keep(w, ret);
+	else if ((ret = w->sink->pack_add(w, hdr, flen, partition)))
+		ret = sink_failed(w, ret);
+	return ret;
 }
 
 /*
@@ -186,7 +216,7 @@ static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 		 * straight back to the pool. No idle buffer: store raw. */
 		struct ushi_buf *c = pool_get(pool, b->order);
 		if (compress(w, &f, b->data, c ? c->data : NULL,
-			     b->cap - USH_FRAME_HDR_SIZE)) {
+			     b->cap - USH_FRAME_HDR_SIZE - w->tail)) {
 			pool_put(pool, b);
 			out = c;
 		} else if (c) {
@@ -254,12 +284,12 @@ static int handoff(struct ush_writer *w, struct ushi_buf *b,
 
 static int close_part(struct ush_writer *w, uint32_t partition);
 
-/* Makes b (or none) partition p's open batch. */
-static void part_set(struct ushi_part *p, struct ushi_buf *b)
+/* Makes b (or none) partition p's open batch; tail: the seal's room. */
+static void part_set(struct ushi_part *p, struct ushi_buf *b, uint32_t tail)
 {
 	p->buf = b;
 	p->room = b ? b->data + USH_FRAME_HDR_SIZE : NULL;
-	p->cap = b ? (uint32_t)(b->cap - USH_FRAME_HDR_SIZE) : 0;
+	p->cap = b ? (uint32_t)(b->cap - USH_FRAME_HDR_SIZE - tail) : 0;
 }
 
 /*
@@ -348,7 +378,7 @@ static int close_part(struct ush_writer *w, uint32_t partition)
 	struct ushi_buf *b = p->buf;
 	if (!b)
 		return 0;
-	part_set(p, NULL);
+	part_set(p, NULL, 0);
 	if (!p->len) {
 		pool_put(w->pool, b);
 		return 0;
@@ -367,7 +397,7 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 	struct ushi_pool *pool = w->pool;
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_buf *b = p->buf;
-	size_t want = USH_FRAME_HDR_SIZE + p->len + need;
+	size_t want = USH_FRAME_HDR_SIZE + p->len + need + w->tail;
 	int o = pool_order(pool, want); /* -1: not even at the push size */
 	if (b && o > b->order) {
 		struct ushi_buf *nb = pool_get(pool, (unsigned)o);
@@ -375,20 +405,21 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 			memcpy(nb->data + USH_FRAME_HDR_SIZE,
 			       b->data + USH_FRAME_HDR_SIZE, p->len);
 			pool_put(pool, b);
-			part_set(p, nb);
+			part_set(p, nb, w->tail);
 			w->st.grows++;
 			return 0;
 		}
 	}
 	/* Full at the push size, or no memory to grow: hand it off. A
 	 * full push-size buffer is swapped for one of the same size. */
-	unsigned min = (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need);
+	unsigned min = (unsigned)pool_order(pool, USH_FRAME_HDR_SIZE + need +
+						  w->tail);
 	unsigned order = b && b->order == w->push_order ? w->push_order : min;
 	int ret = close_part(w, partition);
 	struct ushi_buf *nb = NULL;
 	if (!ret)
 		ret = get_buf(w, order, min, &nb);
-	part_set(p, nb);
+	part_set(p, nb, w->tail);
 	return ret;
 }
 
@@ -408,7 +439,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 		ret = flush_queue(w);
 	if (ret)
 		return ret;
-	uint8_t *m = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
+	uint8_t *m = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw + w->tail);
 	if (!m)
 		return ushi_fail(-ENOMEM, "writer: %zu-byte record", len);
 	put_le32(m + USH_FRAME_HDR_SIZE, (uint32_t)len);
@@ -417,7 +448,8 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	struct ushi_frame f = frame_of(w, partition, p->seq++, (uint32_t)raw, 1);
 	p->st.batches++;
 	if (w->ropts->codec != USH_CODEC_NONE) {
-		uint8_t *c = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw);
+		uint8_t *c = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw +
+						w->tail);
 		if (compress(w, &f, m, c, raw)) {
 			ushi_free(m);
 			m = c;
@@ -452,7 +484,7 @@ int ush_writer_write(ush_writer *w, uint32_t partition, const void *rec,
 				"%zu bytes at NULL", partition, len);
 	size_t need = USH_RECORD_HDR_SIZE + len;
 	struct ushi_part *p = &w->parts[partition];
-	if (need > w->ropts->push_size - USH_FRAME_HDR_SIZE) {
+	if (need > writer_room(w)) {
 		ret = write_alone(w, partition, rec, len);
 	} else if (w->stage) {
 		/* Counted per partition when framed: p stays untouched. */
@@ -507,7 +539,7 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 	if (ret)
 		return ret;
 	*buf = lend(w, b);
-	*cap = b->cap - USH_FRAME_HDR_SIZE;
+	*cap = b->cap - USH_FRAME_HDR_SIZE - w->tail;
 	return 0;
 }
 
@@ -561,7 +593,7 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 	if (ret)
 		return ret;
 	struct ushi_buf *b = user_buf(w, *buf), *nb;
-	if (len > b->cap - USH_FRAME_HDR_SIZE)
+	if (len > b->cap - USH_FRAME_HDR_SIZE - w->tail)
 		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
 				"%u-byte buffer", len, b->cap);
 	/* O(1) here; the prefixes are walked when the batch is framed. */
@@ -585,11 +617,11 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
 	if (ret)
 		return ret;
 	/* Bounded before header + len is computed: it could wrap. */
-	if (len > w->ropts->push_size - USH_FRAME_HDR_SIZE)
+	if (len > writer_room(w))
 		return ushi_fail(-EINVAL, "writer: copy of %zu bytes exceeds "
 				"the push size", len);
-	unsigned order =
-		(unsigned)pool_order(w->pool, USH_FRAME_HDR_SIZE + len);
+	unsigned order = (unsigned)pool_order(w->pool, USH_FRAME_HDR_SIZE +
+							      len + w->tail);
 	if ((ret = check_batch(partition, batch, len, nrecords)) ||
 	    (ret = get_buf(w, order, order, &b)))
 		return ret;
@@ -682,7 +714,7 @@ int ush_writer_abort(ush_writer *w)
 		struct ushi_part *p = &w->parts[i];
 		if (p->buf)
 			pool_put(w->pool, p->buf);
-		part_set(p, NULL);
+		part_set(p, NULL, 0);
 	}
 	stage_free(w);
 	drain(w);
@@ -711,6 +743,24 @@ static const struct ush_writer_opts writer_defaults = {
 void ush_writer_opts_init_size(struct ush_writer_opts *o, size_t size)
 {
 	ushi_struct_init(o, size, &writer_defaults, sizeof(*o));
+}
+
+/* Sets w up to seal its frames under key: a fresh salt, the subkey
+ * derived from both, a cipher context. */
+static int seal_open_writer(struct ush_writer *w,
+			    const struct ush_seal_key *key)
+{
+	int ret = ushi_random(w->seal_salt, sizeof(w->seal_salt), "seal");
+	if (!ret)
+		ret = seal_derive(w->seal_sub, key->key, w->seal_salt, w->o.app,
+				  w->o.shuffle, w->o.map, w->o.attempt);
+	if (!ret)
+		ret = seal_init(&w->seal);
+	if (ret)
+		return ret;
+	w->seal_id = key->id;
+	w->tail = USHI_SEAL_TRAILER;
+	return 0;
 }
 
 int ush_writer_open(ush_writer **out, ush_ring *ring,
@@ -775,11 +825,17 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	w->o.dir = o->dir ? ushi_strdup(o->dir) : NULL;
 	w->o.workers = o->workers ? ushi_strdup(o->workers) : NULL;
 	w->o.app = ushi_strdup(o->app ? o->app : USHI_APP_DEFAULT);
+	w->o.seal_key = NULL; /* borrowed: what it holds is in w */
 	if (!w->parts || (o->dir && !w->o.dir) ||
 	    (o->workers && !w->o.workers) || !w->o.app) {
 		ush_writer_free(w);
 		return ushi_fail(-ENOMEM, "writer: %u partitions",
 				o->partitions);
+	}
+	w->ropts = ring_opts(ring);
+	if (o->seal_key && (ret = seal_open_writer(w, o->seal_key))) {
+		ush_writer_free(w);
+		return ret;
 	}
 	for (uint32_t i = 0; i < o->partitions; i++)
 		w->parts[i].sum = USHI_SUM_INIT;
@@ -787,7 +843,6 @@ int ush_writer_open(ush_writer **out, ush_ring *ring,
 	w->ring = ring;
 	w->sink = sink;
 	w->pool = ring_pool(ring);
-	w->ropts = ring_opts(ring);
 	w->push_order = w->pool->max_order;
 	ret = sink->open(w);
 	if (!ret && (ret = stage_open(w, &stage_ops)))
@@ -832,5 +887,7 @@ void ush_writer_free(ush_writer *w)
 	ushi_free((void *)w->o.app);
 	ushi_free(w->status);
 	ushi_free(w->parts);
+	seal_fini(&w->seal);
+	explicit_bzero(w->seal_sub, sizeof(w->seal_sub));
 	ushi_free(w);
 }

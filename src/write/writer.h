@@ -4,6 +4,7 @@
 
 #include "core/frame.h"
 #include "core/ring.h"
+#include "core/seal.h"
 
 #include <stdio.h>
 
@@ -104,7 +105,22 @@ struct ush_writer {
 	struct ush_lat complete_lat;
 	uint8_t *status;   /* the map status, after commit */
 	size_t status_len;
+	/* Sealing (core/seal.h), when opened with a seal_key: the frames'
+	 * trailer room (tail: 0 when plain), the cipher context, this
+	 * writer's subkey and what the status tells readers of it. */
+	uint32_t tail;
+	uint32_t seal_id;
+	struct ushi_seal seal;
+	uint8_t seal_sub[USH_SEAL_KEY_SIZE];
+	uint8_t seal_salt[USHI_SEAL_SALT];
 };
+
+/* The most batch bytes a push buffer holds: its header room and, when
+ * sealing, the trailer's are kept free. */
+static inline uint32_t writer_room(const struct ush_writer *w)
+{
+	return (uint32_t)w->ropts->push_size - USH_FRAME_HDR_SIZE - w->tail;
+}
 
 /* Records a sticky error (first one wins) from a completion or sink. */
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)

@@ -63,6 +63,9 @@ int writer_build_status(struct ush_writer *w, const uint64_t *holders)
 		.loc = loc,
 		.loc_len = (uint32_t)strlen(loc),
 		.holders = holders,
+		.sealed = w->tail != 0,
+		.seal_id = w->seal_id,
+		.salt = w->seal_salt,
 	};
 	ushi_free(w->status); /* a retried commit's */
 	w->status = NULL;
