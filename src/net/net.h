@@ -34,6 +34,37 @@ unsigned net_count_workers(const char *list);
  */
 int net_dial(const char *peer, const struct proto_hello *hello,
 	     uint32_t timeout_ms, struct proto_hello *reply);
+/*
+ * A reader's connection to a worker, pooled between FETCH streams
+ * (connpool.c): the fd, and what the pool keys and ages it by.
+ */
+struct net_conn {
+	int fd;
+	bool reused;          /* taken from the pool, not dialled now */
+	uint32_t timeout_ms;  /* the socket's send and receive timeouts */
+	char peer[USHI_NET_PEER];
+	char app[USHI_PROTO_APP_MAX + 1];
+	uint64_t idle_since;  /* ushi_now_ns() when returned */
+	struct net_conn *next;
+};
+/* Idle connections kept per process, and for how long at most. */
+#define USHI_NET_POOL_MAX 128u
+#define USHI_NET_POOL_IDLE_MS 30000u
+/*
+ * A connection to peer that said hello (a reader's): with pooled, an
+ * idle one of the same peer and application that the worker has not
+ * closed (counted in ush_lib_stats' net_reuses), else a new one
+ * (net_dial()). Returns 0 with *out, or net_dial()'s errors. The caller
+ * owns *out: net_conn_put() or net_conn_free().
+ */
+int net_conn_take(struct net_conn **out, const char *peer,
+		  const struct proto_hello *hello, uint32_t timeout_ms,
+		  bool pooled);
+/* Returns c, between streams (nothing unread, nothing owed), to the
+ * pool; the caller must not touch it again. */
+void net_conn_put(struct net_conn *c);
+/* Closes c; NULL is ignored. */
+void net_conn_free(struct net_conn *c);
 /* The application of clients that name none. */
 #define USHI_APP_DEFAULT "default"
 /* Sets h->app to app (NULL: the default) if it is a valid id; else
@@ -52,6 +83,8 @@ struct addrinfo;
  * TCP_NODELAY and send and receive timeouts of timeout_ms; or -errno
  * (-ETIMEDOUT when the deadline passed). */
 int net_connect(const struct addrinfo *ai, uint32_t timeout_ms);
+/* Sets fd's send and receive timeouts to timeout_ms. */
+void net_timeouts(int fd, uint32_t timeout_ms);
 /* Receives what the socket holds, up to cap bytes, waiting for at least
  * one: the count, -ETIMEDOUT after the socket's timeout, -EPIPE at EOF,
  * or -errno. */

@@ -63,10 +63,15 @@ int net_connect(const struct addrinfo *ai, uint32_t timeout_ms)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	net_timeouts(fd, timeout_ms);
+	return fd;
+}
+
+void net_timeouts(int fd, uint32_t timeout_ms)
+{
 	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
 }
 
 int net_recv(int fd, void *buf, size_t cap)

@@ -9,13 +9,16 @@
  * parsed where they lie: the caller gets a pointer into it, valid until
  * the next call. Only the start of a frame that the buffer's end cut off
  * moves to the front (at most one frame per RECV_BUF received).
+ *
+ * The connection comes from the pool of idle ones (net/connpool.c) and
+ * returns to it after FETCH_END, so that reading partition after
+ * partition pays one handshake per worker, not one per partition.
  */
 #include "net/net.h"
 #include "read/reader_net.h"
 
 #include <errno.h>
 #include <stdio.h>
-#include <unistd.h>
 
 /* Receive buffer while the stream is read; a larger frame grows it to
  * the frame's size. All of a reader's streams are open at once but read
@@ -24,7 +27,8 @@
 #define RECV_BUF_OPEN 4096u
 
 struct reader_net {
-	int fd;
+	struct net_conn *conn; /* until the stream ended: then pooled */
+	int refused;           /* the worker's ERROR code answering FETCH */
 	char peer[USHI_NET_PEER];
 	char where[USHI_NET_PEER + 48];
 	uint32_t shuffle, partition;
@@ -93,7 +97,8 @@ static int fill(struct reader_net *r, size_t n)
 		r->pos = 0;
 	}
 	while (r->len - r->pos < n) {
-		int got = net_recv(r->fd, r->buf + r->len, r->cap - r->len);
+		int got = net_recv(r->conn->fd, r->buf + r->len,
+				   r->cap - r->len);
 		if (got < 0)
 			return got;
 		r->len += (size_t)got;
@@ -140,12 +145,55 @@ static int accepted(struct reader_net *r)
 		char msg[USHI_PROTO_ERRMSG_MAX];
 		int code = proto_get_error(frame + USH_FRAME_HDR_SIZE,
 					   f.payload_len, msg, sizeof(msg));
+		r->refused = code;
 		return fail_at(r, code, msg);
 	}
 	if (f.type != USHI_FRAME_MANIFEST || f.shuffle != r->shuffle ||
 	    f.partition != r->partition)
 		return fail_at(r, -EPROTO, "expected the MANIFEST");
 	return 0;
+}
+
+/*
+ * Whether FETCH failed on a pooled connection that the worker had closed
+ * meanwhile (its idle timeout, its shutdown, a restart): no answer, or
+ * the ERROR of that close, rather than an answer to the FETCH. Then the
+ * FETCH goes once more on a new connection.
+ */
+static bool stale(const struct reader_net *r, int err)
+{
+	if (!r->conn->reused)
+		return false;
+	if (r->refused)
+		return r->refused == -ETIMEDOUT || r->refused == -ESHUTDOWN;
+	return err == -EPIPE || err == -ECONNRESET;
+}
+
+/* Sends FETCH b (n bytes) on a pooled connection or a new one, and reads
+ * the worker's answer; a pooled one found closed is replaced once. */
+static int fetch(struct reader_net *r, const char *app, const uint8_t *b,
+		 size_t n, uint32_t timeout_ms)
+{
+	struct proto_hello me = {.role = USHI_ROLE_READER};
+	snprintf(me.app, sizeof(me.app), "%s", app);
+	for (bool pooled = true;; pooled = false) {
+		int ret = net_conn_take(&r->conn, r->peer, &me, timeout_ms,
+					pooled);
+		if (ret)
+			return ret;
+		ret = net_write(r->conn->fd, b, n);
+		if (ret)
+			ret = fail_at(r, ret, "sending FETCH");
+		else
+			ret = accepted(r);
+		if (!ret || !stale(r, ret))
+			return ret;
+		net_conn_free(r->conn);
+		r->conn = NULL;
+		r->refused = 0;
+		r->pos = r->len = 0;
+		r->off = r->at = 0;
+	}
 }
 
 int reader_net_open(struct reader_net **out, const char *peer,
@@ -161,7 +209,6 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	struct reader_net *r = ushi_calloc(1, sizeof(*r));
 	uint8_t *b = ushi_malloc(proto_fetch_size(n));
 	if (r) {
-		r->fd = -1;
 		r->cap = RECV_BUF_OPEN;
 		r->buf = ushi_malloc(r->cap);
 	}
@@ -173,18 +220,8 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
 	r->shuffle = shuffle;
 	r->partition = partition;
-	struct proto_hello me = {.role = USHI_ROLE_READER}, h;
-	snprintf(me.app, sizeof(me.app), "%s", app);
-	int ret = net_dial(peer, &me, timeout_ms, &h);
-	r->fd = ret;
-	if (ret >= 0) {
-		ret = net_write(r->fd, b, proto_put_fetch(b, shuffle, partition,
-							  0, w, n));
-		if (ret)
-			ushi_fail(ret, "reader: worker %s: sending FETCH", peer);
-		else
-			ret = accepted(r);
-	}
+	int ret = fetch(r, app, b, proto_put_fetch(b, shuffle, partition, 0,
+						   w, n), timeout_ms);
 	ushi_free(b);
 	if (ret < 0) {
 		reader_net_free(r);
@@ -205,10 +242,17 @@ int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		return ret;
 	if (f->type == USHI_FRAME_FETCH_END) {
 		uint64_t bytes = get_le64(*frame + USH_FRAME_HDR_SIZE);
-		return f->seq == r->frames && bytes == r->bytes ?
-			       0 :
-			       fail_at(r, USH_ECORRUPT, "FETCH_END disagrees "
+		if (f->seq != r->frames || bytes != r->bytes)
+			return fail_at(r, USH_ECORRUPT, "FETCH_END disagrees "
 				       "with the frames received");
+		/* The stream is over and nothing follows it: the
+		 * connection can carry the next FETCH. */
+		if (r->pos == r->len)
+			net_conn_put(r->conn);
+		else
+			net_conn_free(r->conn);
+		r->conn = NULL;
+		return 0;
 	}
 	if (f->type != USHI_FRAME_DATA) {
 		char what[40];
@@ -228,8 +272,9 @@ void reader_net_free(struct reader_net *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
-		close(r->fd);
+	/* Freed before its FETCH_END: the rest of the stream is on its
+	 * way, the connection is not reused. */
+	net_conn_free(r->conn);
 	ushi_free(r->buf);
 	ushi_free(r);
 }
