@@ -35,20 +35,23 @@
 
 #define PDIR_MAX 1024 /* directories cached per thread */
 
-/* A log or index file, beneath --dir and regular: an fd or -errno, with
- * msg saying why not (a link, a FIFO, ...). */
+/* A log or index file, beneath --dir and regular: an fd (*st its stat,
+ * *dir the directory holding it) or -errno, with msg saying why not (a
+ * link, a FIFO, ...). A FETCH opens a few per thread: with one --dir,
+ * the open itself says whether the file is there. */
 static int open_file(struct ush_worker *wk, const char *name, char *msg,
-		     size_t n)
+		     size_t n, struct stat *st, struct wk_dir **dir)
 {
 	/* O_NONBLOCK: a FIFO in a file's place must not block the thread. */
-	struct wk_dir *d = wk_dir_with(wk, name);
+	struct wk_dir *d = wk->ndirs == 1 ? &wk->dirs[0] :
+					    wk_dir_with(wk, name);
 	int fd = d ? wk_open_beneath(d, name, O_RDONLY | O_NONBLOCK |
 				     O_CLOEXEC, 0) : -ENOENT;
-	struct stat st;
-	if (fd >= 0 && fstat(fd, &st)) {
+	*dir = d;
+	if (fd >= 0 && fstat(fd, st)) {
 		close(fd);
 		fd = -errno;
-	} else if (fd >= 0 && !S_ISREG(st.st_mode)) {
+	} else if (fd >= 0 && !S_ISREG(st->st_mode)) {
 		close(fd);
 		fd = -EINVAL;
 		snprintf(msg, n, "%s/%s is not a regular file", d->path, name);
@@ -335,11 +338,13 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 		       size_t *cap, char *msg, size_t n)
 {
 	char name[48];
+	struct stat st, lst;
+	struct wk_dir *dir;
 	int fd = open_file(t->wk, file_name(name, sizeof(name), fe, k, "log"),
-			   msg, n);
+			   msg, n, &lst, &dir);
 	int ifd = fd < 0 ? fd : open_file(t->wk, file_name(name, sizeof(name),
 							  fe, k, "idx"),
-					  msg, n);
+					  msg, n, &st, &dir);
 	if (ifd == -ENOENT) {
 		*msg = 0;
 		if (fd >= 0)
@@ -351,13 +356,10 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 			close(fd);
 		return ifd;
 	}
-	struct stat st, lst;
-	struct wk_pdir *d = NULL;
-	int ret = fstat(ifd, &st) || fstat(fd, &lst) ? -errno : 0;
-	if (!ret && !(d = pdir_get(t, fe->shuffle, k, ifd,
-				   (uint64_t)st.st_size, fd,
-				   (uint64_t)lst.st_size)))
-		ret = -ENOMEM;
+	struct wk_pdir *d = pdir_get(t, fe->shuffle, k, ifd,
+				     (uint64_t)st.st_size, fd,
+				     (uint64_t)lst.st_size);
+	int ret = d ? 0 : -ENOMEM;
 	close(ifd);
 	close(fd);
 	if (ret)
@@ -499,17 +501,18 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 		fe->dfd = -1;
 	}
 	char name[48], msg[1] = "";
+	struct stat st;
+	struct wk_dir *dir;
 	file_name(name, sizeof(name), fe, k, "log");
 	if (fe->fd < 0) {
-		fe->fd = open_file(fe->t->wk, name, msg, 0);
+		fe->fd = open_file(fe->t->wk, name, msg, 0, &st, &fe->dir);
 		if (fe->fd < 0)
 			return fe->fd;
 		fe->fd_thread = k;
-		fe->dir = wk_dir_with(fe->t->wk, name);
 		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
 	}
 	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
-		int fd = open_file(fe->t->wk, name, msg, 0);
+		int fd = open_file(fe->t->wk, name, msg, 0, &st, &dir);
 		if (fd >= 0 && fcntl(fd, F_SETFL, O_DIRECT)) {
 			close(fd); /* refused: buffered it is */
 			fd = -1;
