@@ -63,7 +63,7 @@ static bool idle_closed(const char *log)
 {
 	size_t len;
 	char *s = th_read_file(log, &len);
-	bool yes = s && strstr(s, "idle for 100 ms");
+	bool yes = s && strstr(s, "idle for 2000 ms");
 	free(s);
 	return yes;
 }
@@ -78,7 +78,7 @@ static void worker_idle_close(void **state)
 	char log[600];
 	snprintf(log, sizeof(log), "%s.log", w.dir);
 	w.errlog = log;
-	w.extra = "--idle-timeout=100";
+	w.extra = "--idle-timeout=2000";
 	th_worker_spawn(&w, "127.0.0.1", 0, 1);
 	struct ush_status st[1] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 3, .partitions = 4,
