@@ -391,12 +391,13 @@ static void iread_done(struct ushi_op *op, int res)
  * on the ring, so that a FETCH never blocks the thread on an index read
  * (a large one, or one from a slow disk). The fds are the read's now. */
 static int iread_start(struct wk_fetch *fe, int ifd, uint64_t isize,
-		       int lfd, uint64_t lsize)
+		       int lfd, struct wk_dir *dir, uint64_t lsize)
 {
 	struct wk_iread *ir = &fe->ir;
 	struct ushi_op *op;
-	*ir = (struct wk_iread){.ifd = ifd, .lfd = lfd, .isize = isize,
-				.lsize = lsize, .inflight = true};
+	*ir = (struct wk_iread){.ifd = ifd, .lfd = lfd, .dir = dir,
+				.isize = isize, .lsize = lsize,
+				.inflight = true};
 	fcntl(ifd, F_SETFL, 0); /* blocking reads: not a FIFO */
 	int ret = (ir->mem = ushi_malloc(isize)) ? 0 : -ENOMEM;
 	if (!ret)
@@ -417,12 +418,15 @@ static int iread_start(struct wk_fetch *fe, int ifd, uint64_t isize,
 
 /* Thread k's directory: cached, or built from its index, which is read
  * on the ring first (1: the read is under way, planning waits for it).
- * *out is NULL for a thread without a log. */
+ * *out is NULL for a thread without a log; *lfd is its log's fd (the
+ * caller's), or -1, in directory *ldir. */
 static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
-		    struct wk_pdir **out, char *msg, size_t n)
+		    struct wk_pdir **out, int *lfd, struct wk_dir **ldir,
+		    char *msg, size_t n)
 {
 	struct wk_iread *ir = &fe->ir;
 	*out = NULL;
+	*lfd = -1;
 	if (ir->done) { /* k's index was read */
 		int ret = ir->res;
 		struct wk_pdir *d = ret ? NULL :
@@ -433,6 +437,9 @@ static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 			ir->mem = NULL;
 			ret = d ? 0 : -ENOMEM;
 		}
+		*lfd = ir->lfd;
+		*ldir = ir->dir;
+		ir->lfd = -1;
 		iread_close(ir);
 		*out = d;
 		return ret;
@@ -441,7 +448,7 @@ static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	struct stat st, lst;
 	struct wk_dir *dir;
 	int fd = open_file(t->wk, file_name(name, sizeof(name), fe, k, "log"),
-			   msg, n, &lst, &dir);
+			   msg, n, &lst, ldir);
 	int ifd = fd < 0 ? fd : open_file(t->wk, file_name(name, sizeof(name),
 							  fe, k, "idx"),
 					  msg, n, &st, &dir);
@@ -455,13 +462,30 @@ static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	uint64_t isize = (uint64_t)st.st_size;
 	struct wk_pdir *d = pdir_find(t, fe->shuffle, k, isize);
 	if (!d && isize)
-		return iread_start(fe, ifd, isize, fd, (uint64_t)lst.st_size);
+		return iread_start(fe, ifd, isize, fd, *ldir,
+				   (uint64_t)lst.st_size);
 	if (!d)
 		d = pdir_add(t, fe->shuffle, k, NULL, 0, 0, fd, 0);
 	close(ifd);
-	close(fd);
+	*lfd = fd;
 	*out = d;
 	return d ? 0 : -ENOMEM;
+}
+
+/* Keeps lfd, thread k's log in dir, to read from if the stream reads
+ * that log first (so the log is opened once per FETCH where one thread
+ * holds the partition, as with many partitions), else closes it. */
+static void plan_keep_log(struct wk_fetch *fe, unsigned k, int lfd,
+			  struct wk_dir *dir, uint32_t had)
+{
+	if (lfd >= 0 && !had && fe->nent && !fcntl(lfd, F_SETFL, 0)) {
+		fe->fd = lfd; /* blocking reads: not a FIFO */
+		fe->fd_thread = k;
+		fe->dir = dir;
+		return;
+	}
+	if (lfd >= 0)
+		close(lfd);
 }
 
 /* Adds the wanted frames of the partition in thread k's directory d to
@@ -523,9 +547,13 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 	}
 	for (; fe->plan_k < fe->nthr; fe->plan_k++) {
 		struct wk_pdir *d;
-		ret = plan_dir(t, fe, fe->plan_k, &d, msg, n);
+		uint32_t had = fe->nent;
+		int lfd;
+		struct wk_dir *dir = NULL;
+		ret = plan_dir(t, fe, fe->plan_k, &d, &lfd, &dir, msg, n);
 		if (!ret && d)
 			ret = plan_thread(fe, d, fe->plan_k, msg, n);
+		plan_keep_log(fe, fe->plan_k, lfd, dir, had);
 		if (ret)
 			return ret;
 	}

@@ -67,6 +67,7 @@ struct wk_fread {
 /* The read of an index whose partition directory is not cached. */
 struct wk_iread {
 	int ifd, lfd;             /* the index, its log (-1: none) */
+	struct wk_dir *dir;       /* the log's directory */
 	uint64_t isize, lsize;    /* their sizes when opened */
 	uint8_t *mem;             /* isize bytes */
 	uint64_t got;             /* read so far */
