@@ -18,6 +18,7 @@
 #include "worker/recv.h"
 
 #include <errno.h>
+#include <limits.h>
 
 bool wk_conn_busy(const struct wk_conn *c)
 {
@@ -31,11 +32,13 @@ bool wk_conn_busy(const struct wk_conn *c)
 static void send_done(struct ushi_op *op, int res)
 {
 	struct wk_conn *c = op->owner;
-	struct wk_out *o = c->out.head;
-	c->out.head = o->next;
+	for (; c->sn; c->sn--) {
+		struct wk_out *o = c->out.head;
+		c->out.head = o->next;
+		wk_out_free(c->t, o);
+	}
 	if (!c->out.head)
 		c->out.tail = NULL;
-	wk_out_free(c->t, o);
 	c->sending = false;
 	if (res > 0)
 		WK_COUNT(c->t->wk, bytes_out, (unsigned)res);
@@ -44,6 +47,44 @@ static void send_done(struct ushi_op *op, int res)
 		c->eof = true;
 		c->rerr = res;
 	}
+}
+
+/* A gathered send's result: the rest goes again (short, or EAGAIN)
+ * until every byte is sent or it failed. */
+static void gather_sent(struct ushi_op *op, int res)
+{
+	struct wk_conn *c = op->owner;
+	struct msghdr *m = &c->smsg;
+	if (res > 0 && op->io.done < op->io.len) {
+		size_t n = (size_t)res;
+		while (n >= m->msg_iov->iov_len) {
+			n -= m->msg_iov->iov_len;
+			m->msg_iov++;
+			m->msg_iovlen--;
+		}
+		m->msg_iov->iov_base = (uint8_t *)m->msg_iov->iov_base + n;
+		m->msg_iov->iov_len -= n;
+	}
+	if ((res > 0 && op->io.done < op->io.len) || res == -EAGAIN ||
+	    res == -EINTR)
+		ring_send_own(c->t->ring, op, gather_sent);
+	else
+		ring_send_end(c->t->ring, op, res < 0 ? res : (int)op->io.done);
+}
+
+/* The outputs queued first, up to WK_SEND_IOV, as c's gathered send:
+ * their count (1: a plain send will do). */
+static unsigned gather(struct wk_conn *c, uint32_t *len)
+{
+	unsigned n = 0;
+	*len = 0;
+	for (struct wk_out *o = c->out.head; o && n < WK_SEND_IOV &&
+	     *len + (uint64_t)o->len <= INT32_MAX; o = o->next, n++) {
+		c->siov[n] = (struct iovec){(void *)o->ptr, o->len};
+		*len += o->len;
+	}
+	c->smsg = (struct msghdr){.msg_iov = c->siov, .msg_iovlen = n};
+	return n;
 }
 
 /* Reads ahead and queues what the stream read; frees it once it ended. */
@@ -89,14 +130,23 @@ void wk_conn_pump(struct wk_conn *c)
 		c->eof = true;
 		return;
 	}
-	op->kind = OP_SEND;
+	uint32_t len;
+	c->sn = (uint8_t)gather(c, &len);
 	op->cb = send_done;
 	op->owner = c;
-	op->io.addr = c->out.head->ptr;
-	op->io.len = c->out.head->len;
 	op->io.fd = c->fd;
 	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;
 	c->sending = true;
+	if (c->sn > 1) {
+		op->kind = OP_SENDMSG;
+		op->io.len = len;
+		op->send.msg = &c->smsg;
+		ring_send_own(c->t->ring, op, gather_sent);
+		return;
+	}
+	op->kind = OP_SEND;
+	op->io.addr = c->out.head->ptr;
+	op->io.len = c->out.head->len;
 	ring_start(c->t->ring, op);
 }
 
