@@ -2,8 +2,8 @@
  * One connection, the top of its layers: what its receives brought is
  * reassembled into frames (recv.c) or parsed where it landed (inplace.c),
  * each frame is dispatched (dispatch.c, hello.c), and the output they
- * queued (out.c) is sent, one send at a time, with a FETCH stream's
- * reads ahead of it. Malformed input gets an ERROR frame, one log line
+ * queued (out.c) is sent, one send at a time (gathering up to
+ * WK_SEND_IOV outputs queued), with a FETCH stream's reads ahead of it. Malformed input gets an ERROR frame, one log line
  * and a closed connection; nothing else is touched. The layers below
  * report through return values and the output queue, never by calling
  * back up.
