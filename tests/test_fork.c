@@ -201,26 +201,33 @@ static void fork_net_writer_free(void **state)
 	ush_worker_free(wk);
 }
 
+/* 2 * HALF records of map 0 written with wo and committed: *st. */
+static void write_committed(const struct ush_writer_opts *wo,
+			    struct ush_status *st)
+{
+	ush_ring *ring;
+	ush_writer *w;
+	th_ok(ring_create(&ring));
+	th_ok(ush_writer_open(&w, ring, wo));
+	write_range(w, 0, 2 * HALF);
+	th_ok(th_commit(w, NULL, st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+}
+
 /* Partition 0 of map 0, 2 * HALF records, written to target at where;
  * a reader of it takes a third of its records, the child tries the next
  * and frees the reader, the parent reads on to the end. */
 static void fork_reader(enum ush_target target, const char *where)
 {
-	ush_ring *ring;
-	ush_writer *w;
 	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = PARTS,
 		.target = target};
 	if (target == USH_TARGET_DISK)
 		wo.dir = where;
 	else
 		wo.workers = where;
-	th_ok(ring_create(&ring));
-	th_ok(ush_writer_open(&w, ring, &wo));
-	write_range(w, 0, 2 * HALF);
 	struct ush_status st;
-	th_ok(th_commit(w, NULL, &st));
-	ush_writer_free(w);
-	ush_ring_free(ring);
+	write_committed(&wo, &st);
 	ush_reader *r;
 	th_ok(th_reader_open(&r, &st, 1, 0, 10000));
 	const void *rec;
@@ -271,17 +278,10 @@ static long read_all(const struct ush_status *st)
  * the parent's kept connection still serves the parent after it. */
 static void fork_kept_connection(const char *addr)
 {
-	ush_ring *ring;
-	ush_writer *w;
 	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = PARTS,
 		.target = USH_TARGET_NET, .workers = addr, .shuffle = 7};
-	th_ok(ring_create(&ring));
-	th_ok(ush_writer_open(&w, ring, &wo));
-	write_range(w, 0, 2 * HALF);
 	struct ush_status st;
-	th_ok(th_commit(w, NULL, &st));
-	ush_writer_free(w);
-	ush_ring_free(ring);
+	write_committed(&wo, &st);
 	long n = read_all(&st);
 	assert_true(n > 0);
 	fflush(NULL);

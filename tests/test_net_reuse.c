@@ -12,6 +12,20 @@
 
 #define PARTS 2000u
 
+/* A worker of threads threads over a fresh directory (tag). */
+static void spawn(struct th_worker *w, const char *tag, unsigned threads)
+{
+	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
+	th_worker_spawn(w, "127.0.0.1", 0, threads);
+}
+
+static void done(struct th_worker *w, struct th_job *j)
+{
+	th_worker_stop(w);
+	th_rmrf(w->dir);
+	th_job_free(j);
+}
+
 static struct ush_lib_stats lib(void)
 {
 	struct ush_lib_stats s;
@@ -26,11 +40,8 @@ static void many_partitions_one_connection(void **state)
 	(void)state;
 	struct th_worker w[2] = {{0}};
 	char list[160];
-	for (int i = 0; i < 2; i++) {
-		snprintf(w[i].dir, sizeof(w[i].dir), "%s",
-			 th_tmpdir(i ? "reuse-b" : "reuse-a"));
-		th_worker_spawn(&w[i], "127.0.0.1", 0, 2);
-	}
+	for (int i = 0; i < 2; i++)
+		spawn(&w[i], i ? "reuse-b" : "reuse-a", 2);
 	snprintf(list, sizeof(list), "%s,%s", w[0].addr, w[1].addr);
 	struct ush_status st[2] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 1, .partitions = PARTS,
@@ -97,10 +108,8 @@ static void worker_idle_close(void **state)
 	struct ush_lib_stats s1 = lib();
 	assert_int_equal(s1.net_connects - s0.net_connects, 1);
 	assert_int_equal(s1.net_reuses - s0.net_reuses, 3);
-	th_worker_stop(&w);
-	th_rmrf(w.dir);
+	done(&w, &j);
 	unlink(log);
-	th_job_free(&j);
 }
 
 /* A reader freed before its stream's end: its connection is closed, not
@@ -109,8 +118,7 @@ static void reader_stops_early(void **state)
 {
 	(void)state;
 	struct th_worker w = {0};
-	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("reuse-early"));
-	th_worker_spawn(&w, "127.0.0.1", 0, 1);
+	spawn(&w, "reuse-early", 1);
 	struct ush_status st[1] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 4, .partitions = 2,
 			   .maps = 1, .records = 20000, .statuses = st};
@@ -126,9 +134,7 @@ static void reader_stops_early(void **state)
 	struct ush_lib_stats s1 = lib();
 	assert_int_equal(s1.net_connects - s0.net_connects, 2);
 	assert_int_equal(s1.net_reuses - s0.net_reuses, 1);
-	th_worker_stop(&w);
-	th_rmrf(w.dir);
-	th_job_free(&j);
+	done(&w, &j);
 }
 
 struct rthread {
@@ -165,8 +171,7 @@ static void threads_share_pool(void **state)
 	(void)state;
 	enum { NT = 4 };
 	struct th_worker w = {0};
-	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("reuse-mt"));
-	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	spawn(&w, "reuse-mt", 2);
 	struct ush_status st[2] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 5, .partitions = 500,
 			   .maps = 2, .records = 5000, .statuses = st};
@@ -192,9 +197,7 @@ static void threads_share_pool(void **state)
 	assert_true(s1.net_connects - s0.net_connects <= NT);
 	assert_int_equal((s1.net_connects - s0.net_connects) +
 			 (s1.net_reuses - s0.net_reuses), j.partitions);
-	th_worker_stop(&w);
-	th_rmrf(w.dir);
-	th_job_free(&j);
+	done(&w, &j);
 }
 
 int main(void)
