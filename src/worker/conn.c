@@ -116,6 +116,12 @@ void wk_conn_pump(struct wk_conn *c)
 		fetch_pump(c);
 	if (c->sending)
 		return;
+	/* A MANIFEST alone waits for the stream's first frames: a small
+	 * FETCH is answered in one send, which its reader takes in one
+	 * receive. */
+	if (c->fetch && !c->failed && c->out.head == c->out.tail &&
+	    wk_fetch_first(c->fetch))
+		return;
 	if (!c->out.head && c->credit && !c->failed) {
 		/* Credits coalesce while a send is in flight. */
 		uint8_t b[USHI_PROTO_SMALL];

@@ -353,6 +353,11 @@ bool wk_fetch_busy(const struct wk_fetch *fe)
 	return fe && fe->inflight;
 }
 
+bool wk_fetch_first(const struct wk_fetch *fe)
+{
+	return fe->planned && !fe->frames && fe->rn && !fe->rd[fe->rhead].done;
+}
+
 static char *file_name(char *b, size_t n, const struct wk_fetch *fe,
 		       unsigned thread, const char *ext)
 {

@@ -118,6 +118,9 @@ int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
 int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q);
 /* Whether the kernel still holds reads of fe (it may not be freed). */
 bool wk_fetch_busy(const struct wk_fetch *fe);
+/* Whether fe's first frames are still being read (its MANIFEST, queued,
+ * may wait to go out with them in one send). */
+bool wk_fetch_first(const struct wk_fetch *fe);
 void wk_fetch_free(struct wk_fetch *fe);
 /* Forgets the cached partition directories of shuffle. */
 void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle);
