@@ -201,26 +201,33 @@ static void fork_net_writer_free(void **state)
 	ush_worker_free(wk);
 }
 
+/* 2 * HALF records of map 0 written with wo and committed: *st. */
+static void write_committed(const struct ush_writer_opts *wo,
+			    struct ush_status *st)
+{
+	ush_ring *ring;
+	ush_writer *w;
+	th_ok(ring_create(&ring));
+	th_ok(ush_writer_open(&w, ring, wo));
+	write_range(w, 0, 2 * HALF);
+	th_ok(th_commit(w, NULL, st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+}
+
 /* Partition 0 of map 0, 2 * HALF records, written to target at where;
  * a reader of it takes a third of its records, the child tries the next
  * and frees the reader, the parent reads on to the end. */
 static void fork_reader(enum ush_target target, const char *where)
 {
-	ush_ring *ring;
-	ush_writer *w;
 	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = PARTS,
 		.target = target};
 	if (target == USH_TARGET_DISK)
 		wo.dir = where;
 	else
 		wo.workers = where;
-	th_ok(ring_create(&ring));
-	th_ok(ush_writer_open(&w, ring, &wo));
-	write_range(w, 0, 2 * HALF);
 	struct ush_status st;
-	th_ok(th_commit(w, NULL, &st));
-	ush_writer_free(w);
-	ush_ring_free(ring);
+	write_committed(&wo, &st);
 	ush_reader *r;
 	th_ok(th_reader_open(&r, &st, 1, 0, 10000));
 	const void *rec;
@@ -252,6 +259,52 @@ static void fork_reader(enum ush_target target, const char *where)
 	th_status_free(&st);
 }
 
+/* Reads partition 0 of st to its end: its record count, or -1. */
+static long read_all(const struct ush_status *st)
+{
+	ush_reader *r = NULL;
+	const void *rec;
+	size_t len;
+	long n = 0;
+	int ret = th_reader_open(&r, st, 1, 0, 10000);
+	while (!ret && (ret = ush_reader_next(r, &rec, &len)) == 1)
+		n++, ret = 0;
+	ush_reader_free(r);
+	return ret ? -1 : n;
+}
+
+/* A connection the parent's reader left for the next one: the child
+ * dials its own (the parent's stream is not the child's to read), and
+ * the parent's kept connection still serves the parent after it. */
+static void fork_kept_connection(const char *addr)
+{
+	struct ush_writer_opts wo = {.size = sizeof(wo), .partitions = PARTS,
+		.target = USH_TARGET_NET, .workers = addr, .shuffle = 7};
+	struct ush_status st;
+	write_committed(&wo, &st);
+	long n = read_all(&st);
+	assert_true(n > 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct ush_lib_stats a, b;
+		ush_lib_stats(&a);
+		long got = read_all(&st);
+		ush_lib_stats(&b);
+		_exit(got != n || b.net_reuses != a.net_reuses ||
+		      b.net_connects != a.net_connects + 1);
+	}
+	child_wait(pid);
+	struct ush_lib_stats a, b;
+	ush_lib_stats(&a);
+	assert_int_equal(read_all(&st), n);
+	ush_lib_stats(&b);
+	assert_int_equal(b.net_reuses, a.net_reuses + 1);
+	assert_int_equal(b.net_connects, a.net_connects);
+	th_status_free(&st);
+}
+
 static void fork_disk_reader(void **state)
 {
 	(void)state;
@@ -265,6 +318,7 @@ static void fork_net_reader(void **state)
 	ush_worker *wk = th_worker_embed(th_scratch("fork-rnet"), 1, addr,
 					 sizeof(addr));
 	fork_reader(USH_TARGET_NET, addr);
+	fork_kept_connection(addr);
 	ush_worker_free(wk);
 }
 

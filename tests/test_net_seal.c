@@ -26,6 +26,7 @@ struct proxy {
 	uint8_t *cap;       /* every byte forwarded, both ways */
 	size_t len, room;
 	atomic_int live;    /* connection threads running */
+	int conns[64];      /* their library-side sockets (under lock) */
 	pthread_t acceptor;
 };
 
@@ -77,6 +78,11 @@ static void *forward(void *arg)
 			}
 		}
 	}
+	pthread_mutex_lock(&pp->p->lock);
+	for (int i = 0; i < 64; i++)
+		if (pp->p->conns[i] == pp->a)
+			pp->p->conns[i] = -1;
+	pthread_mutex_unlock(&pp->p->lock);
 	close(pp->a);
 	close(pp->b);
 	atomic_fetch_sub(&pp->p->live, 1);
@@ -96,6 +102,13 @@ static void *acceptor(void *arg)
 			abort();
 		*pp = (struct pipe_pair){p, c, th_raw_connect(p->to)};
 		atomic_fetch_add(&p->live, 1);
+		pthread_mutex_lock(&p->lock);
+		for (int i = 0; i < 64; i++)
+			if (p->conns[i] < 0) {
+				p->conns[i] = c;
+				break;
+			}
+		pthread_mutex_unlock(&p->lock);
 		pthread_t t;
 		if (pthread_create(&t, NULL, forward, pp))
 			abort();
@@ -107,6 +120,8 @@ static void proxy_start(struct proxy *p, int to)
 {
 	memset(p, 0, sizeof(*p));
 	p->to = to;
+	for (int i = 0; i < 64; i++)
+		p->conns[i] = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET,
@@ -119,13 +134,19 @@ static void proxy_start(struct proxy *p, int to)
 	assert_int_equal(pthread_create(&p->acceptor, NULL, acceptor, p), 0);
 }
 
-/* Stops accepting and waits, 30 s at most, for every connection the
- * library closed to end. The capture stays: free p->cap. */
+/* Stops accepting, ends the connections the library keeps (a reader's
+ * between streams: its stream is over) and waits, 30 s at most, for
+ * every connection to end. The capture stays: free p->cap. */
 static void proxy_stop(struct proxy *p)
 {
 	shutdown(p->lfd, SHUT_RDWR);
 	pthread_join(p->acceptor, NULL);
 	close(p->lfd);
+	pthread_mutex_lock(&p->lock);
+	for (int i = 0; i < 64; i++)
+		if (p->conns[i] >= 0)
+			shutdown(p->conns[i], SHUT_RDWR);
+	pthread_mutex_unlock(&p->lock);
 	for (int i = 0; atomic_load(&p->live) && i < 3000; i++)
 		usleep(10000);
 	assert_int_equal(atomic_load(&p->live), 0);
@@ -191,7 +212,7 @@ static void run(struct th_worker *w, uint32_t shuffle,
 	for (uint32_t m = 0; m < MAPS; m++)
 		th_ok(th_push_map(&j, m, 0, NULL));
 	th_verify(&j);
-	proxy_stop(&p); /* the library's connections are all closed */
+	proxy_stop(&p); /* the job is read: nothing more to capture */
 	th_job_free(&j);
 	*wire = holds_records(p.cap, p.len);
 	free(p.cap);

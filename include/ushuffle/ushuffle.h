@@ -675,6 +675,8 @@ struct ush_lib_stats {
 	uint64_t net_connect_errors; /* ... that failed */
 	uint64_t errors;            /* calls that failed with a message
 				       (ush_last_error()) */
+	uint64_t net_reuses;        /* reader FETCHes sent on a connection
+				       kept from an earlier one */
 };
 USH_API void ush_lib_stats_size(struct ush_lib_stats *st, size_t size);
 static inline void ush_lib_stats(struct ush_lib_stats *st)

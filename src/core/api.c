@@ -82,6 +82,7 @@ void ush_lib_stats_size(struct ush_lib_stats *st, size_t size)
 		.net_connects = LOAD(net_connects),
 		.net_connect_errors = LOAD(net_connect_errors),
 		.errors = LOAD(errors),
+		.net_reuses = LOAD(net_reuses),
 	};
 	ushi_struct_init(st, size, &s, sizeof(s));
 }

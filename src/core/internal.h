@@ -75,7 +75,7 @@ struct ushi_counters {
 	atomic_uint_fast64_t writers_committed, writers_aborted, readers;
 	atomic_uint_fast64_t records_written, bytes_written, bytes_stored;
 	atomic_uint_fast64_t records_read, bytes_read;
-	atomic_uint_fast64_t net_connects, net_connect_errors, errors;
+	atomic_uint_fast64_t net_connects, net_connect_errors, net_reuses, errors;
 };
 extern struct ushi_counters ushi_counters;
 #define USHI_COUNT(field, n)                                                 \

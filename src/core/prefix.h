@@ -51,6 +51,8 @@
 #define ring_reap ushi_ring_reap
 #define ring_reap_timeout ushi_ring_reap_timeout
 #define ring_register_buf_ring ushi_ring_register_buf_ring
+#define ring_send_end ushi_ring_send_end
+#define ring_send_own ushi_ring_send_own
 #define ring_start ushi_ring_start
 #define ring_write_at ushi_ring_write_at
 #define ring_fsync ushi_ring_fsync

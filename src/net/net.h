@@ -82,6 +82,37 @@ unsigned net_count_workers(const char *list);
 int net_dial(const char *peer, const struct proto_hello *hello,
 	     uint32_t timeout_ms, struct proto_hello *reply,
 	     struct ushi_mac *mac);
+/*
+ * A reader's connection to a worker, pooled between FETCH streams
+ * (connpool.c): the fd, and what the pool keys and ages it by.
+ */
+struct net_conn {
+	int fd;
+	struct ushi_mac mac;  /* its control frames' MACs, both ways */
+	bool reused;          /* taken from the pool, not dialled now */
+	char peer[USHI_NET_PEER];
+	char app[USHI_PROTO_APP_MAX + 1];
+	uint64_t idle_since;  /* ushi_now_ns() when returned */
+	struct net_conn *next;
+};
+/* Idle connections kept per process, and for how long at most. */
+#define USHI_NET_POOL_MAX 128u
+#define USHI_NET_POOL_IDLE_MS 30000u
+/*
+ * A connection to peer that said hello (a reader's): with pooled, an
+ * idle one of the same peer and application that the worker has not
+ * closed (counted in ush_lib_stats' net_reuses), else a new one
+ * (net_dial()). Returns 0 with *out, or net_dial()'s errors. The caller
+ * owns *out: net_conn_put() or net_conn_free().
+ */
+int net_conn_take(struct net_conn **out, const char *peer,
+		  const struct proto_hello *hello, uint32_t timeout_ms,
+		  bool pooled);
+/* Returns c, between streams (nothing unread, nothing owed), to the
+ * pool; the caller must not touch it again. */
+void net_conn_put(struct net_conn *c);
+/* Closes c; NULL is ignored. */
+void net_conn_free(struct net_conn *c);
 /* Sends the control frame of n bytes at frame (room for USHI_MAC_TAG
  * more) sealed with mac: net_write()'s result. */
 int net_send_ctrl(int fd, struct ushi_mac *mac, uint8_t *frame, size_t n);

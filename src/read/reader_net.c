@@ -14,6 +14,10 @@
  * worker only for the stall window (net.h), from the time its receives
  * usually wait, not for timeout_ms: the socket's receive timeout follows
  * the window.
+ *
+ * The connection comes from the pool of idle ones (net/connpool.c) and
+ * returns to it after FETCH_END, so that reading partition after
+ * partition pays one handshake per worker, not one per partition.
  */
 #include "net/net.h"
 #include "read/reader_net.h"
@@ -30,8 +34,8 @@
 #define RECV_BUF_OPEN 4096u
 
 struct reader_net {
-	int fd;
-	struct ushi_mac mac; /* the MACs of the worker's control frames */
+	struct net_conn *conn; /* until the stream ended: then pooled */
+	int refused;           /* the worker's ERROR code answering FETCH */
 	char peer[USHI_NET_PEER];
 	char where[USHI_NET_PEER + 48];
 	uint32_t shuffle, partition;
@@ -95,7 +99,8 @@ static void pace(struct reader_net *r, uint64_t waited_ns)
 	if (ms + 100 > r->rcv_ms && ms < r->rcv_ms + 100)
 		return;
 	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-	if (!setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+	if (!setsockopt(r->conn->fd, SOL_SOCKET, SO_RCVTIMEO, &tv,
+			sizeof(tv)))
 		r->rcv_ms = ms;
 }
 
@@ -117,7 +122,8 @@ static int fill(struct reader_net *r, size_t n)
 	}
 	while (r->len - r->pos < n) {
 		uint64_t t0 = r->replica ? ushi_now_ns() : 0;
-		int got = net_recv(r->fd, r->buf + r->len, r->cap - r->len);
+		int got = net_recv(r->conn->fd, r->buf + r->len,
+				   r->cap - r->len);
 		if (got < 0)
 			return got;
 		if (r->replica)
@@ -152,7 +158,7 @@ static int read_frame(struct reader_net *r, struct ushi_frame *f,
 		ret = USH_ECRC, why = "frame CRC32C mismatch";
 	size_t size = ret ? 0 : proto_size(f);
 	if (!ret)
-		ret = mac_open(&r->mac, r->buf + r->pos, f, &why);
+		ret = mac_open(&r->conn->mac, r->buf + r->pos, f, &why);
 	if (ret)
 		return fail_at(r, ret, *why ? why : ush_strerror(ret));
 	*frame = r->buf + r->pos;
@@ -173,12 +179,59 @@ static int accepted(struct reader_net *r)
 		char msg[USHI_PROTO_ERRMSG_MAX];
 		int code = proto_get_error(frame + USH_FRAME_HDR_SIZE,
 					   f.payload_len, msg, sizeof(msg));
+		r->refused = code;
 		return fail_at(r, code, msg);
 	}
 	if (f.type != USHI_FRAME_MANIFEST || f.shuffle != r->shuffle ||
 	    f.partition != r->partition)
 		return fail_at(r, -EPROTO, "expected the MANIFEST");
 	return 0;
+}
+
+/*
+ * Whether FETCH failed on a pooled connection that the worker had closed
+ * meanwhile (its idle timeout, its shutdown, a restart): no answer, or
+ * the ERROR of that close, rather than an answer to the FETCH. Then the
+ * FETCH goes once more on a new connection.
+ */
+static bool stale(const struct reader_net *r, int err)
+{
+	if (!r->conn->reused)
+		return false;
+	if (r->refused)
+		return r->refused == -ETIMEDOUT || r->refused == -ESHUTDOWN;
+	return err == -EPIPE || err == -ECONNRESET;
+}
+
+/* Sends FETCH of the n attempts w (b: room for it and its tag) on a
+ * pooled connection or a new one, and reads the worker's answer; a pooled
+ * one found closed is replaced once. The frame is encoded per connection:
+ * its MAC is that connection's. */
+static int fetch(struct reader_net *r, const char *app, uint8_t *b,
+		 const struct proto_want *w, uint32_t n)
+{
+	struct proto_hello me = {.role = USHI_ROLE_READER};
+	snprintf(me.app, sizeof(me.app), "%s", app);
+	for (bool pooled = true;; pooled = false) {
+		int ret = net_conn_take(&r->conn, r->peer, &me, r->rcv_ms,
+					pooled);
+		if (ret)
+			return ret;
+		size_t len = proto_put_fetch(b, r->shuffle, r->partition, 0,
+					     w, n);
+		ret = net_send_ctrl(r->conn->fd, &r->conn->mac, b, len);
+		if (ret)
+			ret = fail_at(r, ret, "sending FETCH");
+		else
+			ret = accepted(r);
+		if (!ret || !stale(r, ret))
+			return ret;
+		net_conn_free(r->conn);
+		r->conn = NULL;
+		r->refused = 0;
+		r->pos = r->len = 0;
+		r->off = r->at = 0;
+	}
 }
 
 int reader_net_open(struct reader_net **out, const char *peer,
@@ -194,7 +247,6 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	struct reader_net *r = ushi_calloc(1, sizeof(*r));
 	uint8_t *b = ushi_malloc(proto_fetch_size(n) + USHI_MAC_TAG);
 	if (r) {
-		r->fd = -1;
 		r->cap = RECV_BUF_OPEN;
 		r->buf = ushi_malloc(r->cap);
 	}
@@ -210,19 +262,7 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	r->timeout_ms = timeout_ms;
 	/* Nothing observed yet: the longest stall window. */
 	r->rcv_ms = replica ? pace_longest_ms(timeout_ms) : timeout_ms;
-	struct proto_hello me = {.role = USHI_ROLE_READER}, h;
-	snprintf(me.app, sizeof(me.app), "%s", app);
-	int ret = net_dial(peer, &me, r->rcv_ms, &h, &r->mac);
-	r->fd = ret;
-	if (ret >= 0) {
-		ret = net_send_ctrl(r->fd, &r->mac, b,
-				    proto_put_fetch(b, shuffle, partition, 0,
-						    w, n));
-		if (ret)
-			ushi_fail(ret, "reader: worker %s: sending FETCH", peer);
-		else
-			ret = accepted(r);
-	}
+	int ret = fetch(r, app, b, w, n);
 	ushi_free(b);
 	if (ret < 0) {
 		reader_net_free(r);
@@ -243,10 +283,17 @@ int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		return ret;
 	if (f->type == USHI_FRAME_FETCH_END) {
 		uint64_t bytes = get_le64(*frame + USH_FRAME_HDR_SIZE);
-		return f->seq == r->frames && bytes == r->bytes ?
-			       0 :
-			       fail_at(r, USH_ECORRUPT, "FETCH_END disagrees "
+		if (f->seq != r->frames || bytes != r->bytes)
+			return fail_at(r, USH_ECORRUPT, "FETCH_END disagrees "
 				       "with the frames received");
+		/* The stream is over and nothing follows it: the
+		 * connection can carry the next FETCH. */
+		if (r->pos == r->len)
+			net_conn_put(r->conn);
+		else
+			net_conn_free(r->conn);
+		r->conn = NULL;
+		return 0;
 	}
 	if (f->type != USHI_FRAME_DATA) {
 		char what[40];
@@ -266,9 +313,9 @@ void reader_net_free(struct reader_net *r)
 {
 	if (!r)
 		return;
-	if (r->fd >= 0)
-		close(r->fd);
-	mac_free(&r->mac);
+	/* Freed before its FETCH_END: the rest of the stream is on its
+	 * way, the connection is not reused. */
+	net_conn_free(r->conn);
 	ushi_free(r->buf);
 	ushi_free(r);
 }

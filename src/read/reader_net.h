@@ -10,11 +10,13 @@
 
 struct reader_net;
 
-/* Dials peer as app and asks for partition's frames of the n attempts w
- * (ascending maps); reads the worker's acceptance or refusal (a named
- * attempt it does not hold committed: USH_ENOTCOMMITTED). Waits for the
- * worker up to timeout_ms, or, with replica (another replica can go on
- * with every map), up to the stall window (net.h) only. */
+/* Asks peer, as app, for partition's frames of the n attempts w
+ * (ascending maps), on a connection kept from an earlier stream or a new
+ * one (net_conn_take()); reads the worker's acceptance or refusal (a
+ * named attempt it does not hold committed: USH_ENOTCOMMITTED). The
+ * connection goes back to the pool at the stream's FETCH_END. Waits for
+ * the worker up to timeout_ms, or, with replica (another replica can go
+ * on with every map), up to the stall window (net.h) only. */
 int reader_net_open(struct reader_net **out, const char *peer,
 		    const char *app, uint32_t shuffle, uint32_t partition,
 		    const struct proto_want *w, uint32_t n,

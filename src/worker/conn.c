@@ -2,8 +2,8 @@
  * One connection, the top of its layers: what its receives brought is
  * reassembled into frames (recv.c) or parsed where it landed (inplace.c),
  * each frame is dispatched (dispatch.c, hello.c), and the output they
- * queued (out.c) is sent, one send at a time, with a FETCH stream's
- * reads ahead of it. Malformed input gets an ERROR frame, one log line
+ * queued (out.c) is sent, one send at a time (gathering up to
+ * WK_SEND_IOV outputs queued), with a FETCH stream's reads ahead of it. Malformed input gets an ERROR frame, one log line
  * and a closed connection; nothing else is touched. The layers below
  * report through return values and the output queue, never by calling
  * back up.
@@ -18,6 +18,7 @@
 #include "worker/recv.h"
 
 #include <errno.h>
+#include <limits.h>
 
 bool wk_conn_busy(const struct wk_conn *c)
 {
@@ -31,11 +32,13 @@ bool wk_conn_busy(const struct wk_conn *c)
 static void send_done(struct ushi_op *op, int res)
 {
 	struct wk_conn *c = op->owner;
-	struct wk_out *o = c->out.head;
-	c->out.head = o->next;
+	for (; c->sn; c->sn--) {
+		struct wk_out *o = c->out.head;
+		c->out.head = o->next;
+		wk_out_free(c->t, o);
+	}
 	if (!c->out.head)
 		c->out.tail = NULL;
-	wk_out_free(c->t, o);
 	c->sending = false;
 	if (res > 0)
 		WK_COUNT(c->t->wk, bytes_out, (unsigned)res);
@@ -46,6 +49,50 @@ static void send_done(struct ushi_op *op, int res)
 	}
 }
 
+/* A gathered send's result: the rest goes again (short, or EAGAIN)
+ * until every byte is sent or it failed. */
+static void gather_sent(struct ushi_op *op, int res)
+{
+	struct wk_conn *c = op->owner;
+	struct msghdr *m = &c->smsg;
+	if (res > 0 && op->io.done < op->io.len) {
+		size_t n = (size_t)res;
+		while (n >= m->msg_iov->iov_len) {
+			n -= m->msg_iov->iov_len;
+			m->msg_iov++;
+			m->msg_iovlen--;
+		}
+		m->msg_iov->iov_base = (uint8_t *)m->msg_iov->iov_base + n;
+		m->msg_iov->iov_len -= n;
+	}
+	if ((res > 0 && op->io.done < op->io.len) || res == -EAGAIN ||
+	    res == -EINTR)
+		ring_send_own(c->t->ring, op, gather_sent);
+	else
+		ring_send_end(c->t->ring, op, res < 0 ? res : (int)op->io.done);
+}
+
+/* The outputs queued first, up to WK_SEND_IOV, as c's gathered send:
+ * their count (1: a plain send will do). */
+static unsigned gather(struct wk_conn *c, uint32_t *len)
+{
+	unsigned n = 0;
+	*len = 0;
+	for (struct wk_out *o = c->out.head; o && n < WK_SEND_IOV &&
+	     *len + (uint64_t)o->len <= INT32_MAX; o = o->next, n++) {
+		/* A control frame is sealed as it first goes out, so the
+		 * MACs count frames in send order; once only, as a short
+		 * send gathers the rest again. */
+		if (!o->sealed && o->ptr == o->data)
+			o->len = (uint32_t)mac_seal(&c->mac, o->data, o->len);
+		o->sealed = true;
+		c->siov[n] = (struct iovec){(void *)o->ptr, o->len};
+		*len += o->len;
+	}
+	c->smsg = (struct msghdr){.msg_iov = c->siov, .msg_iovlen = n};
+	return n;
+}
+
 /* Reads ahead and queues what the stream read; frees it once it ended. */
 static void fetch_pump(struct wk_conn *c)
 {
@@ -54,6 +101,9 @@ static void fetch_pump(struct wk_conn *c)
 	if (ret > 0) {
 		wk_fetch_free(fe);
 		c->fetch = NULL;
+	} else if (ret && *fe->msg) {
+		wk_conn_fail(c, ret, "FETCH of partition %u: %s",
+			     fe->partition, fe->msg);
 	} else if (ret) {
 		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u (in "
 			     "%s): %s", fe->shuffle, fe->partition,
@@ -72,6 +122,12 @@ void wk_conn_pump(struct wk_conn *c)
 		fetch_pump(c);
 	if (c->sending)
 		return;
+	/* A MANIFEST alone waits for the stream's first frames: a small
+	 * FETCH is answered in one send, which its reader takes in one
+	 * receive. */
+	if (c->fetch && !c->failed && c->out.head == c->out.tail &&
+	    wk_fetch_first(c->fetch))
+		return;
 	if (!c->out.head && c->credit && !c->failed) {
 		/* Credits coalesce while a send is in flight. */
 		uint8_t b[USHI_PROTO_SMALL];
@@ -86,17 +142,23 @@ void wk_conn_pump(struct wk_conn *c)
 		c->eof = true;
 		return;
 	}
-	struct wk_out *o = c->out.head;
-	if (o->ptr == o->data)
-		o->len = (uint32_t)mac_seal(&c->mac, o->data, o->len);
-	op->kind = OP_SEND;
+	uint32_t len;
+	c->sn = (uint8_t)gather(c, &len);
 	op->cb = send_done;
 	op->owner = c;
-	op->io.addr = o->ptr;
-	op->io.len = o->len;
 	op->io.fd = c->fd;
 	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;
 	c->sending = true;
+	if (c->sn > 1) {
+		op->kind = OP_SENDMSG;
+		op->io.len = len;
+		op->send.msg = &c->smsg;
+		ring_send_own(c->t->ring, op, gather_sent);
+		return;
+	}
+	op->kind = OP_SEND;
+	op->io.addr = c->out.head->ptr;
+	op->io.len = c->out.head->len;
 	ring_start(c->t->ring, op);
 }
 

@@ -303,17 +303,13 @@ static int fetch(struct wk_conn *c, const struct ushi_frame *f,
 	if (ret)
 		return 0;
 	char msg[256] = "";
-	ret = wk_fetch_start(c->t, f, payload, &c->out, &c->fetch, msg,
-			     sizeof(msg));
+	ret = wk_fetch_start(c->t, f, payload, c->peer, &c->out, &c->fetch,
+			     msg, sizeof(msg));
 	if (ret && *msg) {
 		wk_conn_fail(c, ret, "FETCH of partition %u: %s", f->partition,
 			     msg);
 		return 0;
 	}
-	if (!ret)
-		wk_log(wk, 2, "peer %s: FETCH shuffle %u partition %u: %u "
-		       "attempts, %u frames", c->peer, f->shuffle,
-		       f->partition, c->fetch->nm, c->fetch->nent);
 	return ret;
 }
 

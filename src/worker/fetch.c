@@ -35,20 +35,30 @@
 
 #define PDIR_MAX 1024 /* directories cached per thread */
 
-/* A log or index file, beneath --dir and regular: an fd or -errno, with
- * msg saying why not (a link, a FIFO, ...). */
+/* One read of the n bytes still wanted (an armed read's length is 32
+ * bits). */
+static uint32_t read_len(uint64_t n)
+{
+	return n < (1u << 30) ? (uint32_t)n : 1u << 30;
+}
+
+/* A log or index file, beneath --dir and regular: an fd (*st its stat,
+ * *dir the directory holding it) or -errno, with msg saying why not (a
+ * link, a FIFO, ...). A FETCH opens a few per thread: with one --dir,
+ * the open itself says whether the file is there. */
 static int open_file(struct ush_worker *wk, const char *name, char *msg,
-		     size_t n)
+		     size_t n, struct stat *st, struct wk_dir **dir)
 {
 	/* O_NONBLOCK: a FIFO in a file's place must not block the thread. */
-	struct wk_dir *d = wk_dir_with(wk, name);
+	struct wk_dir *d = wk->ndirs == 1 ? &wk->dirs[0] :
+					    wk_dir_with(wk, name);
 	int fd = d ? wk_open_beneath(d, name, O_RDONLY | O_NONBLOCK |
 				     O_CLOEXEC, 0) : -ENOENT;
-	struct stat st;
-	if (fd >= 0 && fstat(fd, &st)) {
+	*dir = d;
+	if (fd >= 0 && fstat(fd, st)) {
 		close(fd);
 		fd = -errno;
-	} else if (fd >= 0 && !S_ISREG(st.st_mode)) {
+	} else if (fd >= 0 && !S_ISREG(st->st_mode)) {
 		close(fd);
 		fd = -EINVAL;
 		snprintf(msg, n, "%s/%s is not a regular file", d->path, name);
@@ -177,19 +187,19 @@ static int pdir_sort(struct wk_pdir *d, uint32_t maxp)
 	return 0;
 }
 
-/* Reads the size bytes of index ifd (of log lfd, lsize bytes) into a
- * directory: the entries the repair scan reads (torn or being written:
- * the rest), damaged extents apart. */
-static int pdir_build(struct wk_pdir *d, int ifd, int lfd, uint64_t size,
-		      uint64_t lsize)
+/* Builds a directory from the got bytes idx (taken) read of an index of
+ * size bytes (of log lfd, lsize bytes): the entries the repair scan reads
+ * (torn or being written: the rest), damaged extents apart. */
+static int pdir_build(struct wk_pdir *d, uint8_t *idx, uint64_t got, int lfd,
+		      uint64_t size, uint64_t lsize)
 {
 	struct wk_scan sc;
-	int ret = wk_idx_scan(ifd, lfd, d->shuffle, size, lsize, &sc);
+	wk_idx_parse(idx, got, lfd, d->shuffle, lsize, &sc);
 	uint64_t cnt = sc.n < UINT32_MAX ? sc.n : UINT32_MAX;
 	d->ent = cnt ? ushi_malloc(cnt * sizeof(*d->ent)) : NULL;
-	if (ret || (cnt && !d->ent)) {
+	if (cnt && !d->ent) {
 		ushi_free(sc.ent);
-		return ret ? ret : -ENOMEM;
+		return -ENOMEM;
 	}
 	uint64_t end = 0;
 	uint32_t maxp = 0, n = 0;
@@ -218,24 +228,20 @@ static int pdir_build(struct wk_pdir *d, int ifd, int lfd, uint64_t size,
 	ushi_free(sc.ent);
 	d->nent = n;
 	d->idx_size = size;
-	ret = pdir_sort(d, maxp);
+	int ret = pdir_sort(d, maxp);
 	d->bytes = sizeof(*d) + (size_t)(n + d->nbad) * sizeof(*d->ent) +
 		   (d->start ? ((size_t)d->nparts + 1) * sizeof(*d->start) : 0);
 	return ret;
 }
 
-/* The directory of (shuffle, thread) for an index of size bytes: the
- * cached one, or one built now (and cached, others evicted to keep the
- * budget). Returns NULL when out of memory. */
-static struct wk_pdir *pdir_get(struct wk_thread *t, uint32_t shuffle,
-				uint32_t thread, int ifd, uint64_t size,
-				int lfd, uint64_t lsize)
+/* The cached directory of (shuffle, thread) for an index of size bytes,
+ * or NULL (one of an index that grew since is freed). */
+static struct wk_pdir *pdir_find(struct wk_thread *t, uint32_t shuffle,
+				 uint32_t thread, uint64_t size)
 {
-	unsigned n = 0;
 	for (struct wk_link *l = t->pdirs.head, *nx; l; l = nx) {
 		nx = l->next;
 		struct wk_pdir *d = WK_OF(l, struct wk_pdir, lru);
-		n++;
 		if (d->shuffle != shuffle || d->thread != thread)
 			continue;
 		if (d->idx_size == size) {
@@ -244,14 +250,28 @@ static struct wk_pdir *pdir_get(struct wk_thread *t, uint32_t shuffle,
 			return d;
 		}
 		pdir_free(t, d); /* the index grew: rebuilt */
-		n--;
 	}
+	return NULL;
+}
+
+/* The directory of (shuffle, thread) built from the got bytes b (taken)
+ * of its index, size bytes, and cached (others evicted to keep the
+ * budget). Returns NULL when out of memory. */
+static struct wk_pdir *pdir_add(struct wk_thread *t, uint32_t shuffle,
+				uint32_t thread, uint8_t *b, uint64_t got,
+				uint64_t size, int lfd, uint64_t lsize)
+{
+	unsigned n = 0;
+	for (struct wk_link *l = t->pdirs.head; l; l = l->next)
+		n++;
 	struct wk_pdir *d = ushi_calloc(1, sizeof(*d));
-	if (!d)
+	if (!d) {
+		ushi_free(b);
 		return NULL;
+	}
 	d->shuffle = shuffle;
 	d->thread = thread;
-	if (pdir_build(d, ifd, lfd, size, lsize)) {
+	if (pdir_build(d, b, got, lfd, size, lsize)) {
 		ushi_free(d->ent);
 		ushi_free(d->start);
 		ushi_free(d->bad);
@@ -295,6 +315,16 @@ static void pdir_range(const struct wk_pdir *d, uint32_t p, uint32_t *lo,
 
 /* ------------------------------------------------------------ planning */
 
+static void iread_close(struct wk_iread *ir)
+{
+	if (ir->ifd >= 0)
+		close(ir->ifd);
+	if (ir->lfd >= 0)
+		close(ir->lfd);
+	ushi_free(ir->mem);
+	*ir = (struct wk_iread){.ifd = -1, .lfd = -1};
+}
+
 void wk_fetch_free(struct wk_fetch *fe)
 {
 	if (!fe)
@@ -312,6 +342,7 @@ void wk_fetch_free(struct wk_fetch *fe)
 		close(fe->fd);
 	if (fe->dfd >= 0)
 		close(fe->dfd);
+	iread_close(&fe->ir);
 	ushi_free(fe->ent);
 	ushi_free(fe->m);
 	ushi_free(fe);
@@ -322,6 +353,11 @@ bool wk_fetch_busy(const struct wk_fetch *fe)
 	return fe && fe->inflight;
 }
 
+bool wk_fetch_first(const struct wk_fetch *fe)
+{
+	return fe->planned && !fe->frames && fe->rn && !fe->rd[fe->rhead].done;
+}
+
 static char *file_name(char *b, size_t n, const struct wk_fetch *fe,
 		       unsigned thread, const char *ext)
 {
@@ -329,49 +365,149 @@ static char *file_name(char *b, size_t n, const struct wk_fetch *fe,
 	return b;
 }
 
-/* Adds thread k's wanted frames of the partition to fe->ent. A thread
- * without a log has none. */
-static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
-		       size_t *cap, char *msg, size_t n)
+/* The index read ended (res: its last result). */
+static void iread_done(struct ushi_op *op, int res)
 {
+	struct wk_fetch *fe = op->owner;
+	struct wk_iread *ir = &fe->ir;
+	if (res == -EAGAIN || res == -EINTR) {
+		op->arm.rearm = true;
+		return;
+	}
+	if (res > 0) {
+		ir->got += (uint64_t)res;
+		if (ir->got < ir->isize) { /* short: the rest */
+			op->arm.addr += res;
+			op->arm.off += (uint64_t)res;
+			op->arm.len = read_len(ir->isize - ir->got);
+			op->arm.rearm = true;
+			return;
+		}
+	}
+	/* The end of the file before isize: an index cut by the owner's
+	 * repair meanwhile; what was there is used. */
+	ir->res = res < 0 ? res : 0;
+	ir->inflight = false;
+	ir->done = true;
+	fe->inflight--;
+}
+
+/* Reads thread k's index (ifd, isize bytes; its log lfd, lsize bytes)
+ * on the ring, so that a FETCH never blocks the thread on an index read
+ * (a large one, or one from a slow disk). The fds are the read's now. */
+static int iread_start(struct wk_fetch *fe, int ifd, uint64_t isize,
+		       int lfd, struct wk_dir *dir, uint64_t lsize)
+{
+	struct wk_iread *ir = &fe->ir;
+	struct ushi_op *op;
+	*ir = (struct wk_iread){.ifd = ifd, .lfd = lfd, .dir = dir,
+				.isize = isize, .lsize = lsize,
+				.inflight = true};
+	fcntl(ifd, F_SETFL, 0); /* blocking reads: not a FIFO */
+	int ret = (ir->mem = ushi_malloc(isize)) ? 0 : -ENOMEM;
+	if (!ret)
+		ret = ring_op_get(fe->t->ring, &op);
+	if (ret) {
+		iread_close(ir);
+		return ret;
+	}
+	op->kind = OP_READ;
+	op->cb = iread_done;
+	op->owner = fe;
+	op->arm = (struct ushi_armed){.fd = ifd, .addr = ir->mem,
+		.len = read_len(isize), .off = 0};
+	ring_arm(fe->t->ring, op);
+	fe->inflight++;
+	return 1;
+}
+
+/* Thread k's directory: cached, or built from its index, which is read
+ * on the ring first (1: the read is under way, planning waits for it).
+ * *out is NULL for a thread without a log; *lfd is its log's fd (the
+ * caller's), or -1, in directory *ldir. */
+static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
+		    struct wk_pdir **out, int *lfd, struct wk_dir **ldir,
+		    char *msg, size_t n)
+{
+	struct wk_iread *ir = &fe->ir;
+	*out = NULL;
+	*lfd = -1;
+	if (ir->done) { /* k's index was read */
+		int ret = ir->res;
+		struct wk_pdir *d = ret ? NULL :
+			pdir_find(t, fe->shuffle, k, ir->isize);
+		if (!ret && !d) {
+			d = pdir_add(t, fe->shuffle, k, ir->mem, ir->got,
+				     ir->isize, ir->lfd, ir->lsize);
+			ir->mem = NULL;
+			ret = d ? 0 : -ENOMEM;
+		}
+		*lfd = ir->lfd;
+		*ldir = ir->dir;
+		ir->lfd = -1;
+		iread_close(ir);
+		*out = d;
+		return ret;
+	}
 	char name[48];
+	struct stat st, lst;
+	struct wk_dir *dir;
 	int fd = open_file(t->wk, file_name(name, sizeof(name), fe, k, "log"),
-			   msg, n);
+			   msg, n, &lst, ldir);
 	int ifd = fd < 0 ? fd : open_file(t->wk, file_name(name, sizeof(name),
 							  fe, k, "idx"),
-					  msg, n);
-	if (ifd == -ENOENT) {
+					  msg, n, &st, &dir);
+	if (ifd == -ENOENT)
 		*msg = 0;
-		if (fd >= 0)
-			close(fd);
-		return 0;
-	}
 	if (ifd < 0) {
 		if (fd >= 0)
 			close(fd);
-		return ifd;
+		return ifd == -ENOENT ? 0 : ifd;
 	}
-	struct stat st, lst;
-	struct wk_pdir *d = NULL;
-	int ret = fstat(ifd, &st) || fstat(fd, &lst) ? -errno : 0;
-	if (!ret && !(d = pdir_get(t, fe->shuffle, k, ifd,
-				   (uint64_t)st.st_size, fd,
-				   (uint64_t)lst.st_size)))
-		ret = -ENOMEM;
+	uint64_t isize = (uint64_t)st.st_size;
+	struct wk_pdir *d = pdir_find(t, fe->shuffle, k, isize);
+	if (!d && isize)
+		return iread_start(fe, ifd, isize, fd, *ldir,
+				   (uint64_t)lst.st_size);
+	if (!d)
+		d = pdir_add(t, fe->shuffle, k, NULL, 0, 0, fd, 0);
 	close(ifd);
-	close(fd);
-	if (ret)
-		return ret;
+	*lfd = fd;
+	*out = d;
+	return d ? 0 : -ENOMEM;
+}
+
+/* Keeps lfd, thread k's log in dir, to read from if the stream reads
+ * that log first (so the log is opened once per FETCH where one thread
+ * holds the partition, as with many partitions), else closes it. */
+static void plan_keep_log(struct wk_fetch *fe, unsigned k, int lfd,
+			  struct wk_dir *dir, uint32_t had)
+{
+	if (lfd >= 0 && !had && fe->nent && !fcntl(lfd, F_SETFL, 0)) {
+		fe->fd = lfd; /* blocking reads: not a FIFO */
+		fe->fd_thread = k;
+		fe->dir = dir;
+		return;
+	}
+	if (lfd >= 0)
+		close(lfd);
+}
+
+/* Adds the wanted frames of the partition in thread k's directory d (its
+ * log in dir; NULL: the one --dir) to fe->ent. */
+static int plan_thread(struct wk_fetch *fe, const struct wk_pdir *d,
+		       unsigned k, const struct wk_dir *dir, char *msg,
+		       size_t n)
+{
 	for (uint32_t i = 0; i < d->nbad; i++)
 		if (wanted(fe, d->bad[i].map, d->bad[i].attempt)) {
-			const struct wk_dir *in = wk_dir_with(
-				t->wk, file_name(name, sizeof(name), fe, k,
-						 "log"));
+			char name[48];
 			snprintf(msg, n, "shuffle %u map %u attempt %u: %u "
 				 "bytes of its frames at %s/%s offset %llu "
 				 "are damaged", fe->shuffle, d->bad[i].map,
 				 d->bad[i].attempt, d->bad[i].len,
-				 in ? in->path : t->wk->dirlist, name,
+				 dir ? dir->path : fe->t->wk->dirlist,
+				 file_name(name, sizeof(name), fe, k, "log"),
 				 (unsigned long long)d->bad[i].off);
 			return USH_ECORRUPT;
 		}
@@ -389,8 +525,8 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 			w->skip--;
 			continue;
 		}
-		if (fe->nent == *cap) {
-			struct wk_fent *ne = ushi_array_grow(fe->ent, cap,
+		if (fe->nent == fe->cap) {
+			struct wk_fent *ne = ushi_array_grow(fe->ent, &fe->cap,
 							     sizeof(*ne));
 			if (!ne)
 				return -ENOMEM;
@@ -402,12 +538,14 @@ static int plan_thread(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	return 0;
 }
 
-/* The frames to stream: every thread's, the first skip bytes left out
- * (whole frames: an offset inside one is an error). */
+/* The frames to stream, thread by thread: every thread's, the first
+ * skip bytes left out (whole frames: an offset inside one is an error).
+ * Returns 0 once planned, 1 while it waits for an index read, or an
+ * error. */
 static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 {
-	unsigned nthr;
-	int ret = wk_store_fetch_threads(t, fe->shuffle, &nthr);
+	int ret = fe->nthr ? 0 : wk_store_fetch_threads(t, fe->shuffle,
+							&fe->nthr);
 	if (ret) {
 		snprintf(msg, n, "s%u: %s", fe->shuffle,
 			 ret == -ELOOP ? "a symbolic link: not followed "
@@ -415,10 +553,19 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 					 ush_strerror(ret));
 		return ret;
 	}
-	size_t cap = 0;
-	for (unsigned k = 0; !ret && k < nthr; k++)
-		ret = plan_thread(t, fe, k, &cap, msg, n);
-	while (!ret && fe->skip && fe->next < fe->nent) {
+	for (; fe->plan_k < fe->nthr; fe->plan_k++) {
+		struct wk_pdir *d;
+		uint32_t had = fe->nent;
+		int lfd;
+		struct wk_dir *dir = NULL;
+		ret = plan_dir(t, fe, fe->plan_k, &d, &lfd, &dir, msg, n);
+		if (!ret && d)
+			ret = plan_thread(fe, d, fe->plan_k, dir, msg, n);
+		plan_keep_log(fe, fe->plan_k, lfd, dir, had);
+		if (ret)
+			return ret;
+	}
+	while (fe->skip && fe->next < fe->nent) {
 		uint32_t len = fe->ent[fe->next].len;
 		if (fe->skip < len) {
 			snprintf(msg, n, "skip offset inside a frame");
@@ -427,34 +574,48 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 		fe->skip -= len;
 		fe->next++;
 	}
-	return ret;
+	return 0;
+}
+
+/* Planned: the MANIFEST accepts the FETCH. */
+static int manifest(struct wk_fetch *fe, struct wk_outq *q)
+{
+	struct wk_out *o = wk_out_new(USHI_PROTO_SMALL);
+	if (!o)
+		return -ENOMEM;
+	o->len = (uint32_t)proto_put_manifest(o->data, fe->shuffle,
+					      fe->partition);
+	wk_outq_add(q, o);
+	fe->planned = true;
+	wk_log(fe->t->wk, 2, "peer %s: FETCH shuffle %u partition %u: %u "
+	       "attempts, %u frames", fe->peer, fe->shuffle, fe->partition,
+	       fe->nm, fe->nent);
+	return 0;
 }
 
 int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
-		   const uint8_t *payload, struct wk_outq *q,
+		   const uint8_t *payload, const char *peer, struct wk_outq *q,
 		   struct wk_fetch **out, char *msg, size_t n)
 {
 	struct wk_fetch *fe = ushi_calloc(1, sizeof(*fe));
 	if (!fe)
 		return -ENOMEM;
 	fe->t = t;
+	fe->peer = peer;
 	fe->fd = fe->dfd = -1;
+	fe->ir = (struct wk_iread){.ifd = -1, .lfd = -1};
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
 	fe->skip = get_le64(payload);
 	int ret = wants(t->wk, fe, f, payload, msg, n);
 	if (!ret)
 		ret = plan(t, fe, msg, n);
-	struct wk_out *o = ret ? NULL : wk_out_new(USHI_PROTO_SMALL);
-	if (!ret && !o)
-		ret = -ENOMEM;
-	if (ret) {
+	if (!ret)
+		ret = manifest(fe, q);
+	if (ret < 0) {
 		wk_fetch_free(fe);
 		return ret;
 	}
-	o->len = (uint32_t)proto_put_manifest(o->data, f->shuffle,
-					      f->partition);
-	wk_outq_add(q, o);
 	*out = fe;
 	return 0;
 }
@@ -502,17 +663,18 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 		fe->dfd = -1;
 	}
 	char name[48], msg[1] = "";
+	struct stat st;
+	struct wk_dir *dir;
 	file_name(name, sizeof(name), fe, k, "log");
 	if (fe->fd < 0) {
-		fe->fd = open_file(fe->t->wk, name, msg, 0);
+		fe->fd = open_file(fe->t->wk, name, msg, 0, &st, &fe->dir);
 		if (fe->fd < 0)
 			return fe->fd;
 		fe->fd_thread = k;
-		fe->dir = wk_dir_with(fe->t->wk, name);
 		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
 	}
 	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
-		int fd = open_file(fe->t->wk, name, msg, 0);
+		int fd = open_file(fe->t->wk, name, msg, 0, &st, &dir);
 		if (fd >= 0 && fcntl(fd, F_SETFL, O_DIRECT)) {
 			close(fd); /* refused: buffered it is */
 			fd = -1;
@@ -601,6 +763,19 @@ static int read_next(struct wk_fetch *fe)
 int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 {
 	int ret = 0;
+	if (!fe->planned) {
+		if (fe->ir.inflight)
+			return 0;
+		ret = plan(fe->t, fe, fe->msg, sizeof(fe->msg));
+		if (ret == 1)
+			return 0;
+		if (!ret)
+			ret = manifest(fe, q);
+		if (ret) {
+			fe->next = fe->nent;
+			return ret;
+		}
+	}
 	for (;;) {
 		while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
 		       (ret = read_next(fe)) == 1)

@@ -64,14 +64,32 @@ struct wk_fread {
 	bool inflight, done;
 };
 
+/* The read of an index whose partition directory is not cached. */
+struct wk_iread {
+	int ifd, lfd;             /* the index, its log (-1: none) */
+	struct wk_dir *dir;       /* the log's directory */
+	uint64_t isize, lsize;    /* their sizes when opened */
+	uint8_t *mem;             /* isize bytes */
+	uint64_t got;             /* read so far */
+	int res;                  /* an error, or 0 */
+	bool inflight, done;
+};
+
 struct wk_fetch {
 	struct wk_thread *t;
+	const char *peer;         /* the connection's, for the log */
 	uint32_t shuffle, partition;
 	uint64_t skip;            /* stream bytes the reader already has */
 	struct proto_want *m;     /* attempts asked for, ascending maps */
 	uint32_t nm;
 	struct wk_fent *ent;      /* the frames to stream */
 	uint32_t nent, next;      /* entries; the next one to read */
+	size_t cap;               /* ent's room */
+	/* Planning, thread by thread, before the MANIFEST: */
+	unsigned nthr, plan_k;    /* threads with logs; the next planned */
+	struct wk_iread ir;       /* plan_k's index being read */
+	bool planned;             /* the MANIFEST is queued */
+	char msg[256];            /* why planning failed, when it says */
 	int fd, dfd;              /* log being read, buffered and O_DIRECT
 				     (-1: not open, -2: refused) */
 	unsigned fd_thread;
@@ -82,20 +100,27 @@ struct wk_fetch {
 	uint64_t frames, bytes;
 };
 
-/* Plans the stream that FETCH f (payload: its attempts) asks for and
- * queues its MANIFEST on q: 0 and the stream in *out, or an error (with
- * msg saying why, when it is not the caller's: a refused log, an attempt
- * not committed here). */
+/* Plans the stream that FETCH f (payload: its attempts) of peer asks for
+ * and queues its MANIFEST on q: 0 and the stream in *out, or an error
+ * (with msg saying why, when it is not the caller's: a refused log, an
+ * attempt not committed here). An index whose directory is not cached is
+ * read on the ring: the planning, and the MANIFEST, then go on in
+ * wk_fetch_pump(). */
 int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
-		   const uint8_t *payload, struct wk_outq *q,
+		   const uint8_t *payload, const char *peer, struct wk_outq *q,
 		   struct wk_fetch **out, char *msg, size_t n);
-/* Submits the stream's next reads and queues on q the frames of those
- * done, in order, and FETCH_END after the last. Returns 1 when the stream
- * has ended (the caller frees it), 0 while it goes on, or an error
- * (USH_ECORRUPT: a log shorter than its index); then it reads no more. */
+/* Plans on once the index read ended, then submits the stream's next
+ * reads and queues on q the MANIFEST, the frames of those done, in
+ * order, and FETCH_END after the last. Returns 1 when the stream has
+ * ended (the caller frees it), 0 while it goes on, or an error (with
+ * fe->msg saying why, when planning does; USH_ECORRUPT: a log shorter
+ * than its index); then it reads no more. */
 int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q);
 /* Whether the kernel still holds reads of fe (it may not be freed). */
 bool wk_fetch_busy(const struct wk_fetch *fe);
+/* Whether fe's first frames are still being read (its MANIFEST, queued,
+ * may wait to go out with them in one send). */
+bool wk_fetch_first(const struct wk_fetch *fe);
 void wk_fetch_free(struct wk_fetch *fe);
 /* Forgets the cached partition directories of shuffle. */
 void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle);

@@ -487,7 +487,7 @@ static uint32_t resync(int lfd, uint32_t shuffle, const uint8_t *b,
 int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
 		uint64_t lsize, struct wk_scan *sc)
 {
-	uint64_t cnt = isize / WK_IDX_ENTRY, e = 0, i = 0;
+	uint64_t cnt = isize / WK_IDX_ENTRY;
 	*sc = (struct wk_scan){0};
 	if (!cnt)
 		return 0;
@@ -501,10 +501,21 @@ int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
 		if ((r = pread(ifd, b + got, cnt * WK_IDX_ENTRY - got,
 			       (off_t)got)) > 0)
 			got += (uint64_t)r;
-	int ret = r < 0 ? -errno : 0;
-	cnt = got / WK_IDX_ENTRY;
-	sc->fixed = cnt;
-	for (; !ret && i < cnt; i++) {
+	if (r < 0) {
+		int ret = -errno;
+		ushi_free(b);
+		return ret;
+	}
+	wk_idx_parse(b, got, lfd, shuffle, lsize, sc);
+	return 0;
+}
+
+void wk_idx_parse(uint8_t *b, uint64_t got, int lfd, uint32_t shuffle,
+		  uint64_t lsize, struct wk_scan *sc)
+{
+	uint64_t cnt = got / WK_IDX_ENTRY, e = 0, i = 0;
+	*sc = (struct wk_scan){.fixed = cnt};
+	for (; i < cnt; i++) {
 		uint8_t *ent = b + i * WK_IDX_ENTRY;
 		if (!entry_ok(ent, e)) {
 			uint32_t len = resync(lfd, shuffle, b, i, cnt, e, lsize);
@@ -515,10 +526,6 @@ int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
 		}
 		e += get_le32(ent);
 	}
-	if (ret) {
-		ushi_free(b);
-		return ret;
-	}
 	sc->ent = b;
 	sc->n = i;
 	sc->end = e;
@@ -526,7 +533,6 @@ int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
 	 * else is damage that whatever follows may be committed behind. */
 	for (uint64_t k = i * WK_IDX_ENTRY; k < cnt * WK_IDX_ENTRY; k++)
 		sc->stuck |= b[k] != 0;
-	return 0;
 }
 
 bool wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map,

@@ -153,6 +153,10 @@ struct wk_scan {
  * of the attempt it names). Returns 0 or -errno. */
 int wk_idx_scan(int ifd, int lfd, uint32_t shuffle, uint64_t isize,
 		uint64_t lsize, struct wk_scan *sc);
+/* wk_idx_scan() of the got index bytes already read into b (ushi_malloc
+ * memory, which becomes sc->ent; NULL when got is 0). */
+void wk_idx_parse(uint8_t *b, uint64_t got, int lfd, uint32_t shuffle,
+		  uint64_t lsize, struct wk_scan *sc);
 /* Whether the attempt is committed here (takes wk->lock). */
 bool wk_committed(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 		  uint32_t attempt);

@@ -20,6 +20,7 @@ struct wk_out *wk_out_new(size_t cap)
 		o->ptr = o->data;
 		o->buf = NULL;
 		o->heap = NULL;
+		o->sealed = false;
 	}
 	return o;
 }

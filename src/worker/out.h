@@ -2,6 +2,7 @@
 #ifndef USHI_WK_OUT_H
 #define USHI_WK_OUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,7 @@ struct wk_out {
 	const uint8_t *ptr;     /* what to send: data, or a read's memory */
 	struct ushi_buf *buf;   /* pool buffer to return after the send */
 	void *heap;             /* memory to free after the send */
+	bool sealed;            /* its MAC is on (conn.c, gather()) */
 	uint8_t data[];
 };
 

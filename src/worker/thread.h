@@ -29,7 +29,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define WK_BUFS 256          /* provided recv buffers per thread */
 #define WK_BUF_SIZE (64u << 10)
@@ -40,6 +42,8 @@
 #define WK_IODEPTH 1024
 #define WK_THREAD_CONNS_MAX 1536
 #define WK_SEND_TIMEOUT_MS 30000
+/* Outputs a connection sends at most in one gathered send. */
+#define WK_SEND_IOV 8
 /* A failed connection keeps reading (and dropping) what its peer still
  * sends this long after its ERROR frame, so that closing with unread
  * bytes does not reset the connection before the peer reads the ERROR. */
@@ -179,9 +183,14 @@ struct wk_conn {
 	struct ushi_frame f;
 	uint8_t *stage;
 	size_t scap, sgot, sneed; /* sneed: 0 when not staging */
-	/* output: one send in flight */
+	/* output: one send in flight, of the first sn outputs queued (a
+	 * FETCH's MANIFEST, frames and FETCH_END in one send when they are
+	 * there together) */
 	struct wk_outq out;
 	bool sending;
+	uint8_t sn;
+	struct iovec siov[WK_SEND_IOV];
+	struct msghdr smsg;
 	uint64_t credit;       /* DATA bytes consumed, not yet acked */
 	struct wk_fetch *fetch;
 	/* A commit under way (MAPPER_END): its frames' sync round, then
