@@ -313,9 +313,10 @@ struct ush_writer_opts {
 				  the worker offers (at most that anyway) */
 	uint32_t zc_threshold; /* net: frames from this size go SEND_ZC
 				  (0: default 16 KiB) */
-	int send_zc;           /* net: 0 auto (threshold, and off on a
-				  connection whose sends the kernel copies),
-				  1 always, -1 never */
+	int send_zc;           /* net: 0 auto (threshold; off to a worker
+				  on this host, and on a connection whose
+				  sends the kernel copies), 1 always,
+				  -1 never */
 	/* The application the shuffle belongs to: 1..64 characters of
 	 * A-Z a-z 0-9 . _ : - (NULL: "default"). Workers drop an
 	 * application's shuffles when its heartbeats stop (see

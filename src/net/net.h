@@ -137,6 +137,10 @@ int net_connect(const struct addrinfo *ai, uint32_t timeout_ms);
 /* Sets fd's send and receive timeouts (a blocking call's wait for
  * progress) to timeout_ms. */
 void net_set_timeouts(int fd, uint32_t timeout_ms);
+/* Whether fd's peer is on this host (a loopback address, or fd's own
+ * address): the kernel copies what SEND_ZC sends there, and a zero-copy
+ * notification waits for the receiver to take the data. */
+bool net_same_host(int fd);
 /* Receives what the socket holds, up to cap bytes, waiting for at least
  * one: the count, -ETIMEDOUT after the socket's timeout, -EPIPE at EOF,
  * or -errno. */

@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -72,6 +73,40 @@ void net_set_timeouts(int fd, uint32_t timeout_ms)
 	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* Whether a is a loopback address, or the same address as b. */
+static bool local_addr(const struct sockaddr_storage *a,
+		       const struct sockaddr_storage *b)
+{
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a,
+					 *y = (const void *)b;
+		return ntohl(x->sin_addr.s_addr) >> 24 == 127 ||
+		       (b->ss_family == AF_INET &&
+			x->sin_addr.s_addr == y->sin_addr.s_addr);
+	}
+	if (a->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a,
+					  *y = (const void *)b;
+		return IN6_IS_ADDR_LOOPBACK(&x->sin6_addr) ||
+		       (IN6_IS_ADDR_V4MAPPED(&x->sin6_addr) &&
+			x->sin6_addr.s6_addr[12] == 127) ||
+		       (b->ss_family == AF_INET6 &&
+			!memcmp(&x->sin6_addr, &y->sin6_addr,
+				sizeof(x->sin6_addr)));
+	}
+	return false;
+}
+
+bool net_same_host(int fd)
+{
+	struct sockaddr_storage peer, me;
+	socklen_t pl = sizeof(peer), ml = sizeof(me);
+	if (getpeername(fd, (struct sockaddr *)&peer, &pl) ||
+	    getsockname(fd, (struct sockaddr *)&me, &ml))
+		return false;
+	return local_addr(&peer, &me);
 }
 
 int net_recv(int fd, void *buf, size_t cap)

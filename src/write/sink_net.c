@@ -859,7 +859,9 @@ static int sink_net_open(struct ush_writer *w)
 		c[i].window = o->window && o->window < h.window ? o->window :
 								    h.window;
 		c[i].max_frame = h.max_frame;
-		c[i].zc = o->send_zc >= 0;
+		/* Auto: zero copy to other hosts only (net.h says why). */
+		c[i].zc = o->send_zc > 0 ||
+			  (!o->send_zc && !net_same_host(fd));
 	}
 	if (!ret)
 		ret = skip_draining(n, peers);
