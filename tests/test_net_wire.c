@@ -418,7 +418,8 @@ static void sqpoll_push_and_read(void **state)
 
 /*
  * Two workers and an iodepth of 3: two receives stay armed and one op is
- * left. Frames above 65,000 bytes go zero-copy (an op each), the others
+ * left. Frames above 65,000 bytes go zero-copy (forced: auto sends none
+ * to this host), an op each; the others
  * are gathered (the connection's one SENDMSG op): a frame must never wait
  * for an op that a frame held back for the next gather keeps.
  */
@@ -432,7 +433,7 @@ static void zero_copy_and_gathers_share_one_op(void **state)
 	snprintf(list, sizeof(list), "%s,%s", wk.addr, w2.addr);
 	struct ush_writer_stats t;
 	struct push u = {.workers = list, .shuffle = 6, .partitions = 4,
-			 .records = 20000, .iodepth = 3,
+			 .records = 20000, .iodepth = 3, .send_zc = 1,
 			 .zc_threshold = 65000};
 	push_and_verify(&u, 2, &t);
 	print_message("%llu frames, %llu zero-copy\n",

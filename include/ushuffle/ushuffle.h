@@ -312,7 +312,8 @@ struct ush_writer_opts {
 	uint32_t window;       /* net: bytes in flight per worker; 0: what
 				  the worker offers (at most that anyway) */
 	uint32_t zc_threshold; /* net: frames from this size go SEND_ZC
-				  (0: default 16 KiB) */
+				  (0: 16 KiB; with send_zc 1, every
+				  frame) */
 	int send_zc;           /* net: 0 auto (threshold; off to a worker
 				  on this host, and on a connection whose
 				  sends the kernel copies), 1 always,

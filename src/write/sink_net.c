@@ -811,8 +811,9 @@ static int sink_net_open(struct ush_writer *w)
 	n->st = &w->st; /* its net_* counters */
 	n->c = c;
 	n->timeout_ms = o->timeout_ms ? o->timeout_ms : USHI_NET_TIMEOUT_MS;
+	/* Forced zero copy: every frame, unless a threshold is given. */
 	n->threshold = o->zc_threshold ? o->zc_threshold :
-					 ZC_DEFAULT_THRESHOLD;
+		       o->send_zc == 1 ? 0 : ZC_DEFAULT_THRESHOLD;
 	n->io = io;
 	for (unsigned i = 0; i < nc; i++) {
 		c[i].n = n;
@@ -1012,8 +1013,7 @@ static bool has_credit(struct conn *c, uint32_t flen)
 static bool zc_pays(const struct net *n, const struct conn *c,
 		    const struct out *o)
 {
-	return !o->ctrl && (n->w->o.send_zc == 1 ||
-			    (c->zc && o->len >= n->threshold));
+	return !o->ctrl && c->zc && o->len >= n->threshold;
 }
 
 /* Queues o on c; a frame where zero copy pays gets its SEND_ZC op. */
