@@ -53,6 +53,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 
 /* Maps map0 .. map0 + maps - 1 of one shuffle, records each, record i
@@ -1467,6 +1468,103 @@ static void full_dir_quarantined(void **state)
 	mounted[0] = 0;
 }
 
+/* Turns the ext4 mounted at dir read-only as an error does under
+ * errors=remount-ro: its error triggered through sysfs. */
+static void ext4_fail(const char *dir)
+{
+	struct stat st;
+	char link[128], target[256], path[300];
+	assert_int_equal(stat(dir, &st), 0);
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(st.st_dev),
+		 minor(st.st_dev));
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	assert_true(n > 0);
+	target[n] = 0;
+	snprintf(path, sizeof(path), "/sys/fs/ext4/%s/trigger_fs_error",
+		 strrchr(target, '/') + 1);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_true(write(fd, "ushuffle test", 13) == 13);
+	close(fd);
+}
+
+/*
+ * One of two directories becomes read-only mid-stream, as ext4 makes
+ * itself on an error with errors=remount-ro (an ext4 on a loop device,
+ * its error triggered through sysfs): a new shuffle placed there fails
+ * naming the directory, which is quarantined; later shuffles commit in
+ * the other; a shuffle committed there before is still read back.
+ */
+static void ro_dir_quarantined(void **state)
+{
+	(void)state;
+	char good[160], bad[160], img[64], list[400], cmd[700], addr[64] = "";
+	assert_true(snprintf(good, sizeof(good), "%s",
+			     th_tmpdir("ro-good")) < (int)sizeof(good));
+	assert_true(snprintf(bad, sizeof(bad), "%s", th_tmpdir("ro-bad")) <
+		    (int)sizeof(bad));
+	snprintf(img, sizeof(img), "/var/tmp/ush-ro-%d.img", (int)getpid());
+	snprintf(cmd, sizeof(cmd), "truncate -s 64M %s && mkfs.ext4 -q -F %s "
+		 "&& mount -o loop,errors=remount-ro %s %s", img, img, img,
+		 bad);
+	if (system(cmd) || access("/sys/fs/ext4", F_OK)) {
+		print_message("skipped: no ext4 on a loop device here (needs "
+			      "root, mkfs.ext4, the loop driver)\n");
+		unlink(img);
+		skip();
+	}
+	snprintf(mounted, sizeof(mounted), "%s", bad);
+	assert_int_equal(unlink(img), 0); /* the mount holds it */
+	snprintf(list, sizeof(list), "%s:%s", good, bad);
+	ush_worker *wk = th_worker_embed(list, 1, addr, sizeof(addr));
+	/* A shuffle committed in the directory before it fails. */
+	struct job old = {.workers = addr, .partitions = 4, .maps = 1,
+			  .records = 2000, .st = statuses(1)};
+	char name[32] = "";
+	for (old.shuffle = 40; old.shuffle < 72; old.shuffle++) {
+		push_all(&old);
+		snprintf(name, sizeof(name), "s%u", old.shuffle);
+		if (has(bad, name))
+			break;
+	}
+	assert_true(has(bad, name));
+	ext4_fail(bad);
+	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
+			.records = 2000, .st = statuses(1)};
+	int ret = 0;
+	for (j.shuffle = 200; j.shuffle < 232 && !ret; j.shuffle++)
+		ret = push(&j, 0, 0);
+	print_message("shuffle %u: %s: %s\n", j.shuffle - 1,
+		      ush_err_name(ret), last_msg);
+	assert_int_not_equal(ret, 0);
+	if (!strstr(last_msg, bad) || !strstr(last_msg, "Read-only"))
+		fail_msg("the error does not name %s and why: %s", bad,
+			 last_msg);
+	const char *path;
+	int err;
+	th_ok(ush_worker_dir(wk, 1, &path, &err));
+	assert_string_equal(path, bad);
+	assert_int_equal(err, -EROFS);
+	for (uint32_t k = 0; k < 6; k++) {
+		struct job o = {.workers = addr, .shuffle = 300 + k,
+				.partitions = 4, .maps = 2, .records = 2000,
+				.st = statuses(2)};
+		push_all(&o);
+		verify(&o, 1);
+		snprintf(name, sizeof(name), "s%u", o.shuffle);
+		assert_true(has(good, name));
+		assert_false(has(bad, name));
+		job_free(&o);
+	}
+	verify(&old, 1);
+	ush_worker_free(wk);
+	job_free(&old);
+	job_free(&j);
+	if (umount2(bad, 0))
+		fail_msg("umount %s: %s", bad, strerror(errno));
+	mounted[0] = 0;
+}
+
 /* ------------------------------------------- restart, other options */
 
 /* Logs of s<shuffle> written by a thread numbered from `from` up. */
@@ -1762,6 +1860,7 @@ int main(void)
 		cmocka_unit_test(scale_many_partitions_packed),
 		cmocka_unit_test_teardown(failed_write_scoped, unmount),
 		cmocka_unit_test_teardown(full_dir_quarantined, unmount),
+		cmocka_unit_test_teardown(ro_dir_quarantined, unmount),
 		cmocka_unit_test(scale_open_files_bounded),
 	};
 	/* ctest runs this program twice so that neither half runs for
