@@ -23,8 +23,9 @@
  *  - --dir with several directories: a restart with them in another
  *    order, or with one more, serves everything stored; two workers'
  *    directories in one list are refused;
- *  - one of two directories filling up mid-push is quarantined: the
- *    shuffle there fails naming it, later shuffles go to the other;
+ *  - one of two directories filling up mid-push, or made read-only by
+ *    an ext4 error, is quarantined: the shuffle there fails naming it,
+ *    later shuffles go to the other;
  *  - a kill -9 while eight writers commit at once (inside the
  *    committer's groups) loses no acknowledged commit;
  *  - eight shuffles pushed at once through one thread with four log
