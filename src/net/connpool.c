@@ -164,3 +164,13 @@ void net_conn_put(struct net_conn *c)
 	pthread_mutex_unlock(&pool.lock);
 	free_list(old);
 }
+
+void net_conn_drain(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	struct net_conn *all = pool.head;
+	pool.head = NULL;
+	pool.n = 0;
+	pthread_mutex_unlock(&pool.lock);
+	free_list(all);
+}

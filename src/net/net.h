@@ -113,6 +113,9 @@ int net_conn_take(struct net_conn **out, const char *peer,
 void net_conn_put(struct net_conn *c);
 /* Closes c; NULL is ignored. */
 void net_conn_free(struct net_conn *c);
+/* Closes every idle connection of the pool (tests: what a worker still
+ * holds after it is what the worker keeps, not what readers kept). */
+void net_conn_drain(void);
 /* Sends the control frame of n bytes at frame (room for USHI_MAC_TAG
  * more) sealed with mac: net_write()'s result. */
 int net_send_ctrl(int fd, struct ushi_mac *mac, uint8_t *frame, size_t n);
