@@ -121,9 +121,9 @@ int net_conn_take(struct net_conn **out, const char *peer,
 			net_conn_free(c);
 			continue;
 		}
-		/* Its last reader may have moved its receive timeout to
-		 * a stall window (reader_net.c). */
-		net_set_timeouts(c->fd, timeout_ms);
+		if (c->timeout_ms != timeout_ms)
+			net_set_timeouts(c->fd, timeout_ms);
+		c->timeout_ms = timeout_ms;
 		c->reused = true;
 		c->next = NULL;
 		USHI_COUNT(net_reuses, 1);
@@ -141,6 +141,7 @@ int net_conn_take(struct net_conn **out, const char *peer,
 	}
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	snprintf(c->app, sizeof(c->app), "%s", hello->app);
+	c->timeout_ms = timeout_ms;
 	*out = c;
 	return 0;
 }

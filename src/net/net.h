@@ -90,6 +90,8 @@ struct net_conn {
 	int fd;
 	struct ushi_mac mac;  /* its control frames' MACs, both ways */
 	bool reused;          /* taken from the pool, not dialled now */
+	uint32_t timeout_ms;  /* its send and receive timeouts; 0: unknown
+				 (a reader moved its receive timeout) */
 	char peer[USHI_NET_PEER];
 	char app[USHI_PROTO_APP_MAX + 1];
 	uint64_t idle_since;  /* ushi_now_ns() when returned */

@@ -102,6 +102,7 @@ static void pace(struct reader_net *r, uint64_t waited_ns)
 	if (!setsockopt(r->conn->fd, SOL_SOCKET, SO_RCVTIMEO, &tv,
 			sizeof(tv)))
 		r->rcv_ms = ms;
+	r->conn->timeout_ms = 0; /* the next reader sets its own */
 }
 
 /* Makes [pos, pos + n) received: moves the unparsed bytes to the front
