@@ -74,7 +74,9 @@ static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
 			k = &o->seal_keys[j];
 	if (!k)
 		return ushi_fail(-ENOKEY, "reader: map %u attempt %u is sealed "
-				"with key id %u, and the reader was given %s",
+				"with key id %u, and the reader was given %s: "
+				"give it the writer's key file's keys "
+				"(seal_keys, ush_seal_keys_load())",
 				s->map, s->attempt, s->seal_id,
 				o->nseal_keys ? "no key of that id" : "no key");
 	int ret = seal_derive(m->sub, k->key, s->salt, r->app, s->shuffle,
