@@ -9,9 +9,12 @@
  * (a reader may move between threads), and a thread that reads
  * partitions one after another takes back the connection it returned.
  * Bounded in count (the oldest closed first) and idle time, so that a
- * process that stops reading holds few descriptors, for little time, and
- * never one the worker is about to close as idle (its --idle-timeout is
- * 300 s by default; a shorter one costs one redial, reader_net.c).
+ * process holds few descriptors and never reuses one the worker is about
+ * to close as idle (its --idle-timeout is 300 s by default; a shorter one
+ * costs one redial, reader_net.c). The idle time is enforced when the
+ * pool is next used, without a thread of its own: a process that stops
+ * reading keeps its idle connections (USHI_NET_POOL_MAX at most) until
+ * it exits, the worker closing its ends at its idle timeout.
  */
 #define _GNU_SOURCE
 #include "net/net.h"
