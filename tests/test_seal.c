@@ -511,6 +511,15 @@ static void key_files(void **state)
 		    !strstr(ush_last_error(), "/key"))
 			fail_msg("case %zu: %d: %s", i, ret, ush_last_error());
 	}
+	/* The longest file loads; one byte more is refused. */
+	static char longest[8192 + 2];
+	memset(longest, '#', 8192);
+	memcpy(longest, HEX64 "\n", 65);
+	longest[8191] = '\n';
+	assert_int_equal(load_text(dir, longest, k, 4), 1);
+	memcpy(longest + 8191, "#\n", 3);
+	assert_int_equal(load_text(dir, longest, k, 4), -EINVAL);
+	assert_non_null(strstr(ush_last_error(), "longer than 8192 bytes"));
 	char hexbad[80];
 	snprintf(hexbad, sizeof(hexbad), "%.63sx\n", HEX64);
 	assert_int_equal(load_text(dir, hexbad, k, 4), -EINVAL);
