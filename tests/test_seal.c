@@ -49,11 +49,12 @@ static void rec_of(uint8_t *b, uint32_t map, uint32_t p, uint32_t i)
 		(uint64_t)map << 32 | p << 16 | i);
 }
 
-/* Writes map (attempt) of NPARTS partitions into dir, sealed under key
- * unless it is NULL; its status into *st. */
-static void write_map(const char *dir, enum ush_codec codec, uint32_t map,
-		      uint32_t attempt, const struct ush_seal_key *key,
-		      struct ush_status *st)
+/* Writes map (attempt) of NPARTS partitions into dir, records into the
+ * first nonempty of them, sealed under key unless it is NULL; its
+ * status into *st. */
+static void write_some(const char *dir, enum ush_codec codec, uint32_t map,
+		       uint32_t attempt, const struct ush_seal_key *key,
+		       uint32_t nonempty, struct ush_status *st)
 {
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
@@ -76,13 +77,21 @@ static void write_map(const char *dir, enum ush_codec codec, uint32_t map,
 	th_ok(ush_writer_open(&w, ring, &wo));
 	uint8_t rec[RECLEN];
 	for (uint32_t i = 0; i < NREC; i++)
-		for (uint32_t p = 0; p < NPARTS; p++) {
+		for (uint32_t p = 0; p < nonempty; p++) {
 			rec_of(rec, map, p, i);
 			th_ok(ush_writer_write(w, p, rec, sizeof(rec)));
 		}
 	th_ok(th_commit(w, NULL, st));
 	ush_writer_free(w);
 	ush_ring_free(ring);
+}
+
+/* write_some() into every partition. */
+static void write_map(const char *dir, enum ush_codec codec, uint32_t map,
+		      uint32_t attempt, const struct ush_seal_key *key,
+		      struct ush_status *st)
+{
+	write_some(dir, codec, map, attempt, key, NPARTS, st);
 }
 
 /* Reads partition p over n statuses with the keys given; returns the
@@ -391,6 +400,26 @@ static void wrong_or_missing_key(void **state)
 	th_status_free(&st);
 }
 
+/* A sealed map with nothing in the partition read: nothing to open, and
+ * still the key is required. */
+static void empty_partition(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("seal-empty");
+	struct ush_status st;
+	write_some(dir, USH_CODEC_NONE, 0, 0, &KEY, 1, &st);
+	char msg[512];
+	uint32_t got;
+	th_ok(read_part(&st, 1, 0, &KEY, 1, 1, &got, msg, sizeof(msg)));
+	assert_int_equal(got, NREC);
+	th_ok(read_part(&st, 1, NPARTS - 1, &KEY, 1, 1, &got, msg,
+			sizeof(msg)));
+	assert_int_equal(got, 0);
+	assert_int_equal(read_part(&st, 1, NPARTS - 1, NULL, 0, 0, &got, msg,
+				   sizeof(msg)), -ENOKEY);
+	th_status_free(&st);
+}
+
 /* A sealed frame is what docs/format.md §1.6 says, checked with OpenSSL
  * directly: HKDF-SHA256 subkey from key, salt and the label, nonce from
  * partition and seq, header bytes 0..43 and key id as associated data. */
@@ -511,6 +540,15 @@ static void key_files(void **state)
 		    !strstr(ush_last_error(), "/key"))
 			fail_msg("case %zu: %d: %s", i, ret, ush_last_error());
 	}
+	/* The longest file loads; one byte more is refused. */
+	static char longest[8192 + 2];
+	memset(longest, '#', 8192);
+	memcpy(longest, HEX64 "\n", 65);
+	longest[8191] = '\n';
+	assert_int_equal(load_text(dir, longest, k, 4), 1);
+	memcpy(longest + 8191, "#\n", 3);
+	assert_int_equal(load_text(dir, longest, k, 4), -EINVAL);
+	assert_non_null(strstr(ush_last_error(), "longer than 8192 bytes"));
 	char hexbad[80];
 	snprintf(hexbad, sizeof(hexbad), "%.63sx\n", HEX64);
 	assert_int_equal(load_text(dir, hexbad, k, 4), -EINVAL);
@@ -531,6 +569,7 @@ int main(void)
 		cmocka_unit_test_teardown(every_bit_flip_detected, th_teardown),
 		cmocka_unit_test_teardown(moved_frames_detected, th_teardown),
 		cmocka_unit_test_teardown(wrong_or_missing_key, th_teardown),
+		cmocka_unit_test_teardown(empty_partition, th_teardown),
 		cmocka_unit_test_teardown(key_files, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,7 +20,9 @@ int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,
 	     const uint8_t *hello, size_t hlen, const uint8_t *nw,
 	     const uint8_t *pw, uint8_t *mac)
 {
-	static const char *const labels[] = {
+	/* Room for each label and its NUL (a label stays under 32 bytes),
+	 * which bounds the transcript's buffer. */
+	static const char labels[][32] = {
 		[AUTH_WORKER] = "ushuffle-auth-v4 worker",
 		[AUTH_CLIENT] = "ushuffle-auth-v4 client",
 		[AUTH_KEY_WORKER] = "ushuffle-mac-v6 worker",
@@ -28,7 +30,7 @@ int auth_mac(const uint8_t *secret, size_t slen, enum auth_side side,
 	};
 	/* The transcript is small (a HELLO frame and two 32-byte values):
 	 * one buffer and OpenSSL's one-shot HMAC(). */
-	uint8_t t[32 + 256 + 2 * USHI_AUTH_MAC];
+	uint8_t t[sizeof(labels[0]) + 256 + 2 * USHI_AUTH_MAC];
 	if (hlen > 256)
 		return ushi_fail(-EINVAL, "auth: HELLO of %zu bytes", hlen);
 	size_t n = strlen(labels[side]) + 1; /* with its NUL: a separator */

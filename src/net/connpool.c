@@ -9,9 +9,12 @@
  * (a reader may move between threads), and a thread that reads
  * partitions one after another takes back the connection it returned.
  * Bounded in count (the oldest closed first) and idle time, so that a
- * process that stops reading holds few descriptors, for little time, and
- * never one the worker is about to close as idle (its --idle-timeout is
- * 300 s by default; a shorter one costs one redial, reader_net.c).
+ * process holds few descriptors and never reuses one the worker is about
+ * to close as idle (its --idle-timeout is 300 s by default; a shorter one
+ * costs one redial, reader_net.c). The idle time is enforced when the
+ * pool is next used, without a thread of its own: a process that stops
+ * reading keeps its idle connections (USHI_NET_POOL_MAX at most) until
+ * it exits, the worker closing its ends at its idle timeout.
  */
 #define _GNU_SOURCE
 #include "net/net.h"
@@ -27,23 +30,6 @@ static struct {
 	struct net_conn *head; /* most recently returned first */
 	unsigned n;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-/* A fork() child has the parent's connections as copies: their streams
- * are the parent's. The child forgets them (its copies of the fds stay
- * open, as closing them would not touch the parent's connections either,
- * but a child never sends on them), and a lock held across fork() by
- * another thread is never released in the child: both start afresh. */
-static void in_child(void)
-{
-	pthread_mutex_init(&pool.lock, NULL);
-	pool.head = NULL;
-	pool.n = 0;
-}
-
-__attribute__((constructor)) static void connpool_init(void)
-{
-	pthread_atfork(NULL, NULL, in_child);
-}
 
 void net_conn_free(struct net_conn *c)
 {
@@ -91,6 +77,36 @@ static void free_list(struct net_conn *c)
 		net_conn_free(c);
 		c = nx;
 	}
+}
+
+/* A fork() child has the parent's connections as copies: their streams
+ * are the parent's. The child closes its copies (close(), never
+ * shutdown(): the parent's connections stay as they are), so that it
+ * holds no descriptor it cannot use and a connection the parent closes
+ * reaches the worker as closed. fork() waits for the lock, so that the
+ * child's list is whole (no thread of the parent was changing it). */
+static void before_fork(void)
+{
+	pthread_mutex_lock(&pool.lock);
+}
+
+static void in_parent(void)
+{
+	pthread_mutex_unlock(&pool.lock);
+}
+
+static void in_child(void)
+{
+	struct net_conn *all = pool.head;
+	pool.head = NULL;
+	pool.n = 0;
+	pthread_mutex_unlock(&pool.lock);
+	free_list(all);
+}
+
+__attribute__((constructor)) static void connpool_init(void)
+{
+	pthread_atfork(before_fork, in_parent, in_child);
 }
 
 /* An idle connection to peer as app, unlinked, or NULL. */

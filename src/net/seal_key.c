@@ -90,11 +90,13 @@ int ush_seal_keys_load(const char *path, struct ush_seal_key *keys,
 	if (!path || !keys || !max)
 		return ushi_fail(-EINVAL, "seal: no key file, or no room for "
 				"its keys");
-	char text[KEY_FILE_MAX + 1];
+	/* Room for the longest file, one byte more (a file that fills it
+	 * is too long) and a NUL. */
+	char text[KEY_FILE_MAX + 2];
 	bool loose;
 	int n = auth_read_file(AT_FDCWD, path, false, (uint8_t *)text,
-			       KEY_FILE_MAX, &loose, "seal: key file");
-	if (n == KEY_FILE_MAX)
+			       KEY_FILE_MAX + 1, &loose, "seal: key file");
+	if (n == KEY_FILE_MAX + 1)
 		n = ushi_fail(-EINVAL, "seal: key file %s is longer than %u "
 			      "bytes", path, KEY_FILE_MAX);
 	if (n >= 0) {

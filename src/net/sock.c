@@ -21,6 +21,7 @@
  * timeout_ms with -ETIMEDOUT.
  */
 #define _GNU_SOURCE
+#include "net/addr.h"
 #include "net/net.h"
 
 #include <errno.h>
@@ -79,22 +80,20 @@ void net_set_timeouts(int fd, uint32_t timeout_ms)
 static bool local_addr(const struct sockaddr_storage *a,
 		       const struct sockaddr_storage *b)
 {
+	if (net_addr_loopback((const struct sockaddr *)a))
+		return true;
+	if (a->ss_family != b->ss_family)
+		return false;
 	if (a->ss_family == AF_INET) {
 		const struct sockaddr_in *x = (const void *)a,
 					 *y = (const void *)b;
-		return ntohl(x->sin_addr.s_addr) >> 24 == 127 ||
-		       (b->ss_family == AF_INET &&
-			x->sin_addr.s_addr == y->sin_addr.s_addr);
+		return x->sin_addr.s_addr == y->sin_addr.s_addr;
 	}
 	if (a->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *x = (const void *)a,
 					  *y = (const void *)b;
-		return IN6_IS_ADDR_LOOPBACK(&x->sin6_addr) ||
-		       (IN6_IS_ADDR_V4MAPPED(&x->sin6_addr) &&
-			x->sin6_addr.s6_addr[12] == 127) ||
-		       (b->ss_family == AF_INET6 &&
-			!memcmp(&x->sin6_addr, &y->sin6_addr,
-				sizeof(x->sin6_addr)));
+		return !memcmp(&x->sin6_addr, &y->sin6_addr,
+			       sizeof(x->sin6_addr));
 	}
 	return false;
 }

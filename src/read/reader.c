@@ -58,7 +58,8 @@ static const char *target_name(uint8_t t)
 }
 
 /* A sealed map's key from o's (by the id its status names) and its
- * writer's subkey; a plain map, unless sealing is required. */
+ * writer's subkey (m->expect set); a plain map, unless sealing is
+ * required. */
 static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		    uint32_t i, const struct status *s, struct rmap *m)
 {
@@ -74,15 +75,22 @@ static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
 			k = &o->seal_keys[j];
 	if (!k)
 		return ushi_fail(-ENOKEY, "reader: map %u attempt %u is sealed "
-				"with key id %u, and the reader was given %s",
+				"with key id %u, and the reader was given %s: "
+				"give it the writer's key file's keys "
+				"(seal_keys, ush_seal_keys_load())",
 				s->map, s->attempt, s->seal_id,
 				o->nseal_keys ? "no key of that id" : "no key");
+	m->sealed = true;
+	m->seal_id = s->seal_id;
+	/* A map with no batch in this partition has no frame to open
+	 * (reader_take() refuses any): reading one partition of many, most
+	 * maps may be such, and a subkey is an HKDF (microseconds). */
+	if (!m->expect)
+		return 0;
 	int ret = seal_derive(m->sub, k->key, s->salt, r->app, s->shuffle,
 			      s->map, s->attempt);
 	if (!ret && !r->seal.ctx)
 		ret = seal_init(&r->seal);
-	m->sealed = true;
-	m->seal_id = s->seal_id;
 	return ret;
 }
 

@@ -108,26 +108,27 @@ static int open_sealed(struct ush_reader *r, const struct rmap *m,
 	if (!sealed)
 		return 0;
 	uint32_t kid = seal_key_id(frame, f), len = frame_stored_len(f);
+	if (kid != m->seal_id) {
+		snprintf(buf, n, "seq %llu: sealed under another key id than "
+			 "its map status names", (unsigned long long)f->seq);
+		*what = buf;
+		return USH_ECORRUPT;
+	}
 	bool raw = f->codec == USH_CODEC_NONE;
 	uint8_t **dst = raw ? &r->rbuf : &r->sbuf;
 	int ret = ushi_grow(dst, raw ? &r->rcap : &r->scap, len ? len : 1);
-	if (ret)
+	if (ret) {
 		*what = "allocation";
-	else if (kid != m->seal_id)
-		ret = USH_ECORRUPT;
-	else
-		ret = seal_open(&r->seal, m->sub, frame, f, *dst);
-	if (ret && ret != -ENOMEM) {
-		snprintf(buf, n, "seq %llu: %s", (unsigned long long)f->seq,
-			 kid != m->seal_id ? "sealed under another key id "
-					     "than its map status names" :
-			 "the sealed frame does not authenticate (altered, "
-			 "moved from another place, or sealed under another "
-			 "key of the same id)");
-		*what = buf;
+		return ret;
 	}
 	*payload = *dst;
-	return ret;
+	if (!seal_open(&r->seal, m->sub, frame, f, *dst))
+		return 0;
+	snprintf(buf, n, "seq %llu: the sealed frame does not authenticate "
+		 "(altered, moved from another place, or sealed under another "
+		 "key of the same id)", (unsigned long long)f->seq);
+	*what = buf;
+	return USH_ECORRUPT;
 }
 
 int reader_take(struct ush_reader *r, struct rmap *m,

@@ -8,6 +8,7 @@
 #include "worker/loop.h"
 #include "worker/state.h"
 #include "worker/wal.h"
+#include "net/addr.h"
 #include "net/auth.h"
 
 #include <arpa/inet.h>
@@ -325,24 +326,15 @@ static int port_free(struct ush_worker *wk, int port)
 			wk->host, port, who);
 }
 
-/* Is every address host names a loopback one (127/8, ::1)? */
+/* Is every address host names a loopback one (net_addr_loopback())? */
 static bool loopback_only(const char *host)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
 	if (!*host || getaddrinfo(host, "0", &hints, &ai))
 		return false; /* "" is every interface */
 	bool lo = true;
-	for (struct addrinfo *a = ai; a && lo; a = a->ai_next) {
-		if (a->ai_family == AF_INET) {
-			const struct sockaddr_in *s = (void *)a->ai_addr;
-			lo = (ntohl(s->sin_addr.s_addr) >> 24) == 127;
-		} else if (a->ai_family == AF_INET6) {
-			const struct sockaddr_in6 *s = (void *)a->ai_addr;
-			lo = IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
-		} else {
-			lo = false;
-		}
-	}
+	for (struct addrinfo *a = ai; a && lo; a = a->ai_next)
+		lo = net_addr_loopback(a->ai_addr);
 	freeaddrinfo(ai);
 	return lo;
 }
