@@ -97,6 +97,32 @@ void th_rmrf(const char *path)
 	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* nftw() passes no context: th_files_matching()'s, for its walk. */
+static bool (*files_match)(const uint8_t *p, size_t n);
+static unsigned files_matched;
+
+static int match_one(const char *path, const struct stat *st, int type,
+		     struct FTW *ftw)
+{
+	(void)ftw;
+	if (type != FTW_F || !st->st_size)
+		return 0;
+	size_t n;
+	uint8_t *b = th_read_file(path, &n);
+	files_matched += files_match(b, n);
+	free(b);
+	return 0;
+}
+
+unsigned th_files_matching(const char *dir,
+			   bool (*match)(const uint8_t *p, size_t n))
+{
+	files_match = match;
+	files_matched = 0;
+	assert_int_equal(nftw(dir, match_one, 16, FTW_PHYS), 0);
+	return files_matched;
+}
+
 uint64_t th_rand(uint64_t *s)
 {
 	uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;

@@ -9,25 +9,15 @@
 #include "cli_run.h"
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 
 /* --buffer_pattern=0xC0FFEE42, three times in a row. */
 static const uint8_t PATTERN[] = {0xc0, 0xff, 0xee, 0x42, 0xc0, 0xff,
 				  0xee, 0x42, 0xc0, 0xff, 0xee, 0x42};
-static int pattern_files;
 
-static int scan(const char *path, const struct stat *st, int type,
-		struct FTW *ftw)
+static bool holds_pattern(const uint8_t *p, size_t n)
 {
-	(void)ftw;
-	if (type != FTW_F || !st->st_size)
-		return 0;
-	size_t n;
-	uint8_t *b = th_read_file(path, &n);
-	pattern_files += memmem(b, n, PATTERN, sizeof(PATTERN)) != NULL;
-	free(b);
-	return 0;
+	return memmem(p, n, PATTERN, sizeof(PATTERN)) != NULL;
 }
 
 /* Writes a job of pattern-filled records to the embedded worker under
@@ -45,9 +35,7 @@ static int pattern_job(const char *dir, const char *karg)
 				   "--eta=never", karg ? karg : "--verify=crc32c");
 	cli_expect(&r, 0);
 	cli_free(&r);
-	pattern_files = 0;
-	assert_int_equal(nftw(wdir, scan, 16, FTW_PHYS), 0);
-	return pattern_files;
+	return th_files_matching(wdir, holds_pattern);
 }
 
 static void write_key(const char *path, const char *text)
