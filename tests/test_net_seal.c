@@ -122,14 +122,7 @@ static void proxy_start(struct proxy *p, int to)
 	for (int i = 0; i < 64; i++)
 		p->conns[i] = -1;
 	pthread_mutex_init(&p->lock, NULL);
-	p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t alen = sizeof(a);
-	assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(p->lfd, 64), 0);
-	assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &alen), 0);
-	p->port = ntohs(a.sin_port);
+	p->lfd = th_listen(&p->port);
 	assert_int_equal(pthread_create(&p->acceptor, NULL, acceptor, p), 0);
 }
 
