@@ -21,6 +21,15 @@ __attribute__((constructor)) static void th_secret_env(void)
 	setenv("USHUFFLE_SECRET", TH_SECRET, 0);
 }
 
+/* USH_TEST_FILTER=pattern runs only the tests it names, in every test
+ * program (cmocka's filter: '*' and '?' match). */
+__attribute__((constructor)) static void th_test_filter(void)
+{
+	const char *only = getenv("USH_TEST_FILTER");
+	if (only)
+		cmocka_set_test_filter(only);
+}
+
 void th_worker_secret(struct ush_worker_opts *o)
 {
 	o->secret = getenv("USHUFFLE_SECRET");

@@ -330,8 +330,5 @@ int main(void)
 		cmocka_unit_test_teardown(earlier_version_adopted,
 					  th_teardown),
 	};
-	const char *only = getenv("USH_TEST_FILTER");
-	if (only)
-		cmocka_set_test_filter(only);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1836,9 +1836,6 @@ static void symlinks_not_followed_without_openat2(void **state)
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
-	/* One test by name: USH_TEST_FILTER=scale_open_files_bounded. */
-	if (getenv("USH_TEST_FILTER"))
-		cmocka_set_test_filter(getenv("USH_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(symlinks_not_followed),
 		cmocka_unit_test(symlinks_not_followed_without_openat2),
