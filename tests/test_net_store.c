@@ -1402,11 +1402,12 @@ static void failed_write_scoped(void **state)
 	th_rmrf(w.dir);
 }
 
-/* Pushes new shuffles of j, numbered from `from`, until one is refused
- * (shuffles are placed by a hash of their number: one lands on bad
- * within 32), its error naming bad and why. */
-static void refused_in(struct job *j, uint32_t from, const char *bad,
-		       const char *why)
+/* Pushes new shuffles of j to wk, numbered from `from`, until one is
+ * refused (shuffles are placed by a hash of their number: one lands on
+ * bad within 32), its error naming bad and why; wk's directory 1, bad,
+ * is then quarantined with err. */
+static void quarantined(ush_worker *wk, struct job *j, uint32_t from,
+			const char *bad, const char *why, int err)
 {
 	int ret = 0;
 	for (j->shuffle = from; j->shuffle < from + 32 && !ret; j->shuffle++)
@@ -1417,6 +1418,11 @@ static void refused_in(struct job *j, uint32_t from, const char *bad,
 	if (!strstr(last_msg, bad) || !strstr(last_msg, why))
 		fail_msg("the error does not name %s and why: %s", bad,
 			 last_msg);
+	const char *path;
+	int derr;
+	th_ok(ush_worker_dir(wk, 1, &path, &derr));
+	assert_string_equal(path, bad);
+	assert_int_equal(derr, err);
 }
 
 /* Six shuffles numbered from `from` pushed to the worker at addr commit,
@@ -1466,12 +1472,9 @@ static void full_dir_quarantined(void **state)
 	ush_worker *wk = th_worker_embed(list, 1, addr, sizeof(addr));
 	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
 			.records = 20000, .st = statuses(1)};
-	refused_in(&j, 40, bad, "No space left");
+	quarantined(wk, &j, 40, bad, "No space left", -ENOSPC);
 	const char *path;
 	int err;
-	th_ok(ush_worker_dir(wk, 1, &path, &err));
-	assert_string_equal(path, bad);
-	assert_int_equal(err, -ENOSPC);
 	th_ok(ush_worker_dir(wk, 0, &path, &err));
 	assert_int_equal(err, 0);
 	assert_int_equal(ush_worker_dir(wk, 2, &path, &err), -ENOENT);
@@ -1547,12 +1550,7 @@ static void ro_dir_quarantined(void **state)
 	ext4_fail(bad);
 	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
 			.records = 2000, .st = statuses(1)};
-	refused_in(&j, 200, bad, "Read-only");
-	const char *path;
-	int err;
-	th_ok(ush_worker_dir(wk, 1, &path, &err));
-	assert_string_equal(path, bad);
-	assert_int_equal(err, -EROFS);
+	quarantined(wk, &j, 200, bad, "Read-only", -EROFS);
 	committed_in(addr, 300, good, bad);
 	verify(&old, 1);
 	ush_worker_free(wk);
