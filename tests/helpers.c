@@ -92,6 +92,15 @@ void *th_read_file(const char *path, size_t *len)
 	return p;
 }
 
+void th_write_file(const char *path, const void *p, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		fail_msg("open %s: %s", path, strerror(errno));
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	assert_int_equal(close(fd), 0);
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag,
 		  struct FTW *ftw)
 {

@@ -31,6 +31,9 @@ int th_teardown(void **state);
 /* A whole file in malloc'd memory (the caller frees it); fails the test
  * if it cannot be read. */
 void *th_read_file(const char *path, size_t *len);
+/* Writes n bytes of p to path, replacing it (created mode 0600, as a
+ * key file must be); fails the test if it cannot. */
+void th_write_file(const char *path, const void *p, size_t n);
 /* Removes path recursively. */
 void th_rmrf(const char *path);
 /* How many non-empty files under dir (links not followed) match: for

@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include "cli_run.h"
 
-#include <fcntl.h>
 #include <limits.h>
 
 /* --buffer_pattern=0xC0FFEE42, three times in a row. */
@@ -38,23 +37,16 @@ static int pattern_job(const char *dir, const char *karg)
 	return th_files_matching(wdir, holds_pattern);
 }
 
-static void write_key(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	close(fd);
-}
-
 static void sealed_job_and_read_back(void **state)
 {
 	(void)state;
 	const char *dir = th_tmpdir("cliseal");
 	char key[PATH_MAX], karg[PATH_MAX + 32], darg[PATH_MAX + 16];
 	snprintf(key, sizeof(key), "%s/app.key", dir);
-	write_key(key, "# the application's data key\n9 "
-		       "000102030405060708090a0b0c0d0e0f"
-		       "101112131415161718191a1b1c1d1e1f\n");
+	const char *text = "# the application's data key\n9 "
+			   "000102030405060708090a0b0c0d0e0f"
+			   "101112131415161718191a1b1c1d1e1f\n";
+	th_write_file(key, text, strlen(text));
 	snprintf(karg, sizeof(karg), "--encrypt-key-file=%s", key);
 	snprintf(darg, sizeof(darg), "--dir=%s", dir);
 	struct cli_out r = cli_run(NULL, "--name=seal", darg, karg,
@@ -74,7 +66,8 @@ static void sealed_job_and_read_back(void **state)
 	cli_free(&r);
 	assert_true(pattern_job(dir, NULL) > 0);
 	assert_int_equal(pattern_job(dir, karg), 0);
-	write_key(key, "9 0001\n");
+	text = "9 0001\n";
+	th_write_file(key, text, strlen(text));
 	r = cli_run(NULL, "--name=seal", darg, karg, "--target=disk",
 		    "--rw=write", "--size=1m", "--eta=never");
 	assert_int_not_equal(r.status, 0);
