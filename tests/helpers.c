@@ -21,6 +21,15 @@ __attribute__((constructor)) static void th_secret_env(void)
 	setenv("USHUFFLE_SECRET", TH_SECRET, 0);
 }
 
+/* USH_TEST_FILTER=pattern runs only the tests it names, in every test
+ * program (cmocka's filter: '*' and '?' match). */
+__attribute__((constructor)) static void th_test_filter(void)
+{
+	const char *only = getenv("USH_TEST_FILTER");
+	if (only)
+		cmocka_set_test_filter(only);
+}
+
 void th_worker_secret(struct ush_worker_opts *o)
 {
 	o->secret = getenv("USHUFFLE_SECRET");
@@ -83,6 +92,15 @@ void *th_read_file(const char *path, size_t *len)
 	return p;
 }
 
+void th_write_file(const char *path, const void *p, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		fail_msg("open %s: %s", path, strerror(errno));
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	assert_int_equal(close(fd), 0);
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag,
 		  struct FTW *ftw)
 {
@@ -95,6 +113,32 @@ static int rm_one(const char *path, const struct stat *st, int flag,
 void th_rmrf(const char *path)
 {
 	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* nftw() passes no context: th_files_matching()'s, for its walk. */
+static bool (*files_match)(const uint8_t *p, size_t n);
+static unsigned files_matched;
+
+static int match_one(const char *path, const struct stat *st, int type,
+		     struct FTW *ftw)
+{
+	(void)ftw;
+	if (type != FTW_F || !st->st_size)
+		return 0;
+	size_t n;
+	uint8_t *b = th_read_file(path, &n);
+	files_matched += files_match(b, n);
+	free(b);
+	return 0;
+}
+
+unsigned th_files_matching(const char *dir,
+			   bool (*match)(const uint8_t *p, size_t n))
+{
+	files_match = match;
+	files_matched = 0;
+	assert_int_equal(nftw(dir, match_one, 16, FTW_PHYS), 0);
+	return files_matched;
 }
 
 uint64_t th_rand(uint64_t *s)

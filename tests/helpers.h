@@ -4,6 +4,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,8 +31,15 @@ int th_teardown(void **state);
 /* A whole file in malloc'd memory (the caller frees it); fails the test
  * if it cannot be read. */
 void *th_read_file(const char *path, size_t *len);
+/* Writes n bytes of p to path, replacing it (created mode 0600, as a
+ * key file must be); fails the test if it cannot. */
+void th_write_file(const char *path, const void *p, size_t n);
 /* Removes path recursively. */
 void th_rmrf(const char *path);
+/* How many non-empty files under dir (links not followed) match: for
+ * looking for plain bytes in a worker's directory. */
+unsigned th_files_matching(const char *dir,
+			   bool (*match)(const uint8_t *p, size_t n));
 /* Fills buf with len bytes derived from seed (deterministic). */
 void th_fill(void *buf, size_t len, uint64_t seed);
 /* Checks buf against th_fill(seed); returns 1 if equal. */

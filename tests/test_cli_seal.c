@@ -8,26 +8,15 @@
 #define _GNU_SOURCE
 #include "cli_run.h"
 
-#include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 
 /* --buffer_pattern=0xC0FFEE42, three times in a row. */
 static const uint8_t PATTERN[] = {0xc0, 0xff, 0xee, 0x42, 0xc0, 0xff,
 				  0xee, 0x42, 0xc0, 0xff, 0xee, 0x42};
-static int pattern_files;
 
-static int scan(const char *path, const struct stat *st, int type,
-		struct FTW *ftw)
+static bool holds_pattern(const uint8_t *p, size_t n)
 {
-	(void)ftw;
-	if (type != FTW_F || !st->st_size)
-		return 0;
-	size_t n;
-	uint8_t *b = th_read_file(path, &n);
-	pattern_files += memmem(b, n, PATTERN, sizeof(PATTERN)) != NULL;
-	free(b);
-	return 0;
+	return memmem(p, n, PATTERN, sizeof(PATTERN)) != NULL;
 }
 
 /* Writes a job of pattern-filled records to the embedded worker under
@@ -45,17 +34,7 @@ static int pattern_job(const char *dir, const char *karg)
 				   "--eta=never", karg ? karg : "--verify=crc32c");
 	cli_expect(&r, 0);
 	cli_free(&r);
-	pattern_files = 0;
-	assert_int_equal(nftw(wdir, scan, 16, FTW_PHYS), 0);
-	return pattern_files;
-}
-
-static void write_key(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	close(fd);
+	return th_files_matching(wdir, holds_pattern);
 }
 
 static void sealed_job_and_read_back(void **state)
@@ -64,9 +43,10 @@ static void sealed_job_and_read_back(void **state)
 	const char *dir = th_tmpdir("cliseal");
 	char key[PATH_MAX], karg[PATH_MAX + 32], darg[PATH_MAX + 16];
 	snprintf(key, sizeof(key), "%s/app.key", dir);
-	write_key(key, "# the application's data key\n9 "
-		       "000102030405060708090a0b0c0d0e0f"
-		       "101112131415161718191a1b1c1d1e1f\n");
+	const char *text = "# the application's data key\n9 "
+			   "000102030405060708090a0b0c0d0e0f"
+			   "101112131415161718191a1b1c1d1e1f\n";
+	th_write_file(key, text, strlen(text));
 	snprintf(karg, sizeof(karg), "--encrypt-key-file=%s", key);
 	snprintf(darg, sizeof(darg), "--dir=%s", dir);
 	struct cli_out r = cli_run(NULL, "--name=seal", darg, karg,
@@ -86,7 +66,8 @@ static void sealed_job_and_read_back(void **state)
 	cli_free(&r);
 	assert_true(pattern_job(dir, NULL) > 0);
 	assert_int_equal(pattern_job(dir, karg), 0);
-	write_key(key, "9 0001\n");
+	text = "9 0001\n";
+	th_write_file(key, text, strlen(text));
 	r = cli_run(NULL, "--name=seal", darg, karg, "--target=disk",
 		    "--rw=write", "--size=1m", "--eta=never");
 	assert_int_not_equal(r.status, 0);

@@ -57,15 +57,6 @@ static void rec_fill(uint8_t *buf, uint32_t len, uint64_t seed)
 		buf[k] = buf[k - pat];
 }
 
-static void write_file(const char *path, const void *p, size_t n)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		fail_msg("open %s: %s", path, strerror(errno));
-	assert_int_equal(write(fd, p, n), (ssize_t)n);
-	close(fd);
-}
-
 struct fx {
 	const char *dir;
 	char data[PATH_MAX], index[PATH_MAX]; /* map BAD_MAP's files */
@@ -142,8 +133,8 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 
 static void fx_restore(struct fx *fx)
 {
-	write_file(fx->data, fx->pdata, fx->dlen);
-	write_file(fx->index, fx->pindex, fx->ilen);
+	th_write_file(fx->data, fx->pdata, fx->dlen);
+	th_write_file(fx->index, fx->pindex, fx->ilen);
 }
 
 static void fx_teardown(struct fx *fx)
@@ -406,7 +397,7 @@ static void poke_slot(struct fx *fx, uint32_t p, uint64_t start, bool crc)
 			 spill_entry_off(NPARTS, start),
 			 (s1.start - start) * USHI_INDEX_ENTRY));
 	}
-	write_file(fx->index, b, fx->ilen);
+	th_write_file(fx->index, b, fx->ilen);
 	free(b);
 }
 
@@ -439,7 +430,7 @@ static void index_header_damage(struct fx *fx)
 	uint8_t v1[USHI_INDEX_ENTRY + USHI_INDEX_V1_TRAILER] = {0};
 	put_le32(v1 + USHI_INDEX_ENTRY, USHI_INDEX_MAGIC);
 	put_le16(v1 + USHI_INDEX_ENTRY + 4, 1);
-	write_file(fx->index, v1, sizeof(v1));
+	th_write_file(fx->index, v1, sizeof(v1));
 	expect_error(fx, USH_EVERSION, before(fx, 0), fx->index, 0,
 		     "version 1 index");
 	fx_restore(fx);
@@ -605,7 +596,7 @@ static void duplicate_frames(struct fx *fx)
 	d[n - 1] ^= 0x5a;
 	frame_encode(d + e.off, &f);
 	for (int first = 0; first < 2; first++) {
-		write_file(fx->data, d, n);
+		th_write_file(fx->data, d, n);
 		index_with_copy(fx, k, &e, first);
 		ush_reader *r;
 		const void *rec;

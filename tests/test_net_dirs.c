@@ -250,15 +250,6 @@ static void others_or_twice_refused(void **state)
 	unlink(link);
 }
 
-/* Writes len bytes of b to path, replacing it. */
-static void put(const char *path, const void *b, size_t len)
-{
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	assert_int_equal(fwrite(b, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
-}
-
 /* A marker that does not read (a flipped bit, cut short) is refused
  * naming it; put back, the worker serves everything. */
 static void damaged_marker_refused(void **state)
@@ -278,11 +269,11 @@ static void damaged_marker_refused(void **state)
 	memcpy(bad, orig, len);
 	bad[40] ^= 0x04;
 	const char *list = dir_arg(&d, d.a, d.b, NULL);
-	put(path, bad, len);
+	th_write_file(path, bad, len);
 	refused(list, 1, path, "crc32c does not match");
-	put(path, orig, len / 2);
+	th_write_file(path, orig, len / 2);
 	refused(list, 1, path, "truncated");
-	put(path, orig, len);
+	th_write_file(path, orig, len);
 	free(orig);
 	free(bad);
 	serves(&w, j, n);
@@ -330,8 +321,5 @@ int main(void)
 		cmocka_unit_test_teardown(earlier_version_adopted,
 					  th_teardown),
 	};
-	const char *only = getenv("USH_TEST_FILTER");
-	if (only)
-		cmocka_set_test_filter(only);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -615,9 +615,6 @@ int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	/* One test by name: USH_TEST_FILTER=stalled_replica. */
-	if (getenv("USH_TEST_FILTER"))
-		cmocka_set_test_filter(getenv("USH_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(worker_list_labels),
 		cmocka_unit_test(labels_keep_replicas_apart),

@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include "net_helpers.h"
 
-#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 
@@ -123,14 +122,7 @@ static void proxy_start(struct proxy *p, int to)
 	for (int i = 0; i < 64; i++)
 		p->conns[i] = -1;
 	pthread_mutex_init(&p->lock, NULL);
-	p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t alen = sizeof(a);
-	assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(p->lfd, 64), 0);
-	assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &alen), 0);
-	p->port = ntohs(a.sin_port);
+	p->lfd = th_listen(&p->port);
 	assert_int_equal(pthread_create(&p->acceptor, NULL, acceptor, p), 0);
 }
 
@@ -171,29 +163,6 @@ static bool holds_records(const uint8_t *p, size_t n)
 	return false;
 }
 
-static bool dir_found;
-
-static int scan_file(const char *path, const struct stat *st, int type,
-		     struct FTW *ftw)
-{
-	(void)ftw;
-	if (type != FTW_F || !st->st_size)
-		return 0;
-	size_t n;
-	uint8_t *b = th_read_file(path, &n);
-	dir_found |= holds_records(b, n);
-	free(b);
-	return 0;
-}
-
-/* Does any file under dir hold a plain record of the job? */
-static bool dir_holds_records(const char *dir)
-{
-	dir_found = false;
-	assert_int_equal(nftw(dir, scan_file, 16, FTW_PHYS), 0);
-	return dir_found;
-}
-
 /* Pushes and reads shuffle (sealed under key, or plain) through the
  * proxy in front of worker w; says whether the wire and w's directory
  * showed plain records. */
@@ -216,7 +185,7 @@ static void run(struct th_worker *w, uint32_t shuffle,
 	th_job_free(&j);
 	*wire = holds_records(p.cap, p.len);
 	free(p.cap);
-	*disk = dir_holds_records(w->dir);
+	*disk = th_files_matching(w->dir, holds_records) > 0;
 }
 
 /* The worker stores and serves sealed frames it cannot read, and the

@@ -1402,6 +1402,48 @@ static void failed_write_scoped(void **state)
 	th_rmrf(w.dir);
 }
 
+/* Pushes new shuffles of j to wk, numbered from `from`, until one is
+ * refused (shuffles are placed by a hash of their number: one lands on
+ * bad within 32), its error naming bad and why; wk's directory 1, bad,
+ * is then quarantined with err. */
+static void quarantined(ush_worker *wk, struct job *j, uint32_t from,
+			const char *bad, const char *why, int err)
+{
+	int ret = 0;
+	for (j->shuffle = from; j->shuffle < from + 32 && !ret; j->shuffle++)
+		ret = push(j, 0, 0);
+	print_message("shuffle %u: %s: %s\n", j->shuffle - 1,
+		      ush_err_name(ret), last_msg);
+	assert_int_not_equal(ret, 0);
+	if (!strstr(last_msg, bad) || !strstr(last_msg, why))
+		fail_msg("the error does not name %s and why: %s", bad,
+			 last_msg);
+	const char *path;
+	int derr;
+	th_ok(ush_worker_dir(wk, 1, &path, &derr));
+	assert_string_equal(path, bad);
+	assert_int_equal(derr, err);
+}
+
+/* Six shuffles numbered from `from` pushed to the worker at addr commit,
+ * read back, all in good and none in the quarantined bad. */
+static void committed_in(const char *addr, uint32_t from, const char *good,
+			 const char *bad)
+{
+	for (uint32_t k = 0; k < 6; k++) {
+		struct job o = {.workers = addr, .shuffle = from + k,
+				.partitions = 4, .maps = 2, .records = 2000,
+				.st = statuses(2)};
+		push_all(&o);
+		verify(&o, 1);
+		char name[32];
+		snprintf(name, sizeof(name), "s%u", o.shuffle);
+		assert_true(has(good, name));
+		assert_false(has(bad, name));
+		job_free(&o);
+	}
+}
+
 /*
  * One of two directories fills up mid-push (a 2 MiB tmpfs with ballast):
  * the shuffle stored there fails, its error naming the directory; the
@@ -1428,40 +1470,16 @@ static void full_dir_quarantined(void **state)
 	write_file(ballast, 1536u << 10);
 	snprintf(list, sizeof(list), "%s:%s", good, bad);
 	ush_worker *wk = th_worker_embed(list, 1, addr, sizeof(addr));
-	/* Shuffles are placed by a hash of their number: push new ones
-	 * until one lands on the full directory. */
 	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
 			.records = 20000, .st = statuses(1)};
-	int ret = 0;
-	for (j.shuffle = 40; j.shuffle < 72 && !ret; j.shuffle++)
-		ret = push(&j, 0, 0);
-	print_message("shuffle %u: %s: %s\n", j.shuffle - 1,
-		      ush_err_name(ret), last_msg);
-	assert_int_not_equal(ret, 0);
-	if (!strstr(last_msg, bad) || !strstr(last_msg, "No space left"))
-		fail_msg("the error does not name %s and why: %s", bad,
-			 last_msg);
+	quarantined(wk, &j, 40, bad, "No space left", -ENOSPC);
 	const char *path;
 	int err;
-	th_ok(ush_worker_dir(wk, 1, &path, &err));
-	assert_string_equal(path, bad);
-	assert_int_equal(err, -ENOSPC);
 	th_ok(ush_worker_dir(wk, 0, &path, &err));
 	assert_int_equal(err, 0);
 	assert_int_equal(ush_worker_dir(wk, 2, &path, &err), -ENOENT);
 	/* Out of placement: the next shuffles all go to the good one. */
-	for (uint32_t k = 0; k < 6; k++) {
-		struct job o = {.workers = addr, .shuffle = 100 + k,
-				.partitions = 4, .maps = 2, .records = 2000,
-				.st = statuses(2)};
-		push_all(&o);
-		verify(&o, 1);
-		char name[32];
-		snprintf(name, sizeof(name), "s%u", o.shuffle);
-		assert_true(has(good, name));
-		assert_false(has(bad, name));
-		job_free(&o);
-	}
+	committed_in(addr, 100, good, bad);
 	ush_worker_free(wk);
 	job_free(&j);
 	if (umount2(bad, 0))
@@ -1532,31 +1550,8 @@ static void ro_dir_quarantined(void **state)
 	ext4_fail(bad);
 	struct job j = {.workers = addr, .partitions = 4, .maps = 1,
 			.records = 2000, .st = statuses(1)};
-	int ret = 0;
-	for (j.shuffle = 200; j.shuffle < 232 && !ret; j.shuffle++)
-		ret = push(&j, 0, 0);
-	print_message("shuffle %u: %s: %s\n", j.shuffle - 1,
-		      ush_err_name(ret), last_msg);
-	assert_int_not_equal(ret, 0);
-	if (!strstr(last_msg, bad) || !strstr(last_msg, "Read-only"))
-		fail_msg("the error does not name %s and why: %s", bad,
-			 last_msg);
-	const char *path;
-	int err;
-	th_ok(ush_worker_dir(wk, 1, &path, &err));
-	assert_string_equal(path, bad);
-	assert_int_equal(err, -EROFS);
-	for (uint32_t k = 0; k < 6; k++) {
-		struct job o = {.workers = addr, .shuffle = 300 + k,
-				.partitions = 4, .maps = 2, .records = 2000,
-				.st = statuses(2)};
-		push_all(&o);
-		verify(&o, 1);
-		snprintf(name, sizeof(name), "s%u", o.shuffle);
-		assert_true(has(good, name));
-		assert_false(has(bad, name));
-		job_free(&o);
-	}
+	quarantined(wk, &j, 200, bad, "Read-only", -EROFS);
+	committed_in(addr, 300, good, bad);
 	verify(&old, 1);
 	ush_worker_free(wk);
 	job_free(&old);
@@ -1839,9 +1834,6 @@ static void symlinks_not_followed_without_openat2(void **state)
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
-	/* One test by name: USH_TEST_FILTER=scale_open_files_bounded. */
-	if (getenv("USH_TEST_FILTER"))
-		cmocka_set_test_filter(getenv("USH_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(symlinks_not_followed),
 		cmocka_unit_test(symlinks_not_followed_without_openat2),

@@ -18,7 +18,6 @@
 #include "core/status.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
@@ -168,10 +167,7 @@ static void spill_free(struct spill *s)
 
 static void spill_store(const struct spill *s, const uint8_t *data)
 {
-	int fd = open(s->path, O_WRONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, data, s->len, 0), (ssize_t)s->len);
-	close(fd);
+	th_write_file(s->path, data, s->len);
 }
 
 /* The k-th frame of partition p in s: its entry. */
@@ -496,10 +492,7 @@ static int load_text(const char *dir, const char *text,
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/key", dir);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	close(fd);
+	th_write_file(path, text, strlen(text));
 	return ush_seal_keys_load(path, keys, max);
 }
 

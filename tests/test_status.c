@@ -219,6 +219,24 @@ static void entry_of(const void *arg, uint32_t p, uint64_t *batches,
 	th_ok(status_part(arg, p, batches, sum, NULL, &why));
 }
 
+/* s2, built from s, reads s's batches and sums at every step-th
+ * partition; one with batches is held by s's holder mask (none without
+ * masks), one without by none. */
+static void same_parts(const struct status *s2, const struct status *s,
+		       uint32_t step)
+{
+	const char *why;
+	for (uint32_t p = 0; p < s->partitions; p += step) {
+		uint64_t n, mask, n1;
+		uint32_t sum, sum1;
+		th_ok(status_part(s2, p, &n, &sum, &mask, &why));
+		th_ok(status_part(s, p, &n1, &sum1, NULL, &why));
+		assert_int_equal(n, n1);
+		assert_int_equal(sum, sum1);
+		assert_int_equal(mask, s->holders && n ? s->holders[p] : 0);
+	}
+}
+
 /* Version 3 (sealed): key id and salt after the location, under the
  * header CRC, with or without holder masks; its flags byte must say
  * sealed, and earlier versions keep it zero. */
@@ -249,15 +267,7 @@ static void status_version_3(void **state)
 		assert_int_equal(s2.masks, masks);
 		assert_int_equal(s2.seal_id, 0xfeedbeefu);
 		assert_memory_equal(s2.salt, salt, 16);
-		for (uint32_t p = 0; p < 70; p += 23) {
-			uint64_t n, mask, n1;
-			uint32_t sum, sum1;
-			th_ok(status_part(&s2, p, &n, &sum, &mask, &why));
-			th_ok(status_part(&s, p, &n1, &sum1, NULL, &why));
-			assert_int_equal(n, n1);
-			assert_int_equal(sum, sum1);
-			assert_int_equal(mask, masks && n ? 1 : 0);
-		}
+		same_parts(&s2, &s, 23);
 		b[29] &= (uint8_t)~0x02u; /* not sealed: no version 3 */
 		assert_int_equal(status_parse(b, len, &s2, &why),
 				 USH_ECORRUPT);
@@ -298,15 +308,7 @@ static void status_version_2(void **state)
 	th_ok(status_build(&b, &len, &s, entry_of, &s));
 	th_ok(status_parse(b, len, &s2, &why));
 	assert_int_equal(s2.version, 2);
-	for (uint32_t p = 0; p < 70; p++) {
-		uint64_t n, mask, n1;
-		uint32_t sum, sum1;
-		th_ok(status_part(&s2, p, &n, &sum, &mask, &why));
-		th_ok(status_part(&s, p, &n1, &sum1, NULL, &why));
-		assert_int_equal(n, n1);
-		assert_int_equal(sum, sum1);
-		assert_int_equal(mask, n ? h[p] : 0);
-	}
+	same_parts(&s2, &s, 1);
 	struct ush_status v2 = {b, len};
 	struct ush_status_info info;
 	th_ok(ush_status_info(&v2, &info));
