@@ -752,10 +752,10 @@ def t_commit(res, m):
             f"stream of syncs gets. Medians of {res['rounds']} rounds, "
             f"alternating. `{cmd}`.")
     if "old" not in ps:
-        note += (f" The old build `{res['base']}` speaks protocol version 5 "
-                 f"and this build's client version 6, so this run has no "
-                 f"baseline: the before/after comparison is that of "
-                 f"bench/results/vm-20261201-2147-commit (1.71×), run "
+        note += (f" The old build `{res['base']}` speaks another protocol "
+                 f"version than this build's client, so this run has no "
+                 f"baseline: the before/after comparison is the commit "
+                 f"row's reference run in bench/results/README.md, made "
                  f"before the protocol changed.")
     return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
                  rows), note
