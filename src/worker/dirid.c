@@ -24,7 +24,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,8 +80,7 @@ static int unhex(const char *s, uint8_t *id)
 
 static int new_id(uint8_t *id)
 {
-	return getrandom(id, 16, 0) == 16 ? 0 :
-	       ushi_fail(-errno, "worker: getrandom");
+	return ushi_random(id, 16, "worker: a directory id");
 }
 
 /* ----------------------------------------------------------- reading */
