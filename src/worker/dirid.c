@@ -476,17 +476,7 @@ static int write_marker(struct ush_worker *wk, struct wk_dir *d,
 		ushi_free(b);
 		return 0;
 	}
-	int fd = openat(d->fd, WK_DIRID ".tmp", O_WRONLY | O_CREAT | O_TRUNC |
-			O_NOFOLLOW | O_CLOEXEC, 0644);
-	int ret = fd < 0 ? -errno : ushi_pwrite_all(fd, b, n, 0);
-	if (!ret && fdatasync(fd))
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	if (!ret && renameat(d->fd, WK_DIRID ".tmp", d->fd, WK_DIRID))
-		ret = -errno;
-	if (!ret && fsync(d->fd))
-		ret = -errno;
+	int ret = ushi_replace_at(d->fd, WK_DIRID, b, n);
 	ushi_free(b);
 	return ret ? ushi_fail(ret, "worker: writing %s/%s: %s", d->path,
 			       WK_DIRID, ush_strerror(ret)) : 0;

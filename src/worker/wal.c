@@ -157,27 +157,12 @@ bool wk_log_compact_due(const struct ush_worker *wk)
 int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 {
 	uint8_t *b = ushi_malloc((n ? n : 1) * REC);
-	char tmp[4096], path[4096];
-	snprintf(tmp, sizeof(tmp), "%s/" SNAP ".tmp", wk->dir);
-	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
-	int ret = b ? 0 : -ENOMEM, fd = -1;
-	if (!ret) {
-		for (size_t i = 0; i < n; i++)
-			rec_put(b + i * REC, &r[i],
-				atomic_fetch_add(&next_lsn, 1));
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		ret = fd < 0 ? -errno : 0;
-	}
+	int ret = b ? 0 : -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i++)
+		rec_put(b + i * REC, &r[i], atomic_fetch_add(&next_lsn, 1));
+	/* wk->dirs[0] is the home, wk->dir's (wk_dirid_check()). */
 	if (!ret)
-		ret = ushi_pwrite_all(fd, b, n * REC, 0);
-	if (!ret && fdatasync(fd))
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	if (!ret && rename(tmp, path))
-		ret = -errno;
-	if (!ret)
-		ret = ushi_sync_dir(wk->dir, "worker");
+		ret = ushi_replace_at(wk->dirs[0].fd, SNAP, b, n * REC);
 	/* Published: the log's records are all in it or older than it. */
 	if (!ret && wk->log_fd >= 0 && ftruncate(wk->log_fd, 0) == 0)
 		wk->log_off = 0;
@@ -185,9 +170,8 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 		legacy_unlink(wk);
 	ushi_free(b);
 	if (ret) {
-		unlink(tmp);
-		wk_log(wk, 0, "compacting the commit log: %s (the logs keep "
-		       "growing)", ush_strerror(ret));
+		wk_log(wk, 0, "compacting the commit log into %s/" SNAP ": %s "
+		       "(the logs keep growing)", wk->dir, ush_strerror(ret));
 		return ret;
 	}
 	wk->log_bytes = 0;
