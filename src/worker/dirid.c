@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "worker/thread.h"
 #include "worker/dirid.h"
+#include "worker/wal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -247,8 +248,8 @@ static bool has_shuffles(const struct wk_dir *d)
 
 static int look(const struct wk_dir *d, struct seen *s)
 {
-	static const char *const logs[] = {"commit.log", "commit.snap",
-					   "commit.t0.log", NULL};
+	static const char *const logs[] = {WK_LOG_FILE, WK_SNAP_FILE,
+					   WK_LOG_T0_FILE, NULL};
 	s->clog = has_any(d, logs);
 	s->logs = has_shuffles(d);
 	return read_marker(d, s);
@@ -411,7 +412,7 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 		if (sn[i].logs)
 			return ushi_fail(-EINVAL, "worker: --dir=%s: %s holds "
 					"shuffle logs but no directory listed "
-					"holds their commit log (commit.log): "
+					"holds their commit log (" WK_LOG_FILE "): "
 					"the home directory is missing from "
 					"the list", wk->dirlist,
 					wk->dirs[i].path);

@@ -34,8 +34,6 @@
 #define REC WK_REC_SIZE
 #define REC_MAGIC 0x4c485355u /* "USHL" */
 #define REC_VERSION 1
-#define SNAP "commit.snap"
-#define LOG "commit.log"
 /* The snapshot and logs are compacted past this (a replay of it takes
  * milliseconds), once more than half of them is dead. */
 #define COMPACT_MIN (256u << 10)
@@ -107,7 +105,7 @@ static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
 int wk_log_open(struct ush_worker *wk)
 {
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/" LOG, wk->dir);
+	snprintf(path, sizeof(path), "%s/" WK_LOG_FILE, wk->dir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return ushi_fail(-errno, "worker: open %s", path);
@@ -162,7 +160,7 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 		rec_put(b + i * REC, &r[i], atomic_fetch_add(&next_lsn, 1));
 	/* wk->dirs[0] is the home, wk->dir's (wk_dirid_check()). */
 	if (!ret)
-		ret = ushi_replace_at(wk->dirs[0].fd, SNAP, b, n * REC);
+		ret = ushi_replace_at(wk->dirs[0].fd, WK_SNAP_FILE, b, n * REC);
 	/* Published: the log's records are all in it or older than it. */
 	if (!ret && wk->log_fd >= 0 && ftruncate(wk->log_fd, 0) == 0)
 		wk->log_off = 0;
@@ -170,8 +168,9 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 		legacy_unlink(wk);
 	ushi_free(b);
 	if (ret) {
-		wk_log(wk, 0, "compacting the commit log into %s/" SNAP ": %s "
-		       "(the logs keep growing)", wk->dir, ush_strerror(ret));
+		wk_log(wk, 0, "compacting the commit log into %s/" WK_SNAP_FILE
+		       ": %s (the logs keep growing)", wk->dir,
+		       ush_strerror(ret));
 		return ret;
 	}
 	wk->log_bytes = 0;
@@ -276,7 +275,7 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 	struct item *items = NULL;
 	size_t n = 0, cap = 0, bad = 0;
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
+	snprintf(path, sizeof(path), "%s/" WK_SNAP_FILE, wk->dir);
 	int ret = read_log(wk, path, false, &items, &n, &cap, &bad);
 	struct stat st;
 	if (!ret && !stat(path, &st))
@@ -286,7 +285,7 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 		ret = ushi_fail(-errno, "worker: opendir %s", wk->dir);
 	struct dirent *de;
 	while (!ret && (de = readdir(d))) {
-		if (strcmp(de->d_name, LOG) && !legacy_log(de->d_name))
+		if (strcmp(de->d_name, WK_LOG_FILE) && !legacy_log(de->d_name))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", wk->dir, de->d_name);
 		if (!stat(path, &st))
