@@ -182,30 +182,44 @@ static int damaged(const struct wk_dir *d, const char *why, unsigned line)
 			"\"Several disks\")", d->path, WK_DIRID, at, why);
 }
 
-static int read_marker(const struct wk_dir *d, struct seen *s)
+/* d's marker, whole, into *buf (one byte more, for a NUL; the caller
+ * frees it) and *n: 0 (*buf NULL where there is none), -errno, or 0 with
+ * *why saying why it is no marker. */
+static int load(const struct wk_dir *d, char **buf, size_t *n,
+		const char **why)
 {
+	*buf = NULL;
+	*why = NULL;
 	int fd = openat(d->fd, WK_DIRID, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
 		return 0;
 	struct stat st;
-	const char *why = NULL;
 	int ret = 0;
 	if (fd < 0 || fstat(fd, &st))
 		ret = -errno;
 	else if (!S_ISREG(st.st_mode))
-		why = "not a regular file";
+		*why = "not a regular file";
 	else if (st.st_size > MARKER_MAX)
-		why = "over 1 MiB: not a directory marker";
-	else if (!(s->buf = ushi_malloc((size_t)st.st_size + 1)))
+		*why = "over 1 MiB: not a directory marker";
+	else if (!(*buf = ushi_malloc((size_t)st.st_size + 1)))
 		ret = -ENOMEM;
 	else
-		ret = ushi_pread_all(fd, s->buf, (size_t)st.st_size, 0);
+		ret = ushi_pread_all(fd, *buf, *n = (size_t)st.st_size, 0);
 	if (fd >= 0)
 		close(fd);
+	return ret;
+}
+
+static int read_marker(const struct wk_dir *d, struct seen *s)
+{
+	const char *why;
+	size_t n = 0;
+	int ret = load(d, &s->buf, &n, &why);
 	if (ret)
 		return ushi_fail(ret, "worker: reading %s/%s: %s", d->path,
 				WK_DIRID, ush_strerror(ret));
-	size_t n = why ? 0 : (size_t)st.st_size;
+	if (!s->buf && !why)
+		return 0;
 	unsigned line = 0;
 	if (!why)
 		why = check_crc(s->buf, &n);
@@ -433,15 +447,12 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 /* Whether d's marker holds the n bytes at b already. */
 static bool unchanged(const struct wk_dir *d, const char *b, size_t n)
 {
-	int fd = openat(d->fd, WK_DIRID, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-	char *old = NULL;
-	bool same = fd >= 0 && !fstat(fd, &st) && (size_t)st.st_size == n &&
-		    (old = ushi_malloc(n)) && !ushi_pread_all(fd, old, n, 0) &&
+	char *old;
+	size_t len = 0;
+	const char *why;
+	bool same = !load(d, &old, &len, &why) && old && len == n &&
 		    !memcmp(old, b, n);
 	ushi_free(old);
-	if (fd >= 0)
-		close(fd);
 	return same;
 }
 
