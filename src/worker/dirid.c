@@ -329,8 +329,10 @@ static int missing(struct ush_worker *wk, const struct seen *sn,
 				m->path, hex(m->id).s, made);
 	return ushi_fail(-EINVAL, "worker: --dir lacks %s, a directory of "
 			"this worker that may hold shuffle logs (id %s): give "
-			"it again (any order), or drop its shuffles first%s",
-			m->path, hex(m->id).s, made);
+			"it again (any order); to take it out, drop its "
+			"shuffles and start once with it listed (the markers "
+			"are rewritten at a start)%s", m->path,
+			hex(m->id).s, made);
 }
 
 /* The home's marker (h) names the directories: each one that may hold
