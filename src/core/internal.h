@@ -144,6 +144,11 @@ int ushi_pread_all(int fd, void *p, size_t n, uint64_t off);
 /* n random bytes from getrandom(): 0, or -errno failing with a message
  * naming what wanted them. */
 int ushi_random(void *p, size_t n, const char *what);
+/* Replaces name in directory dirfd by the n bytes at p, whole or not at
+ * all: written to name.tmp, synced, renamed over name, and the directory
+ * synced. 0 or -errno (the temporary removed where the rename was not
+ * done). */
+int ushi_replace_at(int dirfd, const char *name, const void *p, size_t n);
 /* fsync() of the directory at path: 0 or -errno, the message saying
  * which of open and fsync failed, after "who: ". */
 int ushi_sync_dir(const char *path, const char *who);

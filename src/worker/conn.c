@@ -102,8 +102,8 @@ static void fetch_pump(struct wk_conn *c)
 		wk_fetch_free(fe);
 		c->fetch = NULL;
 	} else if (ret && *fe->msg) {
-		wk_conn_fail(c, ret, "FETCH of partition %u: %s",
-			     fe->partition, fe->msg);
+		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
+			     fe->shuffle, fe->partition, fe->msg);
 	} else if (ret) {
 		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u (in "
 			     "%s): %s", fe->shuffle, fe->partition,

@@ -18,13 +18,13 @@
 #define _GNU_SOURCE
 #include "worker/thread.h"
 #include "worker/dirid.h"
+#include "worker/wal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,8 +81,7 @@ static int unhex(const char *s, uint8_t *id)
 
 static int new_id(uint8_t *id)
 {
-	return getrandom(id, 16, 0) == 16 ? 0 :
-	       ushi_fail(-errno, "worker: getrandom");
+	return ushi_random(id, 16, "worker: a directory id");
 }
 
 /* ----------------------------------------------------------- reading */
@@ -183,30 +182,44 @@ static int damaged(const struct wk_dir *d, const char *why, unsigned line)
 			"\"Several disks\")", d->path, WK_DIRID, at, why);
 }
 
-static int read_marker(const struct wk_dir *d, struct seen *s)
+/* d's marker, whole, into *buf (one byte more, for a NUL; the caller
+ * frees it) and *n: 0 (*buf NULL where there is none), -errno, or 0 with
+ * *why saying why it is no marker. */
+static int load(const struct wk_dir *d, char **buf, size_t *n,
+		const char **why)
 {
+	*buf = NULL;
+	*why = NULL;
 	int fd = openat(d->fd, WK_DIRID, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
 		return 0;
 	struct stat st;
-	const char *why = NULL;
 	int ret = 0;
 	if (fd < 0 || fstat(fd, &st))
 		ret = -errno;
 	else if (!S_ISREG(st.st_mode))
-		why = "not a regular file";
+		*why = "not a regular file";
 	else if (st.st_size > MARKER_MAX)
-		why = "over 1 MiB: not a directory marker";
-	else if (!(s->buf = ushi_malloc((size_t)st.st_size + 1)))
+		*why = "over 1 MiB: not a directory marker";
+	else if (!(*buf = ushi_malloc((size_t)st.st_size + 1)))
 		ret = -ENOMEM;
 	else
-		ret = ushi_pread_all(fd, s->buf, (size_t)st.st_size, 0);
+		ret = ushi_pread_all(fd, *buf, *n = (size_t)st.st_size, 0);
 	if (fd >= 0)
 		close(fd);
+	return ret;
+}
+
+static int read_marker(const struct wk_dir *d, struct seen *s)
+{
+	const char *why;
+	size_t n = 0;
+	int ret = load(d, &s->buf, &n, &why);
 	if (ret)
 		return ushi_fail(ret, "worker: reading %s/%s: %s", d->path,
 				WK_DIRID, ush_strerror(ret));
-	size_t n = why ? 0 : (size_t)st.st_size;
+	if (!s->buf && !why)
+		return 0;
 	unsigned line = 0;
 	if (!why)
 		why = check_crc(s->buf, &n);
@@ -249,8 +262,8 @@ static bool has_shuffles(const struct wk_dir *d)
 
 static int look(const struct wk_dir *d, struct seen *s)
 {
-	static const char *const logs[] = {"commit.log", "commit.snap",
-					   "commit.t0.log", NULL};
+	static const char *const logs[] = {WK_LOG_FILE, WK_SNAP_FILE,
+					   WK_LOG_T0_FILE, NULL};
 	s->clog = has_any(d, logs);
 	s->logs = has_shuffles(d);
 	return read_marker(d, s);
@@ -316,8 +329,10 @@ static int missing(struct ush_worker *wk, const struct seen *sn,
 				m->path, hex(m->id).s, made);
 	return ushi_fail(-EINVAL, "worker: --dir lacks %s, a directory of "
 			"this worker that may hold shuffle logs (id %s): give "
-			"it again (any order), or drop its shuffles first%s",
-			m->path, hex(m->id).s, made);
+			"it again (any order); to take it out, drop its "
+			"shuffles and start once with it listed (the markers "
+			"are rewritten at a start)%s", m->path,
+			hex(m->id).s, made);
 }
 
 /* The home's marker (h) names the directories: each one that may hold
@@ -413,7 +428,7 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 		if (sn[i].logs)
 			return ushi_fail(-EINVAL, "worker: --dir=%s: %s holds "
 					"shuffle logs but no directory listed "
-					"holds their commit log (commit.log): "
+					"holds their commit log (" WK_LOG_FILE "): "
 					"the home directory is missing from "
 					"the list", wk->dirlist,
 					wk->dirs[i].path);
@@ -434,15 +449,12 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 /* Whether d's marker holds the n bytes at b already. */
 static bool unchanged(const struct wk_dir *d, const char *b, size_t n)
 {
-	int fd = openat(d->fd, WK_DIRID, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-	char *old = NULL;
-	bool same = fd >= 0 && !fstat(fd, &st) && (size_t)st.st_size == n &&
-		    (old = ushi_malloc(n)) && !ushi_pread_all(fd, old, n, 0) &&
+	char *old;
+	size_t len = 0;
+	const char *why;
+	bool same = !load(d, &old, &len, &why) && old && len == n &&
 		    !memcmp(old, b, n);
 	ushi_free(old);
-	if (fd >= 0)
-		close(fd);
 	return same;
 }
 
@@ -478,17 +490,7 @@ static int write_marker(struct ush_worker *wk, struct wk_dir *d,
 		ushi_free(b);
 		return 0;
 	}
-	int fd = openat(d->fd, WK_DIRID ".tmp", O_WRONLY | O_CREAT | O_TRUNC |
-			O_NOFOLLOW | O_CLOEXEC, 0644);
-	int ret = fd < 0 ? -errno : ushi_pwrite_all(fd, b, n, 0);
-	if (!ret && fdatasync(fd))
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	if (!ret && renameat(d->fd, WK_DIRID ".tmp", d->fd, WK_DIRID))
-		ret = -errno;
-	if (!ret && fsync(d->fd))
-		ret = -errno;
+	int ret = ushi_replace_at(d->fd, WK_DIRID, b, n);
 	ushi_free(b);
 	return ret ? ushi_fail(ret, "worker: writing %s/%s: %s", d->path,
 			       WK_DIRID, ush_strerror(ret)) : 0;

@@ -306,8 +306,8 @@ static int fetch(struct wk_conn *c, const struct ushi_frame *f,
 	ret = wk_fetch_start(c->t, f, payload, c->peer, &c->out, &c->fetch,
 			     msg, sizeof(msg));
 	if (ret && *msg) {
-		wk_conn_fail(c, ret, "FETCH of partition %u: %s", f->partition,
-			     msg);
+		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
+			     f->shuffle, f->partition, msg);
 		return 0;
 	}
 	return ret;

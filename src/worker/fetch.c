@@ -434,6 +434,11 @@ static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	*lfd = -1;
 	if (ir->done) { /* k's index was read */
 		int ret = ir->res;
+		char name[48];
+		if (ret)
+			snprintf(msg, n, "reading %s/%s: %s", ir->dir->path,
+				 file_name(name, sizeof(name), fe, k, "idx"),
+				 ush_strerror(ret));
 		struct wk_pdir *d = ret ? NULL :
 			pdir_find(t, fe->shuffle, k, ir->isize);
 		if (!ret && !d) {

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +81,12 @@ static void on_signal(int sig)
 
 /* SIGUSR2: decommission (docs/operations.md, "Decommission"); the
  * worker logs it on its next pass. */
+static atomic_bool decommissioning; /* as stopping above */
+
 static void on_usr2(int sig)
 {
 	(void)sig;
+	atomic_store(&decommissioning, true);
 	if (worker)
 		ush_worker_decommission(worker); /* an atomic store */
 }
@@ -145,6 +149,10 @@ static void supervise(void)
 				      (long)(step % 1000000) * 1000};
 		nanosleep(&ts, NULL);
 		since += step;
+		bool due = wd_usec && since >= wd_usec / 2;
+		/* The stats take the worker's lock: read only when needed. */
+		if (!due && !atomic_load(&decommissioning))
+			continue;
 		struct ush_worker_stats st;
 		ush_worker_stats(worker, &st);
 		/* A decommission that is done stops the worker itself:
@@ -157,7 +165,7 @@ static void supervise(void)
 				   "left", (unsigned long long)st.shuffles);
 		left = st.decommissioning ? st.shuffles : UINT64_MAX;
 #endif
-		if (!wd_usec || since < wd_usec / 2)
+		if (!due)
 			continue;
 		since = 0;
 		if (st.stalled_ms * 1000 >= wd_usec)

@@ -34,8 +34,6 @@
 #define REC WK_REC_SIZE
 #define REC_MAGIC 0x4c485355u /* "USHL" */
 #define REC_VERSION 1
-#define SNAP "commit.snap"
-#define LOG "commit.log"
 /* The snapshot and logs are compacted past this (a replay of it takes
  * milliseconds), once more than half of them is dead. */
 #define COMPACT_MIN (256u << 10)
@@ -107,7 +105,7 @@ static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
 int wk_log_open(struct ush_worker *wk)
 {
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/" LOG, wk->dir);
+	snprintf(path, sizeof(path), "%s/" WK_LOG_FILE, wk->dir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return ushi_fail(-errno, "worker: open %s", path);
@@ -157,27 +155,12 @@ bool wk_log_compact_due(const struct ush_worker *wk)
 int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 {
 	uint8_t *b = ushi_malloc((n ? n : 1) * REC);
-	char tmp[4096], path[4096];
-	snprintf(tmp, sizeof(tmp), "%s/" SNAP ".tmp", wk->dir);
-	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
-	int ret = b ? 0 : -ENOMEM, fd = -1;
-	if (!ret) {
-		for (size_t i = 0; i < n; i++)
-			rec_put(b + i * REC, &r[i],
-				atomic_fetch_add(&next_lsn, 1));
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		ret = fd < 0 ? -errno : 0;
-	}
+	int ret = b ? 0 : -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i++)
+		rec_put(b + i * REC, &r[i], atomic_fetch_add(&next_lsn, 1));
+	/* wk->dirs[0] is the home, wk->dir's (wk_dirid_check()). */
 	if (!ret)
-		ret = ushi_pwrite_all(fd, b, n * REC, 0);
-	if (!ret && fdatasync(fd))
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	if (!ret && rename(tmp, path))
-		ret = -errno;
-	if (!ret)
-		ret = ushi_sync_dir(wk->dir, "worker");
+		ret = ushi_replace_at(wk->dirs[0].fd, WK_SNAP_FILE, b, n * REC);
 	/* Published: the log's records are all in it or older than it. */
 	if (!ret && wk->log_fd >= 0 && ftruncate(wk->log_fd, 0) == 0)
 		wk->log_off = 0;
@@ -185,9 +168,9 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 		legacy_unlink(wk);
 	ushi_free(b);
 	if (ret) {
-		unlink(tmp);
-		wk_log(wk, 0, "compacting the commit log: %s (the logs keep "
-		       "growing)", ush_strerror(ret));
+		wk_log(wk, 0, "compacting the commit log into %s/" WK_SNAP_FILE
+		       ": %s (the logs keep growing)", wk->dir,
+		       ush_strerror(ret));
 		return ret;
 	}
 	wk->log_bytes = 0;
@@ -292,7 +275,7 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 	struct item *items = NULL;
 	size_t n = 0, cap = 0, bad = 0;
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/" SNAP, wk->dir);
+	snprintf(path, sizeof(path), "%s/" WK_SNAP_FILE, wk->dir);
 	int ret = read_log(wk, path, false, &items, &n, &cap, &bad);
 	struct stat st;
 	if (!ret && !stat(path, &st))
@@ -302,7 +285,7 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 		ret = ushi_fail(-errno, "worker: opendir %s", wk->dir);
 	struct dirent *de;
 	while (!ret && (de = readdir(d))) {
-		if (strcmp(de->d_name, LOG) && !legacy_log(de->d_name))
+		if (strcmp(de->d_name, WK_LOG_FILE) && !legacy_log(de->d_name))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", wk->dir, de->d_name);
 		if (!stat(path, &st))

@@ -26,6 +26,12 @@ struct wk_rec {
 /* A record's bytes in the log (docs/format.md). */
 #define WK_REC_SIZE 128u
 
+/* The files in the home directory: the log, its snapshot, and the first
+ * of an earlier version's per-thread logs (any of them marks a home). */
+#define WK_LOG_FILE "commit.log"
+#define WK_SNAP_FILE "commit.snap"
+#define WK_LOG_T0_FILE "commit.t0.log"
+
 /* The log, its records and its snapshot: only the committer (group.c)
  * calls these once the worker is created. */
 /* Opens <dir>/commit.log for appending (wk->log_fd). */
