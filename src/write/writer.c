@@ -596,7 +596,9 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 	struct ushi_buf *b = user_buf(w, *buf), *nb;
 	if (len > writer_buf_room(w, b))
 		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
-				"%u-byte buffer", len, b->cap);
+				"buffer that holds %u (the cap "
+				"ush_writer_acquire() gave)", len,
+				writer_buf_room(w, b));
 	/* O(1) here; the prefixes are walked when the batch is framed. */
 	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
 		return ushi_fail(-EINVAL, "writer: partition %u: %u records "
