@@ -165,16 +165,25 @@ static bool owes(const struct conn *c)
 			   (c->ended && !c->acked));
 }
 
+/* Whether c's pace is kept: only drop_stalled() reads it, which watches
+ * replicas alone; a single copy costs no clock read per send or reply. */
+static bool paced(const struct conn *c)
+{
+	return c->n->replicas > 1;
+}
+
 /* c is given work: if it owed nothing, waiting for progress starts now. */
 static void given(struct conn *c)
 {
-	if (!owes(c))
+	if (paced(c) && !owes(c))
 		c->pace.last_ns = ushi_now_ns();
 }
 
 /* c made progress: bytes went out, a reply came. */
 static void progressed(struct conn *c)
 {
+	if (!paced(c))
+		return;
 	uint64_t now = ushi_now_ns();
 	if (c->pace.last_ns)
 		pace_sample(&c->pace, now - c->pace.last_ns);
