@@ -250,11 +250,14 @@ class Ring(_Handle):
 _keys = itertools.count()
 
 
+_SEAL_KEYS_MAX = 16  # USH_SEAL_KEYS_MAX
+
+
 def _seal_keys(path):
     """The keys of key file path (ush_seal_keys_load): a cffi array and
     their count."""
-    keys = ffi.new("struct ush_seal_key[16]")
-    n = _check(lib.ush_seal_keys_load(path.encode(), keys, 16),
+    keys = ffi.new("struct ush_seal_key[]", _SEAL_KEYS_MAX)
+    n = _check(lib.ush_seal_keys_load(path.encode(), keys, len(keys)),
                f"ush_seal_keys_load ({path})")
     return keys, n
 

@@ -236,6 +236,8 @@ struct manifest {
 	bool embedded;             /* ... an embedded worker, in DIR */
 };
 
+/* The value of lower-case hex digit c, or -1. */
+int hex_digit(char c);
 void manifest_path(char *buf, size_t n, const char *dir, uint32_t shuffle);
 /* Return 0, or a negative error with a message in err. */
 int manifest_save(const struct manifest *m, const struct job_opts *o,

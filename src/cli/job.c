@@ -157,14 +157,13 @@ static int pattern_parse(const char *s, struct rec_gen *g,
 		if (!n || n % 2 || n / 2 > sizeof(g->pattern))
 			why = "0x takes 2 to 128 hex digits, an even number";
 		for (size_t i = 0; !why && i < n; i += 2) {
-			unsigned v;
-			char byte[3] = {s[2 + i], s[3 + i], 0};
-			if (!isxdigit((unsigned char)byte[0]) ||
-			    !isxdigit((unsigned char)byte[1]) ||
-			    sscanf(byte, "%2x", &v) != 1)
+			const unsigned char *d = (const unsigned char *)s + 2 + i;
+			int hi = hex_digit((char)tolower(d[0])),
+			    lo = hex_digit((char)tolower(d[1]));
+			if (hi < 0 || lo < 0)
 				why = "a character after 0x is not a hex digit";
 			else
-				g->pattern[i / 2] = (uint8_t)v;
+				g->pattern[i / 2] = (uint8_t)(hi << 4 | lo);
 		}
 		n /= 2;
 	} else if (n > sizeof(g->pattern)) {

@@ -104,7 +104,7 @@ static int get_u32(json_object *j, const char *key, uint32_t *v)
 	return u == *v ? 0 : -1;
 }
 
-static int hex_digit(char c)
+int hex_digit(char c)
 {
 	return c >= '0' && c <= '9' ? c - '0' :
 	       c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;

@@ -108,8 +108,11 @@ void rec_fill(const struct rec_gen *g, uint32_t map, uint64_t seq,
 		h = mix64(h);
 		i += k;
 	}
-	for (uint32_t k = 0; g->plen && i < blen; i++, k++)
-		body[i] = g->pattern[k % g->plen];
+	/* The pattern from its first byte on, a whole copy at a time. */
+	for (uint32_t k; g->plen && i < blen; i += k) {
+		k = blen - i < g->plen ? blen - i : g->plen;
+		memcpy(body + i, g->pattern, k);
+	}
 	for (; i + 8 <= blen; i += 8)
 		memcpy(body + i, &word, 8);
 	for (; i < blen; i++)

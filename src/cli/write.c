@@ -187,14 +187,16 @@ static int produce(struct thread_ctx *t, struct fill *s, uint64_t t0)
 	return ret;
 }
 
+/* sealed: w seals its frames, so each batch leaves the trailer's room. */
 static int fill_init(struct fill *s, const struct job_opts *o,
-		      uint32_t slots, ush_writer *w, struct ush_lat *lat)
+		     uint32_t slots, ush_writer *w, bool sealed,
+		     struct ush_lat *lat)
 {
 	memset(s, 0, sizeof(*s));
 	s->w = w;
 	s->swap = o->handoff == HANDOFF_SWAP;
 	s->cap = o->bs - USH_FRAME_HDR_SIZE -
-		 (o->encrypt_key_file[0] ? USH_SEAL_TRAILER_SIZE : 0);
+		 (sealed ? USH_SEAL_TRAILER_SIZE : 0);
 	s->nslots = slots;
 	s->through = o->partitions > slots;
 	s->lat = lat;
@@ -276,7 +278,8 @@ void write_phase(struct thread_ctx *t)
 		ret = ush_writer_open(&w, ring, &wo);
 	}
 	bool oom = !parts;
-	if (!ret && (ret = fill_init(&s, o, (uint32_t)slots, w, &d->handoff)))
+	if (!ret && (ret = fill_init(&s, o, (uint32_t)slots, w,
+				     wo.seal_key != NULL, &d->handoff)))
 		oom = true;
 	if (ret)
 		job_fail(t, ret, "map %u setup: %s", t->index,

@@ -189,8 +189,10 @@ int status_parse(const uint8_t *p, size_t n, struct status *s,
 	s->loc = s->app + s->app_len;
 	if (memchr(s->app, 0, s->app_len + s->loc_len))
 		return bad(why, "NUL byte in its application or location");
-	s->salt = (const uint8_t *)s->loc + s->loc_len + 4;
-	s->seal_id = s->sealed ? get_le32(s->salt - 4) : 0;
+	/* A plain map has neither: no pointer into its block table. */
+	const uint8_t *seal_at = (const uint8_t *)s->loc + s->loc_len;
+	s->salt = s->sealed ? seal_at + 4 : NULL;
+	s->seal_id = s->sealed ? get_le32(seal_at) : 0;
 	s->blocks = p + USHI_STATUS_HDR + strings;
 	s->body = p + head;
 	uint32_t prev = 0;

@@ -35,7 +35,7 @@ struct status {
 	bool masks;      /* entries end with holder masks */
 	bool sealed;     /* its frames are sealed under seal_id, salt */
 	uint32_t seal_id;
-	const uint8_t *salt; /* 16 bytes */
+	const uint8_t *salt; /* 16 bytes; NULL when plain */
 	uint8_t target; /* enum ush_target */
 	uint32_t shuffle, map, attempt, partitions;
 	const char *app, *loc; /* not NUL-terminated */

@@ -165,16 +165,26 @@ static bool owes(const struct conn *c)
 			   (c->ended && !c->acked));
 }
 
-/* c is given work: if it owed nothing, waiting for progress starts now. */
-static void given(struct conn *c)
+/* Whether c's pace is kept: only drop_stalled() reads it, which watches
+ * replicas alone; a single copy costs no clock read per send or reply. */
+static bool paced(const struct conn *c)
 {
-	if (!owes(c))
-		c->pace.last_ns = ushi_now_ns();
+	return c->n->replicas > 1;
+}
+
+/* c is given work at now: if it owed nothing, waiting for progress
+ * starts then. */
+static void given(struct conn *c, uint64_t now)
+{
+	if (paced(c) && !owes(c))
+		c->pace.last_ns = now;
 }
 
 /* c made progress: bytes went out, a reply came. */
 static void progressed(struct conn *c)
 {
+	if (!paced(c))
+		return;
 	uint64_t now = ushi_now_ns();
 	if (c->pace.last_ns)
 		pace_sample(&c->pace, now - c->pace.last_ns);
@@ -1185,7 +1195,7 @@ static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 	}
 	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
 			.t0 = ushi_now_ns()};
-	given(c);
+	given(c, o.t0);
 	ret = n->io->send(n, c, &o);
 	if (ret)
 		return ret;
@@ -1254,7 +1264,7 @@ static int send_mapper_end(struct net *n, struct conn *c)
 		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);
 	}
 	struct out o = {.addr = m, .len = (uint32_t)len, .ctrl = true};
-	given(c);
+	given(c, ushi_now_ns());
 	ret = n->io->send(n, c, &o);
 	if (ret)
 		return ushi_fail(ret, "net: worker %s: MAPPER_END", c->peer);

@@ -216,7 +216,7 @@ static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
 		 * straight back to the pool. No idle buffer: store raw. */
 		struct ushi_buf *c = pool_get(pool, b->order);
 		if (compress(w, &f, b->data, c ? c->data : NULL,
-			     b->cap - USH_FRAME_HDR_SIZE - w->tail)) {
+			     writer_buf_room(w, b))) {
 			pool_put(pool, b);
 			out = c;
 		} else if (c) {
@@ -284,12 +284,13 @@ static int handoff(struct ush_writer *w, struct ushi_buf *b,
 
 static int close_part(struct ush_writer *w, uint32_t partition);
 
-/* Makes b (or none) partition p's open batch; tail: the seal's room. */
-static void part_set(struct ushi_part *p, struct ushi_buf *b, uint32_t tail)
+/* Makes b (or none) partition p's open batch. */
+static void part_set(const struct ush_writer *w, struct ushi_part *p,
+		     struct ushi_buf *b)
 {
 	p->buf = b;
 	p->room = b ? b->data + USH_FRAME_HDR_SIZE : NULL;
-	p->cap = b ? (uint32_t)(b->cap - USH_FRAME_HDR_SIZE - tail) : 0;
+	p->cap = b ? writer_buf_room(w, b) : 0;
 }
 
 /*
@@ -378,7 +379,7 @@ static int close_part(struct ush_writer *w, uint32_t partition)
 	struct ushi_buf *b = p->buf;
 	if (!b)
 		return 0;
-	part_set(p, NULL, 0);
+	part_set(w, p, NULL);
 	if (!p->len) {
 		pool_put(w->pool, b);
 		return 0;
@@ -405,7 +406,7 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 			memcpy(nb->data + USH_FRAME_HDR_SIZE,
 			       b->data + USH_FRAME_HDR_SIZE, p->len);
 			pool_put(pool, b);
-			part_set(p, nb, w->tail);
+			part_set(w, p, nb);
 			w->st.grows++;
 			return 0;
 		}
@@ -419,7 +420,7 @@ static int make_room(struct ush_writer *w, uint32_t partition, size_t need)
 	struct ushi_buf *nb = NULL;
 	if (!ret)
 		ret = get_buf(w, order, min, &nb);
-	part_set(p, nb, w->tail);
+	part_set(w, p, nb);
 	return ret;
 }
 
@@ -539,7 +540,7 @@ int ush_writer_acquire(ush_writer *w, void **buf, size_t *cap)
 	if (ret)
 		return ret;
 	*buf = lend(w, b);
-	*cap = b->cap - USH_FRAME_HDR_SIZE - w->tail;
+	*cap = writer_buf_room(w, b);
 	return 0;
 }
 
@@ -593,9 +594,11 @@ int ush_writer_swap(ush_writer *w, uint32_t partition, void **buf,
 	if (ret)
 		return ret;
 	struct ushi_buf *b = user_buf(w, *buf), *nb;
-	if (len > b->cap - USH_FRAME_HDR_SIZE - w->tail)
+	if (len > writer_buf_room(w, b))
 		return ushi_fail(-EINVAL, "writer: swap of %zu bytes into a "
-				"%u-byte buffer", len, b->cap);
+				"buffer that holds %u (the cap "
+				"ush_writer_acquire() gave)", len,
+				writer_buf_room(w, b));
 	/* O(1) here; the prefixes are walked when the batch is framed. */
 	if ((uint64_t)nrecords * USH_RECORD_HDR_SIZE > len)
 		return ushi_fail(-EINVAL, "writer: partition %u: %u records "
@@ -714,7 +717,7 @@ int ush_writer_abort(ush_writer *w)
 		struct ushi_part *p = &w->parts[i];
 		if (p->buf)
 			pool_put(w->pool, p->buf);
-		part_set(p, NULL, 0);
+		part_set(w, p, NULL);
 	}
 	stage_free(w);
 	drain(w);

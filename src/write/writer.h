@@ -122,6 +122,14 @@ static inline uint32_t writer_room(const struct ush_writer *w)
 	return (uint32_t)w->ropts->push_size - USH_FRAME_HDR_SIZE - w->tail;
 }
 
+/* The batch bytes buffer b holds (writer_room() for one of the push
+ * size). */
+static inline uint32_t writer_buf_room(const struct ush_writer *w,
+				       const struct ushi_buf *b)
+{
+	return b->cap - USH_FRAME_HDR_SIZE - w->tail;
+}
+
 /* Records a sticky error (first one wins) from a completion or sink. */
 void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
