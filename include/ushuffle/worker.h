@@ -135,10 +135,11 @@ struct ush_worker_opts {
  * new directories and the commit record are synced (fdatasync): a
  * committed map output survives a host crash. NONE: written to the page
  * cache only (as Spark's own shuffle files are): a commit survives the
- * worker's process being killed, not a host crash; a start after one
- * drops every shuffle of the directories (readers get USH_ENOTCOMMITTED
- * and their driver reruns the maps). For ephemeral shuffles whose
- * framework recomputes lost outputs (Dask). */
+ * worker's process being stopped or killed, not a restart of the host
+ * (crash or reboot); a start after one drops every shuffle of the
+ * directories (readers get USH_ENOTCOMMITTED and their driver reruns
+ * the maps). For ephemeral shuffles whose framework recomputes lost
+ * outputs (Dask). */
 #define USH_WORKER_SYNC_FULL 0u
 #define USH_WORKER_SYNC_NONE 1u
 

@@ -107,7 +107,6 @@ struct ush_worker {
 	int secrets_dirfd;    /* --secrets-dir, or -1 */
 	struct wk_group grp;  /* the committer (group.c) */
 	int log_fd;           /* the commit log: the committer's */
-	bool marked;          /* --sync=none: WK_UNSYNCED_FILE is ours */
 	uint64_t log_off;
 	atomic_uint_fast64_t log_bytes; /* appended since the last
 					   compaction */

@@ -231,21 +231,12 @@ int wk_log_sync_mode(struct ush_worker *wk)
 		return ret;
 	if (!none) /* a durable run after an unsynced one */
 		return unmark(wk);
-	if ((wk->marked = *was && !host_restarted))
+	if (*was && !host_restarted)
 		return 0;
 	ret = ushi_replace_at(wk->dirs[0].fd, WK_UNSYNCED_FILE, now,
 			      BOOT_ID_LEN);
-	wk->marked = !ret;
 	return ret ? ushi_fail(ret, "worker: writing %s/" WK_UNSYNCED_FILE,
 			       wk->dir) : 0;
-}
-
-void wk_log_sync_end(struct ush_worker *wk)
-{
-	int ret = wk->marked ? unmark(wk) : 0;
-	if (ret)
-		wk_log(wk, 0, "%s (a start after a host crash drops every "
-		       "shuffle)", ush_last_error());
 }
 
 bool wk_log_compact_due(const struct ush_worker *wk)

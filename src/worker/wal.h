@@ -31,8 +31,8 @@ struct wk_rec {
 #define WK_LOG_FILE "commit.log"
 #define WK_SNAP_FILE "commit.snap"
 #define WK_LOG_T0_FILE "commit.t0.log"
-/* Present while a --sync=none worker may have unsynced data here: the
- * boot id it ran under. */
+/* Present while a --sync=none worker may have left unsynced data here
+ * (it stays after the worker exits): the boot id it ran under. */
 #define WK_UNSYNCED_FILE "unsynced"
 
 /* The log, its records and its snapshot: only the committer (group.c)
@@ -56,9 +56,6 @@ int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len);
  * marker, a durable one syncs what an earlier unsynced run of this boot
  * wrote and removes it. 0 or an error. */
 int wk_log_sync_mode(struct ush_worker *wk);
-/* At a clean stop of a --sync=none worker: syncs its directories and
- * removes the marker, so that a reboot keeps its shuffles. */
-void wk_log_sync_end(struct ush_worker *wk);
 /* Whether most of the snapshot and log is dead (wk->lock held). */
 bool wk_log_compact_due(const struct ush_worker *wk);
 /* Writes the n records at r (the live state) as the snapshot and empties

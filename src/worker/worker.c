@@ -642,7 +642,6 @@ void ush_worker_free(ush_worker *wk)
 			close(wk->threads[i].lfd);
 	}
 	wk_group_stop(wk);
-	wk_log_sync_end(wk);
 	if (wk->log_fd >= 0)
 		close(wk->log_fd);
 	wk_attempt_free(wk);
