@@ -169,6 +169,10 @@ def main():
     ap.add_argument("--partitions", type=int, default=32)
     ap.add_argument("--scratch", required=True)
     ap.add_argument("--ushuffled")
+    ap.add_argument("--durable", action="store_true",
+                    help="ushuffled syncs every commit (install(durable="
+                    "True): --sync=full --direct=1), as before the "
+                    "unsynced default")
     ap.add_argument("--threads", type=int, default=1,
                     help="threads per Dask worker")
     ap.add_argument("--memory-limit", default="auto",
@@ -197,7 +201,7 @@ def run(a, rows):
         procs = []
         if a.method == "ushuffle":  # a ushuffled per Dask worker
             opts = ud.install(client, replicas=1, ushuffled=a.ushuffled,
-                              per_worker=True)
+                              per_worker=True, durable=a.durable)
             procs = list(deploy.pids(client).values())
             ud.register(**opts)  # shuffle="ushuffle" in Dask's operations
         peak = Peak(pids + procs)
@@ -236,7 +240,8 @@ def run(a, rows):
         del out
     res = {"method": a.method, "op": a.op, "frame": a.frame,
            "bytes": a.bytes, "partitions": a.partitions,
-           "threads": a.threads, "wall_s": wall, "error": error,
+           "threads": a.threads, "durable": a.durable, "wall_s": wall,
+           "error": error,
            "worker_memory_limit": limit,
            "worker_rss_before": base, "worker_peak_rss": peak.peak[:2],
            "ushuffled_peak_rss": peak.peak[2:], "worker_cpu_s": cpu[:2],
