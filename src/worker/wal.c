@@ -166,8 +166,8 @@ static int boot_id(char id[BOOT_ID_LEN + 1])
 	return 0;
 }
 
-/* The marker's boot id into id ("" without a marker; what it holds
- * otherwise, whatever it is). */
+/* 1 and the marker's contents in id (whatever they are: a boot id, or
+ * not one), 0 without a marker, or an error. */
 static int marker_read(struct ush_worker *wk, char id[BOOT_ID_LEN + 2])
 {
 	int fd = openat(wk->dirs[0].fd, WK_UNSYNCED_FILE,
@@ -180,7 +180,7 @@ static int marker_read(struct ush_worker *wk, char id[BOOT_ID_LEN + 2])
 		return ushi_fail(-err, "worker: reading %s/" WK_UNSYNCED_FILE,
 				 wk->dir);
 	id[n] = 0;
-	return 0;
+	return fd >= 0;
 }
 
 /* Removes the marker, once what the unsynced run wrote is durable. */
@@ -221,17 +221,17 @@ int wk_log_sync_mode(struct ush_worker *wk)
 {
 	char was[BOOT_ID_LEN + 2], now[BOOT_ID_LEN + 1];
 	bool none = wk->o.sync == USH_WORKER_SYNC_NONE;
-	int ret = marker_read(wk, was);
-	if (ret || (!none && !*was))
-		return ret;
+	int marked = marker_read(wk, was), ret;
+	if (marked < 0 || (!none && !marked))
+		return marked < 0 ? marked : 0;
 	if ((ret = boot_id(now)))
 		return ret;
-	bool host_restarted = *was && strcmp(was, now);
+	bool host_restarted = marked && strcmp(was, now);
 	if (host_restarted && (ret = forget(wk, now)))
 		return ret;
 	if (!none) /* a durable run after an unsynced one */
 		return unmark(wk);
-	if (*was && !host_restarted)
+	if (marked && !host_restarted)
 		return 0;
 	ret = ushi_replace_at(wk->dirs[0].fd, WK_UNSYNCED_FILE, now,
 			      BOOT_ID_LEN);
