@@ -191,8 +191,8 @@ static int unmark(struct ush_worker *wk)
 			return ushi_fail(-errno, "worker: syncfs of %s",
 					 wk->dirs[i].path);
 	if (unlinkat(wk->dirs[0].fd, WK_UNSYNCED_FILE, 0) && errno != ENOENT)
-		return ushi_fail(-errno, "worker: removing %s/" WK_UNSYNCED_FILE,
-				 wk->dir);
+		return ushi_fail(-errno, "worker: removing %s/"
+				 WK_UNSYNCED_FILE, wk->dir);
 	return ushi_sync_dir(wk->dir, "worker");
 }
 

@@ -120,7 +120,8 @@ static void log_start(struct ush_worker *wk)
 	       "max frame %u, %u applications, per application %u "
 	       "connections, %u shuffles, %llu bytes, %u attempts, %u "
 	       "commits; app ttl %u ms; auth %s; commits %s", wk->host,
-	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dirlist,
+	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s",
+	       wk->dirlist,
 	       o->max_conns, wk->open_max, o->window, o->max_frame,
 	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
 	       (unsigned long long)o->max_app_bytes, o->max_app_attempts,
@@ -474,8 +475,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		ret = ushi_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
 	else if (wk->o.sync > USH_WORKER_SYNC_NONE)
 		ret = ushi_fail(-EINVAL, "worker: sync mode %u: accepted: "
-			       "USH_WORKER_SYNC_FULL (0) or USH_WORKER_SYNC_NONE "
-			       "(1)", wk->o.sync);
+			       "USH_WORKER_SYNC_FULL (0) or "
+			       "USH_WORKER_SYNC_NONE (1)", wk->o.sync);
 	else if (wk->o.max_conns > (uint64_t)wk->nthreads * WK_THREAD_CONNS_MAX)
 		ret = ushi_fail(-EINVAL, "worker: %u connections need %u "
 			       "threads or more (each holds at most %u)",
