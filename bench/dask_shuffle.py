@@ -86,8 +86,13 @@ class Peak(threading.Thread):
         super().__init__(daemon=True)
         self.procs = [psutil.Process(p) for p in pids]
         self.peak = [0] * len(pids)
-        self.cpu0 = [self.cpu(p) for p in self.procs]
         self.halt = threading.Event()
+
+    def start(self):
+        # CPU from the clock's start: not the making of the rows, which
+        # comes between __init__ and start.
+        self.cpu0 = [self.cpu(p) for p in self.procs]
+        super().start()
 
     @staticmethod
     def cpu(p):
