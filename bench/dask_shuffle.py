@@ -86,8 +86,13 @@ class Peak(threading.Thread):
         super().__init__(daemon=True)
         self.procs = [psutil.Process(p) for p in pids]
         self.peak = [0] * len(pids)
-        self.cpu0 = [self.cpu(p) for p in self.procs]
         self.halt = threading.Event()
+
+    def start(self):
+        # CPU from the clock's start: not the making of the rows, which
+        # comes between __init__ and start.
+        self.cpu0 = [self.cpu(p) for p in self.procs]
+        super().start()
 
     @staticmethod
     def cpu(p):
@@ -169,6 +174,10 @@ def main():
     ap.add_argument("--partitions", type=int, default=32)
     ap.add_argument("--scratch", required=True)
     ap.add_argument("--ushuffled")
+    ap.add_argument("--durable", action="store_true",
+                    help="ushuffled syncs every commit (install(durable="
+                    "True): --sync=full --direct=1), as before the "
+                    "unsynced default")
     ap.add_argument("--threads", type=int, default=1,
                     help="threads per Dask worker")
     ap.add_argument("--memory-limit", default="auto",
@@ -197,7 +206,7 @@ def run(a, rows):
         procs = []
         if a.method == "ushuffle":  # a ushuffled per Dask worker
             opts = ud.install(client, replicas=1, ushuffled=a.ushuffled,
-                              per_worker=True)
+                              per_worker=True, durable=a.durable)
             procs = list(deploy.pids(client).values())
             ud.register(**opts)  # shuffle="ushuffle" in Dask's operations
         peak = Peak(pids + procs)
@@ -236,7 +245,8 @@ def run(a, rows):
         del out
     res = {"method": a.method, "op": a.op, "frame": a.frame,
            "bytes": a.bytes, "partitions": a.partitions,
-           "threads": a.threads, "wall_s": wall, "error": error,
+           "threads": a.threads, "durable": a.durable, "wall_s": wall,
+           "error": error,
            "worker_memory_limit": limit,
            "worker_rss_before": base, "worker_peak_rss": peak.peak[:2],
            "ushuffled_peak_rss": peak.peak[2:], "worker_cpu_s": cpu[:2],

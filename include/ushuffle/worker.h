@@ -125,7 +125,23 @@ struct ush_worker_opts {
 				      16384); one not heard of for
 				      app_ttl_ms is removed */
 	uint32_t reserved0;        /* never read, never reused */
+	unsigned sync;             /* USH_WORKER_SYNC_FULL (0, the
+				      default) or USH_WORKER_SYNC_NONE
+				      (docs/operations.md, "Durability") */
+	uint32_t reserved1;        /* never read */
 };
+
+/* What a commit waits for before its ACK. FULL: the data, its index,
+ * new directories and the commit record are synced (fdatasync): a
+ * committed map output survives a host crash. NONE: written to the page
+ * cache only (as Spark's own shuffle files are): a commit survives the
+ * worker's process being stopped or killed, not a restart of the host
+ * (crash or reboot); a start after one drops every shuffle of the
+ * directories (readers get USH_ENOTCOMMITTED and their driver reruns
+ * the maps). For ephemeral shuffles whose framework recomputes lost
+ * outputs (Dask). */
+#define USH_WORKER_SYNC_FULL 0u
+#define USH_WORKER_SYNC_NONE 1u
 
 /* ush_worker_opts_init(&opts) fills opts with the defaults above. */
 USH_API void ush_worker_opts_init_size(struct ush_worker_opts *opts,

@@ -1,8 +1,8 @@
 """ushuffle.dask.install on a real cluster of two "hosts" (Dask workers on
 127.0.0.1 and 127.0.0.2): one ushuffled each, a secret on no command
-line, directories in the workers' local directories, a ushuffled killed
-during the shuffle with replicas 2 losing nothing, and nothing left when
-the cluster closes."""
+line, directories in the workers' local directories, commits unsynced
+unless durable=True, a ushuffled killed during the shuffle with replicas
+2 losing nothing, and nothing left when the cluster closes."""
 import functools
 import os
 import signal
@@ -43,6 +43,24 @@ def alive(pid):
         return f.read().split()[2] != "Z"
 
 
+def unsynced(argv):
+    """Whether the ushuffled of argv commits without syncing: its marker
+    (docs/operations.md, "Durability") is in its --dir."""
+    d = [a for a in argv if a.startswith(b"--dir=")][0].split(b"=", 1)[1]
+    return os.path.exists(os.path.join(d, b"unsynced"))
+
+
+def test_install_durable(tmp_path):
+    with cluster(tmp_path) as c, Client(c) as client:
+        opts = ud.install(client, replicas=2, durable=True)
+        for pid in deploy.pids(client).values():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                assert not unsynced(f.read().split(b"\0"))
+        ddf = dd.from_pandas(frame(5000, 4, skew=True), npartitions=4)
+        assert_same(client, ud.shuffle(ddf, "k", npartitions=3, **opts),
+                    ddf.shuffle("k", npartitions=3, shuffle="tasks"))
+
+
 def test_install_and_a_lost_ushuffled(tmp_path):
     with cluster(tmp_path) as c, Client(c) as client:
         opts = ud.install(client, replicas=2)
@@ -59,6 +77,7 @@ def test_install_and_a_lost_ushuffled(tmp_path):
                 assert f.read() not in b" ".join(argv)
             host = addr.split(":")[0]
             assert path.startswith(str(tmp_path / host))
+            assert unsynced(argv)  # ushuffled --sync=none by default
         ddf = dd.from_pandas(frame(20000, 4, skew=True), npartitions=4)
         victim = sorted(pids.values())[0]
         ours = ud.shuffle(ddf, "k", npartitions=5,

@@ -112,16 +112,27 @@ def _address(dask_worker):
     return None if p is None else (p.address, p.proc.pid)
 
 
+# Dask recomputes lost outputs and keeps its own shuffles in memory: by
+# default a commit waits for the page cache only (docs/operations.md,
+# "Durability"), and writes go through it.
+_EPHEMERAL = ("--sync=none", "--direct=0")
+
+
 def install(client, replicas=2, app="dask", ushuffled=None, args=(),
-            per_worker=False):
+            per_worker=False, durable=False):
     """Starts one ushuffled per host of client's Dask workers (per worker
     with per_worker: several on one host, as in a LocalCluster), each
     with its own data directory in a Dask worker's local directory, and
     returns the options of ushuffle.dask.shuffle that use them: workers
     (as "HOST:PORT@LABEL,..."), replicas and app.
 
+    Commits are not synced (ushuffled --sync=none --direct=0): a map
+    output survives its ushuffled being killed, not a host crash, after
+    which its readers fail with USH_ENOTCOMMITTED and Dask reruns the
+    maps; durable=True syncs every commit (--sync=full --direct=1).
     ushuffled: the program (default: the one the package was built
-    with); args: further ushuffled options (--threads=2, ...). They stop
+    with); args: further ushuffled options (--threads=2, ...; they come
+    after those above and override them). They stop
     when the cluster closes. Workers that join later get the secret,
     and a ushuffled if their host has none, but are not in the list."""
     if ushuffled is None:
@@ -131,6 +142,7 @@ def install(client, replicas=2, app="dask", ushuffled=None, args=(),
     ushuffle.auth_secret(app, secret)  # the client heartbeats
     # The scheduler drops each shuffle (ushuffle.dask.Lifetimes).
     client.run_on_scheduler(ushuffle.auth_secret, app, secret)
+    args = (() if durable else _EPHEMERAL) + tuple(args)
     plugin = UshuffledPlugin(secret, app, secrets.token_hex(8), ushuffled,
                              args, per_worker)
     client.register_worker_plugin(plugin, name=UshuffledPlugin.name)

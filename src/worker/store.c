@@ -21,6 +21,8 @@
  * first open (files.c) cuts only that, never an extent of a committed
  * attempt. Commits that come while a round runs share the next one: a
  * round costs two syncs however many maps of the shuffle it covers.
+ * With --sync=none a round ends once its writes are done: no sync
+ * (wal.c says what a start after a host crash does then).
  *
  * Errors belong to the shuffle: a failed write or sync fails every later
  * commit of that shuffle on this thread (the log may hold a hole) until
@@ -698,13 +700,17 @@ static int round_sync(struct wk_thread *t, struct wk_shuf *s)
 	s->sy_fl[k].ops = 0;
 	bool log = s->sy_log, idx = s->iunsynced;
 	s->iunsynced = false;
+	/* --sync=none: written (to the page cache) is as far as it goes. */
+	bool none = t->wk->o.sync == USH_WORKER_SYNC_NONE;
+	if (none)
+		log = idx = s->dir_unsynced = s->top_unsynced = false;
 	/* An idle log may have been closed (evict()) since. */
 	int ret = log || idx ? wk_shuf_open(t, s) : 0;
 	if (!ret && log)
 		ret = sync_start(s, s->fd, s->slot, log_synced);
 	if (!ret && idx)
 		ret = sync_start(s, s->ifd, -1, idx_synced);
-	if (!ret)
+	if (!ret && !none)
 		ret = sync_dirs(s);
 	/* None to wait for: done once the rounds before it are. */
 	if (!s->sy_fl[k].ops && s->sy_fl_n == 1) {

@@ -234,7 +234,7 @@ int main(int argc, char **argv)
 	ret = ush_worker_start(worker);
 	if (ret)
 		fprintf(stderr, "ushuffled: %s\n", ush_worker_last_error());
-	else if ((ret = metrics_start(worker))) {
+	else if ((ret = metrics_start(worker, o.sync))) {
 		fprintf(stderr, "ushuffled: --metrics: cannot start its "
 			"thread: %s\n", strerror(-ret));
 		ush_worker_stop(worker);

@@ -21,9 +21,9 @@ int daemon_parse(int argc, char **argv, struct ush_worker_opts *o);
 int metrics_listen(const char *hostport, char *err, size_t n);
 /* The bound port, or -1 when not listening. */
 int metrics_port(void);
-/* Serves w's counters from a thread of its own (nothing when not
- * listening). Returns 0 or -errno. */
-int metrics_start(ush_worker *w);
+/* Serves w's counters, and its sync mode (--sync), from a thread of its
+ * own (nothing when not listening). Returns 0 or -errno. */
+int metrics_start(ush_worker *w, unsigned sync);
 void metrics_stop(void);
 /* w's counters in the Prometheus text format into buf (n bytes, cut
  * there); returns the length of the whole text. */

@@ -39,6 +39,8 @@ static const char *const error_kinds[] = {
 #undef USH_X
 };
 
+static unsigned worker_sync; /* the worker's --sync */
+
 struct text {
 	char *p;
 	size_t n, len;
@@ -108,6 +110,9 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	metric(&t, "decommissioning", "gauge", "1 once decommissioned "
 	       "(SIGUSR2): no new writers, exits when no shuffle is left.",
 	       s.decommissioning);
+	metric(&t, "commits_synced", "gauge", "1: a commit waits for its "
+	       "data to be synced (--sync=full); 0: not (--sync=none: lost "
+	       "at a host crash).", worker_sync != USH_WORKER_SYNC_NONE);
 	metric(&t, "stored_bytes", "gauge",
 	       "DATA bytes stored for applications.", s.bytes_stored);
 	metric(&t, "open_files", "gauge", "Log and index files open.",
@@ -356,7 +361,7 @@ int metrics_port(void)
 	return atoi(port);
 }
 
-int metrics_start(ush_worker *w)
+int metrics_start(ush_worker *w, unsigned sync)
 {
 	if (srv.fd < 0)
 		return 0;
@@ -366,6 +371,7 @@ int metrics_start(ush_worker *w)
 	for (unsigned i = 0; i < METRICS_CLIENTS; i++)
 		srv.c[i].fd = -1;
 	srv.w = w;
+	worker_sync = sync;
 	int r = pthread_create(&srv.tid, NULL, metrics_main, NULL);
 	if (r) {
 		srv.w = NULL;

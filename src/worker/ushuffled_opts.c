@@ -29,6 +29,12 @@ static void usage(FILE *f)
 		"  --threads=N         threads, one ring and listener each "
 		"(default: one per CPU)\n"
 		"  --direct=0|1        O_DIRECT shuffle logs (default 1)\n"
+		"  --sync=full|none    full (default): a commit waits for "
+		"its data and record\n"
+		"                      to be synced; none: written to the "
+		"page cache only,\n"
+		"                      lost at a host crash "
+		"(docs/operations.md, \"Durability\")\n"
 		"  --log-level=LEVEL   error, info (default) or debug\n"
 		"  --window=BYTES      credit per connection (default 4 MiB)\n"
 		"  --max-frame=BYTES   largest frame accepted (default 64 MiB)\n"
@@ -159,6 +165,7 @@ static const struct dopt dopts[] = {
 	{"dir", 1, 'd', "a directory path, or several separated by ':'"},
 	{"threads", 1, 't', "1..1024"},
 	{"direct", 1, 'D', "0 or 1"},
+	{"sync", 1, 'y', "full or none"},
 	{"log-level", 1, 'v', "error, info or debug (or 0, 1, 2)"},
 	{"window", 1, 'w', "4k..1g"},
 	{"max-frame", 1, 'm', "0..1g"},
@@ -212,6 +219,10 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 	case 'D':
 		o->direct = v[0] == '1';
 		return strcmp(v, "0") && strcmp(v, "1") ? -1 : 0;
+	case 'y':
+		o->sync = strcmp(v, "none") ? USH_WORKER_SYNC_FULL :
+					      USH_WORKER_SYNC_NONE;
+		return strcmp(v, "full") && strcmp(v, "none") ? -1 : 0;
 	case 'v':
 		o->log_level = level(v);
 		return o->log_level < 0 ? -1 : 0;

@@ -145,6 +145,100 @@ static void legacy_unlink(struct ush_worker *wk)
 		closedir(d);
 }
 
+/* ------------------------------------------------------- --sync=none */
+
+#define BOOT_ID_LEN 36 /* a UUID */
+
+/* This boot's id, which the kernel draws anew at each boot. */
+static int boot_id(char id[BOOT_ID_LEN + 1])
+{
+	const char *path = "/proc/sys/kernel/random/boot_id";
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, id, BOOT_ID_LEN);
+	int err = n < 0 ? errno : EIO;
+	if (fd >= 0)
+		close(fd);
+	if (n != BOOT_ID_LEN)
+		return ushi_fail(-err, "worker: reading %s (--sync=none tells "
+				 "a restart of the worker from one of the host "
+				 "by it)", path);
+	id[BOOT_ID_LEN] = 0;
+	return 0;
+}
+
+/* 1 and the marker's contents in id (whatever they are: a boot id, or
+ * not one), 0 without a marker, or an error. */
+static int marker_read(struct ush_worker *wk, char id[BOOT_ID_LEN + 2])
+{
+	int fd = openat(wk->dirs[0].fd, WK_UNSYNCED_FILE,
+			O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n = fd < 0 ? 0 : read(fd, id, BOOT_ID_LEN + 1);
+	int err = errno;
+	if (fd >= 0)
+		close(fd);
+	if ((fd < 0 && err != ENOENT) || n < 0)
+		return ushi_fail(-err, "worker: reading %s/" WK_UNSYNCED_FILE,
+				 wk->dir);
+	id[n] = 0;
+	return fd >= 0;
+}
+
+/* Removes the marker, once what the unsynced run wrote is durable. */
+static int unmark(struct ush_worker *wk)
+{
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		if (syncfs(wk->dirs[i].fd))
+			return ushi_fail(-errno, "worker: syncfs of %s",
+					 wk->dirs[i].path);
+	if (unlinkat(wk->dirs[0].fd, WK_UNSYNCED_FILE, 0) && errno != ENOENT)
+		return ushi_fail(-errno, "worker: removing %s/"
+				 WK_UNSYNCED_FILE, wk->dir);
+	return ushi_sync_dir(wk->dir, "worker");
+}
+
+/* The host restarted since a --sync=none run: its commit records may
+ * have reached the disk without the data they name, or torn logs and
+ * indexes hold blocks of zeros or stale bytes in any order. None of it
+ * is trusted: the records go, and the sweep then removes every shuffle
+ * directory (no application owns one any more). */
+static int forget(struct ush_worker *wk, const char *now)
+{
+	wk_log(wk, 0, "%s/" WK_UNSYNCED_FILE ": the host restarted (boot "
+	       "id now %s, another before) since ushuffled ran here with "
+	       "--sync=none, which does not sync: every shuffle in %s is "
+	       "dropped (its readers get USH_ENOTCOMMITTED, and their "
+	       "drivers rerun the maps)", wk->dir, now, wk->dirlist);
+	static const char *const files[] = {WK_SNAP_FILE, WK_LOG_FILE};
+	for (size_t i = 0; i < 2; i++)
+		if (unlinkat(wk->dirs[0].fd, files[i], 0) && errno != ENOENT)
+			return ushi_fail(-errno, "worker: removing %s/%s",
+					 wk->dir, files[i]);
+	legacy_unlink(wk);
+	return ushi_sync_dir(wk->dir, "worker");
+}
+
+int wk_log_sync_mode(struct ush_worker *wk)
+{
+	char was[BOOT_ID_LEN + 2], now[BOOT_ID_LEN + 1];
+	bool none = wk->o.sync == USH_WORKER_SYNC_NONE;
+	int marked = marker_read(wk, was), ret;
+	if (marked < 0 || (!none && !marked))
+		return marked < 0 ? marked : 0;
+	if ((ret = boot_id(now)))
+		return ret;
+	bool host_restarted = marked && strcmp(was, now);
+	if (host_restarted && (ret = forget(wk, now)))
+		return ret;
+	if (!none) /* a durable run after an unsynced one */
+		return unmark(wk);
+	if (marked && !host_restarted)
+		return 0;
+	ret = ushi_replace_at(wk->dirs[0].fd, WK_UNSYNCED_FILE, now,
+			      BOOT_ID_LEN);
+	return ret ? ushi_fail(ret, "worker: writing %s/" WK_UNSYNCED_FILE,
+			       wk->dir) : 0;
+}
+
 bool wk_log_compact_due(const struct ush_worker *wk)
 {
 	uint64_t live = REC * (uint64_t)(wk->ncommits + wk->nowners);
@@ -189,7 +283,8 @@ void wk_log_encode(uint8_t *b, const struct wk_rec *r, size_t n)
 int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len)
 {
 	int ret = ushi_pwrite_all(wk->log_fd, b, len, wk->log_off);
-	if (!ret && fdatasync(wk->log_fd))
+	bool sync = wk->o.sync != USH_WORKER_SYNC_NONE;
+	if (!ret && sync && fdatasync(wk->log_fd))
 		ret = -errno;
 	if (ret)
 		return ret;

@@ -31,6 +31,9 @@ struct wk_rec {
 #define WK_LOG_FILE "commit.log"
 #define WK_SNAP_FILE "commit.snap"
 #define WK_LOG_T0_FILE "commit.t0.log"
+/* Present while a --sync=none worker may have left unsynced data here
+ * (it stays after the worker exits): the boot id it ran under. */
+#define WK_UNSYNCED_FILE "unsynced"
 
 /* The log, its records and its snapshot: only the committer (group.c)
  * calls these once the worker is created. */
@@ -48,6 +51,11 @@ void wk_log_encode(uint8_t *b, const struct wk_rec *r, size_t n);
 /* Appends len bytes of encoded records at b with one write and syncs
  * the log. Returns 0 or -errno (nothing counts as appended then). */
 int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len);
+/* Before replay: a start after a host crash that followed a --sync=none
+ * run empties the log (wal.c, forget()); a --sync=none start leaves the
+ * marker, a durable one syncs what an earlier unsynced run of this boot
+ * wrote and removes it. 0 or an error. */
+int wk_log_sync_mode(struct ush_worker *wk);
 /* Whether most of the snapshot and log is dead (wk->lock held). */
 bool wk_log_compact_due(const struct ush_worker *wk);
 /* Writes the n records at r (the live state) as the snapshot and empties

@@ -119,15 +119,19 @@ static void log_start(struct ush_worker *wk)
 	       "%u connections, %u open log files per thread, window %u, "
 	       "max frame %u, %u applications, per application %u "
 	       "connections, %u shuffles, %llu bytes, %u attempts, %u "
-	       "commits; app ttl %u ms; auth %s", wk->host, wk->port,
-	       wk->nthreads, wk->nthreads == 1 ? "" : "s", wk->dirlist,
+	       "commits; app ttl %u ms; auth %s; commits %s", wk->host,
+	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s",
+	       wk->dirlist,
 	       o->max_conns, wk->open_max, o->window, o->max_frame,
 	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
 	       (unsigned long long)o->max_app_bytes, o->max_app_attempts,
 	       o->max_app_commits, o->app_ttl_ms,
 	       wk->secret || wk->secrets_dirfd >= 0 ?
 		       (o->insecure ? "optional (--insecure)" : "required") :
-		       "none (--insecure)");
+		       "none (--insecure)",
+	       o->sync == USH_WORKER_SYNC_NONE ?
+		       "unsynced (--sync=none: lost at a host crash)" :
+		       "synced (--sync=full)");
 }
 
 /* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
@@ -469,6 +473,10 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			       "power of two >= 16 KiB, pool two of them", fs);
 	else if (wk->o.max_frame < 4096 || wk->o.max_frame > (1u << 30))
 		ret = ushi_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
+	else if (wk->o.sync > USH_WORKER_SYNC_NONE)
+		ret = ushi_fail(-EINVAL, "worker: sync mode %u: accepted: "
+			       "USH_WORKER_SYNC_FULL (0) or "
+			       "USH_WORKER_SYNC_NONE (1)", wk->o.sync);
 	else if (wk->o.max_conns > (uint64_t)wk->nthreads * WK_THREAD_CONNS_MAX)
 		ret = ushi_fail(-EINVAL, "worker: %u connections need %u "
 			       "threads or more (each holds at most %u)",
@@ -514,6 +522,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	ret = wk_store_init(wk);
 	if (!ret && port)
 		ret = port_free(wk, port);
+	if (!ret)
+		ret = wk_log_sync_mode(wk);
 	if (!ret)
 		ret = wk_log_replay(wk, wk_rec_replay);
 	if (!ret)
