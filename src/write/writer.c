@@ -167,20 +167,29 @@ static int submit(struct ush_writer *w, struct ushi_frame *f,
 	return hand_over(w, f, b, mem);
 }
 
-/* The stage's pack_frame: see struct ushi_stage_ops. */
-static int pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
-		      uint32_t raw, uint32_t nrec, uint8_t *zbuf)
+/* The stage's build_frame: see struct ushi_stage_ops. */
+static int build_frame(struct ush_writer *w, uint32_t partition,
+		       uint8_t **hdr, uint32_t raw, uint32_t nrec,
+		       uint8_t *zbuf, uint32_t *flen)
 {
 	struct ushi_part *p = &w->parts[partition];
 	struct ushi_frame f = frame_of(w, partition, p->seq++, raw, nrec);
 	p->st.batches++;
-	if (zbuf && raw && compress(w, &f, hdr, zbuf, writer_room(w)))
-		hdr = zbuf;
-	uint32_t flen;
-	int ret = encode(w, &f, hdr, &flen);
+	if (zbuf && raw && compress(w, &f, *hdr, zbuf, writer_room(w)))
+		*hdr = zbuf;
+	int ret = encode(w, &f, *hdr, flen);
 	if (ret)
 		writer_error_keep(w, ret);
-	else if ((ret = w->sink->pack_add(w, hdr, flen, partition)))
+	return ret;
+}
+
+/* The stage's pack_frame: see struct ushi_stage_ops. */
+static int pack_frame(struct ush_writer *w, uint32_t partition, uint8_t *hdr,
+		      uint32_t raw, uint32_t nrec, uint8_t *zbuf)
+{
+	uint32_t flen;
+	int ret = build_frame(w, partition, &hdr, raw, nrec, zbuf, &flen);
+	if (!ret && (ret = w->sink->pack_add(w, hdr, flen, partition)))
 		ret = sink_failed(w, ret);
 	return ret;
 }
@@ -405,6 +414,7 @@ static const struct ushi_stage_ops stage_ops = {
 	.get_buf = stage_get_buf,
 	.flush_queue = flush_queue,
 	.pack_frame = pack_frame,
+	.build_frame = build_frame,
 };
 
 /* Hands partition's open batch off if it holds records, else frees it. */
