@@ -37,8 +37,12 @@
 /* The gather reads staged records in partition order, a cache miss
  * each: it prefetches this many records ahead. */
 #define USHI_STAGE_AHEAD 32u
-/* Records of at most this many bytes (with the prefix) are scattered in
- * arrival order, larger ones gathered (docs/notes/partitions.md). */
+/* A flush whose records average at most USHI_STAGE_SMALL bytes (with
+ * the prefix) scatters those of at most USHI_STAGE_SCATTER in arrival
+ * order and gathers the rest; larger records gather faster into the
+ * cache-warm packs than into the span's cold buffers
+ * (docs/notes/partitions.md). */
+#define USHI_STAGE_SMALL 64u
 #define USHI_STAGE_SCATTER 256u
 #define NOWHERE UINT64_MAX
 
@@ -505,8 +509,11 @@ int stage_flush(struct ush_writer *w)
 	}
 	for (uint32_t i = 0; i < s->n; i++)
 		s->sorted[s->count[s->notes[i].part]++] = s->notes[i].at;
-	/* Scattered where it can be (1: not), else gathered. */
-	int rest = ret || !s->cur ? 1 : span_flush(w, s);
+	/* Small records scattered where they can be (1: not), else
+	 * gathered. */
+	uint64_t bytes = ((uint64_t)(s->nchunks - 1) << s->shift) + s->used;
+	int rest = ret || !s->cur || bytes > (uint64_t)s->n * USHI_STAGE_SMALL ?
+			   1 : span_flush(w, s);
 	if (rest <= 0)
 		ret = rest;
 	uint32_t a = 0;
