@@ -25,6 +25,7 @@
 #define REC_MAX_STAGED (PUSH - 48 - 4) /* the largest record a batch holds */
 
 static uint32_t nparts = 3000;
+static uint32_t read_stride = 1; /* reads back every this many partitions */
 static enum ush_codec codec = USH_CODEC_NONE;
 
 /* What partition p holds, in order: seeds and lengths. */
@@ -48,12 +49,21 @@ static void note(struct part *pt, uint64_t seed, uint32_t len)
 }
 
 /* Mostly small records, some of 8 KiB, a few of the largest staged size
- * and very few above the push size. */
+ * and very few above the push size; with small_mix, records of 0-40
+ * bytes, some of 257-1,000 and a few of the largest staged size: a
+ * stage flush scatters records that average at most 64 bytes. */
+static bool small_mix;
+
 static uint32_t pick_len(uint64_t *rng)
 {
 	uint64_t x = th_rand(rng);
 	if (x % 4096 == 1) /* each flushes the stage: rare */
 		return PUSH + (uint32_t)(x >> 12) % 5000;
+	if (small_mix && x % 8192 == 2)
+		return REC_MAX_STAGED - (uint32_t)(x >> 13) % 3;
+	if (small_mix)
+		return x % 64 == 0 ? 257 + (uint32_t)(x >> 8) % 744 :
+				     (uint32_t)(x >> 8) % 41;
 	switch (x % 64) {
 	case 0:
 		return REC_MAX_STAGED - (uint32_t)(x >> 8) % 3;
@@ -179,7 +189,7 @@ static void check_stats(const struct part *parts,
 
 static void read_back(const struct ush_status *st, const struct part *parts)
 {
-	for (uint32_t p = 0; p < nparts; p++) {
+	for (uint32_t p = 0; p < nparts; p += read_stride) {
 		ush_reader *r;
 		th_ok(th_reader_open(&r, st, 1, p, 0));
 		const void *rec;
@@ -449,6 +459,29 @@ static void threshold(void **state)
 	nparts = saved;
 }
 
+/* 10,000 and 100,000 partitions, small records: a flush's records,
+ * scattered in arrival order into its frames (those of at most 256
+ * bytes) or gathered (larger ones, partitions of several frames, frames
+ * across two buffers), read back record for record, each partition in
+ * order (at 100,000 every tenth partition; the stats of all). */
+static void staged_many_parts(void **state)
+{
+	(void)state;
+	uint32_t saved = nparts;
+	for (nparts = 10000; nparts <= 100000; nparts *= 10) {
+		/* Each partition's stats, and 10,000 of them read back:
+		 * a reader per partition is the test's cost. */
+		read_stride = nparts / 10000;
+		small_mix = true;
+		struct ush_writer_stats ws = write_check(USH_TARGET_DISK,
+							 USH_IOENGINE_URING);
+		small_mix = false;
+		assert_true(ws.staged_flushes >= 5);
+	}
+	read_stride = 1;
+	nparts = saved;
+}
+
 /* Writers of one ring share its pool: four staged writers, interleaved,
  * each stage sized from the whole pool. They left no buffer for a
  * flush's packs ("disk: no pack buffer"); every record reads back, each
@@ -518,6 +551,7 @@ int main(void)
 		cmocka_unit_test_teardown(staged_enospc, unmount),
 		cmocka_unit_test_teardown(staged_zstd, th_teardown),
 		cmocka_unit_test_teardown(threshold, th_teardown),
+		cmocka_unit_test_teardown(staged_many_parts, th_teardown),
 		cmocka_unit_test_teardown(writers_share_pool, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

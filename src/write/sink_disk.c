@@ -577,6 +577,28 @@ static int disk_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 	return d->plen == d->pcap ? pack_flush(w, d) : 0;
 }
 
+/* A buffer of staged frames is written as a pack: after the open one,
+ * which goes out first (padded), so the span's bytes follow it. */
+static int disk_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
+			 const struct ushi_span_frame *fr, uint32_t nfr)
+{
+	struct disk *d = w->sink_state;
+	int ret = pack_flush(w, d);
+	for (uint32_t i = 0; !ret && i < nfr; i++)
+		if (!(ret = ents_room(d)))
+			d->ents[d->entries++] = (struct spill_entry){
+				d->off + fr[i].at, fr[i].flen, fr[i].part};
+	if (ret) {
+		pool_put(w->pool, b);
+		return ret;
+	}
+	d->pb = b;
+	d->pack = b->data;
+	d->pcap = b->cap;
+	d->plen = len;
+	return pack_flush(w, d);
+}
+
 /* Writes the last pack and waits for every data write. */
 static int data_finish(struct ush_writer *w, struct disk *d)
 {
@@ -687,4 +709,5 @@ const struct ushi_sink_ops ushi_sink_disk = {
 	.flush = disk_flush,
 	.pack_room = disk_pack_room,
 	.pack_add = disk_pack_add,
+	.span_put = disk_span_put,
 };

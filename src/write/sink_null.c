@@ -66,6 +66,16 @@ static int null_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 	return 0;
 }
 
+static int null_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
+			 const struct ushi_span_frame *fr, uint32_t nfr)
+{
+	(void)fr;
+	(void)nfr;
+	writer_stored(w, len);
+	pool_put(w->pool, b);
+	return 0;
+}
+
 static int null_commit(struct ush_writer *w)
 {
 	ushi_free(w->sink_state);
@@ -87,4 +97,5 @@ const struct ushi_sink_ops ushi_sink_null = {
 	.release = null_abort,
 	.pack_room = null_pack_room,
 	.pack_add = null_pack_add,
+	.span_put = null_span_put,
 };

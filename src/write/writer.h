@@ -10,6 +10,12 @@
 
 struct ush_writer;
 
+/* A frame in a buffer of staged frames: its offset there, its bytes
+ * and partition (span_put below). */
+struct ushi_span_frame {
+	uint32_t at, flen, part;
+};
+
 struct ushi_sink_ops {
 	const char *name;
 	int (*open)(struct ush_writer *w);
@@ -55,6 +61,16 @@ struct ushi_sink_ops {
 	int (*pack_room)(struct ush_writer *w, uint8_t **p, uint32_t *room);
 	int (*pack_add)(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 			uint32_t partition);
+	/*
+	 * Optional: staged writes scatter a flush's records straight into
+	 * pool buffers of the push size (stage.c); span_put takes the next
+	 * one, len bytes (full but for the flush's last), with the nfr
+	 * frames that start in it (a frame may run on into the next
+	 * buffer). The span follows what the sink was given before. b is
+	 * the sink's (state BUF_WRITER), on error too.
+	 */
+	int (*span_put)(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
+			const struct ushi_span_frame *fr, uint32_t nfr);
 };
 
 /* The disk sink's fdatasync: a seam for tests, which make it fail the
@@ -172,6 +188,11 @@ struct ushi_stage_ops {
 	int (*pack_frame)(struct ush_writer *w, uint32_t partition,
 			  uint8_t *hdr, uint32_t raw, uint32_t nrec,
 			  uint8_t *zbuf);
+	/* pack_frame() without the sink: the frame stays at *hdr (zbuf
+	 * when compressed there), *flen its bytes. */
+	int (*build_frame)(struct ush_writer *w, uint32_t partition,
+			   uint8_t **hdr, uint32_t raw, uint32_t nrec,
+			   uint8_t *zbuf, uint32_t *flen);
 };
 
 /* Staged writes, for many partitions (stage.c). stage_open() decides at
