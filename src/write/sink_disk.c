@@ -48,9 +48,8 @@
  * for that partition, so a reader reads a partition's frames a run at a
  * time (prefetch.h) rather than one 64 KiB frame in every 64 at 64
  * partitions, which is a random read. A run is taken at the data offset
- * when the partition's last one is full: whole frames of the one that
- * opens it, an eighth of what the partition wrote so far, at most
- * USHI_RUN_MAX. So the tails that stay empty cost at most an eighth of
+ * when the partition's last one is full: an eighth of what the partition
+ * wrote so far, in whole push buffers, at most USHI_RUN_MAX (run_size()). So the tails that stay empty cost at most an eighth of
  * each partition's large frames (and nothing where the file system
  * punches holes: commit frees the preallocated tails), the writer holds
  * no more memory than before, and every write still goes out as its
@@ -533,6 +532,20 @@ static int ents_room(struct disk *d)
 	return 0;
 }
 
+/* A new run for a frame of len bytes: the frame alone while an eighth
+ * of the partition's bytes is less than a push buffer, else whole push
+ * buffers (frames of full ones fit them to the byte, others of any size
+ * leave less than one), at most USHI_RUN_MAX. */
+static uint64_t run_size(const struct ush_writer *w, const struct run *r,
+			 uint32_t len)
+{
+	uint64_t unit = ALIGN_UP((uint64_t)w->ropts->push_size, USHI_ALIGN);
+	uint64_t n = r->bytes / 8 / unit, most = USHI_RUN_MAX / unit;
+	if (!n || len > unit)
+		return len;
+	return unit * (n < most ? n : most ? most : 1);
+}
+
 /*
  * The place of a large frame of partition (n bytes at p, padded under
  * O_DIRECT to *len): the rest of the partition's run, or a new run at
@@ -552,10 +565,7 @@ static int run_slot(struct ush_writer *w, struct disk *d, uint32_t partition,
 		int ret = pack_flush(w, d);
 		if (ret)
 			return ret;
-		uint64_t frames = r->bytes / 8 / *len;
-		uint64_t most = USHI_RUN_MAX / *len;
-		uint64_t size = *len * (frames < 1 ? 1 : frames > most ?
-					(most ? most : 1) : frames);
+		uint64_t size = run_size(w, r, *len);
 		prealloc(w, d, (uint32_t)size);
 		r->off = d->off;
 		r->end = d->off += size;
@@ -587,7 +597,9 @@ static int disk_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 	}
 	uint32_t len = 0;
 	uint64_t off = 0;
-	if ((ret = run_slot(w, d, partition, p, flen, &len, &off))) {
+	/* psync's copy buffer is its pack too: the pack goes first. */
+	if ((d->copy && (ret = pack_flush(w, d))) ||
+	    (ret = run_slot(w, d, partition, p, flen, &len, &off))) {
 		writer_frame_done(w, b, mem, 0);
 		return ret;
 	}
