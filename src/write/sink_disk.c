@@ -49,11 +49,11 @@
  * time (prefetch.h) rather than one 64 KiB frame in every 64 at 64
  * partitions, which is a random read. A run is taken at the data offset
  * when the partition's last one is full: an eighth of what the partition
- * wrote so far, in whole push buffers, at most USHI_RUN_MAX (run_size()). So the tails that stay empty cost at most an eighth of
- * each partition's large frames (and nothing where the file system
- * punches holes: commit frees the preallocated tails), the writer holds
- * no more memory than before, and every write still goes out as its
- * frame comes.
+ * wrote so far, in whole push buffers, at most USHI_RUN_MAX (run_size()).
+ * So the tails that stay empty (holes, or preallocated space: punching
+ * them at commit would cost a call per partition) cost at most an eighth
+ * of each partition's large frames, the writer holds no more memory than
+ * before, and every write still goes out as its frame comes.
  */
 #define USHI_RUN_MAX (1u << 20)
 
@@ -671,25 +671,12 @@ static int data_finish(struct ush_writer *w, struct disk *d)
 	return ret;
 }
 
-/* Gives the preallocated, unwritten tails of the last runs back to the
- * file system (buffered files have holes there already). Only space:
- * a file system that cannot punch keeps them. */
-static void runs_trim(const struct ush_writer *w, const struct disk *d)
-{
-	for (uint32_t p = 0; d->runs && d->direct && p < w->o.partitions; p++)
-		if (d->runs[p].end > d->runs[p].off)
-			fallocate(d->fd, FALLOC_FL_PUNCH_HOLE |
-				  FALLOC_FL_KEEP_SIZE, (off_t)d->runs[p].off,
-				  (off_t)(d->runs[p].end - d->runs[p].off));
-}
-
 /* Syncs the data, writes and syncs the index, publishes it. */
 static int publish(struct ush_writer *w, struct disk *d)
 {
 	int ret = data_finish(w, d);
 	if (ret)
 		return ret;
-	runs_trim(w, d);
 	if (d->direct && ftruncate(d->fd, (off_t)d->off))
 		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
 				d->data, (unsigned long long)d->off);
