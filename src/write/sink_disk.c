@@ -677,7 +677,9 @@ static int publish(struct ush_writer *w, struct disk *d)
 	int ret = data_finish(w, d);
 	if (ret)
 		return ret;
-	if (d->direct && ftruncate(d->fd, (off_t)d->off))
+	/* O_DIRECT: preallocation past the end goes; buffered: the last
+	 * run's empty tail is the file's too (data_bytes counts it). */
+	if (ftruncate(d->fd, (off_t)d->off))
 		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
 				d->data, (unsigned long long)d->off);
 	if (ushi_fdatasync(d->fd))
