@@ -7,9 +7,10 @@
  * together, up to USHI_PREFETCH_READ bytes a read. A frame of at least
  * USHI_PACK_MIN bytes is read with O_DIRECT, the aligned range around it
  * (no page-cache copy); smaller frames are read through the page cache,
- * which serves the neighbours other partitions' readers will ask for. Whatever engine runs the ring runs
- * the reads: io_uring from the second frame on (ring_use_uring()), or
- * plain pread where the kernel refuses io_uring.
+ * which serves the neighbours other partitions' readers will ask for.
+ * Whatever engine runs the ring runs the reads: io_uring from the second
+ * frame on (ring_use_uring()), or plain pread where the kernel refuses
+ * io_uring.
  */
 #ifndef USHI_PREFETCH_H
 #define USHI_PREFETCH_H

@@ -336,8 +336,7 @@ static void prealloc(struct ush_writer *w, struct disk *d, uint32_t len)
 
 /* Pads n bytes at p under O_DIRECT (pool buffers, packs and heap frames
  * are allocated in USHI_ALIGN units, so the padding fits; zeroed rather
- * than leaking old bytes) and gives them the next place in the file:
- * returns its offset and sets *len to the bytes to write. */
+ * than leaking old bytes): returns the bytes to write. */
 static uint32_t pad(const struct disk *d, uint8_t *p, uint32_t n)
 {
 	uint32_t len = d->direct ? ALIGN_UP(n, USHI_ALIGN) : n;
@@ -345,6 +344,8 @@ static uint32_t pad(const struct disk *d, uint8_t *p, uint32_t n)
 	return len;
 }
 
+/* Pads n bytes at p and gives them the next place in the file: returns
+ * its offset and sets *len to the bytes to write. */
 static uint64_t frame_slot(struct ush_writer *w, struct disk *d, uint8_t *p,
 		      uint32_t n, uint32_t *len)
 {
