@@ -1,13 +1,16 @@
 /*
  * Reads ahead in one map's data file: the frames of the partition, whose
  * entries the reader found in the index, several in flight as read ops
- * on the reader's ring (reader.h), each into its own aligned buffer. A
- * frame of at least USHI_PACK_MIN bytes is read with O_DIRECT, the
- * aligned range around it (no page-cache copy); smaller frames are
- * read through the page cache, which serves the neighbours other
- * partitions' readers will ask for. Whatever engine runs the ring runs
- * the reads: io_uring from the second frame on (ring_use_uring()), or
- * plain pread where the kernel refuses io_uring.
+ * on the reader's ring (reader.h), each into its own aligned buffer.
+ * Frames that lie one after the other in the file (the disk sink writes
+ * a partition's large frames in runs, docs/format.md §2.2) are read
+ * together, up to USHI_PREFETCH_READ bytes a read. A frame of at least
+ * USHI_PACK_MIN bytes is read with O_DIRECT, the aligned range around it
+ * (no page-cache copy); smaller frames are read through the page cache,
+ * which serves the neighbours other partitions' readers will ask for.
+ * Whatever engine runs the ring runs the reads: io_uring from the second
+ * frame on (ring_use_uring()), or plain pread where the kernel refuses
+ * io_uring.
  */
 #ifndef USHI_PREFETCH_H
 #define USHI_PREFETCH_H
@@ -19,6 +22,9 @@
 #define USHI_PREFETCH_DEPTH 16u
 #endif
 #define USHI_PREFETCH_BYTES (8u << 20) /* most bytes read ahead */
+/* Most bytes of adjacent frames read at once: as many reads of that
+ * size as the depth hold no more than the bytes read ahead. */
+#define USHI_PREFETCH_READ (USHI_PREFETCH_BYTES / USHI_PREFETCH_DEPTH)
 
 struct prefetch;
 
@@ -26,9 +32,10 @@ struct prefetch_slot {
 	struct prefetch *pf;
 	uint8_t *buf;
 	size_t cap;
-	uint32_t skew; /* the frame's offset in buf (O_DIRECT alignment) */
+	size_t first, count; /* the entries it holds */
+	uint32_t skew; /* the first frame's offset in buf (O_DIRECT) */
 	uint32_t len;  /* bytes asked for */
-	uint32_t need; /* bytes the frame ends at: skew + its length */
+	uint32_t need; /* bytes the last frame ends at in buf */
 	uint32_t got;  /* bytes read so far */
 	uint64_t off;  /* file offset of buf[0] */
 	int res;       /* once done: 0, -errno or USH_ECORRUPT */
@@ -41,6 +48,8 @@ struct prefetch {
 	int fd, dfd;      /* the data file, buffered and O_DIRECT (or -1) */
 	const struct spill_entry *ents;
 	size_t n, next;   /* entries; next to issue */
+	size_t issued, taken; /* reads issued; reads whose frames are all
+				 taken (read k is in slot k % depth) */
 	size_t ahead;     /* bytes issued and not yet taken */
 	unsigned inflight;
 	struct prefetch_slot slot[USHI_PREFETCH_DEPTH];
