@@ -90,6 +90,7 @@ struct disk {
 	bool prealloc;      /* O_DIRECT and the file system can fallocate */
 	uint64_t alloc_end; /* bytes preallocated */
 	struct run *runs;   /* per partition, made at the first large frame */
+	struct run *last;   /* the run taken last: it may end the file */
 };
 
 static bool committed(struct ush_writer *w, struct disk *d)
@@ -570,6 +571,7 @@ static int run_slot(struct ush_writer *w, struct disk *d, uint32_t partition,
 		prealloc(w, d, (uint32_t)size);
 		r->off = d->off;
 		r->end = d->off += size;
+		d->last = r;
 	}
 	writer_stored(w, *len);
 	*off = r->off;
@@ -700,8 +702,11 @@ static int publish(struct ush_writer *w, struct disk *d)
 	int ret = data_finish(w, d);
 	if (ret)
 		return ret;
-	/* O_DIRECT: preallocation past the end goes; buffered: the last
-	 * run's empty tail is the file's too (data_bytes counts it). */
+	/* The last run's empty tail, when it ends the file, and O_DIRECT's
+	 * preallocation past the end go; tails inside the file stay
+	 * (data_bytes counts them). */
+	if (d->last && d->last->end == d->off)
+		d->off = d->last->off;
 	if (ftruncate(d->fd, (off_t)d->off))
 		return ushi_fail(-errno, "disk: truncate %s to %llu bytes",
 				d->data, (unsigned long long)d->off);
