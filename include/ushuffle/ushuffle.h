@@ -66,7 +66,7 @@ extern "C" {
 /* The one place the version is kept: CMakeLists.txt reads these three. */
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 4
+#define USH_VERSION_PATCH 5
 #define USH_QUOTE_(x) #x
 #define USH_EXPAND_AND_QUOTE_(x) USH_QUOTE_(x)
 #define USH_VERSION_STRING                                                   \
@@ -551,6 +551,15 @@ struct ush_reader_opts {
 	/* 0.4.4: 1 refuses a plain map (its status, at open: -EPERM), so no
 	 * frame is read that its reader cannot authenticate. */
 	uint32_t require_sealed;
+	/* 0.4.5: read the partitions [partition, partition + npartitions)
+	 * one after another (0 or 1: partition alone), as a reducer of
+	 * coalesced partitions does: the records of each come whole before
+	 * the next's, ush_reader_partition() says whose. On the net target
+	 * one request per worker fetches the range, so a small partition
+	 * costs what its bytes cost. npartitions times nstatuses is at most
+	 * 699,050 (-E2BIG beyond: read fewer partitions at once). */
+	uint32_t npartitions;
+	uint32_t reserved0;
 };
 
 /* ush_reader_opts_init(&opts) fills opts with the defaults (zero). */
@@ -587,6 +596,11 @@ USH_API int ush_reader_open(ush_reader **out,
  * frame later found to conflict: act on a partition once this returned 0.
  */
 USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
+/* 0.4.5: the partition of the record ush_reader_next() last yielded (the
+ * range's first before any). Every check of a partition (each map's
+ * batches against its status) is done before a record of the next
+ * partition is yielded. */
+USH_API uint32_t ush_reader_partition(const ush_reader *r);
 
 /* Totals of a reader so far. */
 struct ush_reader_stats {

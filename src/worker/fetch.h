@@ -42,11 +42,19 @@ struct wk_pdir {
 	size_t bytes;
 };
 
-/* What a FETCH streams: the wanted frames of the partition, in order. */
+/* What a FETCH streams: the wanted frames of its partitions, in order
+ * (partition, thread, log offset). */
 struct wk_fent {
 	uint64_t off;
-	uint32_t len;
+	uint32_t len, partition;
 	uint16_t thread;
+};
+
+/* A thread's log, open while a FETCH streams from it: buffered, and
+ * O_DIRECT for long reads (-1: not open, -2: refused). */
+struct wk_flog {
+	int fd, dfd;
+	struct wk_dir *dir;
 };
 
 struct wk_fetch;
@@ -78,9 +86,11 @@ struct wk_iread {
 struct wk_fetch {
 	struct wk_thread *t;
 	const char *peer;         /* the connection's, for the log */
-	uint32_t shuffle, partition;
+	uint32_t shuffle, partition; /* the range [partition, +count) */
+	uint32_t count;
 	uint64_t skip;            /* stream bytes the reader already has */
-	struct proto_want *m;     /* attempts asked for, ascending maps */
+	struct proto_want *m;     /* entries asked for, ascending
+				     (partition, map) */
 	uint32_t nm;
 	struct wk_fent *ent;      /* the frames to stream */
 	uint32_t nent, next;      /* entries; the next one to read */
@@ -90,10 +100,8 @@ struct wk_fetch {
 	struct wk_iread ir;       /* plan_k's index being read */
 	bool planned;             /* the MANIFEST is queued */
 	char msg[256];            /* why planning failed, when it says */
-	int fd, dfd;              /* log being read, buffered and O_DIRECT
-				     (-1: not open, -2: refused) */
-	unsigned fd_thread;
-	struct wk_dir *dir;       /* the directory of the log being read */
+	struct wk_flog *logs;     /* per thread: its log, once opened */
+	struct wk_dir *dir;       /* the directory of the log last read */
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
 	unsigned inflight;        /* reads the kernel holds */
