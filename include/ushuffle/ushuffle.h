@@ -557,10 +557,12 @@ struct ush_reader_opts {
 	 * the next's, ush_reader_partition() says whose. On the net target
 	 * one request per worker fetches the range, so a small partition
 	 * costs what its bytes cost. npartitions times nstatuses is at most
-	 * 699,050 (-E2BIG beyond: read fewer partitions at once). */
+	 * USH_READER_RANGE_MAX (-E2BIG beyond: read fewer partitions at
+	 * once). */
 	uint32_t npartitions;
 	uint32_t reserved0;
 };
+#define USH_READER_RANGE_MAX 699050u
 
 /* ush_reader_opts_init(&opts) fills opts with the defaults (zero). */
 USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,

@@ -29,6 +29,9 @@ struct rent {
 	uint8_t at, n, refused;
 };
 
+_Static_assert(USH_READER_RANGE_MAX == USHI_PROTO_WANTS_MAX,
+	       "a range reader's entries fit one FETCH");
+
 struct net_src {
 	char **peers;        /* the workers the statuses name */
 	uint32_t npeers;
