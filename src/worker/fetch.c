@@ -12,8 +12,8 @@
  * wk->pdir_budget (least recently used out) and rebuilt when the index
  * has grown since. The stream's frames are read through the thread's
  * ring (READ_FIXED into pool buffers, adjacent frames of a log in one
- * read, WK_FETCH_READS reads in flight) and sent from those buffers; a
- * slow reader holds at most WK_FETCH_READS buffers.
+ * read, WK_FETCH_READS reads and WK_FETCH_RUNS flush buffers' worth in
+ * flight) and sent from those buffers; a slow reader holds at most those.
  *
  * Files are opened beneath --dir without following links, and each log
  * is checked before MANIFEST so that a refusal comes first.
@@ -756,6 +756,7 @@ static void read_done(struct ushi_op *op, int res)
 	r->inflight = false;
 	r->done = true;
 	r->fe->inflight--;
+	r->fe->t->fetch_reads--;
 }
 
 /* Opens thread k's log for reading: buffered, and with O_DIRECT too
@@ -847,6 +848,7 @@ static int read_next(struct wk_fetch *fe)
 		return ret;
 	}
 	struct wk_fread *r = &fe->rd[(fe->rhead + fe->rn++) % WK_FETCH_READS];
+	fe->rbytes += need;
 	*r = (struct wk_fread){.fe = fe, .buf = b, .mem = b ? b->data : mem,
 		.off = a, .need = (uint32_t)need,
 		.lead = (uint32_t)(start - a), .len = (uint32_t)(end - start),
@@ -858,8 +860,19 @@ static int read_next(struct wk_fetch *fe)
 		.len = r->need, .off = a, .buf = b};
 	ring_arm(t->ring, op);
 	fe->inflight++;
+	t->fetch_reads++;
 	fe->next = j;
 	return 1;
+}
+
+/* Whether fe may start another read now. */
+static bool more(const struct wk_fetch *fe)
+{
+	const struct wk_thread *t = fe->t;
+	uint64_t most = (uint64_t)WK_FETCH_RUNS * t->wk->o.flush_size;
+	return fe->next < fe->nent && fe->rn < WK_FETCH_READS &&
+	       fe->rbytes < most &&
+	       (fe->rn < WK_FETCH_RUNS || t->fetch_reads < WK_IODEPTH / 2);
 }
 
 int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
@@ -879,8 +892,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		}
 	}
 	for (;;) {
-		while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
-		       (ret = read_next(fe)) == 1)
+		while (!ret && more(fe) && (ret = read_next(fe)) == 1)
 			ret = 0;
 		if (ret > 0)
 			ret = 0;
@@ -902,6 +914,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		o->heap = r->buf ? NULL : r->mem;
 		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
 		fe->rn--;
+		fe->rbytes -= r->need;
 		fe->frames += r->frames;
 		WK_COUNT(fe->t->wk, frames_out, r->frames);
 		fe->bytes += r->len;

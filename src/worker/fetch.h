@@ -18,8 +18,14 @@ struct proto_want;
 /* FETCH reads this long or longer are O_DIRECT (where the worker
  * writes so); shorter ones go through the page cache. */
 #define WK_FETCH_DIRECT_MIN (32u << 10)
-/* Reads of one FETCH stream in flight at once. */
-#define WK_FETCH_READS 8
+/* Reads of one FETCH stream in flight at once: many small ones (a range
+ * of small partitions reads a frame or two per partition, scattered over
+ * the log: the disk's queue depth is what makes them fast), and at most
+ * WK_FETCH_RUNS flush buffers' worth of bytes. Beyond WK_FETCH_RUNS
+ * reads, a stream takes more only while its thread's streams hold fewer
+ * than half its ring's ops (WK_IODEPTH). */
+#define WK_FETCH_READS 64
+#define WK_FETCH_RUNS 8
 
 /* One frame of a partition directory. */
 struct wk_pent {
@@ -105,6 +111,7 @@ struct wk_fetch {
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
 	unsigned inflight;        /* reads the kernel holds */
+	uint64_t rbytes;          /* bytes of the reads queued */
 	uint64_t frames, bytes;
 };
 
