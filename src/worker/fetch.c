@@ -637,6 +637,60 @@ static int cmp_fent(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+static void ahead_done(struct ushi_op *op, int res)
+{
+	(void)res; /* advice: a refusal only leaves the reads cold */
+	struct wk_fetch *fe = op->owner;
+	fe->inflight--;
+}
+
+/* The extent [lo, hi) of thread k's log that the stream reads, and the
+ * bytes it reads there. */
+struct extent {
+	uint64_t lo, hi, bytes, n;
+};
+
+/*
+ * A range of small partitions reads a frame or two of each, scattered
+ * over the log where the writer sent them: from a cold page cache, as
+ * many small random reads. Where the stream's frames are small and fill
+ * a good part of a log's extent, the page cache is asked to read that
+ * extent ahead (OP_WILLNEED, asynchronous: the kernel reads it in large
+ * sequential requests), and the stream's reads find it there.
+ */
+static void ahead(struct wk_fetch *fe)
+{
+	struct extent *x = ushi_calloc(fe->nthr, sizeof(*x));
+	if (!x)
+		return;
+	for (uint32_t i = 0; i < fe->nent; i++) {
+		const struct wk_fent *e = &fe->ent[i];
+		struct extent *t = &x[e->thread];
+		t->lo = t->n && t->lo < e->off ? t->lo : e->off;
+		t->hi = t->hi > e->off + e->len ? t->hi : e->off + e->len;
+		t->bytes += e->len;
+		t->n++;
+	}
+	for (unsigned k = 0; k < fe->nthr; k++) {
+		const struct extent *t = &x[k];
+		struct ushi_op *op;
+		if (!t->n || fe->logs[k].fd < 0 ||
+		    t->bytes / t->n >= WK_FETCH_DIRECT_MIN ||
+		    t->hi - t->lo > WK_FETCH_AHEAD_MAX ||
+		    t->hi - t->lo > WK_FETCH_AHEAD_SPAN * t->bytes ||
+		    ring_op_get(fe->t->ring, &op))
+			continue;
+		op->kind = OP_WILLNEED;
+		op->cb = ahead_done;
+		op->owner = fe;
+		op->arm = (struct ushi_armed){.fd = fe->logs[k].fd,
+			.off = t->lo, .len = (uint32_t)(t->hi - t->lo)};
+		ring_arm(fe->t->ring, op);
+		fe->inflight++;
+	}
+	ushi_free(x);
+}
+
 /* The frames to stream, thread by thread: every thread's, the first
  * skip bytes left out (whole frames: an offset inside one is an error).
  * Returns 0 once planned, 1 while it waits for an index read, or an
@@ -675,6 +729,7 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 	 * partition after partition, each thread's frames in log order. */
 	if (fe->nthr > 1 && fe->count > 1)
 		qsort(fe->ent, fe->nent, sizeof(*fe->ent), cmp_fent);
+	ahead(fe);
 	while (fe->skip && fe->next < fe->nent) {
 		uint32_t len = fe->ent[fe->next].len;
 		if (fe->skip < len) {

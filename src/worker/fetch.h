@@ -26,6 +26,11 @@ struct proto_want;
  * than half its ring's ops (WK_IODEPTH). */
 #define WK_FETCH_READS 64
 #define WK_FETCH_RUNS 8
+/* A stream of small frames asks the page cache to read ahead the extent
+ * of each log it reads from, when that is at most this long and at most
+ * WK_FETCH_AHEAD_SPAN times the bytes streamed from it. */
+#define WK_FETCH_AHEAD_MAX (256ull << 20)
+#define WK_FETCH_AHEAD_SPAN 8
 
 /* One frame of a partition directory. */
 struct wk_pent {
