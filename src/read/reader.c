@@ -108,19 +108,25 @@ static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
 	return ret;
 }
 
-/* Status i, copied, parsed into map entry m (its map and attempt, its
- * seal): of the shuffle of status 0, and holding the range. */
+/* Status i parsed into map entry m (its map and attempt, its seal): of
+ * the shuffle of status 0, and holding the range. A range reader reads
+ * its statuses after open, from a copy; a reader of one partition is
+ * done with them at open (a status of many partitions is tens of KiB). */
 static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		   uint32_t i, struct rmap *m)
 {
 	const struct ush_status *st = &o->statuses[i];
+	const uint8_t *data = st->data;
 	struct status *s = &m->st;
 	const char *why;
-	if (!(r->sdata[i] = ushi_malloc(st->len ? st->len : 1)))
-		return ushi_fail(-ENOMEM, "reader: allocation");
-	if (st->len)
-		memcpy(r->sdata[i], st->data, st->len);
-	int ret = status_parse(r->sdata[i], st->len, s, &why);
+	if (r->count > 1) {
+		if (!(r->sdata[i] = ushi_malloc(st->len ? st->len : 1)))
+			return ushi_fail(-ENOMEM, "reader: allocation");
+		if (st->len)
+			memcpy(r->sdata[i], st->data, st->len);
+		data = r->sdata[i];
+	}
+	int ret = status_parse(data, st->len, s, &why);
 	if (ret)
 		return ushi_fail(ret, "reader: map status %u (%zu bytes): %s",
 				i, st->len, why);

@@ -16,7 +16,8 @@
 /* One map: the attempt its status names and what it says of the
  * partition being read, then what was read of it. */
 struct rmap {
-	struct status st;          /* parsed, of the reader's copy */
+	struct status st;          /* parsed (a range's: of its copy; else
+				      of the caller's, until open returns) */
 	uint32_t map, attempt;
 	uint32_t src;              /* where it lives: index into srcs, or
 				      NO_SRC (an empty replicated one) */
@@ -80,7 +81,7 @@ extern const struct ushi_source_ops ushi_source_disk, ushi_source_net;
 struct ush_reader {
 	uint32_t shuffle, partition, partitions; /* partition being read */
 	uint32_t first, count;     /* the range [first, first + count) */
-	uint8_t **sdata;           /* the statuses' bytes, copied */
+	uint8_t **sdata;           /* a range's statuses' bytes, copied */
 	char app[USHI_STATUS_APP_MAX + 1]; /* the statuses' application */
 	uint8_t target;
 	const struct ushi_source_ops *source;

@@ -144,6 +144,44 @@ static int holders(struct ush_reader *r, uint32_t i, uint32_t p,
 	return 0;
 }
 
+/* A stream slot for every source (a new one zeroed: not open). */
+static int str_room(struct ush_reader *r)
+{
+	struct net_src *ns = r->source_state;
+	if (r->nsrcs <= ns->str_cap)
+		return 0;
+	size_t had = ns->str_cap;
+	void *a = ushi_array_grow(ns->str, &ns->str_cap, sizeof(*ns->str));
+	if (!a)
+		return -ENOMEM;
+	ns->str = a;
+	memset(&ns->str[had], 0, (ns->str_cap - had) * sizeof(*ns->str));
+	return 0;
+}
+
+/* The holders of map i in partition p into h (*n of them): the
+ * partition being read's as its map has them (a reader of one partition
+ * reads its statuses at open only), a later one's from its status. */
+static int entry_holders(struct ush_reader *r, uint32_t p, uint32_t i,
+			 uint32_t *h, uint8_t *n)
+{
+	const struct rmap *m = &r->maps[i];
+	uint64_t mask, expect;
+	uint32_t sum;
+	const char *why;
+	if (p == r->partition) {
+		memcpy(h, m->holder, sizeof(m->holder));
+		*n = m->nholders;
+		return 0;
+	}
+	int ret = status_part(&m->st, p, &expect, &sum, &mask, &why);
+	if (!ret)
+		ret = holders(r, i, p, mask, h, n);
+	return ret ? ushi_fail(USH_ECORRUPT, "reader: map %u partition %u: "
+			       "bad holder mask or worker list", m->map, p) :
+		     0;
+}
+
 /* Entry e, of map i in partition p, goes on at holder e->at: the source
  * reading that worker in this failover (from first), added if new. */
 static int add_holder(struct ush_reader *r, uint32_t first, uint32_t p,
@@ -151,29 +189,14 @@ static int add_holder(struct ush_reader *r, uint32_t first, uint32_t p,
 {
 	struct net_src *ns = r->source_state;
 	uint32_t h[USH_REPLICAS_MAX];
-	uint64_t mask, expect;
-	uint32_t sum;
 	uint8_t n;
-	const char *why;
-	int ret = status_part(&r->maps[i].st, p, &expect, &sum, &mask, &why);
-	if (!ret)
-		ret = holders(r, i, p, mask, h, &n);
+	int ret = entry_holders(r, p, i, h, &n);
 	if (ret)
-		return ushi_fail(USH_ECORRUPT, "reader: map %u partition %u: "
-				"bad holder mask or worker list",
-				r->maps[i].map, p);
+		return ret;
 	const char *peer = ns->peers[h[e->at]];
 	ret = reader_add_src(r, first, peer, strlen(peer), &e->src);
-	if (!ret && r->nsrcs > ns->str_cap) {
-		void *a = ushi_array_grow(ns->str, &ns->str_cap,
-					  sizeof(*ns->str));
-		if (a) { /* grown zeroed: a new source is not open */
-			ns->str = a;
-			memset(&ns->str[r->nsrcs - 1], 0,
-			       (ns->str_cap - r->nsrcs + 1) * sizeof(*ns->str));
-		}
-		ret = a ? 0 : -ENOMEM;
-	}
+	if (!ret)
+		ret = str_room(r);
 	return ret ? ushi_fail(ret, "reader: allocation") : 0;
 }
 
@@ -219,8 +242,14 @@ static int net_plan(struct ush_reader *r)
 						"%llx", r->maps[i].map, p,
 						(unsigned long long)mask);
 			e->src = NO_SRC;
-			if (e->n && (ret = add_holder(r, 0, p, i, e)))
-				return ret;
+			if (!e->n)
+				continue;
+			const char *peer = ns->peers[h[0]];
+			ret = reader_add_src(r, 0, peer, strlen(peer), &e->src);
+			if (!ret)
+				ret = str_room(r);
+			if (ret)
+				return ushi_fail(ret, "reader: allocation");
 		}
 	return 0;
 }
@@ -254,12 +283,9 @@ static int all_gone(struct ush_reader *r, uint32_t p, uint32_t i,
 	struct net_src *ns = r->source_state;
 	const struct rmap *m = &r->maps[i];
 	uint32_t h[USH_REPLICAS_MAX];
-	uint64_t mask = 0, expect;
-	uint32_t sum;
 	uint8_t n = 0;
-	const char *why;
-	if (!status_part(&m->st, p, &expect, &sum, &mask, &why))
-		holders(r, i, p, mask, h, &n);
+	if (entry_holders(r, p, i, h, &n))
+		n = 0;
 	char tried[512];
 	int len = 0;
 	for (unsigned k = 0; k < n && len < (int)sizeof(tried); k++)
