@@ -176,11 +176,14 @@ static int read_range(struct thread_ctx *t, uint32_t *first, uint32_t end,
 	return !go_on ? 1 : ret < 0 ? -1 : 0;
 }
 
-/* Partitions per range reader: about four ranges per thread, so that
- * the threads end together, each within one request's entries. */
+/* Partitions per range reader: one range for one thread (each range
+ * starts with a round trip and the worker's planning), about four per
+ * thread for several, so that they end together; each within one
+ * request's entries. */
 static uint32_t range_len(const struct job_ctx *j)
 {
-	uint64_t n = j->partitions / (4 * (j->o->numjobs ? j->o->numjobs : 1));
+	uint64_t threads = j->o->numjobs ? j->o->numjobs : 1;
+	uint64_t n = j->partitions / (threads > 1 ? 4 * threads : 1);
 	uint64_t max = USH_READER_RANGE_MAX / (j->maps ? j->maps : 1);
 	n = n < max ? n : max;
 	return n ? (uint32_t)n : 1;
