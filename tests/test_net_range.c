@@ -146,6 +146,17 @@ static void range_equals_parts_64(void **state)
 	th_job_free(&j);
 }
 
+/* Two workers (tag) whose list goes to j->workers (list, 160 bytes),
+ * and every map of j pushed to them. */
+static void two_workers(struct th_worker *wk, const char *tag, char *list,
+			struct th_job *j)
+{
+	th_workers_spawn(wk, 2, tag, list, 160);
+	j->workers = list;
+	for (uint32_t m = 0; m < j->maps; m++)
+		th_ok(th_push_map(j, m, 0, NULL));
+}
+
 /* 10,000 partitions of two maps on two workers: one range equals ten
  * thousand readers. */
 static void range_equals_parts_10000(void **state)
@@ -153,12 +164,10 @@ static void range_equals_parts_10000(void **state)
 	(void)state;
 	struct th_worker wk[2] = {{0}};
 	char list[160];
-	th_workers_spawn(wk, 2, "range10k", list, sizeof(list));
 	struct ush_status st[2] = {{0}};
-	struct th_job j = {.workers = list, .shuffle = 2, .partitions = 10000,
-			   .maps = 2, .records = 25000, .statuses = st};
-	for (uint32_t m = 0; m < 2; m++)
-		th_ok(th_push_map(&j, m, 0, NULL));
+	struct th_job j = {.shuffle = 2, .partitions = 10000, .maps = 2,
+			   .records = 25000, .statuses = st};
+	two_workers(wk, "range10k", list, &j);
 	same_records(st, 2, 0, 10000, 2ull * j.records);
 	th_workers_stop(wk, 2);
 	th_job_free(&j);
@@ -212,12 +221,10 @@ static void freed_mid_range(void **state)
 	(void)state;
 	struct th_worker wk[2] = {{0}};
 	char list[160];
-	th_workers_spawn(wk, 2, "range-free", list, sizeof(list));
 	struct ush_status st[1] = {{0}};
-	struct th_job j = {.workers = list, .shuffle = 4, .partitions = 200,
-			   .maps = 1, .records = 40000, .statuses = st,
-			   .range = 200};
-	th_ok(th_push_map(&j, 0, 0, NULL));
+	struct th_job j = {.shuffle = 4, .partitions = 200, .maps = 1,
+			   .records = 40000, .statuses = st, .range = 200};
+	two_workers(wk, "range-free", list, &j);
 	th_verify(&j); /* both connections pooled */
 	struct ush_reader_opts ro;
 	ush_reader_opts_init(&ro);
