@@ -637,11 +637,13 @@ static int cmp_fent(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* Advice holds nothing of the stream, which may end (its files closed)
+ * first: advice on a descriptor closed, or reused meanwhile, only reads
+ * nothing or some other file ahead; a refusal leaves the reads cold. */
 static void ahead_done(struct ushi_op *op, int res)
 {
-	(void)res; /* advice: a refusal only leaves the reads cold */
-	struct wk_fetch *fe = op->owner;
-	fe->inflight--;
+	(void)op;
+	(void)res;
 }
 
 /* The extent [lo, hi) of thread k's log that the stream reads, and the
@@ -682,11 +684,9 @@ static void ahead(struct wk_fetch *fe)
 			continue;
 		op->kind = OP_WILLNEED;
 		op->cb = ahead_done;
-		op->owner = fe;
 		op->arm = (struct ushi_armed){.fd = fe->logs[k].fd,
 			.off = t->lo, .len = (uint32_t)(t->hi - t->lo)};
 		ring_arm(fe->t->ring, op);
-		fe->inflight++;
 	}
 	ushi_free(x);
 }
