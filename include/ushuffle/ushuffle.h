@@ -570,10 +570,11 @@ USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,
 USH_SIZED_INIT(ush_reader_opts)
 
 /*
- * Opens partition over the attempts the statuses name. Fails at open
- * with -EINVAL for bad arguments (no statuses, statuses of different
- * shuffles or partition counts, one map named twice, a partition beyond
- * the count), USH_ECORRUPT for a status that does not parse, and
+ * Opens partition (or the range of npartitions from it) over the
+ * attempts the statuses name. Fails at open with -EINVAL for bad
+ * arguments (no statuses, statuses of different shuffles or partition
+ * counts, one map named twice, a partition beyond the count), -E2BIG for
+ * a range beyond USH_READER_RANGE_MAX entries, USH_ECORRUPT for a status that does not parse, and
  * USH_ENOTCOMMITTED when a named attempt is not committed where its
  * status says (a missing index or directory; a worker that does not
  * hold it). The reader checks every map's batches against its status: a
