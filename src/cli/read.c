@@ -92,6 +92,7 @@ static void part_done(struct thread_ctx *t, struct part_check *c)
 	if (j->o->verify == VERIFY_CRC32C)
 		check_counts(t, c);
 	c->part++;
+	c->bad = 0;
 	memset(c->count, 0, 2 * j->maps * sizeof(*c->count));
 }
 

@@ -153,9 +153,9 @@ static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 				r->shuffle, r->app, r->partitions,
 				target_name(r->target));
 	if ((uint64_t)r->first + r->count > s->partitions)
-		return ushi_fail(-EINVAL, "reader: partition %u%s out of range: "
-				"shuffle %u has partitions 0..%u",
-				r->first + r->count - 1,
+		return ushi_fail(-EINVAL, "reader: partition %llu%s out of "
+				"range: shuffle %u has partitions 0..%u",
+				(unsigned long long)r->first + r->count - 1,
 				r->count > 1 ? " (the range's last)" : "",
 				s->shuffle, s->partitions - 1);
 	uint64_t mask;
