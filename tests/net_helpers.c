@@ -483,11 +483,14 @@ void th_verify(const struct th_job *j)
 	for (uint32_t m = 0; m < j->maps; m++)
 		if (!j->statuses[m].data)
 			fail_msg("map %u has no status: not committed", m);
-	for (uint32_t p = 0; p < j->partitions; p++) {
+	uint32_t step = j->range ? j->range : 1;
+	for (uint32_t p = 0; p < j->partitions; p += step) {
 		ush_reader *r;
 		struct ush_reader_opts ro;
 		ush_reader_opts_init(&ro);
 		ro.partition = p;
+		ro.npartitions = j->partitions - p < step ? j->partitions - p :
+							    step;
 		ro.statuses = j->statuses;
 		ro.nstatuses = j->maps;
 		ro.timeout_ms = 20000;
@@ -498,13 +501,17 @@ void th_verify(const struct th_job *j)
 		const void *rec;
 		size_t len;
 		int ret;
+		uint32_t last = p;
 		while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
 			uint64_t id;
 			assert_true(len >= 8);
 			memcpy(&id, rec, 8);
 			uint32_t m = (uint32_t)(id >> 32), i = (uint32_t)id;
 			assert_true(m < j->maps && i < j->records);
-			assert_int_equal(i % j->partitions, p);
+			assert_int_equal(i % j->partitions,
+					 ush_reader_partition(r));
+			assert_true(ush_reader_partition(r) >= last);
+			last = ush_reader_partition(r);
 			assert_int_equal(th_rec(exp, m, i), len);
 			assert_memory_equal(exp, rec, len);
 			assert_int_equal(seen[(size_t)m * j->records + i], 0);

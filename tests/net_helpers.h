@@ -156,6 +156,9 @@ struct th_job {
 	 * to act at a point of the push or the fetch. */
 	void (*pushed)(const struct th_job *j, uint32_t m, uint32_t i);
 	void (*checked)(const struct th_job *j, uint64_t n);
+	/* th_verify() reads ranges of this many partitions with one reader
+	 * each (ush_reader_opts.npartitions; 0: one partition a reader). */
+	uint32_t range;
 	/* If set, th_verify() adds its readers' failovers and duplicate
 	 * batches dropped here. */
 	struct ush_reader_stats *rsum;
@@ -172,8 +175,9 @@ void th_job_free(struct th_job *j);
  * run in a thread of its own. */
 int th_push_map(const struct th_job *j, uint32_t m, uint32_t a,
 		struct ush_writer_stats *st);
-/* Reads every partition back with the job's statuses and checks each
- * record exactly once. */
+/* Reads every partition back with the job's statuses (j->range
+ * partitions a reader) and checks each record exactly once, in its
+ * partition, partition after partition. */
 void th_verify(const struct th_job *j);
 /* A one-record DATA frame of shuffle s, map 0, attempt 0, partition 0,
  * seq, into b; returns its size, *crc its CRC. */

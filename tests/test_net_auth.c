@@ -290,8 +290,8 @@ static void other_application_refused(void **state)
 	fd = th_raw_connect(w.port);
 	handshake(fd, USHI_ROLE_READER, "A", 0, SECRET_A, &rec);
 	expect_welcome(fd);
-	struct proto_want want = {0, 0, 0};
-	th_send_ctrl(fd, b, proto_put_fetch(b, s, 0, 0, &want, 1));
+	struct proto_want want = {0, 0, 0, 0};
+	th_send_ctrl(fd, b, proto_put_fetch(b, s, 0, 1, 0, &want, 1));
 	expect_refusal(fd, -EACCES, "belongs to another application");
 	assert_int_equal(ush_shuffle_drop(w.addr, "A", s, 5000), -EACCES);
 	print_message("%s\n", ush_last_error());

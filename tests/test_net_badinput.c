@@ -142,7 +142,7 @@ static void oversized_length(void **state)
 	expect_error(fd, "MAPPER_END, MANIFEST");
 	/* FETCHes of a bad length: half an attempt, then none at all. */
 	static const uint32_t lens[] = {USHI_PROTO_FETCH_LEN + 4,
-					USHI_PROTO_FETCH_LEN};
+					USHI_PROTO_FETCH_LEN, 8};
 	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
 		struct ushi_frame q = {.type = USHI_FRAME_FETCH, .shuffle = 77,
 				      .raw_len = lens[i],

@@ -202,10 +202,10 @@ static void *fake_worker(void *p)
 	if (fd < 0)
 		return NULL;
 	uint8_t in[USH_FRAME_HDR_SIZE + USHI_PROTO_HELLO_LEN];
-	uint8_t out[4096 + 1024];
+	uint8_t out[8192];
 	struct proto_want m[300];
 	for (uint32_t i = 0; i < 300; i++)
-		m[i] = (struct proto_want){i, 0, 0};
+		m[i] = (struct proto_want){0, i, 0, 0};
 	_Static_assert(sizeof(out) >= USH_FRAME_HDR_SIZE +
 					      USHI_PROTO_FETCH_LEN +
 					      300 * USHI_PROTO_WANT_LEN,
@@ -218,7 +218,7 @@ static void *fake_worker(void *p)
 					    proto_put_hello(out, &h)));
 		/* The DROP: a bare header. */
 		if (fk->eager || net_read(fd, in, USH_FRAME_HDR_SIZE) == 0)
-			net_write(fd, out, proto_put_fetch(out, 1, 0, 0, m, 300));
+			net_write(fd, out, proto_put_fetch(out, 1, 0, 1, 0, m, 300));
 	}
 	usleep(100000);
 	close(fd);

@@ -40,7 +40,7 @@ static int answer(int fd, char *msg, size_t n)
 	return proto_get_error(b + USH_FRAME_HDR_SIZE, f.payload_len, msg, n);
 }
 
-/* The largest FETCH payload a header may announce: 16 MiB - 8. */
+/* The largest FETCH payload a header may announce: under 16 MiB. */
 #define FETCH_MAX (USHI_PROTO_FETCH_LEN + USHI_PROTO_WANTS_MAX * \
 		   USHI_PROTO_WANT_LEN)
 

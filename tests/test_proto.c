@@ -97,13 +97,15 @@ static void control_round_trips(void **state)
 	assert_int_equal(f.shuffle, 7);
 	assert_int_equal(f.partition, 5);
 
-	/* FETCH: an offset, then the attempt of each map wanted and the
-	 * batches of it to leave out. */
-	struct proto_want w[3] = {{1, 0, 0}, {4, 2, 17}, {9, 70, 1ull << 40}},
+	/* FETCH: an offset and the range's count, then per partition of it
+	 * the attempt of each map wanted and the batches of it to leave
+	 * out. */
+	struct proto_want w[3] = {{5, 1, 0, 0}, {5, 4, 2, 17},
+				  {8, 9, 70, 1ull << 40}},
 			  w2;
 	uint8_t m[256];
-	assert_int_equal(proto_fetch_size(3), USH_FRAME_HDR_SIZE + 8 + 48);
-	assert_int_equal(proto_put_fetch(m, 7, 5, 123456789012ull, w, 3),
+	assert_int_equal(proto_fetch_size(3), USH_FRAME_HDR_SIZE + 16 + 72);
+	assert_int_equal(proto_put_fetch(m, 7, 5, 4, 123456789012ull, w, 3),
 			 proto_fetch_size(3));
 	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(frame_check(m, &f), 0);
@@ -111,15 +113,18 @@ static void control_round_trips(void **state)
 	assert_int_equal(f.shuffle, 7);
 	assert_int_equal(f.partition, 5);
 	assert_int_equal(get_le64(m + USH_FRAME_HDR_SIZE), 123456789012ull);
+	assert_int_equal(get_le32(m + USH_FRAME_HDR_SIZE + 8), 4);
 	assert_int_equal(proto_wants(&f), 3);
 	for (uint32_t i = 0; i < 3; i++) {
-		proto_get_want(m + USH_FRAME_HDR_SIZE, i, &w2);
+		assert_int_equal(proto_get_want(m + USH_FRAME_HDR_SIZE, i,
+						&w2), 0);
+		assert_int_equal(w2.partition, w[i].partition);
 		assert_int_equal(w2.map, w[i].map);
 		assert_int_equal(w2.attempt, w[i].attempt);
 		assert_int_equal(w2.skip, w[i].skip);
 	}
-	assert_int_equal(proto_fetch_size(1), USH_FRAME_HDR_SIZE + 24);
-	proto_put_fetch(m, 7, 5, 0, w, 1);
+	assert_int_equal(proto_fetch_size(1), USH_FRAME_HDR_SIZE + 40);
+	proto_put_fetch(m, 7, 5, 1, 0, w, 1);
 	assert_int_equal(proto_header(m, &f, 1u << 20, false, &why), 0);
 	assert_int_equal(proto_wants(&f), 1);
 }

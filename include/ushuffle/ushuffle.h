@@ -66,7 +66,7 @@ extern "C" {
 /* The one place the version is kept: CMakeLists.txt reads these three. */
 #define USH_VERSION_MAJOR 0
 #define USH_VERSION_MINOR 4
-#define USH_VERSION_PATCH 4
+#define USH_VERSION_PATCH 5
 #define USH_QUOTE_(x) #x
 #define USH_EXPAND_AND_QUOTE_(x) USH_QUOTE_(x)
 #define USH_VERSION_STRING                                                   \
@@ -551,7 +551,18 @@ struct ush_reader_opts {
 	/* 0.4.4: 1 refuses a plain map (its status, at open: -EPERM), so no
 	 * frame is read that its reader cannot authenticate. */
 	uint32_t require_sealed;
+	/* 0.4.5: read the partitions [partition, partition + npartitions)
+	 * one after another (0 or 1: partition alone), as a reducer of
+	 * coalesced partitions does: the records of each come whole before
+	 * the next's, ush_reader_partition() says whose. On the net target
+	 * one request per worker fetches the range, so a small partition
+	 * costs what its bytes cost. npartitions times nstatuses is at most
+	 * USH_READER_RANGE_MAX (-E2BIG beyond: read fewer partitions at
+	 * once). */
+	uint32_t npartitions;
+	uint32_t reserved0;
 };
+#define USH_READER_RANGE_MAX 699050u
 
 /* ush_reader_opts_init(&opts) fills opts with the defaults (zero). */
 USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,
@@ -559,10 +570,11 @@ USH_API void ush_reader_opts_init_size(struct ush_reader_opts *opts,
 USH_SIZED_INIT(ush_reader_opts)
 
 /*
- * Opens partition over the attempts the statuses name. Fails at open
- * with -EINVAL for bad arguments (no statuses, statuses of different
- * shuffles or partition counts, one map named twice, a partition beyond
- * the count), USH_ECORRUPT for a status that does not parse, and
+ * Opens partition (or the range of npartitions from it) over the
+ * attempts the statuses name. Fails at open with -EINVAL for bad
+ * arguments (no statuses, statuses of different shuffles or partition
+ * counts, one map named twice, a partition beyond the count), -E2BIG for
+ * a range beyond USH_READER_RANGE_MAX entries, USH_ECORRUPT for a status that does not parse, and
  * USH_ENOTCOMMITTED when a named attempt is not committed where its
  * status says (a missing index or directory; a worker that does not
  * hold it). The reader checks every map's batches against its status: a
@@ -587,6 +599,11 @@ USH_API int ush_reader_open(ush_reader **out,
  * frame later found to conflict: act on a partition once this returned 0.
  */
 USH_API int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
+/* 0.4.5: the partition of the record ush_reader_next() last yielded (the
+ * range's first before any). Every check of a partition (each map's
+ * batches against its status) is done before a record of the next
+ * partition is yielded. */
+USH_API uint32_t ush_reader_partition(const ush_reader *r);
 
 /* Totals of a reader so far. */
 struct ush_reader_stats {

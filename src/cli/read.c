@@ -1,6 +1,7 @@
 /*
- * The read-back phase of one thread: partitions come from a shared
- * counter, each is read over every map with ush_reader_next() and, with
+ * The read-back phase of one thread: ranges of partitions come from a
+ * shared counter, each is read over every map with one range reader
+ * (ush_reader_opts.npartitions), partition after partition, and, with
  * --verify=crc32c, every record is checked (verify.c) and each map's
  * record count compared with what the writer committed.
  *
@@ -82,18 +83,50 @@ static void check_counts(struct thread_ctx *t, const struct part_check *c)
 	}
 }
 
-/* Reads one partition; returns false when the phase should end. */
-static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
-		      uint64_t deadline)
+/* Partition c->part was read to its end: counted, and its records per
+ * map checked. The next one's counts start at zero. */
+static void part_done(struct thread_ctx *t, struct part_check *c)
+{
+	struct job_ctx *j = t->job;
+	atomic_fetch_add(&j->parts_done, 1);
+	if (j->o->verify == VERIFY_CRC32C)
+		check_counts(t, c);
+	c->part++;
+	c->bad = 0;
+	memset(c->count, 0, 2 * j->maps * sizeof(*c->count));
+}
+
+static void add_stats(struct dir_stats *d, ush_reader *r)
+{
+	struct ush_reader_stats st;
+	ush_reader_stats(r, &st);
+	d->batches += st.batches;
+	d->raw_bytes += st.raw_bytes;
+	d->frame_bytes += st.stored_bytes;
+	d->stored_bytes += st.stored_bytes;
+	d->failovers += st.failovers;
+	ush_lat_merge(&d->clat, ush_reader_load_lat(r));
+}
+
+/*
+ * Reads partitions [*first, end) with one range reader; the records of
+ * each come whole before the next's, so a partition is checked when the
+ * reader moves past it (one without records included). Returns 1 when
+ * the phase should end, 0 when the range was read, or -1 after a reader
+ * error: *first is then the partition after the one that failed.
+ */
+static int read_range(struct thread_ctx *t, uint32_t *first, uint32_t end,
+		      uint64_t *count, uint64_t deadline)
 {
 	struct job_ctx *j = t->job;
 	const struct job_opts *o = j->o;
 	struct dir_stats *d = &t->res->r;
-	struct ush_reader_opts ro = {.size = sizeof(ro), .partition = part,
+	struct ush_reader_opts ro = {.size = sizeof(ro), .partition = *first,
+		.npartitions = end - *first,
 		.statuses = j->expect.status, .nstatuses = j->maps,
 		.seal_keys = j->keys, .nseal_keys = j->nkeys,
 		.require_sealed = j->nkeys > 0};
-	struct part_check c = {.g = &j->gen, .part = part, .maps = j->maps,
+	struct part_check c = {.g = &j->gen, .part = *first, .maps = j->maps,
 			       .count = count, .next = count + j->maps};
 	ush_reader *r = NULL;
 	const void *rec;
@@ -103,6 +136,8 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 	memset(count, 0, 2 * j->maps * sizeof(*count));
 	int ret = ush_reader_open(&r, &ro);
 	while (!ret && (ret = ush_reader_next(r, &rec, &len)) == 1) {
+		for (uint32_t p = ush_reader_partition(r); c.part < p;)
+			part_done(t, &c);
 		n++;
 		bytes += len;
 		if (o->verify == VERIFY_CRC32C && rec_check(&c, &j->res->vlog,
@@ -124,25 +159,35 @@ static bool read_part(struct thread_ctx *t, uint32_t part, uint64_t *count,
 	d->records += n;
 	if (o->verify == VERIFY_CRC32C)
 		t->res->verified += n;
-	if (ret < 0)
-		reader_error(t, part, ret);
-	if (ret == 0 && go_on) {
-		atomic_fetch_add(&j->parts_done, 1);
-		if (o->verify == VERIFY_CRC32C)
-			check_counts(t, &c);
+	if (ret < 0) {
+		/* The partitions before it were checked whole. */
+		uint32_t bad = r ? ush_reader_partition(r) : *first;
+		while (c.part < bad)
+			part_done(t, &c);
+		reader_error(t, bad, ret);
+		*first = bad + 1;
 	}
+	if (ret == 0 && go_on)
+		while (c.part < end)
+			part_done(t, &c);
 	if (r) {
-		struct ush_reader_stats st;
-		ush_reader_stats(r, &st);
-		d->batches += st.batches;
-		d->raw_bytes += st.raw_bytes;
-		d->frame_bytes += st.stored_bytes;
-		d->stored_bytes += st.stored_bytes;
-		d->failovers += st.failovers;
-		ush_lat_merge(&d->clat, ush_reader_load_lat(r));
+		add_stats(d, r);
 		ush_reader_free(r);
 	}
-	return go_on;
+	return !go_on ? 1 : ret < 0 ? -1 : 0;
+}
+
+/* Partitions per range reader: one range for one thread (each range
+ * starts with a round trip and the worker's planning), about four per
+ * thread for several, so that they end together; each within one
+ * request's entries. */
+static uint32_t range_len(const struct job_ctx *j)
+{
+	uint64_t threads = j->o->numjobs ? j->o->numjobs : 1;
+	uint64_t n = j->partitions / (threads > 1 ? 4 * threads : 1);
+	uint64_t max = USH_READER_RANGE_MAX / (j->maps ? j->maps : 1);
+	n = n < max ? n : max;
+	return n ? (uint32_t)n : 1;
 }
 
 void read_phase(struct thread_ctx *t)
@@ -159,11 +204,21 @@ void read_phase(struct thread_ctx *t)
 				    ? t0 + o->runtime_ms * 1000000
 				    : UINT64_MAX;
 	bool loop = o->rw == RW_READ && o->time_based;
+	/* The shared counter hands out ranges: k is the k-th range. */
+	uint32_t len = range_len(j);
+	uint32_t ranges = (j->partitions - 1) / len + 1;
 	while (count && !job_stopping(j) && now_ns() < deadline) {
-		unsigned n = atomic_fetch_add(&j->next_part, 1);
-		if (n >= j->partitions && !loop)
+		unsigned k = atomic_fetch_add(&j->next_part, 1);
+		if (k >= ranges && !loop)
 			break;
-		if (!read_part(t, n % j->partitions, count, deadline))
+		uint32_t first = k % ranges * len;
+		uint32_t end = j->partitions - first > len ? first + len :
+							      j->partitions;
+		int ret;
+		while ((ret = read_range(t, &first, end, count, deadline)) < 0 &&
+		       first < end)
+			;
+		if (ret > 0)
 			break;
 	}
 	t->res->r.runtime_ns = now_ns() - t0;

@@ -219,6 +219,11 @@ static int try_op(struct ushi_sync *s, struct ushi_op *op, unsigned *flags)
 		case OP_READ:
 			n = pread(a->fd, a->addr, a->len, (off_t)a->off);
 			break;
+		case OP_WILLNEED:
+			errno = posix_fadvise(a->fd, (off_t)a->off, a->len,
+					      POSIX_FADV_WILLNEED);
+			n = errno ? -1 : 0;
+			break;
 		case OP_FSYNC:
 			/* The one blocking call here: a file is always
 			 * ready, and there is no thread to hand it to. */

@@ -7,6 +7,7 @@
 #include "core/engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -257,6 +258,10 @@ static void prep_armed(struct uring *u, struct ushi_op *op)
 						 a->off, POOL_BUF_INDEX);
 		else
 			io_uring_prep_read(sqe, a->fd, a->addr, a->len, a->off);
+		break;
+	case OP_WILLNEED:
+		io_uring_prep_fadvise(sqe, a->fd, a->off, a->len,
+				      POSIX_FADV_WILLNEED);
 		break;
 	}
 	sqe_done(u, sqe, op, false);

@@ -495,7 +495,7 @@ void ring_fsync(struct ush_ring *r, struct ushi_op *op, int fd, int slot)
 
 void ring_arm(struct ush_ring *r, struct ushi_op *op)
 {
-	if (op->kind < OP_RECV || op->kind > OP_READ)
+	if (op->kind < OP_RECV || op->kind > OP_WILLNEED)
 		ushi_panic("ring: op kind %d cannot be armed", op->kind);
 	r->armed++;
 	queue(r, op);

@@ -40,6 +40,8 @@ enum ushi_op_kind {
 	OP_RECV_MS,    /* arm: multishot (or once) from provided group bgid */
 	OP_ACCEPT_MS,  /* arm: multishot accept */
 	OP_READ,       /* arm: single shot into addr/len at off */
+	OP_WILLNEED,   /* arm: the page cache to read [off, off + len) of fd
+			  ahead (posix_fadvise WILLNEED), asynchronously */
 	OP_FSYNC,      /* io: fdatasync of io.fd (no bytes): started */
 };
 

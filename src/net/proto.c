@@ -41,8 +41,8 @@ static int check_ctrl(const struct ushi_frame *f, const char **why)
 				       (n - USHI_PROTO_FETCH_LEN) %
 						       USHI_PROTO_WANT_LEN ==
 					       0 ? 0 :
-			bad(why, "FETCH length (an offset, then 16 bytes per "
-			    "attempt)");
+			bad(why, "FETCH length (16 bytes, then 24 per "
+			    "entry)");
 	case USHI_FRAME_FETCH_END:
 		return n == USHI_PROTO_FETCH_END_LEN ? 0 :
 			bad(why, "FETCH_END length");
@@ -153,19 +153,23 @@ size_t proto_fetch_size(uint32_t n)
 	       (size_t)n * USHI_PROTO_WANT_LEN;
 }
 
-size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
-		       uint64_t offset, const struct proto_want *w,
-		       uint32_t n)
+size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t first,
+		       uint32_t count, uint64_t offset,
+		       const struct proto_want *w, uint32_t n)
 {
 	uint8_t *p = buf + USH_FRAME_HDR_SIZE;
 	put_le64(p, offset);
+	put_le32(p + 8, count);
+	put_le32(p + 12, 0);
 	p += USHI_PROTO_FETCH_LEN;
 	for (uint32_t i = 0; i < n; i++, p += USHI_PROTO_WANT_LEN) {
-		put_le32(p, w[i].map);
-		put_le32(p + 4, w[i].attempt);
-		put_le64(p + 8, w[i].skip);
+		put_le32(p, w[i].partition);
+		put_le32(p + 4, w[i].map);
+		put_le32(p + 8, w[i].attempt);
+		put_le32(p + 12, 0);
+		put_le64(p + 16, w[i].skip);
 	}
-	return put_ctrl(buf, USHI_FRAME_FETCH, shuffle, 0, 0, partition, 0,
+	return put_ctrl(buf, USHI_FRAME_FETCH, shuffle, 0, 0, first, 0,
 			(uint32_t)(proto_fetch_size(n) - USH_FRAME_HDR_SIZE));
 }
 
@@ -279,12 +283,14 @@ uint32_t proto_wants(const struct ushi_frame *f)
 	return (f->payload_len - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN;
 }
 
-void proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w)
+int proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w)
 {
 	p += USHI_PROTO_FETCH_LEN + (size_t)i * USHI_PROTO_WANT_LEN;
-	w->map = get_le32(p);
-	w->attempt = get_le32(p + 4);
-	w->skip = get_le64(p + 8);
+	w->partition = get_le32(p);
+	w->map = get_le32(p + 4);
+	w->attempt = get_le32(p + 8);
+	w->skip = get_le64(p + 16);
+	return get_le32(p + 12) ? -EINVAL : 0;
 }
 
 uint32_t proto_worker_of(uint32_t partition, uint32_t nworkers)

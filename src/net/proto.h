@@ -8,7 +8,7 @@
 
 #include "core/frame.h"
 
-#define USHI_PROTO_VERSION 6
+#define USHI_PROTO_VERSION 7
 /* Control payloads are small except FETCH, which names one attempt per
  * map; this bounds them. */
 #define USHI_PROTO_CTRL_MAX (16u << 20)
@@ -27,8 +27,10 @@
 #define USHI_PROTO_HELLO_V3_LEN (16u + USHI_PROTO_APP_MAX)
 #define USHI_PROTO_AUTH_LEN (8u + USHI_PROTO_NONCE + USHI_PROTO_MAC)
 #define USHI_PROTO_ACK_LEN 16u
-#define USHI_PROTO_FETCH_LEN 8u     /* the offset; then the attempts */
-#define USHI_PROTO_WANT_LEN 16u     /* FETCH entry: map, attempt, skip */
+/* FETCH: the offset and the range's partition count; then the entries */
+#define USHI_PROTO_FETCH_LEN 16u
+/* FETCH entry: partition, map, attempt, zero, skip */
+#define USHI_PROTO_WANT_LEN 24u
 #define USHI_PROTO_WANTS_MAX                                                  \
 	((USHI_PROTO_CTRL_MAX - USHI_PROTO_FETCH_LEN) / USHI_PROTO_WANT_LEN)
 #define USHI_PROTO_FETCH_END_LEN 8u
@@ -108,11 +110,13 @@ struct proto_ack {
 	uint64_t value;
 };
 
-/* A FETCH names the attempt of each map to stream, ascending maps, and
- * how many of its first batches to leave out: those a reader failing over
- * from another replica has verified already. */
+/* A FETCH names a range of partitions and, per partition of it that the
+ * reader wants from this worker, the attempt of each map to stream,
+ * ascending (partition, map), and how many of its first batches to leave
+ * out: those a reader failing over from another replica has verified
+ * already. */
 struct proto_want {
-	uint32_t map, attempt;
+	uint32_t partition, map, attempt;
 	uint64_t skip;
 };
 
@@ -139,9 +143,10 @@ size_t proto_put_ack(uint8_t *buf, uint32_t shuffle, uint32_t map,
 		     uint32_t attempt, const struct proto_ack *a);
 size_t proto_put_error(uint8_t *buf, int code, const char *msg);
 size_t proto_fetch_size(uint32_t n);
-size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t partition,
-		       uint64_t offset, const struct proto_want *w,
-		       uint32_t n);
+/* FETCH of partitions [first, first + count): the n entries w. */
+size_t proto_put_fetch(uint8_t *buf, uint32_t shuffle, uint32_t first,
+		       uint32_t count, uint64_t offset,
+		       const struct proto_want *w, uint32_t n);
 size_t proto_put_fetch_end(uint8_t *buf, uint32_t shuffle,
 			   uint32_t partition, uint64_t frames,
 			   uint64_t bytes);
@@ -165,9 +170,11 @@ void proto_get_ack(const uint8_t *p, struct proto_ack *a);
  * returns the code: a negative errno or USH_E* value, or -EPROTO when the
  * peer sent anything else. */
 int proto_get_error(const uint8_t *p, uint32_t len, char *msg, size_t n);
-/* The FETCH's attempts: their number, and entry i. */
+/* The FETCH's entries: their number, and entry i. Its range's partition
+ * count is get_le32(payload + 8). */
 uint32_t proto_wants(const struct ushi_frame *f);
-void proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w);
+/* 0, or -EINVAL when the entry's zero field is not. */
+int proto_get_want(const uint8_t *p, uint32_t i, struct proto_want *w);
 
 /* Partition -> worker: jump consistent hash (Lamping & Veach) of a mixed
  * partition number, stable when workers are appended to the list. */

@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+static int part_begin(struct ush_reader *r);
+
 /* ------------------------------------------------------------- API */
 
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
@@ -35,11 +37,22 @@ int ush_reader_next(ush_reader *r, const void **rec, size_t *len)
 			r->batch = NULL;
 		}
 		int ret = r->source->next(r);
+		if (ret == 0 && r->partition + 1 - r->first < r->count) {
+			r->partition++; /* every map of it checked */
+			ret = part_begin(r);
+			if (!ret)
+				continue;
+		}
 		if (ret < 0)
 			return r->err = ret;
 		if (ret == 0)
 			return 0;
 	}
+}
+
+uint32_t ush_reader_partition(const ush_reader *r)
+{
+	return r->partition;
 }
 
 /* Every reader option's zero value is its default. */
@@ -82,10 +95,11 @@ static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
 				o->nseal_keys ? "no key of that id" : "no key");
 	m->sealed = true;
 	m->seal_id = s->seal_id;
-	/* A map with no batch in this partition has no frame to open
+	/* A map with no batch in the partition has no frame to open
 	 * (reader_take() refuses any): reading one partition of many, most
-	 * maps may be such, and a subkey is an HKDF (microseconds). */
-	if (!m->expect)
+	 * maps may be such, and a subkey is an HKDF (microseconds). A range
+	 * derives it once for all its partitions. */
+	if (!m->expect && r->count == 1)
 		return 0;
 	int ret = seal_derive(m->sub, k->key, s->salt, r->app, s->shuffle,
 			      s->map, s->attempt);
@@ -94,59 +108,97 @@ static int seal_map(struct ush_reader *r, const struct ush_reader_opts *o,
 	return ret;
 }
 
-/* Status i into map entry m. */
+/* Status i parsed into map entry m (its map and attempt, its seal): of
+ * the shuffle of status 0, and holding the range. A range reader reads
+ * its statuses after open, from a copy; a reader of one partition is
+ * done with them at open (a status of many partitions is tens of KiB). */
 static int add_map(struct ush_reader *r, const struct ush_reader_opts *o,
 		   uint32_t i, struct rmap *m)
 {
 	const struct ush_status *st = &o->statuses[i];
-	struct status s;
+	const uint8_t *data = st->data;
+	struct status *s = &m->st;
 	const char *why;
-	int ret = status_parse(st->data, st->len, &s, &why);
+	if (r->count > 1) {
+		if (!(r->sdata[i] = ushi_malloc(st->len ? st->len : 1)))
+			return ushi_fail(-ENOMEM, "reader: allocation");
+		if (st->len)
+			memcpy(r->sdata[i], st->data, st->len);
+		data = r->sdata[i];
+	}
+	int ret = status_parse(data, st->len, s, &why);
 	if (ret)
 		return ushi_fail(ret, "reader: map status %u (%zu bytes): %s",
 				i, st->len, why);
 	if (!i) {
-		r->shuffle = s.shuffle;
-		r->target = s.target;
-		r->partitions = s.partitions;
-		memcpy(r->app, s.app, s.app_len);
-		r->source = s.target == USH_TARGET_NET ? &ushi_source_net :
-							 &ushi_source_disk;
+		r->shuffle = s->shuffle;
+		r->target = s->target;
+		r->partitions = s->partitions;
+		memcpy(r->app, s->app, s->app_len);
+		r->source = s->target == USH_TARGET_NET ? &ushi_source_net :
+							  &ushi_source_disk;
 		if ((ret = r->source->create(r, o)))
 			return ushi_fail(ret, "reader: allocation for %u maps",
 					o->nstatuses);
 	}
-	if (s.shuffle != r->shuffle || s.target != r->target ||
-	    s.partitions != r->partitions || strlen(r->app) != s.app_len ||
-	    memcmp(r->app, s.app, s.app_len))
+	if (s->shuffle != r->shuffle || s->target != r->target ||
+	    s->partitions != r->partitions || strlen(r->app) != s->app_len ||
+	    memcmp(r->app, s->app, s->app_len))
 		return ushi_fail(-EINVAL, "reader: map status %u is of shuffle "
 				"%u of application '%.*s' with %u partitions on "
 				"the %s target, status 0 of shuffle %u of '%s' "
 				"with %u on the %s target: one reader reads one "
-				"shuffle", i, s.shuffle, (int)s.app_len, s.app,
-				s.partitions, target_name(s.target),
+				"shuffle", i, s->shuffle, (int)s->app_len, s->app,
+				s->partitions, target_name(s->target),
 				r->shuffle, r->app, r->partitions,
 				target_name(r->target));
-	if (o->partition >= s.partitions)
-		return ushi_fail(-EINVAL, "reader: partition %u out of range: "
-				"shuffle %u has partitions 0..%u",
-				o->partition, s.shuffle, s.partitions - 1);
+	if ((uint64_t)r->first + r->count > s->partitions)
+		return ushi_fail(-EINVAL, "reader: partition %llu%s out of "
+				"range: shuffle %u has partitions 0..%u",
+				(unsigned long long)r->first + r->count - 1,
+				r->count > 1 ? " (the range's last)" : "",
+				s->shuffle, s->partitions - 1);
 	uint64_t mask;
-	if ((ret = status_part(&s, o->partition, &m->expect, &m->want_sum,
-			       &mask, &why)))
+	if ((ret = status_part(s, r->first, &m->expect, &m->want_sum, &mask,
+			       &why)))
 		return ushi_fail(ret, "reader: map status %u (map %u): %s", i,
-				s.map, why);
-	if ((ret = seal_map(r, o, i, &s, m)))
-		return ret;
-	m->map = s.map;
-	m->attempt = s.attempt;
+				s->map, why);
+	m->map = s->map;
+	m->attempt = s->attempt;
+	return seal_map(r, o, i, s, m);
+}
+
+/* Map m's part of partition r->partition: its status's count and
+ * checksum, and where it is read from. */
+static int part_map(struct ush_reader *r, struct rmap *m)
+{
+	const char *why;
+	uint64_t mask;
+	reader_map_done(m);
+	m->got = m->next_seq = 0;
+	m->nholders = m->at = m->refused = 0;
+	int ret = status_part(&m->st, r->partition, &m->expect, &m->want_sum,
+			      &mask, &why);
+	if (ret)
+		return ushi_fail(ret, "reader: map status of map %u: %s",
+				m->map, why);
 	m->sum = USHI_SUM_INIT;
 	m->src = NO_SRC; /* replicated and empty: nothing to read */
-	if ((ret = r->source->add(r, &s, mask, m)) == -EINVAL)
-		return ushi_fail(USH_ECORRUPT, "reader: map status %u: bad "
-				"holder mask %llx or worker list '%.*s'", i,
-				(unsigned long long)mask, (int)s.loc_len, s.loc);
+	if ((ret = r->source->add(r, &m->st, mask, m)) == -EINVAL)
+		return ushi_fail(USH_ECORRUPT, "reader: map status of map %u: "
+				"bad holder mask %llx or worker list '%.*s'",
+				m->map, (unsigned long long)mask,
+				(int)m->st.loc_len, m->st.loc);
 	return ret ? ushi_fail(ret, "reader: allocation") : 0;
+}
+
+/* Partition r->partition: every map's part of it, then the source. */
+static int part_begin(struct ush_reader *r)
+{
+	int ret = 0;
+	for (uint32_t i = 0; !ret && i < r->nmaps; i++)
+		ret = part_map(r, &r->maps[i]);
+	return ret ? ret : r->source->open(r);
 }
 
 static int by_map(const void *a, const void *b)
@@ -170,14 +222,12 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	if (!r)
 		return ushi_fail(-ENOMEM, "reader: allocation");
 	r->gen = ushi_fork_gen;
-	r->partition = o.partition;
+	r->partition = r->first = o.partition;
+	r->count = o.npartitions > 1 ? o.npartitions : 1;
 	ush_lat_init(&r->load_lat);
 	r->maps = ushi_calloc(o.nstatuses, sizeof(*r->maps));
-	/* Each map has at most USH_REPLICAS_MAX places, and moves to each
-	 * at most once (a new source, at worst one per map). */
-	r->srcs = ushi_calloc((size_t)o.nstatuses * USH_REPLICAS_MAX,
-			      sizeof(*r->srcs));
-	ret = r->maps && r->srcs ? 0 : -ENOMEM;
+	r->sdata = ushi_calloc(o.nstatuses, sizeof(*r->sdata));
+	ret = r->maps && r->sdata ? 0 : -ENOMEM;
 	if (ret)
 		ushi_fail(ret, "reader: allocation for %u maps", o.nstatuses);
 	else /* as deep as the disk source reads ahead */
@@ -194,8 +244,10 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 				       "chooses one", r->maps[i].map,
 				       r->maps[i - 1].attempt,
 				       r->maps[i].attempt);
+	if (!ret && r->source->plan)
+		ret = r->source->plan(r);
 	if (!ret)
-		ret = r->source->open(r);
+		ret = part_begin(r);
 	if (ret) {
 		ush_reader_free(r);
 		return ret;
@@ -232,6 +284,9 @@ void ush_reader_free(ush_reader *r)
 		explicit_bzero(r->maps[i].sub, sizeof(r->maps[i].sub));
 	}
 	seal_fini(&r->seal);
+	for (uint32_t i = 0; r->sdata && i < r->nmaps; i++)
+		ushi_free(r->sdata[i]);
+	ushi_free(r->sdata);
 	ushi_free(r->srcs);
 	ushi_free(r->maps);
 	ushi_free(r->rbuf);

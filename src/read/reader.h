@@ -14,8 +14,10 @@
 #include "core/status.h"
 
 /* One map: the attempt its status names and what it says of the
- * partition, then what was read. */
+ * partition being read, then what was read of it. */
 struct rmap {
+	struct status st;          /* parsed (a range's: of its copy; else
+				      of the caller's, until open returns) */
 	uint32_t map, attempt;
 	uint32_t src;              /* where it lives: index into srcs, or
 				      NO_SRC (an empty replicated one) */
@@ -50,15 +52,20 @@ struct ushi_source_ops {
 	const char *name;
 	/* Sets the source up for o's statuses: 0 or -errno. */
 	int (*create)(struct ush_reader *r, const struct ush_reader_opts *o);
-	/* Where map m, of status s, is read from: sets m->src (and what
-	 * else the source keeps of it). Returns 0, -ENOMEM, or -EINVAL for
-	 * a status whose places make no sense. */
+	/* Once the maps are parsed and sorted, before the first partition:
+	 * plans the whole range (NULL: nothing to plan). 0 or an error. */
+	int (*plan)(struct ush_reader *r);
+	/* Where map m, of status s, is read from for partition
+	 * r->partition: sets m->src (and what else the source keeps of
+	 * it). Returns 0, -ENOMEM, or -EINVAL for a status whose places
+	 * make no sense. */
 	int (*add)(struct ush_reader *r, const struct status *s,
 		   uint64_t mask, struct rmap *m);
-	/* Once every map is added: checks they can be read, starts. */
+	/* Once every map of partition r->partition is added: checks they
+	 * can be read, starts. */
 	int (*open)(struct ush_reader *r);
 	/* Reads until reader_take() loaded a batch: 1, 0 when every map
-	 * is read, or an error. */
+	 * of the partition is read, or an error. */
 	int (*next)(struct ush_reader *r);
 	/* "PLACE offset off" of the source being read, for messages. */
 	void (*describe)(struct ush_reader *r, uint64_t off, char *buf,
@@ -72,7 +79,9 @@ struct ushi_source_ops {
 extern const struct ushi_source_ops ushi_source_disk, ushi_source_net;
 
 struct ush_reader {
-	uint32_t shuffle, partition, partitions;
+	uint32_t shuffle, partition, partitions; /* partition being read */
+	uint32_t first, count;     /* the range [first, first + count) */
+	uint8_t **sdata;           /* a range's statuses' bytes, copied */
 	char app[USHI_STATUS_APP_MAX + 1]; /* the statuses' application */
 	uint8_t target;
 	const struct ushi_source_ops *source;
@@ -82,6 +91,7 @@ struct ush_reader {
 	char **srcs;               /* the places maps live: spill directory
 				      or worker */
 	uint32_t nsrcs;
+	size_t srcs_cap;
 	/* The reader's own ring (ring_create_unbound(), freed with the
 	 * reader): its codec contexts decompress every batch, and the disk
 	 * source's reads run on it. A reader is not bound to a thread, as

@@ -38,13 +38,16 @@ struct reader_net {
 	int refused;           /* the worker's ERROR code answering FETCH */
 	char peer[USHI_NET_PEER];
 	char where[USHI_NET_PEER + 48];
-	uint32_t shuffle, partition;
+	uint32_t shuffle, partition, count; /* [partition, +count) */
 	uint8_t *buf;   /* received bytes: [pos, len) not yet parsed */
 	size_t cap, pos, len;
 	uint64_t off;    /* stream bytes read */
 	uint64_t at;     /* stream offset of the last frame read */
 	uint64_t frames; /* DATA frames read */
 	uint64_t bytes;  /* ... and their bytes */
+	struct ushi_frame held; /* the frame ungot, while held */
+	const uint8_t *held_at;
+	bool hold, ended;
 	bool replica;    /* another replica can go on: stall window */
 	uint32_t timeout_ms, rcv_ms; /* the socket's receive timeout */
 	struct ushi_pace pace;       /* how long receives wait */
@@ -70,8 +73,12 @@ uint64_t reader_net_at(const struct reader_net *r)
 /* Fails on the frame last read, naming where it starts. */
 static int fail_at(struct reader_net *r, int err, const char *what)
 {
-	return ushi_fail(err, "reader: %s partition %u: %s",
-			reader_net_where(r), r->partition, what);
+	if (r->count == 1)
+		return ushi_fail(err, "reader: %s partition %u: %s",
+				reader_net_where(r), r->partition, what);
+	return ushi_fail(err, "reader: %s partitions %u..%u: %s",
+			reader_net_where(r), r->partition,
+			r->partition + r->count - 1, what);
 }
 
 /* A buffer of cap bytes with the unparsed bytes at its front. */
@@ -218,8 +225,8 @@ static int fetch(struct reader_net *r, const char *app, uint8_t *b,
 					pooled);
 		if (ret)
 			return ret;
-		size_t len = proto_put_fetch(b, r->shuffle, r->partition, 0,
-					     w, n);
+		size_t len = proto_put_fetch(b, r->shuffle, r->partition,
+					     r->count, 0, w, n);
 		ret = net_send_ctrl(r->conn->fd, &r->conn->mac, b, len);
 		if (ret)
 			ret = fail_at(r, ret, "sending FETCH");
@@ -236,8 +243,8 @@ static int fetch(struct reader_net *r, const char *app, uint8_t *b,
 }
 
 int reader_net_open(struct reader_net **out, const char *peer,
-		    const char *app, uint32_t shuffle, uint32_t partition,
-		    const struct proto_want *w, uint32_t n,
+		    const char *app, uint32_t shuffle, uint32_t first,
+		    uint32_t count, const struct proto_want *w, uint32_t n,
 		    uint32_t timeout_ms, bool replica)
 {
 	*out = NULL;
@@ -258,7 +265,8 @@ int reader_net_open(struct reader_net **out, const char *peer,
 	}
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
 	r->shuffle = shuffle;
-	r->partition = partition;
+	r->partition = first;
+	r->count = count;
 	r->replica = replica;
 	r->timeout_ms = timeout_ms;
 	/* Nothing observed yet: the longest stall window. */
@@ -276,6 +284,14 @@ int reader_net_open(struct reader_net **out, const char *peer,
 int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		     const uint8_t **frame)
 {
+	if (r->hold) {
+		r->hold = false;
+		*f = r->held;
+		*frame = r->held_at;
+		return 1;
+	}
+	if (r->ended)
+		return 0;
 	int ret = r->cap < RECV_BUF ? resize(r, RECV_BUF) : 0;
 	if (ret)
 		return fail_at(r, ret, "receive buffer");
@@ -294,6 +310,7 @@ int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		else
 			net_conn_free(r->conn);
 		r->conn = NULL;
+		r->ended = true;
 		return 0;
 	}
 	if (f->type != USHI_FRAME_DATA) {
@@ -304,10 +321,17 @@ int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 	}
 	r->frames++;
 	r->bytes += proto_size(f);
-	if (f->shuffle != r->shuffle || f->partition != r->partition)
+	if (f->shuffle != r->shuffle || f->partition - r->partition >= r->count)
 		return fail_at(r, USH_ECORRUPT, "frame of another shuffle or "
 			       "partition");
+	r->held = *f;
+	r->held_at = *frame;
 	return 1;
+}
+
+void reader_net_unget(struct reader_net *r)
+{
+	r->hold = true;
 }
 
 void reader_net_free(struct reader_net *r)

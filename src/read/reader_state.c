@@ -194,6 +194,13 @@ int reader_add_src(struct ush_reader *r, uint32_t first, const char *loc,
 			*idx = i;
 			return 0;
 		}
+	if (r->nsrcs == r->srcs_cap) {
+		char **a = ushi_array_grow(r->srcs, &r->srcs_cap,
+					   sizeof(*r->srcs));
+		if (!a)
+			return -ENOMEM;
+		r->srcs = a;
+	}
 	char *s = ushi_malloc(n + 1);
 	if (!s)
 		return -ENOMEM;

@@ -261,6 +261,7 @@ static int disk_next(struct ush_reader *r)
 /* Every attempt's index must be in place (its commit). */
 static int disk_open(struct ush_reader *r)
 {
+	((struct disk_src *)r->source_state)->next = 0; /* a range's next */
 	for (uint32_t i = 0; i < r->nmaps; i++) {
 		char ipath[PATH_MAX];
 		index_path(ipath, sizeof(ipath), r, &r->maps[i]);

@@ -12,8 +12,8 @@
  * wk->pdir_budget (least recently used out) and rebuilt when the index
  * has grown since. The stream's frames are read through the thread's
  * ring (READ_FIXED into pool buffers, adjacent frames of a log in one
- * read, WK_FETCH_READS reads in flight) and sent from those buffers; a
- * slow reader holds at most WK_FETCH_READS buffers.
+ * read, WK_FETCH_READS reads and WK_FETCH_RUNS flush buffers' worth in
+ * flight) and sent from those buffers; a slow reader holds at most those.
  *
  * Files are opened beneath --dir without following links, and each log
  * is checked before MANIFEST so that a refusal comes first.
@@ -72,28 +72,80 @@ static int open_file(struct ush_worker *wk, const char *name, char *msg,
 	return fd;
 }
 
-/* Reads the FETCH's attempts (ascending maps), each committed here.
- * Returns 0, or an error with msg set. */
+/* Whether the range [first, first + count) is one a shuffle can have:
+ * 0, or -EINVAL with msg saying why not. */
+static int range_ok(uint32_t first, uint32_t count, uint32_t zero, char *msg,
+		    size_t n)
+{
+	if (zero)
+		snprintf(msg, n, "FETCH: bytes 12..15 are not zero");
+	else if (!count)
+		snprintf(msg, n, "FETCH of no partition (count 0)");
+	else if ((uint64_t)first + count > USHI_PARTS_MAX)
+		snprintf(msg, n, "FETCH of partitions %u..%llu: beyond the %u "
+			 "partitions a shuffle may have", first,
+			 (unsigned long long)first + count - 1,
+			 USHI_PARTS_MAX);
+	else
+		return 0;
+	return -EINVAL;
+}
+
+/* Entry i (w), after entry i - 1 (pw, or NULL): within the range, in
+ * order. 0, or an error with msg set. */
+static int entry_ok(const struct wk_fetch *fe, uint32_t i,
+		    const struct proto_want *w, const struct proto_want *pw,
+		    char *msg, size_t n)
+{
+	if (w->partition - fe->partition >= fe->count) {
+		snprintf(msg, n, "FETCH entry %u names partition %u, outside "
+			 "its range %u..%u", i, w->partition, fe->partition,
+			 fe->partition + fe->count - 1);
+		return -EINVAL;
+	}
+	if (pw && (w->partition < pw->partition ||
+		   (w->partition == pw->partition && w->map <= pw->map))) {
+		snprintf(msg, n, "FETCH entries not ascending (partition, "
+			 "map) at entry %u", i);
+		return USH_ECORRUPT;
+	}
+	return 0;
+}
+
+/* Reads the FETCH's range and entries (ascending (partition, map)), each
+ * attempt committed here. Returns 0, or an error with msg set. */
 static int wants(struct ush_worker *wk, struct wk_fetch *fe,
 		 const struct ushi_frame *f, const uint8_t *payload,
 		 char *msg, size_t n)
 {
+	fe->count = get_le32(payload + 8);
+	int ret = range_ok(f->partition, fe->count, get_le32(payload + 12),
+			   msg, n);
+	if (ret)
+		return ret;
 	fe->nm = proto_wants(f);
 	fe->m = ushi_malloc(fe->nm * sizeof(*fe->m));
 	if (!fe->m)
 		return -ENOMEM;
-	int ret = 0;
+	const struct proto_want *ok = NULL; /* the last attempt found */
 	pthread_mutex_lock(&wk->lock);
 	for (uint32_t i = 0; !ret && i < fe->nm; i++) {
 		struct proto_want *w = &fe->m[i];
-		proto_get_want(payload, i, w);
+		if (proto_get_want(payload, i, w)) {
+			snprintf(msg, n, "FETCH entry %u: bytes 12..15 are not "
+				 "zero", i);
+			ret = -EINVAL;
+			break;
+		}
+		if ((ret = entry_ok(fe, i, w, i ? w - 1 : NULL, msg, n)))
+			break;
+		/* A range names each map once per partition: the attempt
+		 * found for the entry before is most often this one. */
+		if (ok && ok->map == w->map && ok->attempt == w->attempt)
+			continue;
 		struct wk_attempt *e = wk_attempt_find(wk, f->shuffle, w->map,
 						       w->attempt);
-		if (i && w->map <= fe->m[i - 1].map) {
-			snprintf(msg, n, "FETCH maps not ascending at entry %u",
-				 i);
-			ret = USH_ECORRUPT;
-		} else if (!e || e->state != WK_COMMITTED) {
+		if (!e || e->state != WK_COMMITTED) {
 			snprintf(msg, n, "shuffle %u map %u attempt %u is not "
 				 "committed on this worker (%s)", f->shuffle,
 				 w->map, w->attempt,
@@ -102,19 +154,30 @@ static int wants(struct ush_worker *wk, struct wk_fetch *fe,
 						       "its writer failed");
 			ret = USH_ENOTCOMMITTED;
 		}
+		ok = w;
 	}
 	pthread_mutex_unlock(&wk->lock);
 	return ret;
 }
 
-/* The FETCH's entry of (map, attempt), or NULL when not asked for. */
-static struct proto_want *wanted(struct wk_fetch *fe, uint32_t map,
-				 uint32_t attempt)
+/* The entry of (map, attempt) among the entries [lo, hi) of one
+ * partition, or NULL when not asked for. */
+static struct proto_want *wanted(struct wk_fetch *fe, uint32_t lo,
+				 uint32_t hi, uint32_t map, uint32_t attempt)
 {
-	size_t lo = ushi_lower_bound(fe->m, fe->nm, sizeof(*fe->m),
-				     offsetof(struct proto_want, map), map);
-	return lo < fe->nm && fe->m[lo].map == map &&
-	       fe->m[lo].attempt == attempt ? &fe->m[lo] : NULL;
+	size_t i = lo + ushi_lower_bound(fe->m + lo, hi - lo, sizeof(*fe->m),
+					 offsetof(struct proto_want, map), map);
+	return i < hi && fe->m[i].map == map && fe->m[i].attempt == attempt ?
+		       &fe->m[i] : NULL;
+}
+
+/* Whether an entry asks for (map, attempt), in any partition. */
+static bool asks(const struct wk_fetch *fe, uint32_t map, uint32_t attempt)
+{
+	for (uint32_t i = 0; i < fe->nm; i++)
+		if (fe->m[i].map == map && fe->m[i].attempt == attempt)
+			return true;
+	return false;
 }
 
 /* ------------------------------------------------ partition directories */
@@ -338,10 +401,13 @@ void wk_fetch_free(struct wk_fetch *fe)
 		else
 			ushi_free(r->mem);
 	}
-	if (fe->fd >= 0)
-		close(fe->fd);
-	if (fe->dfd >= 0)
-		close(fe->dfd);
+	for (unsigned k = 0; fe->logs && k < fe->nthr; k++) {
+		if (fe->logs[k].fd >= 0)
+			close(fe->logs[k].fd);
+		if (fe->logs[k].dfd >= 0)
+			close(fe->logs[k].dfd);
+	}
+	ushi_free(fe->logs);
 	iread_close(&fe->ir);
 	ushi_free(fe->ent);
 	ushi_free(fe->m);
@@ -482,45 +548,32 @@ static int plan_dir(struct wk_thread *t, struct wk_fetch *fe, unsigned k,
 	return d ? 0 : -ENOMEM;
 }
 
-/* Keeps lfd, thread k's log in dir, to read from if the stream reads
- * that log first (so the log is opened once per FETCH where one thread
- * holds the partition, as with many partitions), else closes it. */
+/* Keeps lfd, thread k's log in dir, to read from when the stream has
+ * frames of it (so each log is opened once per FETCH, whatever the
+ * number of partitions), else closes it. */
 static void plan_keep_log(struct wk_fetch *fe, unsigned k, int lfd,
 			  struct wk_dir *dir, uint32_t had)
 {
-	if (lfd >= 0 && !had && fe->nent && !fcntl(lfd, F_SETFL, 0)) {
-		fe->fd = lfd; /* blocking reads: not a FIFO */
-		fe->fd_thread = k;
-		fe->dir = dir;
+	if (lfd >= 0 && fe->nent > had && !fcntl(lfd, F_SETFL, 0)) {
+		/* blocking reads: not a FIFO */
+		fe->logs[k] = (struct wk_flog){.fd = lfd, .dfd = -1,
+					       .dir = dir};
 		return;
 	}
 	if (lfd >= 0)
 		close(lfd);
 }
 
-/* Adds the wanted frames of the partition in thread k's directory d (its
- * log in dir; NULL: the one --dir) to fe->ent. */
-static int plan_thread(struct wk_fetch *fe, const struct wk_pdir *d,
-		       unsigned k, const struct wk_dir *dir, char *msg,
-		       size_t n)
+/* Adds the frames of the entries [lo, hi) of one partition in d to
+ * fe->ent, from thread k's log. */
+static int plan_part(struct wk_fetch *fe, const struct wk_pdir *d,
+		     unsigned k, uint32_t lo, uint32_t hi)
 {
-	for (uint32_t i = 0; i < d->nbad; i++)
-		if (wanted(fe, d->bad[i].map, d->bad[i].attempt)) {
-			char name[48];
-			snprintf(msg, n, "shuffle %u map %u attempt %u: %u "
-				 "bytes of its frames at %s/%s offset %llu "
-				 "are damaged", fe->shuffle, d->bad[i].map,
-				 d->bad[i].attempt, d->bad[i].len,
-				 dir ? dir->path : fe->t->wk->dirlist,
-				 file_name(name, sizeof(name), fe, k, "log"),
-				 (unsigned long long)d->bad[i].off);
-			return USH_ECORRUPT;
-		}
-	uint32_t lo, hi;
-	pdir_range(d, fe->partition, &lo, &hi);
-	for (uint32_t i = lo; i < hi; i++) {
+	uint32_t a, b, p = fe->m[lo].partition;
+	pdir_range(d, p, &a, &b);
+	for (uint32_t i = a; i < b; i++) {
 		const struct wk_pent *e = &d->ent[i];
-		struct proto_want *w = wanted(fe, e->map, e->attempt);
+		struct proto_want *w = wanted(fe, lo, hi, e->map, e->attempt);
 		/* An attempt's frames of a partition are in one log, in
 		 * batch order: its first skip entries are the batches the
 		 * reader has (a stored resend only makes it skip fewer). */
@@ -537,10 +590,105 @@ static int plan_thread(struct wk_fetch *fe, const struct wk_pdir *d,
 				return -ENOMEM;
 			fe->ent = ne;
 		}
-		fe->ent[fe->nent++] = (struct wk_fent){e->off, e->len,
+		fe->ent[fe->nent++] = (struct wk_fent){e->off, e->len, p,
 						       (uint16_t)k};
 	}
 	return 0;
+}
+
+/* Adds the wanted frames of every partition of the range in thread k's
+ * directory d (its log in dir; NULL: the one --dir) to fe->ent, partition
+ * after partition. */
+static int plan_thread(struct wk_fetch *fe, const struct wk_pdir *d,
+		       unsigned k, const struct wk_dir *dir, char *msg,
+		       size_t n)
+{
+	for (uint32_t i = 0; i < d->nbad; i++)
+		if (asks(fe, d->bad[i].map, d->bad[i].attempt)) {
+			char name[48];
+			snprintf(msg, n, "shuffle %u map %u attempt %u: %u "
+				 "bytes of its frames at %s/%s offset %llu "
+				 "are damaged", fe->shuffle, d->bad[i].map,
+				 d->bad[i].attempt, d->bad[i].len,
+				 dir ? dir->path : fe->t->wk->dirlist,
+				 file_name(name, sizeof(name), fe, k, "log"),
+				 (unsigned long long)d->bad[i].off);
+			return USH_ECORRUPT;
+		}
+	for (uint32_t lo = 0, hi; lo < fe->nm; lo = hi) {
+		for (hi = lo + 1; hi < fe->nm &&
+				  fe->m[hi].partition == fe->m[lo].partition;
+		     hi++)
+			;
+		int ret = plan_part(fe, d, k, lo, hi);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int cmp_fent(const void *a, const void *b)
+{
+	const struct wk_fent *x = a, *y = b;
+	if (x->partition != y->partition)
+		return x->partition < y->partition ? -1 : 1;
+	if (x->thread != y->thread)
+		return x->thread < y->thread ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Advice holds nothing of the stream, which may end (its files closed)
+ * first: advice on a descriptor closed, or reused meanwhile, only reads
+ * nothing or some other file ahead; a refusal leaves the reads cold. */
+static void ahead_done(struct ushi_op *op, int res)
+{
+	(void)op;
+	(void)res;
+}
+
+/* The extent [lo, hi) of thread k's log that the stream reads, and the
+ * bytes it reads there. */
+struct extent {
+	uint64_t lo, hi, bytes, n;
+};
+
+/*
+ * A range of small partitions reads a frame or two of each, scattered
+ * over the log where the writer sent them: from a cold page cache, as
+ * many small random reads. Where the stream's frames are small and fill
+ * a good part of a log's extent, the page cache is asked to read that
+ * extent ahead (OP_WILLNEED, asynchronous: the kernel reads it in large
+ * sequential requests), and the stream's reads find it there.
+ */
+static void ahead(struct wk_fetch *fe)
+{
+	struct extent *x = ushi_calloc(fe->nthr, sizeof(*x));
+	if (!x)
+		return;
+	for (uint32_t i = 0; i < fe->nent; i++) {
+		const struct wk_fent *e = &fe->ent[i];
+		struct extent *t = &x[e->thread];
+		t->lo = t->n && t->lo < e->off ? t->lo : e->off;
+		t->hi = t->hi > e->off + e->len ? t->hi : e->off + e->len;
+		t->bytes += e->len;
+		t->n++;
+	}
+	for (unsigned k = 0; k < fe->nthr; k++) {
+		const struct extent *t = &x[k];
+		struct ushi_op *op;
+		if (!t->n || fe->logs[k].fd < 0 ||
+		    t->bytes / t->n >= WK_FETCH_DIRECT_MIN ||
+		    t->hi - t->lo > WK_FETCH_AHEAD_MAX ||
+		    t->hi - t->lo > WK_FETCH_AHEAD_SPAN * t->bytes ||
+		    ring_op_get(fe->t->ring, &op))
+			continue;
+		op->kind = OP_WILLNEED;
+		op->cb = ahead_done;
+		op->arm = (struct ushi_armed){.fd = fe->logs[k].fd,
+			.off = t->lo, .len = (uint32_t)(t->hi - t->lo)};
+		ring_arm(fe->t->ring, op);
+	}
+	ushi_free(x);
 }
 
 /* The frames to stream, thread by thread: every thread's, the first
@@ -558,6 +706,13 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 					 ush_strerror(ret));
 		return ret;
 	}
+	if (!fe->logs && fe->nthr) {
+		fe->logs = ushi_malloc(fe->nthr * sizeof(*fe->logs));
+		if (!fe->logs)
+			return -ENOMEM;
+		for (unsigned k = 0; k < fe->nthr; k++)
+			fe->logs[k] = (struct wk_flog){.fd = -1, .dfd = -1};
+	}
 	for (; fe->plan_k < fe->nthr; fe->plan_k++) {
 		struct wk_pdir *d;
 		uint32_t had = fe->nent;
@@ -570,6 +725,11 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 		if (ret)
 			return ret;
 	}
+	/* Thread by thread, each in partition order: the stream goes
+	 * partition after partition, each thread's frames in log order. */
+	if (fe->nthr > 1 && fe->count > 1)
+		qsort(fe->ent, fe->nent, sizeof(*fe->ent), cmp_fent);
+	ahead(fe);
 	while (fe->skip && fe->next < fe->nent) {
 		uint32_t len = fe->ent[fe->next].len;
 		if (fe->skip < len) {
@@ -592,9 +752,9 @@ static int manifest(struct wk_fetch *fe, struct wk_outq *q)
 					      fe->partition);
 	wk_outq_add(q, o);
 	fe->planned = true;
-	wk_log(fe->t->wk, 2, "peer %s: FETCH shuffle %u partition %u: %u "
-	       "attempts, %u frames", fe->peer, fe->shuffle, fe->partition,
-	       fe->nm, fe->nent);
+	wk_log(fe->t->wk, 2, "peer %s: FETCH shuffle %u partitions %u..%u: "
+	       "%u entries, %u frames", fe->peer, fe->shuffle, fe->partition,
+	       fe->partition + fe->count - 1, fe->nm, fe->nent);
 	return 0;
 }
 
@@ -607,7 +767,6 @@ int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
 		return -ENOMEM;
 	fe->t = t;
 	fe->peer = peer;
-	fe->fd = fe->dfd = -1;
 	fe->ir = (struct wk_iread){.ifd = -1, .lfd = -1};
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
@@ -652,6 +811,7 @@ static void read_done(struct ushi_op *op, int res)
 	r->inflight = false;
 	r->done = true;
 	r->fe->inflight--;
+	r->fe->t->fetch_reads--;
 }
 
 /* Opens thread k's log for reading: buffered, and with O_DIRECT too
@@ -660,31 +820,26 @@ static void read_done(struct ushi_op *op, int res)
  * partitions' frames. */
 static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 {
-	if (fe->fd >= 0 && fe->fd_thread != k) {
-		close(fe->fd);
-		fe->fd = -1;
-		if (fe->dfd >= 0)
-			close(fe->dfd);
-		fe->dfd = -1;
-	}
+	struct wk_flog *l = &fe->logs[k];
 	char name[48], msg[1] = "";
 	struct stat st;
 	struct wk_dir *dir;
 	file_name(name, sizeof(name), fe, k, "log");
-	if (fe->fd < 0) {
-		fe->fd = open_file(fe->t->wk, name, msg, 0, &st, &fe->dir);
-		if (fe->fd < 0)
-			return fe->fd;
-		fe->fd_thread = k;
-		fcntl(fe->fd, F_SETFL, 0); /* blocking reads: not a FIFO */
+	if (l->fd < 0) {
+		int fd = open_file(fe->t->wk, name, msg, 0, &st, &l->dir);
+		if (fd < 0)
+			return fd;
+		l->fd = fd;
+		fcntl(fd, F_SETFL, 0); /* blocking reads: not a FIFO */
 	}
-	if (direct && fe->t->wk->o.direct && fe->dfd == -1) {
+	fe->dir = l->dir;
+	if (direct && fe->t->wk->o.direct && l->dfd == -1) {
 		int fd = open_file(fe->t->wk, name, msg, 0, &st, &dir);
 		if (fd >= 0 && fcntl(fd, F_SETFL, O_DIRECT)) {
 			close(fd); /* refused: buffered it is */
 			fd = -1;
 		}
-		fe->dfd = fd < 0 ? -2 : fd;
+		l->dfd = fd < 0 ? -2 : fd;
 	}
 	return 0;
 }
@@ -698,9 +853,6 @@ static int read_next(struct wk_fetch *fe)
 	struct wk_thread *t = fe->t;
 	struct ushi_pool *pool = ring_pool(t->ring);
 	const struct wk_fent *e = &fe->ent[fe->next];
-	/* An fd is closed only once no read of it is queued unsubmitted. */
-	if ((fe->fd < 0 || fe->fd_thread != e->thread) && fe->inflight)
-		return 0;
 	uint32_t cap = t->wk->o.flush_size, frames = 1;
 	uint64_t start = e->off, end = e->off + e->len;
 	uint64_t a = start / USHI_ALIGN * USHI_ALIGN;
@@ -715,7 +867,8 @@ static int read_next(struct wk_fetch *fe)
 	int ret = log_open(fe, e->thread, need >= WK_FETCH_DIRECT_MIN);
 	if (ret)
 		return ret;
-	int fd = need >= WK_FETCH_DIRECT_MIN && fe->dfd >= 0 ? fe->dfd : fe->fd;
+	const struct wk_flog *l = &fe->logs[e->thread];
+	int fd = need >= WK_FETCH_DIRECT_MIN && l->dfd >= 0 ? l->dfd : l->fd;
 	struct ushi_buf *b = NULL;
 	uint8_t *mem = NULL;
 	/* Pool memory up to half the pool for all streams of the thread,
@@ -750,6 +903,7 @@ static int read_next(struct wk_fetch *fe)
 		return ret;
 	}
 	struct wk_fread *r = &fe->rd[(fe->rhead + fe->rn++) % WK_FETCH_READS];
+	fe->rbytes += need;
 	*r = (struct wk_fread){.fe = fe, .buf = b, .mem = b ? b->data : mem,
 		.off = a, .need = (uint32_t)need,
 		.lead = (uint32_t)(start - a), .len = (uint32_t)(end - start),
@@ -761,8 +915,19 @@ static int read_next(struct wk_fetch *fe)
 		.len = r->need, .off = a, .buf = b};
 	ring_arm(t->ring, op);
 	fe->inflight++;
+	t->fetch_reads++;
 	fe->next = j;
 	return 1;
+}
+
+/* Whether fe may start another read now. */
+static bool more(const struct wk_fetch *fe)
+{
+	const struct wk_thread *t = fe->t;
+	uint64_t most = (uint64_t)WK_FETCH_RUNS * t->wk->o.flush_size;
+	return fe->next < fe->nent && fe->rn < WK_FETCH_READS &&
+	       fe->rbytes < most &&
+	       (fe->rn < WK_FETCH_RUNS || t->fetch_reads < WK_IODEPTH / 2);
 }
 
 int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
@@ -782,8 +947,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		}
 	}
 	for (;;) {
-		while (!ret && fe->rn < WK_FETCH_READS && fe->next < fe->nent &&
-		       (ret = read_next(fe)) == 1)
+		while (!ret && more(fe) && (ret = read_next(fe)) == 1)
 			ret = 0;
 		if (ret > 0)
 			ret = 0;
@@ -805,6 +969,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		o->heap = r->buf ? NULL : r->mem;
 		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
 		fe->rn--;
+		fe->rbytes -= r->need;
 		fe->frames += r->frames;
 		WK_COUNT(fe->t->wk, frames_out, r->frames);
 		fe->bytes += r->len;

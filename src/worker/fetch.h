@@ -18,8 +18,19 @@ struct proto_want;
 /* FETCH reads this long or longer are O_DIRECT (where the worker
  * writes so); shorter ones go through the page cache. */
 #define WK_FETCH_DIRECT_MIN (32u << 10)
-/* Reads of one FETCH stream in flight at once. */
-#define WK_FETCH_READS 8
+/* Reads of one FETCH stream in flight at once: many small ones (a range
+ * of small partitions reads a frame or two per partition, scattered over
+ * the log: the disk's queue depth is what makes them fast), and at most
+ * WK_FETCH_RUNS flush buffers' worth of bytes. Beyond WK_FETCH_RUNS
+ * reads, a stream takes more only while its thread's streams hold fewer
+ * than half its ring's ops (WK_IODEPTH). */
+#define WK_FETCH_READS 64
+#define WK_FETCH_RUNS 8
+/* A stream of small frames asks the page cache to read ahead the extent
+ * of each log it reads from, when that is at most this long and at most
+ * WK_FETCH_AHEAD_SPAN times the bytes streamed from it. */
+#define WK_FETCH_AHEAD_MAX (256ull << 20)
+#define WK_FETCH_AHEAD_SPAN 8
 
 /* One frame of a partition directory. */
 struct wk_pent {
@@ -42,11 +53,19 @@ struct wk_pdir {
 	size_t bytes;
 };
 
-/* What a FETCH streams: the wanted frames of the partition, in order. */
+/* What a FETCH streams: the wanted frames of its partitions, in order
+ * (partition, thread, log offset). */
 struct wk_fent {
 	uint64_t off;
-	uint32_t len;
+	uint32_t len, partition;
 	uint16_t thread;
+};
+
+/* A thread's log, open while a FETCH streams from it: buffered, and
+ * O_DIRECT for long reads (-1: not open, -2: refused). */
+struct wk_flog {
+	int fd, dfd;
+	struct wk_dir *dir;
 };
 
 struct wk_fetch;
@@ -78,9 +97,11 @@ struct wk_iread {
 struct wk_fetch {
 	struct wk_thread *t;
 	const char *peer;         /* the connection's, for the log */
-	uint32_t shuffle, partition;
+	uint32_t shuffle, partition; /* the range [partition, +count) */
+	uint32_t count;
 	uint64_t skip;            /* stream bytes the reader already has */
-	struct proto_want *m;     /* attempts asked for, ascending maps */
+	struct proto_want *m;     /* entries asked for, ascending
+				     (partition, map) */
 	uint32_t nm;
 	struct wk_fent *ent;      /* the frames to stream */
 	uint32_t nent, next;      /* entries; the next one to read */
@@ -90,13 +111,12 @@ struct wk_fetch {
 	struct wk_iread ir;       /* plan_k's index being read */
 	bool planned;             /* the MANIFEST is queued */
 	char msg[256];            /* why planning failed, when it says */
-	int fd, dfd;              /* log being read, buffered and O_DIRECT
-				     (-1: not open, -2: refused) */
-	unsigned fd_thread;
-	struct wk_dir *dir;       /* the directory of the log being read */
+	struct wk_flog *logs;     /* per thread: its log, once opened */
+	struct wk_dir *dir;       /* the directory of the log last read */
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
 	unsigned inflight;        /* reads the kernel holds */
+	uint64_t rbytes;          /* bytes of the reads queued */
 	uint64_t frames, bytes;
 };
 

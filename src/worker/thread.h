@@ -235,6 +235,7 @@ struct wk_thread {
 	unsigned flush_order;
 	struct wk_list pdirs;  /* cached partition directories, LRU */
 	size_t pdir_bytes;     /* their memory (at most wk->pdir_budget) */
+	unsigned fetch_reads;  /* FETCH reads in flight, all streams */
 	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
 				  half the pool) */
 	struct wk_list syncq;  /* logs with a sync round asked for or under
