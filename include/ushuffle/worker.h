@@ -125,7 +125,7 @@ struct ush_worker_opts {
 				      16384); one not heard of for
 				      app_ttl_ms is removed */
 	uint32_t reserved0;        /* never read, never reused */
-	unsigned sync;             /* USH_WORKER_SYNC_FULL (0, the
+	unsigned sync;             /* 0.4.5: USH_WORKER_SYNC_FULL (0, the
 				      default) or USH_WORKER_SYNC_NONE
 				      (docs/operations.md, "Durability") */
 	uint32_t reserved1;        /* never read */
