@@ -239,8 +239,11 @@ static int net_plan(struct ush_reader *r)
 			if (holders(r, i, p, mask, h, &e->n))
 				return ushi_fail(USH_ECORRUPT, "reader: map %u "
 						"partition %u: bad holder mask "
-						"%llx", r->maps[i].map, p,
-						(unsigned long long)mask);
+						"%llx or worker list '%.*s'",
+						r->maps[i].map, p,
+						(unsigned long long)mask,
+						(int)r->maps[i].st.loc_len,
+						r->maps[i].st.loc);
 			e->src = NO_SRC;
 			if (!e->n)
 				continue;
