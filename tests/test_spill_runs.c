@@ -50,24 +50,34 @@ static uint32_t rec_part(uint32_t i)
 	return (uint32_t)(rec_seed(i) * 0xbf58476d1ce4e5b9ull >> 40) % NPARTS;
 }
 
-static uint64_t write_map(const char *dir, int direct, enum ush_ioengine eng,
-			  struct ush_status *st)
+/* A disk writer of map 0 with push buffers of PUSH bytes, on a ring of
+ * its own (*ring). */
+static ush_writer *open_writer(const char *dir, uint32_t partitions,
+			       int direct, enum ush_ioengine eng,
+			       ush_ring **ring)
 {
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);
 	ro.push_size = PUSH;
-	ush_ring *ring;
-	th_ok(ush_ring_create(&ring, &ro));
+	th_ok(ush_ring_create(ring, &ro));
 	struct ush_writer_opts wo;
 	ush_writer_opts_init(&wo);
 	wo.shuffle = SHUFFLE;
-	wo.partitions = NPARTS;
+	wo.partitions = partitions;
 	wo.target = USH_TARGET_DISK;
 	wo.dir = dir;
 	wo.direct = direct;
 	wo.ioengine = eng;
 	ush_writer *w;
-	th_ok(ush_writer_open(&w, ring, &wo));
+	th_ok(ush_writer_open(&w, *ring, &wo));
+	return w;
+}
+
+static uint64_t write_map(const char *dir, int direct, enum ush_ioengine eng,
+			  struct ush_status *st)
+{
+	ush_ring *ring;
+	ush_writer *w = open_writer(dir, NPARTS, direct, eng, &ring);
 	uint8_t *rec = malloc(2 * PUSH);
 	assert_non_null(rec);
 	for (uint32_t i = 0; i < NREC; i++) {
@@ -232,20 +242,8 @@ static void tail_at_end(void **state)
 {
 	(void)state;
 	const char *dir = th_scratch("tail");
-	struct ush_ring_opts ro;
-	ush_ring_opts_init(&ro);
-	ro.push_size = PUSH;
 	ush_ring *ring;
-	th_ok(ush_ring_create(&ring, &ro));
-	struct ush_writer_opts wo;
-	ush_writer_opts_init(&wo);
-	wo.shuffle = SHUFFLE;
-	wo.partitions = 1;
-	wo.target = USH_TARGET_DISK;
-	wo.dir = dir;
-	wo.direct = 0;
-	ush_writer *w;
-	th_ok(ush_writer_open(&w, ring, &wo));
+	ush_writer *w = open_writer(dir, 1, 0, USH_IOENGINE_URING, &ring);
 	static uint8_t rec[PUSH];
 	for (uint32_t i = 0; i < 40; i++) {
 		th_fill(rec, PUSH - 52, i);
