@@ -354,7 +354,9 @@ struct ush_writer_stats {
 	uint64_t records, batches;
 	uint64_t raw_bytes;     /* batch bytes before compression */
 	uint64_t frame_bytes;   /* frame bytes produced (headers included) */
-	uint64_t stored_bytes;  /* bytes written to the target (padding incl.) */
+	uint64_t stored_bytes;  /* bytes written to the target (padding
+				   incl.; a disk spill's file may be up
+				   to an eighth longer: format.md §2.2) */
 	uint64_t stored_raw;    /* with a codec: non-empty batches stored raw
 				   (the compressed form was not smaller, no
 				   buffer was idle for it, or the codec

@@ -545,7 +545,9 @@ static uint64_t run_size(const struct ush_writer *w, const struct run *r,
 	uint64_t n = r->bytes / 8 / unit, most = USHI_RUN_MAX / unit;
 	if (!n || len > unit)
 		return len;
-	return unit * (n < most ? n : most ? most : 1);
+	if (most < 1) /* push buffers above USHI_RUN_MAX: one each */
+		most = 1;
+	return unit * (n < most ? n : most);
 }
 
 /*
