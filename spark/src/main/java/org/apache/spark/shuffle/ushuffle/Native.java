@@ -31,12 +31,19 @@ final class Native {
    *  one-line cause (a missing library, a missing system dependency). */
   static synchronized void load() {
     if (loaded) return;
+    if (loadError == null) loadError = tryLoad(Native.class.getClassLoader());
     if (loadError != null) throw new UnsatisfiedLinkError(loadError);
+    loaded = true;
+  }
+
+  /** Extracts the libraries that loader's native.list names and loads
+   *  them: null, or what went wrong in one line. */
+  static String tryLoad(ClassLoader loader) {
     try {
       Path dir = Files.createTempDirectory("ushuffle-native");
       dir.toFile().deleteOnExit();
       List<String> names = new ArrayList<>();
-      try (InputStream in = resource("native.list");
+      try (InputStream in = resource(loader, "native.list");
            BufferedReader r = new BufferedReader(
                new InputStreamReader(in, StandardCharsets.UTF_8))) {
         for (String l; (l = r.readLine()) != null; )
@@ -45,24 +52,24 @@ final class Native {
       Path jni = null;
       for (String n : names) {
         Path p = dir.resolve(n);
-        try (InputStream in = resource(n)) {
+        try (InputStream in = resource(loader, n)) {
           Files.copy(in, p, StandardCopyOption.REPLACE_EXISTING);
         }
         p.toFile().deleteOnExit();
         jni = p;
       }
+      if (jni == null) throw new IOException(DIR + "native.list names no library");
       System.load(jni.toString());
-      loaded = true;
+      return null;
     } catch (IOException | UnsatisfiedLinkError | RuntimeException e) {
-      loadError = "ushuffle: cannot load its native library (" + e.getMessage()
+      return "ushuffle: cannot load its native library (" + e.getMessage()
           + "); the jar carries it for Linux x86-64 and needs liburing2, liblz4-1,"
           + " libzstd1, libisal2 and libssl3 installed";
-      throw new UnsatisfiedLinkError(loadError);
     }
   }
 
-  private static InputStream resource(String name) throws IOException {
-    InputStream in = Native.class.getClassLoader().getResourceAsStream(DIR + name);
+  private static InputStream resource(ClassLoader loader, String name) throws IOException {
+    InputStream in = loader.getResourceAsStream(DIR + name);
     if (in == null)
       throw new IOException(DIR + name + " is not in the ushuffle-spark jar");
     return in;

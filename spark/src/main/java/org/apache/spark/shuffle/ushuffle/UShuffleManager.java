@@ -55,7 +55,7 @@ public class UShuffleManager implements ShuffleManager {
   private ScheduledExecutorService heartbeats;
 
   public UShuffleManager(SparkConf sparkConf, boolean isDriver) {
-    SparkVersion.check(sparkConf);
+    SparkVersion.check(org.apache.spark.package$.MODULE$.SPARK_VERSION());
     this.sparkConf = sparkConf;
     this.isDriver = isDriver;
     this.conf = new UShuffleConf(sparkConf);

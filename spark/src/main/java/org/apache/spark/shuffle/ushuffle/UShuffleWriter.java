@@ -45,6 +45,7 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
   private static final String UNSAFE_ROW_SERIALIZER =
       "org.apache.spark.sql.execution.UnsafeRowSerializer";
 
+  private final UShuffleManager mgr;
   private final ShuffleDependency<K, V, C> dep;
   private final int shuffleId;
   private final long mapId;
@@ -57,7 +58,8 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
   private long[] lengths;
 
   UShuffleWriter(UShuffleManager mgr, BaseShuffleHandle<K, V, C> handle, long mapId,
-      TaskContext context, ShuffleWriteMetricsReporter metrics) throws IOException {
+      TaskContext context, ShuffleWriteMetricsReporter metrics) {
+    this.mgr = mgr;
     this.dep = handle.dependency();
     this.shuffleId = handle.shuffleId();
     this.mapId = mapId;
@@ -65,12 +67,17 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
     this.metrics = metrics;
     this.partitioner = dep.partitioner();
     this.partitions = partitioner.numPartitions();
+  }
+
+  /** Opens the native writer on the thread that writes (the ring is bound
+   *  to it), which need not be the one that made this object. */
+  private void open() throws IOException {
     UShuffleConf c = mgr.conf();
     // Attempts are told apart by Spark's task attempt id (its mapId since
     // 3.0), unique in the application: speculative copies and stage
     // retries of one map are distinct ushuffle attempts.
-    this.w = Native.writerOpen(shuffleId, context.partitionId(), (int) mapId, partitions,
-        mgr.workers(), mgr.app(), c.replicas, c.codec, c.poolBytes(partitions),
+    w = Native.writerOpen(shuffleId, context.partitionId(), (int) context.taskAttemptId(),
+        partitions, mgr.workers(), mgr.app(), c.replicas, c.codec, c.poolBytes(partitions),
         c.pushSize(partitions), c.timeoutMs, c.ioengine, c.sealKeyFile);
     context.addTaskCompletionListener(
         (org.apache.spark.util.TaskCompletionListener) ctx -> free());
@@ -84,6 +91,7 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
       in = dep.aggregator().get().combineValuesByKey(
           (Iterator<Product2<K, V>>) (Iterator<?>) records, context);
     }
+    open();
     LentBuffers bufs = new LentBuffers(w, partitions);
     Sink sink = sink(dep.serializer(), bufs);
     long n = 0;

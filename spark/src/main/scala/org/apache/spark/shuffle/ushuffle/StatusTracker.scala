@@ -2,7 +2,7 @@ package org.apache.spark.shuffle.ushuffle
 
 import java.util.concurrent.ConcurrentHashMap
 
-import org.apache.spark.{SparkConf, SparkEnv}
+import org.apache.spark.SparkEnv
 import org.apache.spark.rpc.{RpcCallContext, RpcEndpointRef, RpcEnv, ThreadSafeRpcEndpoint}
 import org.apache.spark.util.RpcUtils
 
@@ -110,11 +110,10 @@ private[ushuffle] class NoBlockResolver extends org.apache.spark.shuffle.Shuffle
 
 private[ushuffle] object SparkVersion {
   /** Refuses a Spark this build was not made for, in one line. */
-  def check(conf: SparkConf): Unit = {
-    val v = org.apache.spark.SPARK_VERSION
-    if (!v.startsWith("3.5.")) {
+  def check(version: String = org.apache.spark.SPARK_VERSION): Unit = {
+    if (!version.startsWith("3.5.")) {
       throw new UnsupportedOperationException(s"ushuffle-spark is built for Spark 3.5.x " +
-        s"(Scala 2.12); this is Spark $v: use the jar built for it")
+        s"(Scala 2.12); this is Spark $version: use the jar built for it")
     }
   }
 }
