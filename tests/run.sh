@@ -21,7 +21,7 @@ run() {
 # The libraries alone: no CLI, benches or tests, so none of inih, json-c
 # or cmocka is looked for.
 cmake -S . -B build-lib -DUSH_WERROR=ON -DUSH_BUILD_CLI=OFF \
-	-DUSH_BUILD_BENCH=OFF -DUSH_BUILD_TESTS=OFF >/dev/null
+	-DUSH_BUILD_BENCH=OFF -DUSH_BUILD_TESTS=OFF -DUSH_BUILD_SPARK=OFF >/dev/null
 cmake --build build-lib -j "$jobs"
 run build-test "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The Debian package test (label package) builds from the source tree,
@@ -35,5 +35,5 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsa
 	run build-tsan "-R roundtrip|cli_run|net_" -DCMAKE_BUILD_TYPE=Debug -DUSH_SANITIZE=thread
 # The normal build's suite again where io_uring is refused (a seccomp
 # filter, as Docker's default profile): the rings' plain-syscall backend.
-(cd build-test && tests/no_uring ctest --output-on-failure -j "$jobs" -LE "package|large")
+(cd build-test && tests/no_uring ctest --output-on-failure -j "$jobs" -LE "package|large|spark")
 echo "all tests passed (normal, ASan+UBSan, TSan builds, without io_uring)"
