@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
            "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
-           "replicas", "records", "commit", "disks", "seal"]
+           "replicas", "records", "commit", "disks", "seal", "spark"]
 
 
 def log(msg):
@@ -812,13 +812,59 @@ def t_seal(res, m):
                  rows), note
 
 
+def t_spark(res, m):
+    """The seed's job: per case, medians of sort shuffle and ushuffle."""
+    rows = []
+    base = res["cases"].get("400x80")
+    for case, c in res["cases"].items():
+        parts, rb = case.split("x")
+        lab = f"{parts} partitions, {rb}-byte rows"
+
+        def cell(k, scale=1.0, unit="s"):
+            return (f"{c[k]['sort'] / scale:,.1f} {unit}",
+                    f"{c[k]['ushuffle'] / scale:,.1f} {unit}",
+                    f"{c[k].get('ratio', 0):.2f}× (p={c[k].get('p', 1):.2f})")
+        goals = {"map_cpu_s": ("≤ 0.7×", lambda r: r <= 0.7),
+                 "wall_s": ("≤ 0.9×", lambda r: r <= 0.9)}
+        for k, name in [("map_cpu_s", "map tasks' CPU"),
+                        ("reduce_cpu_s", "reduce tasks' CPU"),
+                        ("total_cpu_s", "JVM + ushuffled CPU"),
+                        ("wall_s", "wall time (3 repartitions)"),
+                        ("jvm_peak_rss", "JVM peak RSS")]:
+            a, b, r = cell(k, 2**20, "MiB") if k == "jvm_peak_rss" \
+                else cell(k)
+            target, verdict = "", ""
+            if k in goals and case == "400x80":
+                target = goals[k][0]
+                verdict = met(goals[k][1](c[k]["ratio"]))
+            elif k in goals and base:
+                r0 = base[k]["ratio"]
+                target = f"≤ 1.2× its 400-partition ratio ({r0:.2f}×)"
+                verdict = met(c[k]["ratio"] <= 1.2 * r0)
+            rows.append([f"{lab}: {name}", a, b, r, target, verdict])
+    n = len(next(iter(res["cases"].values()))["runs"]["sort"])
+    note = (f"{res['rows']:,} cached rows repartitioned 3 times into a "
+            f"`noop` sink (every column moves), {n} rounds a side after "
+            f"one warm-up round each, sort shuffle and ushuffle alternating "
+            f"(`bench/spark_seed.py` under pyspark 3.5.8's `spark-submit`, "
+            f"`local[2]`, 6 GiB driver; ushuffle through the plugin's jar "
+            f"and one `ushuffled --threads=2` on the same 2 cores). Medians;"
+            f" p: a two-sided permutation test of the medians' ratio. Map "
+            f"and reduce CPU: Spark's executor CPU time of the shuffle-map "
+            f"and result stages (task threads only); beside it the whole "
+            f"JVM's CPU plus ushuffled's, so work moved off the task thread "
+            f"still counts.")
+    return table(["measure", "sort shuffle", "ushuffle", "ratio", "target",
+                  ""], rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
           "wire": t_wire, "dask": t_dask, "replicas": t_replicas,
           "records": t_records, "commit": t_commit, "disks": t_disks,
-          "seal": t_seal}
+          "seal": t_seal, "spark": t_spark}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -835,7 +881,8 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "records": "14. The record path: ns per record",
           "commit": "15. Group commit: many writers committing at once",
           "disks": "16. Many disks: one worker over 1, 2 and 4 file systems",
-          "seal": "17. Sealed frames: AES-256-GCM against plain"}
+          "seal": "17. Sealed frames: AES-256-GCM against plain",
+          "spark": "18. Spark: the seed's job, sort shuffle against ushuffle"}
 
 
 def gnuplot(script, png, dat):

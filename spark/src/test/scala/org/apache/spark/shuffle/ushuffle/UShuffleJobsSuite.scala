@@ -152,6 +152,44 @@ class UShuffleJobsSuite extends SparkFunSuite with LocalSparkContext {
     assert(killed.get() === 1)
   }
 
+  test("two attempts of a map both commit; readers read the one the tracker holds") {
+    // As speculation does (which Spark never runs on one host: a copy is not
+    // launched where an attempt runs): two task attempts of map 0, other
+    // data each, both committed; the tracker names one, then the other.
+    run(UShuffleTestConf()) { sc =>
+      val mgr = sc.env.shuffleManager
+      val tracker = sc.env.mapOutputTracker.asInstanceOf[MapOutputTrackerMaster]
+      val dep = new ShuffleDependency[Int, Int, Int](
+        sc.parallelize(1 to 1, 1).map(i => (i, i)), new HashPartitioner(3))
+      val handle = mgr.registerShuffle(dep.shuffleId, dep)
+      tracker.registerShuffle(dep.shuffleId, 1, 1)
+      val tmm = new org.apache.spark.memory.TaskMemoryManager(sc.env.memoryManager, 0L)
+      def attempt(taskAttemptId: Long, data: Seq[(Int, Int)]) = {
+        val ctx = new TaskContextImpl(0, 0, 0, taskAttemptId, taskAttemptId.toInt, 1, tmm,
+          new java.util.Properties, sc.env.metricsSystem)
+        val w = mgr.getWriter[Int, Int](handle, taskAttemptId, ctx, ctx.taskMetrics.shuffleWriteMetrics)
+        w.write(data.iterator)
+        w.stop(true).get
+      }
+      val first = attempt(100L, (1 to 50).map(i => (i, i)))
+      val second = attempt(101L, (1 to 50).map(i => (i, -i)))
+      def read(): Seq[(Int, Int)] = {
+        val ctx = new TaskContextImpl(1, 0, 0, 200L, 0, 1, tmm, new java.util.Properties,
+          sc.env.metricsSystem)
+        (0 until 3).flatMap { p =>
+          mgr.getReader[Int, Int](handle, p, p + 1, ctx,
+            ctx.taskMetrics.createTempShuffleReadMetrics()).read().map(r => (r._1, r._2))
+        }.sortBy(_._1)
+      }
+      tracker.registerMapOutput(dep.shuffleId, 0, second)
+      assert(read() === (1 to 50).map(i => (i, -i)))
+      tracker.unregisterMapOutput(dep.shuffleId, 0, second.location)
+      tracker.registerMapOutput(dep.shuffleId, 0, first)
+      assert(read() === (1 to 50).map(i => (i, i)))
+      mgr.unregisterShuffle(dep.shuffleId)
+    }
+  }
+
   private def withWorkers[T](n: Int)(f: Workers => T): T = {
     val root = Utils.createTempDir()
     val w = new Workers(n, "test-secret-" + System.nanoTime(), root)
