@@ -193,7 +193,11 @@ static void bad_input_exits_2(void **state)
 		{"--fixedbufs=2", "--fixedbufs=2: unknown value",
 		 "0, 1 or auto"},
 		{"--verify=md5", "--verify=md5: records are checked with CRC32C "
-		 "only", "crc32c or none"},
+		 "only", "crc32c, none or 0"},
+		{"--nmae=x", "--nmae=x: unknown option (did you mean --name?)",
+		 "accepted"},
+		{"--blocksze=4k", "--blocksze=4k: unknown option (did you mean "
+		 "--blocksize?)", "accepted"},
 		{"--output-format=xml", "unknown value",
 		 "normal, json, json+ or terse"},
 		{"--filename=/dev/nvme0n1", "a shuffle has no one file",
@@ -529,8 +533,8 @@ static void job_file_errors_exit_2(void **state)
 		{"[-x]\n", ":1: section [-x]: not a job name", "accepted"},
 		{"size=1m\n[a]\n", ":1: size=1m: key outside a section",
 		 "accepted"},
-		{"[global]\n\ntime_based\n", ":3: syntax error",
-		 "time_based=1"},
+		{"[global]\n\nrw\n", ":3: rw: needs a value",
+		 "accepted: write, read or shuffle"},
 		{"[a]\nsize=1m\n[b\n", ":3: syntax error", "accepted"},
 		{"[global]\n[a]\neta=never\n", ":3: eta=never: a global option",
 		 "accepted: in [global] or on the command line"},

@@ -83,11 +83,18 @@ struct job_opts {
 };
 
 /* Does the job leave its output for a later read? (--keep, --unlink; a
- * read leaves what it read) */
+ * read leaves what it read, unless job_read_unlinks()) */
 static inline bool job_keeps(const struct job_opts *o)
 {
 	return o->rw == RW_READ || o->unlink == 0 ||
 	       (o->unlink < 0 && (o->rw == RW_WRITE || o->keep));
+}
+
+/* A read with --unlink=1 removes what it read, once it has read all of
+ * it without an error (a failed read keeps it, to be looked at). */
+static inline bool job_read_unlinks(const struct job_opts *o)
+{
+	return o->rw == RW_READ && o->unlink == 1;
 }
 
 /* --dir is fio's list, DIR[:DIR...]: map i spills to the i-th (modulo
@@ -126,8 +133,8 @@ const struct opt *opt_find(const char *name);
 /* Why fio's option name has no meaning here and what to use instead, or
  * NULL for a name that is not one of those. */
 const char *opt_refused(const char *name);
-/* The option whose name is closest to name (a typo), or NULL. */
-const struct opt *opt_suggest(const char *name);
+/* The option name or fio alias closest to name (a typo), or NULL. */
+const char *opt_suggest(const char *name);
 /* Sets o in j from text v. Returns 0, or -1 with "why; accepted: what"
  * in err. v == NULL: the bare flag form (booleans only). */
 int opt_set(const struct opt *o, struct job_opts *j, const char *v,

@@ -260,6 +260,14 @@ static int start(struct job_ctx *j, struct thread_ctx *tc, pthread_t *tid,
 	return ret;
 }
 
+static void net_drop(struct job_ctx *j, struct job_result *res);
+
+/* Did a read job read everything, and find every record right? */
+static bool read_complete(const struct job_result *res)
+{
+	return res->verify_done && !atomic_load(&res->vlog.errors);
+}
+
 static void finish(struct job_ctx *j, struct job_result *res)
 {
 	const struct job_opts *o = j->o;
@@ -280,8 +288,15 @@ static void finish(struct job_ctx *j, struct job_result *res)
 	res->verify_done = ok && o->rw != RW_WRITE &&
 			   o->target != TARGET_NULL &&
 			   atomic_load(&j->parts_done) >= j->partitions;
-	if (o->target == TARGET_NULL || o->rw == RW_READ)
+	if (o->target == TARGET_NULL)
 		return;
+	if (o->rw == RW_READ) {
+		if (job_read_unlinks(o) && read_complete(res)) {
+			net_drop(j, res);
+			spill_clean(o, j->shuffle); /* the manifest, at least */
+		}
+		return;
+	}
 	if (ok && job_keeps(o)) {
 		j->expect.shuffle = j->shuffle;
 		j->expect.maps = j->maps;
@@ -427,7 +442,7 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
  * application's TTL and the job's result is its data's. */
 static void net_drop(struct job_ctx *j, struct job_result *res)
 {
-	if (j->o->target != TARGET_NET || j->o->rw == RW_READ ||
+	if (j->o->target != TARGET_NET ||
 	    !ush_shuffle_drop(j->workers, j->o->app, j->shuffle,
 			      ADMIN_TIMEOUT_MS) ||
 	    res->warning[0])
@@ -520,7 +535,8 @@ int job_run(const struct job_opts *o, struct job_result *res,
 	if (!ret)
 		ret = res->err = net_setup(&j, res);
 	if (!ret) {
-		net_drop(&j, res);
+		if (o->rw != RW_READ)
+			net_drop(&j, res);
 		pthread_barrier_init(&j.bar, NULL, res->nthreads);
 		j.t_start = now_ns();
 		int err = start(&j, tc, tid, &cpus);

@@ -27,7 +27,8 @@ static const struct opt_choice handoff_choices[] = {
 static const struct opt_choice ioengine_choices[] = {
 	{"io_uring", USH_IOENGINE_URING}, {"psync", USH_IOENGINE_PSYNC}, {0}};
 const struct opt_choice verify_choices[] = {
-	{"crc32c", VERIFY_CRC32C}, {"none", VERIFY_NONE}, {0}};
+	{"crc32c", VERIFY_CRC32C}, {"none", VERIFY_NONE},
+	{"0", VERIFY_NONE}, {0}}; /* fio's verify=0 is off */
 static const struct opt_choice fixedbufs_choices[] = {
 	{"0", 0}, {"1", 1}, {"auto", -1}, {0}};
 static const struct opt_choice format_choices[] = {
@@ -190,41 +191,52 @@ const char *opt_refused(const char *name)
 	return NULL;
 }
 
-/* Edit distance of a and b ('-' and '_' alike), capped at 9. */
+/* Edit distance of a and b ('-' and '_' alike), a swap of two letters
+ * one edit ("nmae"), capped at 9. */
 static unsigned distance(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
-	unsigned row[64];
+	unsigned d[64][64];
 	if (la >= 63 || lb >= 63)
 		return 9;
 	for (size_t j = 0; j <= lb; j++)
-		row[j] = (unsigned)j;
+		d[0][j] = (unsigned)j;
 	for (size_t i = 1; i <= la; i++) {
-		unsigned diag = row[0]++;
+		d[i][0] = (unsigned)i;
 		for (size_t j = 1; j <= lb; j++) {
 			bool same = a[i - 1] == b[j - 1] ||
 				    (strchr("-_", a[i - 1]) &&
 				     strchr("-_", b[j - 1]));
-			unsigned up = row[j];
-			unsigned best = diag + !same;
-			best = up + 1 < best ? up + 1 : best;
-			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
-			diag = up;
-			row[j] = best;
+			unsigned best = d[i - 1][j - 1] + !same;
+			best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+			best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+			    a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
 		}
 	}
-	return row[lb] < 9 ? row[lb] : 9;
+	return d[la][lb] < 9 ? d[la][lb] : 9;
 }
 
-const struct opt *opt_suggest(const char *name)
+/* Keeps name as *best if it is nearer than *bd edits, and fewer than
+ * half its length. */
+static void nearer(const char *typo, const char *name, const char **best,
+		   unsigned *bd)
 {
-	const struct opt *best = NULL;
+	unsigned d = distance(typo, name);
+	if (d < *bd && 2 * d < strlen(name))
+		*bd = d, *best = name;
+}
+
+const char *opt_suggest(const char *name)
+{
+	const char *best = NULL;
 	unsigned bd = 3; /* at most two edits, and fewer than half */
-	for (size_t i = 0; i < cli_nopts; i++) {
-		unsigned d = distance(name, cli_opts[i].name);
-		if (d < bd && 2 * d < strlen(cli_opts[i].name))
-			bd = d, best = &cli_opts[i];
-	}
+	for (size_t i = 0; i < cli_nopts; i++)
+		nearer(name, cli_opts[i].name, &best, &bd);
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+		nearer(name, aliases[i].name, &best, &bd); /* --blocksze */
 	return best;
 }
 
