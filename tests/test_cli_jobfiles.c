@@ -82,15 +82,15 @@ static void fio_job_files_load(void **state)
 	for (size_t i = 0; i < 2; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "job options/size"), "64k");
-		assert_string_equal(jstr(o, "job options/bs"), "128k");
-		assert_string_equal(jstr(o, "job options/rw"), "write");
-		assert_string_equal(jstr(o, "job options/numjobs"), "1");
-		assert_string_equal(jstr(o, "job options/group_reporting"),
+		assert_string_equal(jstr(o, "effective options/size"), "64k");
+		assert_string_equal(jstr(o, "effective options/bs"), "128k");
+		assert_string_equal(jstr(o, "effective options/rw"), "write");
+		assert_string_equal(jstr(o, "effective options/numjobs"), "1");
+		assert_string_equal(jstr(o, "effective options/group_reporting"),
 				    "1");
-		assert_string_equal(jstr(o, "job options/time_based"),
+		assert_string_equal(jstr(o, "effective options/time_based"),
 				    want[i][1]);
-		assert_string_equal(jstr(o, "job options/stonewall"), "1");
+		assert_string_equal(jstr(o, "effective options/stonewall"), "1");
 	}
 	json_object_put(j);
 	cli_free(&r);
@@ -104,7 +104,7 @@ static void fio_job_files_load(void **state)
 	cli_expect(&r, 0);
 	j = cli_json(&r);
 	assert_string_equal(jstr(job_n(j, 0), "jobname"), "piped");
-	assert_string_equal(jstr(job_n(j, 0), "job options/rw"), "write");
+	assert_string_equal(jstr(job_n(j, 0), "effective options/rw"), "write");
 	json_object_put(j);
 	cli_free(&r);
 	unsetenv("USH_TEST_SIZE");

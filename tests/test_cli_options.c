@@ -68,7 +68,7 @@ static void check_options(const char *const *args,
 	json_object *job = json_object_array_get_idx(jget(j, "jobs"), 0);
 	for (size_t i = 0; i < nwant; i++) {
 		char path[96];
-		snprintf(path, sizeof(path), "job options/%s", want[i][0]);
+		snprintf(path, sizeof(path), "effective options/%s", want[i][0]);
 		const char *got = jstr(job, path);
 		if (strcmp(got, want[i][1]))
 			fail_msg("%s: got \"%s\", expected \"%s\"", want[i][0],
@@ -365,12 +365,12 @@ static void job_files_layer_under_the_command_line(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "job options/handoff"), want[i][1]);
-		assert_string_equal(jstr(o, "job options/bs"), want[i][2]);
-		assert_string_equal(jstr(o, "job options/iodepth"), want[i][3]);
-		assert_string_equal(jstr(o, "job options/partitions"),
+		assert_string_equal(jstr(o, "effective options/handoff"), want[i][1]);
+		assert_string_equal(jstr(o, "effective options/bs"), want[i][2]);
+		assert_string_equal(jstr(o, "effective options/iodepth"), want[i][3]);
+		assert_string_equal(jstr(o, "effective options/partitions"),
 				    want[i][4]);
-		assert_string_equal(jstr(o, "job options/record-size"),
+		assert_string_equal(jstr(o, "effective options/record-size"),
 				    want[i][5]);
 		assert_int_equal(jint(o, "write/io_bytes") >= 64 * 1024, 1);
 	}
@@ -387,9 +387,9 @@ static void job_files_layer_under_the_command_line(void **state)
 	j = cli_json(&r);
 	assert_int_equal(json_object_array_length(jget(j, "jobs")), 4);
 	for (size_t i = 0; i < 4; i++)
-		assert_string_equal(jstr(job_n(j, i), "job options/bs"), "64k");
+		assert_string_equal(jstr(job_n(j, i), "effective options/bs"), "64k");
 	assert_string_equal(jstr(job_n(j, 3), "jobname"), "second");
-	assert_string_equal(jstr(job_n(j, 3), "job options/size"), "32k");
+	assert_string_equal(jstr(job_n(j, 3), "effective options/size"), "32k");
 	json_object_put(j);
 	cli_free(&r);
 	th_rmrf(dir);
@@ -418,9 +418,9 @@ static void name_starts_a_job(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "job options/rw"), want[i][1]);
-		assert_string_equal(jstr(o, "job options/bs"), want[i][2]);
-		assert_string_equal(jstr(o, "job options/size"), "64k");
+		assert_string_equal(jstr(o, "effective options/rw"), want[i][1]);
+		assert_string_equal(jstr(o, "effective options/bs"), want[i][2]);
+		assert_string_equal(jstr(o, "effective options/size"), "64k");
 		assert_int_equal(jint(o, "groupid"), want[i][3][0] - '0');
 		assert_true(jint(o, "write/io_bytes") >= 64 * 1024);
 	}
@@ -464,8 +464,8 @@ static void fio_names(void **state)
 	assert_int_equal(json_object_array_length(jget(j, "jobs")), 2);
 	for (size_t i = 0; i < 2; i++) {
 		json_object *o = job_n(j, i);
-		assert_string_equal(jstr(o, "job options/bs"), "128k");
-		assert_string_equal(jstr(o, "job options/rw"), "write");
+		assert_string_equal(jstr(o, "effective options/bs"), "128k");
+		assert_string_equal(jstr(o, "effective options/rw"), "write");
 		assert_int_equal(jint(o, "loop"), i);
 		assert_int_equal(jint(o, "groupid"), 0);
 		/* json+: the handoff histogram's buckets add up to N */

@@ -49,6 +49,9 @@ struct codec_opt {
 
 /* Every option's value; the option table (options.c) names each field. */
 struct job_opts {
+	/* bit i: cli_opts[i] was set in the job's own section or after its
+	 * --name (fio's "job options"), not by a default or [global] */
+	uint64_t given;
 	char name[128];
 	uint64_t numjobs; /* 0: online CPUs, resolved after parsing */
 	uint64_t size;

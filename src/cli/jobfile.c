@@ -289,6 +289,7 @@ static void start_section(struct ini_state *s, const char *section)
 	}
 	l->jobs = j;
 	j[l->n] = s->global;
+	j[l->n].given = 0; /* [global]'s are not this job's own */
 	snprintf(j[l->n].name, sizeof(j->name), "%s", section);
 	s->cur = (long)l->n++;
 }
@@ -536,14 +537,17 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 }
 
 /* Applies the command-line settings of job k (-1: those before the first
- * --name, which every job takes) to o. */
+ * --name, which every job takes, as fio's global options) to o. */
 static void apply_given(const struct job_list *l, int k, struct job_opts *o)
 {
 	char why[512];
+	uint64_t own = o->given;
 	for (size_t g = 0; g < l->ngiven; g++)
 		if (l->given[g].job == k)
 			opt_set(l->given[g].o, o, l->given[g].value, why,
 				sizeof(why)); /* checked in scan_argv */
+	if (k < 0)
+		o->given = own;
 }
 
 /* Adds the command line's jobs after the files': each from the defaults,
@@ -558,7 +562,8 @@ static int add_cli_jobs(struct job_list *l, int named,
 		return -1;
 	l->jobs = j;
 	if (!l->n && !named) {
-		j[l->n++] = *base;
+		j[l->n] = *base;
+		j[l->n++].given = 0; /* all of it is global, in fio's terms */
 		apply_given(l, -1, &j[0]);
 	}
 	for (int k = 0; k < named; k++) {

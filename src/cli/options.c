@@ -389,8 +389,8 @@ static int check_range(const struct opt *o, uint64_t v, char *err, size_t n)
 	return 0;
 }
 
-int opt_set(const struct opt *o, struct job_opts *j, const char *v,
-	    char *err, size_t n)
+static int opt_parse(const struct opt *o, struct job_opts *j,
+		     const char *v, char *err, size_t n)
 {
 	void *field = (char *)j + o->off;
 	uint64_t u[2] = {0, 0};
@@ -472,6 +472,17 @@ int opt_set(const struct opt *o, struct job_opts *j, const char *v,
 	return -1;
 }
 
+int opt_set(const struct opt *o, struct job_opts *j, const char *v,
+	    char *err, size_t n)
+{
+	_Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) <=
+		       8 * sizeof(j->given), "a bit of given per option");
+	int ret = opt_parse(o, j, v, err, n);
+	if (!ret)
+		j->given |= 1ull << (o - cli_opts);
+	return ret;
+}
+
 void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 		size_t n)
 {
@@ -526,6 +537,7 @@ void opts_defaults(struct job_opts *j)
 	for (size_t i = 0; i < cli_nopts; i++)
 		if (opt_set(&cli_opts[i], j, cli_opts[i].def, err, sizeof(err)))
 			abort(); /* a bad default is a bug in the table */
+	j->given = 0;
 }
 
 /* Writes text at column col, wrapped at 79, continuing at column ind. */

@@ -193,8 +193,10 @@ static void print_unit(FILE *f, const struct job_result *res, size_t gid,
 			 (unsigned)(t - res->t));
 	else
 		snprintf(who, sizeof(who), "%s%s", o->name, loop);
+	int err = t ? t->err : res->err;
+	/* fio's err= is a positive errno */
 	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", who,
-		gid, a->threads, t ? t->err : res->err, (int)getpid(), date);
+		gid, a->threads, err < 0 ? -err : err, (int)getpid(), date);
 	print_dir(f, "write", &a->w, true);
 	print_dir(f, "read", &a->r, false);
 	fprintf(f, "  cpu          : usr=%.2f%%, sys=%.2f%%, ctx=%llu\n",
