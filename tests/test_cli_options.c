@@ -516,6 +516,61 @@ static void fio_names(void **state)
 	cli_free(&r);
 }
 
+/* Count of needle in s. */
+static size_t count_of(const char *s, const char *needle)
+{
+	size_t n = 0;
+	for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* Issue 39's small fio differences: --verify=0 is off, --output-format
+ * takes fio's comma list, --loops describes its job once. */
+static void fio_differences(void **state)
+{
+	(void)state;
+	struct cli_out r = cli_run(NULL, "--verify=0", "--size=64k",
+				   "--numjobs=1", "--target=null",
+				   "--output-format=json", "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	assert_string_equal(jstr(job_n(j, 0), "effective options/verify"),
+			    "none");
+	json_object_put(j);
+	cli_free(&r);
+
+	/* normal, then terse, then JSON, whatever the list's order */
+	r = cli_run(NULL, "--output-format=json,terse,normal", "--size=64k",
+		    "--numjobs=1", "--target=null", "--eta=never",
+		    "--name=l1");
+	cli_expect(&r, 0);
+	const char *normal = strstr(r.out, "Run status group 0");
+	const char *terse = strstr(r.out, "\n3;ushuffle-");
+	const char *json = strstr(r.out, "\n{\n");
+	if (!normal || !terse || !json || normal > terse || terse > json)
+		fail_msg("not normal, terse, JSON in that order:\n%s", r.out);
+	j = json_tokener_parse(json);
+	assert_non_null(j);
+	assert_string_equal(jstr(j, "global options/output-format"),
+			    "json,terse,normal");
+	json_object_put(j);
+	cli_free(&r);
+	r = cli_run(NULL, "--output-format=json,", "--eta=never");
+	expect_usage_error(&r, "--output-format=json,", "unknown value ''",
+			   "or a comma list of them");
+
+	/* one description and one thread count for both runs */
+	r = cli_run(NULL, "--loops=2", "--size=64k", "--numjobs=1",
+		    "--target=null", "--eta=never", "--name=lp");
+	cli_expect(&r, 0);
+	assert_int_equal(count_of(r.out, "lp: (g=0): rw=shuffle"), 1);
+	assert_int_equal(count_of(r.out, "Starting "), 1);
+	cli_has(r.out, "Starting 1 thread\n");
+	cli_has(r.out, "lp loop 1 thread 0: (groupid=0");
+	cli_free(&r);
+}
+
 static void job_file_errors_exit_2(void **state)
 {
 	(void)state;
@@ -575,6 +630,7 @@ int main(void)
 		cmocka_unit_test(name_starts_a_job),
 		cmocka_unit_test(fio_names),
 		cmocka_unit_test(job_file_errors_exit_2),
+		cmocka_unit_test(fio_differences),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

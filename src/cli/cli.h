@@ -39,7 +39,9 @@ enum rw_mode { RW_WRITE, RW_READ, RW_SHUFFLE };
 enum cli_target { TARGET_NULL, TARGET_DISK, TARGET_NET };
 enum handoff { HANDOFF_SWAP, HANDOFF_COPY };
 enum verify_mode { VERIFY_NONE, VERIFY_CRC32C };
-enum out_format { OUT_NORMAL, OUT_JSON, OUT_JSON_PLUS, OUT_TERSE };
+/* --output-format is fio's comma list: a bit each */
+enum out_format { OUT_NORMAL = 1, OUT_JSON = 2, OUT_JSON_PLUS = 4,
+		  OUT_TERSE = 8 };
 enum eta_mode { ETA_AUTO, ETA_ALWAYS, ETA_NEVER };
 
 struct codec_opt {
@@ -109,7 +111,9 @@ unsigned job_dir(const struct job_opts *o, unsigned i, char *buf, size_t n);
 
 enum opt_type { T_STR, T_UINT, T_SIZE, T_TIME, T_BOOL, T_ENUM, T_RANGE,
 		T_CODEC };
-enum { OPT_GLOBAL = 1, OPT_AUTO = 2, OPT_POW2 = 4 };
+/* OPT_LIST: an enum of bits, given as a comma list (fio's
+ * --output-format=normal,json) */
+enum { OPT_GLOBAL = 1, OPT_AUTO = 2, OPT_POW2 = 4, OPT_LIST = 8 };
 
 struct opt_choice {
 	const char *name;

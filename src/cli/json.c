@@ -279,7 +279,7 @@ int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs)
 {
 	json_object *top = json_object_new_object(), *jobs, *given;
-	bool plus = l->global.output_format == OUT_JSON_PLUS;
+	bool plus = l->global.output_format & OUT_JSON_PLUS;
 	time_t now = time(NULL);
 	char date[64];
 	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));

@@ -120,7 +120,7 @@ int main(int argc, char **argv)
 		.newline_ns = l.global.eta_newline_ms * 1000000,
 		.status_ns = l.global.status_interval_ms * 1000000};
 	int fmt = l.global.output_format;
-	if (fmt == OUT_NORMAL) {
+	if (fmt & OUT_NORMAL) {
 		report_describe(out, &l);
 		fflush(out);
 	}
@@ -137,13 +137,14 @@ int main(int argc, char **argv)
 	if (!res) {
 		fprintf(stderr, CLI_NAME ": out of memory\n");
 		status = EXIT_RUN;
-	} else if (fmt == OUT_JSON || fmt == OUT_JSON_PLUS) {
-		if (report_json(out, &l, res, ran))
+	} else { /* in fio's order, whatever the list's */
+		if (fmt & OUT_NORMAL)
+			report_normal(out, &l, res, ran);
+		if (fmt & OUT_TERSE)
+			report_terse(out, &l, res, ran);
+		if ((fmt & (OUT_JSON | OUT_JSON_PLUS)) &&
+		    report_json(out, &l, res, ran))
 			status = EXIT_RUN;
-	} else if (fmt == OUT_TERSE) {
-		report_terse(out, &l, res, ran);
-	} else {
-		report_normal(out, &l, res, ran);
 	}
 	if (out != stdout ? fclose(out) : fflush(out)) {
 		fprintf(stderr, CLI_NAME ": --output=%s: writing the report: "

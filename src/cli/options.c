@@ -63,8 +63,9 @@ const struct opt cli_opts[] = {
 	{"keep", T_BOOL, F(keep), "0", "shuffle: keep the spill files", 0, 1,
 	 NULL, 0},
 	{"unlink", T_ENUM, F(unlink), "auto", "remove the job's output when "
-	 "it ends: 1 always (a write too), 0 never (a shuffle too, as "
-	 "--keep); auto: a shuffle removes, a write keeps", 0, 0,
+	 "it ends: 1 always (a write's too; a read removes what it read, "
+	 "once all of it is read without an error), 0 never (a shuffle's "
+	 "too, as --keep); auto: a shuffle removes, a write and a read keep", 0, 0,
 	 unlink_choices, 0},
 	{"loops", T_UINT, F(loops), "1", "run the job this many times, one "
 	 "after another, each run reported", 1, 1000, NULL, 0},
@@ -124,8 +125,9 @@ const struct opt cli_opts[] = {
 	 0, 255, NULL, 0},
 	{"thread", T_BOOL, F(thread), "1", "accepted for fio's job files: "
 	 "ushuffle's jobs always run as threads", 0, 1, NULL, 0},
-	{"output-format", T_ENUM, F(output_format), "normal", "report format",
-	 0, 0, format_choices, OPT_GLOBAL},
+	{"output-format", T_ENUM, F(output_format), "normal", "report "
+	 "formats, a comma list as fio's (normal,json: both, one after the "
+	 "other)", 0, 0, format_choices, OPT_GLOBAL | OPT_LIST},
 	{"output", T_STR, F(output), "-", "report file; -: standard output",
 	 1, PATH_MAX - 1, NULL, OPT_GLOBAL},
 	{"eta", T_ENUM, F(eta), "auto", "live status line on stderr; auto: "
@@ -134,7 +136,8 @@ const struct opt cli_opts[] = {
 	 "with a new line this often, so a log keeps it; 0: redraw in place",
 	 0, 86400, NULL, OPT_GLOBAL},
 	{"status-interval", T_TIME, F(status_interval_ms), "0", "print the "
-	 "status line on standard output this often (a log of progress); 0: "
+	 "status line, a line of its own naming its job, on standard error "
+	 "this often (a log of progress; fio prints its whole report); 0: "
 	 "never", 0, 86400, NULL, OPT_GLOBAL},
 	{"minimal", T_BOOL, F(minimal), "0", "fio's terse report, as "
 	 "--output-format=terse", 0, 1, NULL, OPT_GLOBAL},
@@ -301,6 +304,9 @@ static void accepted(const struct opt *o, char *buf, size_t n)
 				: c[1].name	? ", "
 						: " or ",
 				c->name);
+		if (o->flags & OPT_LIST)
+			snprintf(buf + k, k < n ? n - k : 0, ", or a comma "
+				 "list of them");
 		return;
 	case T_CODEC:
 		snprintf(buf, n, "none, lz4, zstd or zstd:LEVEL (LEVEL 1..22, "
@@ -389,6 +395,29 @@ static int check_range(const struct opt *o, uint64_t v, char *err, size_t n)
 	return 0;
 }
 
+/* An OPT_LIST enum: the bits of a comma list of its choices. */
+static int parse_list(const struct opt *o, struct job_opts *j,
+		      const char *v, char *err, size_t n)
+{
+	int bits = 0;
+	for (const char *p = v;; p++) {
+		size_t k = strcspn(p, ",");
+		const struct opt_choice *c = o->choices;
+		while (c->name && (strlen(c->name) != k ||
+				   strncmp(p, c->name, k)))
+			c++;
+		if (!c->name)
+			return bad(o, err, n, "unknown value '%.*s'", (int)k,
+				   p);
+		bits |= c->value;
+		p += k;
+		if (!*p)
+			break;
+	}
+	*(int *)((char *)j + o->off) = bits;
+	return 0;
+}
+
 static int opt_parse(const struct opt *o, struct job_opts *j,
 		     const char *v, char *err, size_t n)
 {
@@ -430,6 +459,8 @@ static int opt_parse(const struct opt *o, struct job_opts *j,
 		*(int *)field = !v || *v == '1';
 		return 0;
 	case T_ENUM:
+		if (o->flags & OPT_LIST)
+			return parse_list(o, j, v, err, n);
 		for (const struct opt_choice *c = o->choices; c->name; c++)
 			if (!strcmp(v, c->name)) {
 				*(int *)field = c->value;
@@ -510,8 +541,16 @@ void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 		snprintf(buf, n, "%d", *(const int *)field);
 		return;
 	case T_ENUM:
-		snprintf(buf, n, "%s", choice_name(o->choices,
-						   *(const int *)field));
+		if (!(o->flags & OPT_LIST)) {
+			snprintf(buf, n, "%s", choice_name(o->choices,
+							   *(const int *)field));
+			return;
+		}
+		buf[0] = '\0';
+		for (const struct opt_choice *c = o->choices; c->name; c++)
+			if (*(const int *)field & c->value)
+				snprintf(buf + strlen(buf), n - strlen(buf),
+					 "%s%s", buf[0] ? "," : "", c->name);
 		return;
 	case T_RANGE:
 		fmt_size(a, sizeof(a), u[0]);
@@ -628,9 +667,26 @@ void opts_help(FILE *f)
 			 " (global: command line or [global] only)" : "");
 		wrap(f, text, col, 30);
 	}
+	/* fio's names, so that --help, the manual and the completion
+	 * offer them too */
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+		const struct opt *o = opt_find(aliases[i].is);
+		metavar(o, meta, sizeof(meta));
+		char alias[128];
+		snprintf(alias, sizeof(alias), "--%s%s", aliases[i].name,
+			 meta + 2 + strlen(o->name));
+		snprintf(text, sizeof(text), "fio's name for --%s", o->name);
+		int col = fprintf(f, "  %-27s ", alias);
+		if (col > 30) {
+			fprintf(f, "\n%30s", "");
+			col = 30;
+		}
+		wrap(f, text, col, 30);
+	}
 	fprintf(f, "  %-28s%s\n  %-28s%s\n", "--help", "this text",
 		"--version", "the version");
-	fprintf(f, "\nnumjobs=auto is %ld here.\nMore in ushuffle(1) and "
-		"docs/cli.md: job files, the reports, and what\nushuffle does "
-		"with each fio option.\n", sysconf(_SC_NPROCESSORS_ONLN));
+	fprintf(f, "\nnumjobs=auto is %ld here.\nMore in ushuffle(1), and "
+		"in cli.md, which it names: job files, the\nreports, and what "
+		"ushuffle does with each fio option.\n",
+		sysconf(_SC_NPROCESSORS_ONLN));
 }

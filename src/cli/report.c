@@ -252,6 +252,8 @@ void report_describe(FILE *f, const struct job_list *l)
 	char v[64];
 	for (size_t i = 0; i < l->n; i++) {
 		const struct job_opts *o = &l->jobs[i];
+		if (o->loop) /* a further run of the job just described */
+			continue;
 		fprintf(f, "%s: (g=%u): rw=%s", o->name, l->group[i],
 			choice_name(rw_choices, o->rw));
 		static const char *const keys[] = {
@@ -286,8 +288,9 @@ void report_describe(FILE *f, const struct job_list *l)
 		fputc('\n', f);
 	}
 	unsigned long threads = 0;
-	for (size_t i = 0; i < l->n; i++)
-		threads += (unsigned long)l->jobs[i].numjobs;
+	for (size_t i = 0; i < l->n; i++) /* a job's loops reuse them */
+		if (!l->jobs[i].loop)
+			threads += (unsigned long)l->jobs[i].numjobs;
 	fprintf(f, CLI_NAME "-" USH_VERSION_STRING "\nStarting %lu thread%s\n",
 		threads, threads == 1 ? "" : "s");
 }
