@@ -58,6 +58,7 @@ struct job_opts {
 	uint64_t numjobs; /* 0: online CPUs, resolved after parsing */
 	uint64_t size;
 	uint64_t runtime_ms; /* 0: no limit */
+	uint64_t hold_ms;    /* heartbeat this long after the run: 0 none */
 	int time_based, group_reporting, keep, pin;
 	int stonewall;       /* wait for the jobs before this one */
 	uint64_t loops;      /* runs of the job, one after another */
@@ -302,6 +303,10 @@ struct job_result {
 	bool verify_done;       /* every record was read back and checked */
 	bool interrupted;
 	bool ran;               /* the threads ran: there is a report */
+	bool expired;           /* a read found its shuffle gone */
+	/* how long a write's output lives and how to keep or drop it;
+	 * "" if it keeps none */
+	char lifetime[384];
 	/* The shape the job used: its options, or a read's manifest. */
 	uint32_t maps, partitions, rec_min, rec_max;
 	int err;                /* first error, 0 if none */
@@ -341,6 +346,10 @@ struct job_ctx {
 	uint64_t t_start;        /* CLOCK_MONOTONIC ns */
 	uint64_t alloc_at[4];    /* both libraries' alloc counts at the marks */
 	atomic_uint parts_done;  /* partitions read to the end */
+	/* reader errors, and those of them that found a map absent from
+	 * its worker (USH_ENOTCOMMITTED): all absent, nothing read, and
+	 * the shuffle has expired there or was dropped */
+	atomic_uint reader_errors, absent;
 	pthread_mutex_t lock;
 	/* net: the workers the threads push to and fetch from: --workers,
 	 * or the embedded worker this job started on loopback. */

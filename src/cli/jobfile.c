@@ -455,6 +455,18 @@ static int check_job(const struct job_opts *j, bool named)
 			    "other removes it; accepted: one of them", pre);
 		return -1;
 	}
+	if (j->hold_ms && (j->target != TARGET_NET || !j->workers[0] ||
+			   !job_keeps(j))) {
+		usage_error("%s--hold=%llu: holds a kept output on --workers, "
+			    "and this job %s; accepted: --hold with "
+			    "--target=net --workers=HOST:PORT,... in a job that "
+			    "keeps its output (--rw=write, --rw=read or --keep)",
+			    pre, (unsigned long long)(j->hold_ms / 1000),
+			    !job_keeps(j) ? "keeps none (a shuffle removes "
+			    "its output)" : "has no --workers (its embedded "
+			    "worker ends with the process)");
+		return -1;
+	}
 	if (check_dir(j, pre) || check_cpus(j, pre))
 		return -1;
 	opt_format(opt_find("record-size"), j, v, sizeof(v));

@@ -238,6 +238,8 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	if (r->warning[0])
 		add(o, "warning", json_object_new_string(r->warning));
 	add(o, "interrupted", json_object_new_boolean(r->interrupted));
+	if (r->lifetime[0])
+		add(o, "output_lifetime", json_object_new_string(r->lifetime));
 	add(o, "job options", options_json(r->o, true));
 	add(o, "effective options", options_json(r->o, false));
 	/* What it used: a read job's shape is its manifest's. */

@@ -52,6 +52,11 @@ const struct opt cli_opts[] = {
 	 "--rw=read) after this long; 0: no limit", 0, 365 * 86400, NULL, 0},
 	{"time_based", T_BOOL, F(time_based), "0", "run for --runtime even "
 	 "when --size is reached", 0, 1, NULL, 0},
+	{"hold", T_TIME, F(hold_ms), "0", "net, with --workers: after the "
+	 "job, heartbeat this long so that the workers keep its output (they "
+	 "drop an application's shuffles once it is silent for their "
+	 "--app-ttl); Ctrl-C ends it; 0: exit at once", 0, 365 * 86400, NULL,
+	 0},
 	{"stonewall", T_BOOL, F(stonewall), "0", "wait until the jobs before "
 	 "this one have ended, then start (a new group); without it jobs "
 	 "run at the same time", 0, 1, NULL, 0},

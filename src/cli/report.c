@@ -74,6 +74,8 @@ const char *verify_status(const struct job_result *r)
 	const struct job_opts *o = r->o;
 	if (o->verify == VERIFY_NONE)
 		return "off";
+	if (r->expired)
+		return "expired";
 	if (atomic_load(&r->vlog.errors))
 		return "failed";
 	if (o->rw == RW_WRITE || o->target == TARGET_NULL)
@@ -314,6 +316,8 @@ void report_normal(FILE *f, const struct job_list *l,
 			agg_threads(&a, &r->t[i], 1);
 			print_unit(f, r, g, &a, &r->t[i]);
 		}
+		if (r->ran && r->lifetime[0])
+			fprintf(f, "  output       : %s\n", r->lifetime);
 		if (r->ran)
 			agg_add(&group, r->t, r->nthreads);
 		if (k + 1 < njobs && l->group[k + 1] == g)
