@@ -51,7 +51,7 @@ static json_object *job_n(json_object *j, size_t i)
 static void fio_job_files_load(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("clifio");
+	const char *dir = th_scratch("clifio");
 	char sub[600];
 	snprintf(sub, sizeof(sub), "%s/inc", dir);
 	assert_int_equal(mkdir(sub, 0755), 0);
@@ -115,7 +115,7 @@ static void fio_job_files_load(void **state)
 static void no_jobs_defined_exits_1(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("clinojob");
+	const char *dir = th_scratch("clinojob");
 	static const char *const texts[] = {
 		"", "; only a comment\n", "[global]\nsize=1m\n",
 		"[global]\n[global]\ngroup_reporting\n",
@@ -155,7 +155,7 @@ static void no_jobs_defined_exits_1(void **state)
 static void fio_syntax_errors(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("clifiobad");
+	const char *dir = th_scratch("clifiobad");
 	put(dir, "self.fio", "[a]\ninclude self.fio\n");
 	put(dir, "two.fio", "[a]\ninclude x.fio y.fio\n");
 	put(dir, "missing.fio", "[global]\n\ninclude nothere.fio\n");
@@ -225,7 +225,7 @@ static void example_jobs_run(void **state)
 			continue;
 		char f[600];
 		snprintf(f, sizeof(f), USH_JOBS_DIR "/%s", e->d_name);
-		const char *dir = th_tmpdir("clijobs");
+		const char *dir = th_scratch("clijobs");
 		struct cli_out r = cli_run(dir, f, "--parse-only");
 		if (r.status)
 			fail_msg("%s: --parse-only: exit %d:\n%s", e->d_name,
@@ -268,7 +268,7 @@ static void read_unlink_removes_what_it_read(void **state)
 	static const char *const targets[] = {"--target=disk",
 					      "--target=net"};
 	for (size_t t = 0; t < 2; t++) {
-		const char *dir = th_tmpdir("cliunlink");
+		const char *dir = th_scratch("cliunlink");
 		char sdir[700];
 		snprintf(sdir, sizeof(sdir), "%s/s%u", dir,
 			 cli_shuffle_id("ul"));
@@ -298,14 +298,17 @@ static void read_unlink_removes_what_it_read(void **state)
 	}
 }
 
+/* Each test's scratch directory goes, failed or not. */
+#define T(test) cmocka_unit_test_teardown(test, th_teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(fio_job_files_load),
-		cmocka_unit_test(no_jobs_defined_exits_1),
-		cmocka_unit_test(fio_syntax_errors),
-		cmocka_unit_test(example_jobs_run),
-		cmocka_unit_test(read_unlink_removes_what_it_read),
+		T(fio_job_files_load),
+		T(no_jobs_defined_exits_1),
+		T(fio_syntax_errors),
+		T(example_jobs_run),
+		T(read_unlink_removes_what_it_read),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,7 +45,7 @@ static void fio_jsonplus_clat2csv_reads_it(void **state)
 	(void)state;
 	if (!have("fio_jsonplus_clat2csv"))
 		skip(); /* Debian's fio package ships it */
-	const char *dir = th_tmpdir("clijsonfio");
+	const char *dir = th_scratch("clijsonfio");
 	report_to(dir, "plus.json");
 	char cmd[1600], csv[700];
 	snprintf(cmd, sizeof(cmd), "cd '%s' && fio_jsonplus_clat2csv "
@@ -114,7 +114,7 @@ static void fio_schema_kept(void **state)
 	(void)state;
 	if (!have("fio"))
 		skip();
-	const char *dir = th_tmpdir("clijsonkeys");
+	const char *dir = th_scratch("clijsonkeys");
 	report_to(dir, "ours.json");
 	char cmd[1200], path[700];
 	/* fio's null engine: no files, no devices */
@@ -139,7 +139,7 @@ static void fio_schema_kept(void **state)
 static void fio_fields_mean_what_fio_says(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("clijsonopts");
+	const char *dir = th_scratch("clijsonopts");
 	struct cli_out r = cli_run(dir, "--size=64k", "--target=null",
 				   "--numjobs=1", "--output-format=json",
 				   "--eta=never", "--name=a", "--rw=write",
@@ -197,12 +197,15 @@ static void fio_fields_mean_what_fio_says(void **state)
 	th_rmrf(dir);
 }
 
+/* Each test's scratch directory goes, failed or not. */
+#define T(test) cmocka_unit_test_teardown(test, th_teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(fio_jsonplus_clat2csv_reads_it),
-		cmocka_unit_test(fio_schema_kept),
-		cmocka_unit_test(fio_fields_mean_what_fio_says),
+		T(fio_jsonplus_clat2csv_reads_it),
+		T(fio_schema_kept),
+		T(fio_fields_mean_what_fio_says),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,7 @@
 static void write_says_how_long_output_lives(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("clilife");
+	const char *dir = th_scratch("clilife");
 	struct th_worker wk = {0};
 	snprintf(wk.dir, sizeof(wk.dir), "%.400s/worker", dir);
 	assert_int_equal(mkdir(wk.dir, 0755), 0);
@@ -62,7 +62,7 @@ static void write_says_how_long_output_lives(void **state)
 static void read_of_expired_shuffle_says_so(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("cliexpired");
+	const char *dir = th_scratch("cliexpired");
 	struct th_worker wk = {0};
 	snprintf(wk.dir, sizeof(wk.dir), "%.400s/worker", dir);
 	assert_int_equal(mkdir(wk.dir, 0755), 0);
@@ -131,7 +131,7 @@ static void wait_for(const char *path, const char *needle)
 static void hold_keeps_output_past_the_ttl(void **state)
 {
 	(void)state;
-	const char *dir = th_tmpdir("clihold");
+	const char *dir = th_scratch("clihold");
 	char log[700], workers[128];
 	struct th_worker wk = {.extra = "--app-ttl=3000"};
 	snprintf(wk.dir, sizeof(wk.dir), "%.400s/worker", dir);
@@ -195,13 +195,16 @@ static void hold_needs_workers_and_kept_output(void **state)
 	cli_free(&r);
 }
 
+/* Each test's scratch directory goes, failed or not. */
+#define T(test) cmocka_unit_test_teardown(test, th_teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(write_says_how_long_output_lives),
-		cmocka_unit_test(read_of_expired_shuffle_says_so),
-		cmocka_unit_test(hold_keeps_output_past_the_ttl),
-		cmocka_unit_test(hold_needs_workers_and_kept_output),
+		T(write_says_how_long_output_lives),
+		T(read_of_expired_shuffle_says_so),
+		T(hold_keeps_output_past_the_ttl),
+		T(hold_needs_workers_and_kept_output),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,8 +81,6 @@ static int run_group(const struct job_opts *o, struct job_result *res,
 			pthread_join(tid[i], NULL);
 		else /* alone, or no thread to be had: here */
 			run_one(&r[i]);
-		for (size_t k = 0; k < r[i].n; k++)
-			report_errors(&r[i].res[k]);
 		worst = r[i].ret > worst ? r[i].ret : worst;
 	}
 	if (!r || !tid || !started) {
@@ -198,6 +196,10 @@ int main(int argc, char **argv)
 			"%s\n", l.global.output, strerror(errno));
 		status = status ? status : EXIT_RUN;
 	}
+	/* after the report, in job order: a later group's error never
+	 * comes before an earlier group's report */
+	for (size_t i = 0; res && i < ran; i++)
+		report_errors(&res[i]);
 	if (res && status != EXIT_INTR)
 		hold_outputs(res, ran);
 	for (size_t i = 0; i < ran; i++)

@@ -360,7 +360,10 @@ void report_errors(const struct job_result *r)
 		fprintf(stderr, CLI_NAME ": job '%s': interrupted; the report "
 			"is partial\n", job);
 	/* Last: the first line of a failed job names its failure. */
-	if (r->warning[0])
+	/* A failed job's error is its story: a cleanup that failed the
+	 * same way (a drop to the worker that refused it) is not said
+	 * twice; the JSON report keeps it. */
+	if (r->warning[0] && !r->err && !errors)
 		fprintf(stderr, CLI_NAME ": warning: job '%s': %s\n", job,
 			r->warning);
 }
