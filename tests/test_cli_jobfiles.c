@@ -86,11 +86,12 @@ static void fio_job_files_load(void **state)
 		assert_string_equal(jstr(o, "effective options/bs"), "128k");
 		assert_string_equal(jstr(o, "effective options/rw"), "write");
 		assert_string_equal(jstr(o, "effective options/numjobs"), "1");
-		assert_string_equal(jstr(o, "effective options/group_reporting"),
-				    "1");
+		assert_string_equal(
+			jstr(o, "effective options/group_reporting"), "1");
 		assert_string_equal(jstr(o, "effective options/time_based"),
 				    want[i][1]);
-		assert_string_equal(jstr(o, "effective options/stonewall"), "1");
+		assert_string_equal(jstr(o, "effective options/stonewall"),
+				    "1");
 	}
 	json_object_put(j);
 	cli_free(&r);

@@ -68,7 +68,8 @@ static void check_options(const char *const *args,
 	json_object *job = json_object_array_get_idx(jget(j, "jobs"), 0);
 	for (size_t i = 0; i < nwant; i++) {
 		char path[96];
-		snprintf(path, sizeof(path), "effective options/%s", want[i][0]);
+		snprintf(path, sizeof(path), "effective options/%s",
+			 want[i][0]);
 		const char *got = jstr(job, path);
 		if (strcmp(got, want[i][1]))
 			fail_msg("%s: got \"%s\", expected \"%s\"", want[i][0],
@@ -321,6 +322,14 @@ static const char *write_file(const char *dir, const char *name,
 	return p;
 }
 
+/* A job's effective value of option key. */
+static const char *eff(json_object *job, const char *key)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "effective options/%s", key);
+	return jstr(job, path);
+}
+
 static json_object *job_n(json_object *j, size_t i)
 {
 	json_object *a = jget(j, "jobs");
@@ -365,12 +374,12 @@ static void job_files_layer_under_the_command_line(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "effective options/handoff"), want[i][1]);
-		assert_string_equal(jstr(o, "effective options/bs"), want[i][2]);
-		assert_string_equal(jstr(o, "effective options/iodepth"), want[i][3]);
-		assert_string_equal(jstr(o, "effective options/partitions"),
+		assert_string_equal(eff(o, "handoff"), want[i][1]);
+		assert_string_equal(eff(o, "bs"), want[i][2]);
+		assert_string_equal(eff(o, "iodepth"), want[i][3]);
+		assert_string_equal(eff(o, "partitions"),
 				    want[i][4]);
-		assert_string_equal(jstr(o, "effective options/record-size"),
+		assert_string_equal(eff(o, "record-size"),
 				    want[i][5]);
 		assert_int_equal(jint(o, "write/io_bytes") >= 64 * 1024, 1);
 	}
@@ -387,9 +396,9 @@ static void job_files_layer_under_the_command_line(void **state)
 	j = cli_json(&r);
 	assert_int_equal(json_object_array_length(jget(j, "jobs")), 4);
 	for (size_t i = 0; i < 4; i++)
-		assert_string_equal(jstr(job_n(j, i), "effective options/bs"), "64k");
+		assert_string_equal(eff(job_n(j, i), "bs"), "64k");
 	assert_string_equal(jstr(job_n(j, 3), "jobname"), "second");
-	assert_string_equal(jstr(job_n(j, 3), "effective options/size"), "32k");
+	assert_string_equal(eff(job_n(j, 3), "size"), "32k");
 	json_object_put(j);
 	cli_free(&r);
 	th_rmrf(dir);
@@ -418,9 +427,9 @@ static void name_starts_a_job(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "effective options/rw"), want[i][1]);
-		assert_string_equal(jstr(o, "effective options/bs"), want[i][2]);
-		assert_string_equal(jstr(o, "effective options/size"), "64k");
+		assert_string_equal(eff(o, "rw"), want[i][1]);
+		assert_string_equal(eff(o, "bs"), want[i][2]);
+		assert_string_equal(eff(o, "size"), "64k");
 		assert_int_equal(jint(o, "groupid"), want[i][3][0] - '0');
 		assert_true(jint(o, "write/io_bytes") >= 64 * 1024);
 	}
@@ -464,8 +473,8 @@ static void fio_names(void **state)
 	assert_int_equal(json_object_array_length(jget(j, "jobs")), 2);
 	for (size_t i = 0; i < 2; i++) {
 		json_object *o = job_n(j, i);
-		assert_string_equal(jstr(o, "effective options/bs"), "128k");
-		assert_string_equal(jstr(o, "effective options/rw"), "write");
+		assert_string_equal(eff(o, "bs"), "128k");
+		assert_string_equal(eff(o, "rw"), "write");
 		assert_int_equal(jint(o, "loop"), i);
 		assert_int_equal(jint(o, "groupid"), 0);
 		/* json+: the handoff histogram's buckets add up to N */
@@ -535,7 +544,7 @@ static void fio_differences(void **state)
 				   "--output-format=json", "--eta=never");
 	cli_expect(&r, 0);
 	json_object *j = cli_json(&r);
-	assert_string_equal(jstr(job_n(j, 0), "effective options/verify"),
+	assert_string_equal(eff(job_n(j, 0), "verify"),
 			    "none");
 	json_object_put(j);
 	cli_free(&r);

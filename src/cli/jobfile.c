@@ -459,8 +459,9 @@ static int check_job(const struct job_opts *j, bool named)
 			   !job_keeps(j))) {
 		usage_error("%s--hold=%llu: holds a kept output on --workers, "
 			    "and this job %s; accepted: --hold with "
-			    "--target=net --workers=HOST:PORT,... in a job that "
-			    "keeps its output (--rw=write, --rw=read or --keep)",
+			    "--target=net --workers=HOST:PORT,... in a job "
+			    "that keeps its output (--rw=write, --rw=read or "
+			    "--keep)",
 			    pre, (unsigned long long)(j->hold_ms / 1000),
 			    !job_keeps(j) ? "keeps none (a shuffle removes "
 			    "its output)" : "has no --workers (its embedded "

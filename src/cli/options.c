@@ -70,8 +70,8 @@ const struct opt cli_opts[] = {
 	{"unlink", T_ENUM, F(unlink), "auto", "remove the job's output when "
 	 "it ends: 1 always (a write's too; a read removes what it read, "
 	 "once all of it is read without an error), 0 never (a shuffle's "
-	 "too, as --keep); auto: a shuffle removes, a write and a read keep", 0, 0,
-	 unlink_choices, 0},
+	 "too, as --keep); auto: a shuffle removes, a write and a read keep",
+	 0, 0, unlink_choices, 0},
 	{"loops", T_UINT, F(loops), "1", "run the job this many times, one "
 	 "after another, each run reported", 1, 1000, NULL, 0},
 	{"partitions", T_UINT, F(partitions), "64", "reduce partitions", 1,
@@ -547,8 +547,8 @@ void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 		return;
 	case T_ENUM:
 		if (!(o->flags & OPT_LIST)) {
-			snprintf(buf, n, "%s", choice_name(o->choices,
-							   *(const int *)field));
+			int v = *(const int *)field;
+			snprintf(buf, n, "%s", choice_name(o->choices, v));
 			return;
 		}
 		buf[0] = '\0';
