@@ -43,8 +43,11 @@ static void report_to(const char *dir, const char *file)
 static void fio_jsonplus_clat2csv_reads_it(void **state)
 {
 	(void)state;
-	if (!have("fio_jsonplus_clat2csv"))
-		skip(); /* Debian's fio package ships it */
+	if (!have("fio_jsonplus_clat2csv")) {
+		print_message("skipped: fio_jsonplus_clat2csv is not installed "
+			      "(Debian's fio package; tests/bootstrap.sh)\n");
+		skip();
+	}
 	const char *dir = th_scratch("clijsonfio");
 	report_to(dir, "plus.json");
 	char cmd[1600], csv[700];
@@ -112,8 +115,11 @@ static json_object *load(const char *path)
 static void fio_schema_kept(void **state)
 {
 	(void)state;
-	if (!have("fio"))
+	if (!have("fio")) {
+		print_message("skipped: fio is not installed (tests/bootstrap.sh "
+			      "installs it)\n");
 		skip();
+	}
 	const char *dir = th_scratch("clijsonkeys");
 	report_to(dir, "ours.json");
 	char cmd[1200], path[700];
