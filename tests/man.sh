@@ -47,4 +47,19 @@ expect --rw=shuffle "$cli" --rw=sh
 expect json+ "$cli" --output-format = json
 expect --secrets-dir= "$daemon" --secrets
 expect --insecure-non-loopback "$daemon" --insecure-n
+expect zstd "$cli" --codec = zs
+expect --directory= "$cli" --direc
+expect --blocksize= "$cli" --blocks
+if complete_words "$cli" --codec = z | grep -qF '['; then
+	echo "completing --codec=z offers a metavariable:" >&2
+	complete_words "$cli" --codec = z >&2; exit 1
+fi
+# SEE ALSO names the documents where a package installs them
+for want in "$cli:ushuffle.1:/doc/ushuffle/cli.md.gz" \
+	    "$daemon:ushuffled.8:/doc/ushuffled/"; do
+	page=${want#*:} path=${page#*:} page=${page%%:*}
+	groff -man -Tascii -P-cbou "$mandir/$page" 2>/dev/null | tr -s ' \n' ' ' |
+		grep -qF "$path" || {
+		echo "$page: SEE ALSO does not name $path" >&2; exit 1; }
+done
 echo "completion: options and values from --help"

@@ -68,7 +68,8 @@ static void check_options(const char *const *args,
 	json_object *job = json_object_array_get_idx(jget(j, "jobs"), 0);
 	for (size_t i = 0; i < nwant; i++) {
 		char path[96];
-		snprintf(path, sizeof(path), "job options/%s", want[i][0]);
+		snprintf(path, sizeof(path), "effective options/%s",
+			 want[i][0]);
 		const char *got = jstr(job, path);
 		if (strcmp(got, want[i][1]))
 			fail_msg("%s: got \"%s\", expected \"%s\"", want[i][0],
@@ -193,7 +194,11 @@ static void bad_input_exits_2(void **state)
 		{"--fixedbufs=2", "--fixedbufs=2: unknown value",
 		 "0, 1 or auto"},
 		{"--verify=md5", "--verify=md5: records are checked with CRC32C "
-		 "only", "crc32c or none"},
+		 "only", "crc32c, none or 0"},
+		{"--nmae=x", "--nmae=x: unknown option (did you mean --name?)",
+		 "accepted"},
+		{"--blocksze=4k", "--blocksze=4k: unknown option (did you mean "
+		 "--blocksize?)", "accepted"},
 		{"--output-format=xml", "unknown value",
 		 "normal, json, json+ or terse"},
 		{"--filename=/dev/nvme0n1", "a shuffle has no one file",
@@ -317,6 +322,14 @@ static const char *write_file(const char *dir, const char *name,
 	return p;
 }
 
+/* A job's effective value of option key. */
+static const char *eff(json_object *job, const char *key)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "effective options/%s", key);
+	return jstr(job, path);
+}
+
 static json_object *job_n(json_object *j, size_t i)
 {
 	json_object *a = jget(j, "jobs");
@@ -361,12 +374,12 @@ static void job_files_layer_under_the_command_line(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "job options/handoff"), want[i][1]);
-		assert_string_equal(jstr(o, "job options/bs"), want[i][2]);
-		assert_string_equal(jstr(o, "job options/iodepth"), want[i][3]);
-		assert_string_equal(jstr(o, "job options/partitions"),
+		assert_string_equal(eff(o, "handoff"), want[i][1]);
+		assert_string_equal(eff(o, "bs"), want[i][2]);
+		assert_string_equal(eff(o, "iodepth"), want[i][3]);
+		assert_string_equal(eff(o, "partitions"),
 				    want[i][4]);
-		assert_string_equal(jstr(o, "job options/record-size"),
+		assert_string_equal(eff(o, "record-size"),
 				    want[i][5]);
 		assert_int_equal(jint(o, "write/io_bytes") >= 64 * 1024, 1);
 	}
@@ -383,9 +396,9 @@ static void job_files_layer_under_the_command_line(void **state)
 	j = cli_json(&r);
 	assert_int_equal(json_object_array_length(jget(j, "jobs")), 4);
 	for (size_t i = 0; i < 4; i++)
-		assert_string_equal(jstr(job_n(j, i), "job options/bs"), "64k");
+		assert_string_equal(eff(job_n(j, i), "bs"), "64k");
 	assert_string_equal(jstr(job_n(j, 3), "jobname"), "second");
-	assert_string_equal(jstr(job_n(j, 3), "job options/size"), "32k");
+	assert_string_equal(eff(job_n(j, 3), "size"), "32k");
 	json_object_put(j);
 	cli_free(&r);
 	th_rmrf(dir);
@@ -414,9 +427,9 @@ static void name_starts_a_job(void **state)
 	for (size_t i = 0; i < 3; i++) {
 		json_object *o = job_n(j, i);
 		assert_string_equal(jstr(o, "jobname"), want[i][0]);
-		assert_string_equal(jstr(o, "job options/rw"), want[i][1]);
-		assert_string_equal(jstr(o, "job options/bs"), want[i][2]);
-		assert_string_equal(jstr(o, "job options/size"), "64k");
+		assert_string_equal(eff(o, "rw"), want[i][1]);
+		assert_string_equal(eff(o, "bs"), want[i][2]);
+		assert_string_equal(eff(o, "size"), "64k");
 		assert_int_equal(jint(o, "groupid"), want[i][3][0] - '0');
 		assert_true(jint(o, "write/io_bytes") >= 64 * 1024);
 	}
@@ -460,8 +473,8 @@ static void fio_names(void **state)
 	assert_int_equal(json_object_array_length(jget(j, "jobs")), 2);
 	for (size_t i = 0; i < 2; i++) {
 		json_object *o = job_n(j, i);
-		assert_string_equal(jstr(o, "job options/bs"), "128k");
-		assert_string_equal(jstr(o, "job options/rw"), "write");
+		assert_string_equal(eff(o, "bs"), "128k");
+		assert_string_equal(eff(o, "rw"), "write");
 		assert_int_equal(jint(o, "loop"), i);
 		assert_int_equal(jint(o, "groupid"), 0);
 		/* json+: the handoff histogram's buckets add up to N */
@@ -512,6 +525,61 @@ static void fio_names(void **state)
 	cli_free(&r);
 }
 
+/* Count of needle in s. */
+static size_t count_of(const char *s, const char *needle)
+{
+	size_t n = 0;
+	for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* Issue 39's small fio differences: --verify=0 is off, --output-format
+ * takes fio's comma list, --loops describes its job once. */
+static void fio_differences(void **state)
+{
+	(void)state;
+	struct cli_out r = cli_run(NULL, "--verify=0", "--size=64k",
+				   "--numjobs=1", "--target=null",
+				   "--output-format=json", "--eta=never");
+	cli_expect(&r, 0);
+	json_object *j = cli_json(&r);
+	assert_string_equal(eff(job_n(j, 0), "verify"),
+			    "none");
+	json_object_put(j);
+	cli_free(&r);
+
+	/* normal, then terse, then JSON, whatever the list's order */
+	r = cli_run(NULL, "--output-format=json,terse,normal", "--size=64k",
+		    "--numjobs=1", "--target=null", "--eta=never",
+		    "--name=l1");
+	cli_expect(&r, 0);
+	const char *normal = strstr(r.out, "Run status group 0");
+	const char *terse = strstr(r.out, "\n3;ushuffle-");
+	const char *json = strstr(r.out, "\n{\n");
+	if (!normal || !terse || !json || normal > terse || terse > json)
+		fail_msg("not normal, terse, JSON in that order:\n%s", r.out);
+	j = json_tokener_parse(json);
+	assert_non_null(j);
+	assert_string_equal(jstr(j, "global options/output-format"),
+			    "json,terse,normal");
+	json_object_put(j);
+	cli_free(&r);
+	r = cli_run(NULL, "--output-format=json,", "--eta=never");
+	expect_usage_error(&r, "--output-format=json,", "unknown value ''",
+			   "or a comma list of them");
+
+	/* one description and one thread count for both runs */
+	r = cli_run(NULL, "--loops=2", "--size=64k", "--numjobs=1",
+		    "--target=null", "--eta=never", "--name=lp");
+	cli_expect(&r, 0);
+	assert_int_equal(count_of(r.out, "lp: (g=0): rw=shuffle"), 1);
+	assert_int_equal(count_of(r.out, "Starting "), 1);
+	cli_has(r.out, "Starting 1 thread\n");
+	cli_has(r.out, "lp loop 1 thread 0: (groupid=0");
+	cli_free(&r);
+}
+
 static void job_file_errors_exit_2(void **state)
 {
 	(void)state;
@@ -529,8 +597,8 @@ static void job_file_errors_exit_2(void **state)
 		{"[-x]\n", ":1: section [-x]: not a job name", "accepted"},
 		{"size=1m\n[a]\n", ":1: size=1m: key outside a section",
 		 "accepted"},
-		{"[global]\n\ntime_based\n", ":3: syntax error",
-		 "time_based=1"},
+		{"[global]\n\nrw\n", ":3: rw: needs a value",
+		 "accepted: write, read or shuffle"},
 		{"[a]\nsize=1m\n[b\n", ":3: syntax error", "accepted"},
 		{"[global]\n[a]\neta=never\n", ":3: eta=never: a global option",
 		 "accepted: in [global] or on the command line"},
@@ -571,6 +639,7 @@ int main(void)
 		cmocka_unit_test(name_starts_a_job),
 		cmocka_unit_test(fio_names),
 		cmocka_unit_test(job_file_errors_exit_2),
+		cmocka_unit_test(fio_differences),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -160,7 +160,7 @@ static void every_target_rw_codec(void **state)
 	json_object *jr = cli_json(&rd);
 	json_object *jr0 = json_object_array_get_idx(jget(jr, "jobs"), 0);
 	assert_string_equal(jstr(jr0, "verify/status"), "ok");
-	assert_string_equal(jstr(jr0, "job options/target"), "net");
+	assert_string_equal(jstr(jr0, "effective options/target"), "net");
 	json_object_put(jr);
 	cli_free(&rd);
 	/* a worker that is not there: a run-time error naming it */

@@ -39,7 +39,9 @@ enum rw_mode { RW_WRITE, RW_READ, RW_SHUFFLE };
 enum cli_target { TARGET_NULL, TARGET_DISK, TARGET_NET };
 enum handoff { HANDOFF_SWAP, HANDOFF_COPY };
 enum verify_mode { VERIFY_NONE, VERIFY_CRC32C };
-enum out_format { OUT_NORMAL, OUT_JSON, OUT_JSON_PLUS, OUT_TERSE };
+/* --output-format is fio's comma list: a bit each */
+enum out_format { OUT_NORMAL = 1, OUT_JSON = 2, OUT_JSON_PLUS = 4,
+		  OUT_TERSE = 8 };
 enum eta_mode { ETA_AUTO, ETA_ALWAYS, ETA_NEVER };
 
 struct codec_opt {
@@ -49,10 +51,14 @@ struct codec_opt {
 
 /* Every option's value; the option table (options.c) names each field. */
 struct job_opts {
+	/* bit i: cli_opts[i] was set in the job's own section or after its
+	 * --name (fio's "job options"), not by a default or [global] */
+	uint64_t given;
 	char name[128];
 	uint64_t numjobs; /* 0: online CPUs, resolved after parsing */
 	uint64_t size;
 	uint64_t runtime_ms; /* 0: no limit */
+	uint64_t hold_ms;    /* heartbeat this long after the run: 0 none */
 	int time_based, group_reporting, keep, pin;
 	int stonewall;       /* wait for the jobs before this one */
 	uint64_t loops;      /* runs of the job, one after another */
@@ -83,11 +89,18 @@ struct job_opts {
 };
 
 /* Does the job leave its output for a later read? (--keep, --unlink; a
- * read leaves what it read) */
+ * read leaves what it read, unless job_read_unlinks()) */
 static inline bool job_keeps(const struct job_opts *o)
 {
 	return o->rw == RW_READ || o->unlink == 0 ||
 	       (o->unlink < 0 && (o->rw == RW_WRITE || o->keep));
+}
+
+/* A read with --unlink=1 removes what it read, once it has read all of
+ * it without an error (a failed read keeps it, to be looked at). */
+static inline bool job_read_unlinks(const struct job_opts *o)
+{
+	return o->rw == RW_READ && o->unlink == 1;
 }
 
 /* --dir is fio's list, DIR[:DIR...]: map i spills to the i-th (modulo
@@ -99,7 +112,9 @@ unsigned job_dir(const struct job_opts *o, unsigned i, char *buf, size_t n);
 
 enum opt_type { T_STR, T_UINT, T_SIZE, T_TIME, T_BOOL, T_ENUM, T_RANGE,
 		T_CODEC };
-enum { OPT_GLOBAL = 1, OPT_AUTO = 2, OPT_POW2 = 4 };
+/* OPT_LIST: an enum of bits, given as a comma list (fio's
+ * --output-format=normal,json) */
+enum { OPT_GLOBAL = 1, OPT_AUTO = 2, OPT_POW2 = 4, OPT_LIST = 8 };
 
 struct opt_choice {
 	const char *name;
@@ -126,8 +141,8 @@ const struct opt *opt_find(const char *name);
 /* Why fio's option name has no meaning here and what to use instead, or
  * NULL for a name that is not one of those. */
 const char *opt_refused(const char *name);
-/* The option whose name is closest to name (a typo), or NULL. */
-const struct opt *opt_suggest(const char *name);
+/* The option name or fio alias closest to name (a typo), or NULL. */
+const char *opt_suggest(const char *name);
 /* Sets o in j from text v. Returns 0, or -1 with "why; accepted: what"
  * in err. v == NULL: the bare flag form (booleans only). */
 int opt_set(const struct opt *o, struct job_opts *j, const char *v,
@@ -288,6 +303,10 @@ struct job_result {
 	bool verify_done;       /* every record was read back and checked */
 	bool interrupted;
 	bool ran;               /* the threads ran: there is a report */
+	bool expired;           /* a read found its shuffle gone */
+	/* how long a write's output lives and how to keep or drop it;
+	 * "" if it keeps none */
+	char lifetime[384];
 	/* The shape the job used: its options, or a read's manifest. */
 	uint32_t maps, partitions, rec_min, rec_max;
 	int err;                /* first error, 0 if none */
@@ -327,6 +346,10 @@ struct job_ctx {
 	uint64_t t_start;        /* CLOCK_MONOTONIC ns */
 	uint64_t alloc_at[4];    /* both libraries' alloc counts at the marks */
 	atomic_uint parts_done;  /* partitions read to the end */
+	/* reader errors, and those of them that found a map absent from
+	 * its worker (USH_ENOTCOMMITTED): all absent, nothing read, and
+	 * the shuffle has expired there or was dropped */
+	atomic_uint reader_errors, absent;
 	pthread_mutex_t lock;
 	/* net: the workers the threads push to and fetch from: --workers,
 	 * or the embedded worker this job started on loopback. */

@@ -260,6 +260,73 @@ static int start(struct job_ctx *j, struct thread_ctx *tc, pthread_t *tid,
 	return ret;
 }
 
+static void net_drop(struct job_ctx *j, struct job_result *res);
+
+/*
+ * A net read whose every reader error found a map absent from its
+ * worker, and that read nothing: the workers no longer have the shuffle
+ * (their --app-ttl expired it, or it was dropped). Says so in one line,
+ * in place of a verify message per partition.
+ */
+static bool read_expired(struct job_ctx *j, struct job_result *res)
+{
+	uint64_t records = 0;
+	unsigned errors = atomic_load(&j->reader_errors);
+	for (unsigned i = 0; i < res->nthreads; i++)
+		records += res->t[i].r.records;
+	if (j->o->target != TARGET_NET || j->expect.embedded || !errors ||
+	    atomic_load(&j->absent) != errors || records)
+		return false;
+	char man[PATH_MAX + 64], dir[PATH_MAX];
+	job_dir(j->o, 0, dir, sizeof(dir));
+	manifest_path(man, sizeof(man), dir, j->shuffle);
+	res->expired = true;
+	res->err = USH_ENOTCOMMITTED;
+	for (unsigned i = 0; i < res->nthreads; i++)
+		res->t[i].verify_errors = 0;
+	atomic_store(&res->vlog.errors, 0);
+	res->vlog.nfirst = 0;
+	snprintf(res->errmsg, sizeof(res->errmsg), "shuffle %u has expired "
+		 "on its workers (%.100s), or was dropped: workers drop an "
+		 "application's shuffles once it is silent for their --app-ttl "
+		 "(300 s by default); write it again, with --hold=SECONDS to "
+		 "keep it (%.150s is stale: --unlink=1 removes it)", j->shuffle,
+		 j->workers, man);
+	return true;
+}
+
+/* How long a kept output lives, and how to keep or drop it, for the
+ * report. */
+static void set_lifetime(struct job_ctx *j, struct job_result *res)
+{
+	const struct job_opts *o = j->o;
+	char dir[PATH_MAX], hold[96] = "";
+	job_dir(o, 0, dir, sizeof(dir));
+	if (o->hold_ms)
+		snprintf(hold, sizeof(hold), ", held %llu s after this run "
+			 "(--hold)", (unsigned long long)(o->hold_ms / 1000));
+	if (o->target == TARGET_NET && !j->embedded)
+		snprintf(res->lifetime, sizeof(res->lifetime), "kept on the "
+			 "workers while application '%s' is heard from%s, then "
+			 "for their --app-ttl (300 s by default): read it "
+			 "before, or hold it with --hold=SECONDS; --rw=read "
+			 "--unlink=1 drops it", o->app, hold);
+	else if (o->target == TARGET_NET)
+		snprintf(res->lifetime, sizeof(res->lifetime), "kept in "
+			 "%.200s (the embedded worker's storage) until "
+			 "--rw=read --unlink=1 removes it", j->wdir);
+	else
+		snprintf(res->lifetime, sizeof(res->lifetime), "kept in "
+			 "%.200s/s%u until --rw=read --unlink=1 removes it",
+			 dir, j->shuffle);
+}
+
+/* Did a read job read everything, and find every record right? */
+static bool read_complete(const struct job_result *res)
+{
+	return res->verify_done && !atomic_load(&res->vlog.errors);
+}
+
 static void finish(struct job_ctx *j, struct job_result *res)
 {
 	const struct job_opts *o = j->o;
@@ -280,8 +347,17 @@ static void finish(struct job_ctx *j, struct job_result *res)
 	res->verify_done = ok && o->rw != RW_WRITE &&
 			   o->target != TARGET_NULL &&
 			   atomic_load(&j->parts_done) >= j->partitions;
-	if (o->target == TARGET_NULL || o->rw == RW_READ)
+	if (o->target == TARGET_NULL)
 		return;
+	if (o->rw == RW_READ) {
+		bool gone = read_expired(j, res);
+		if (job_read_unlinks(o) && (gone || read_complete(res))) {
+			if (!gone)
+				net_drop(j, res);
+			spill_clean(o, j->shuffle); /* the manifest, at least */
+		}
+		return;
+	}
 	if (ok && job_keeps(o)) {
 		j->expect.shuffle = j->shuffle;
 		j->expect.maps = j->maps;
@@ -298,6 +374,8 @@ static void finish(struct job_ctx *j, struct job_result *res)
 	}
 	if (!ok || !job_keeps(o))
 		spill_clean(o, j->shuffle);
+	else
+		set_lifetime(j, res);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag,
@@ -427,7 +505,7 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
  * application's TTL and the job's result is its data's. */
 static void net_drop(struct job_ctx *j, struct job_result *res)
 {
-	if (j->o->target != TARGET_NET || j->o->rw == RW_READ ||
+	if (j->o->target != TARGET_NET ||
 	    !ush_shuffle_drop(j->workers, j->o->app, j->shuffle,
 			      ADMIN_TIMEOUT_MS) ||
 	    res->warning[0])
@@ -520,7 +598,8 @@ int job_run(const struct job_opts *o, struct job_result *res,
 	if (!ret)
 		ret = res->err = net_setup(&j, res);
 	if (!ret) {
-		net_drop(&j, res);
+		if (o->rw != RW_READ)
+			net_drop(&j, res);
 		pthread_barrier_init(&j.bar, NULL, res->nthreads);
 		j.t_start = now_ns();
 		int err = start(&j, tc, tid, &cpus);

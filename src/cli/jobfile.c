@@ -20,14 +20,35 @@
 /* inih calls its handler only for keys; the line reader below injects
  * this key after every section header so that empty sections count. */
 #define SECTION_MARK "@section"
+/* The value the line reader gives a bare flag (fio's "group_reporting"
+ * on a line of its own): no file can hold it, as it is a control byte. */
+#define BARE_FLAG "\x01"
+/* fio's include: files that include files, this deep at most. */
+#define INCLUDE_MAX 8
 
-struct ini_state {
-	const char *file;
+/* One open file: the job file, or one it includes. */
+struct ini_input {
+	char *file;        /* as the messages name it */
 	FILE *fp;
 	int line;          /* physical line of the last chunk read */
 	bool line_done;    /* that chunk ended its line */
+};
+
+/* Where inih's n-th line came from. */
+struct ini_origin {
+	const char *file;
+	int line;
+};
+
+struct ini_state {
+	struct ini_input in[INCLUDE_MAX + 1];
+	unsigned depth;    /* in[depth] is read */
+	char **names;      /* every file opened, for the messages */
+	size_t nnames;
+	const char *file;  /* of the last line read */
+	int line;
 	bool mark_due;     /* a section header was just read */
-	int *phys;         /* inih's line numbers -> physical lines */
+	struct ini_origin *phys; /* inih's line numbers -> file:line */
 	size_t nphys, cap;
 	struct job_list *l;
 	struct job_opts global; /* this file's [global] so far */
@@ -51,43 +72,188 @@ static int push_line(struct ini_state *s)
 {
 	if (s->nphys == s->cap) {
 		size_t c = s->cap ? 2 * s->cap : 256;
-		int *p = realloc(s->phys, c * sizeof(*p));
+		struct ini_origin *p = realloc(s->phys, c * sizeof(*p));
 		if (!p)
 			return -1;
 		s->phys = p;
 		s->cap = c;
 	}
-	s->phys[s->nphys++] = s->line;
+	s->phys[s->nphys++] = (struct ini_origin){s->file, s->line};
 	return 0;
 }
 
+static void set_err(struct ini_state *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void set_err(struct ini_state *s, const char *fmt, ...)
+{
+	va_list ap;
+	if (s->err[0])
+		return; /* the first error only */
+	va_start(ap, fmt);
+	vsnprintf(s->err, sizeof(s->err), fmt, ap);
+	va_end(ap);
+}
+
+/* Opens file ("-": standard input) as in[depth]; 0 or -errno. */
+static int open_input(struct ini_state *s, unsigned depth, const char *file)
+{
+	bool in = !strcmp(file, "-");
+	FILE *fp = in ? stdin : fopen(file, "r");
+	if (!fp)
+		return -errno;
+	char *name = strdup(in ? "<stdin>" : file);
+	char **names = realloc(s->names, (s->nnames + 1) * sizeof(*names));
+	if (names)
+		s->names = names;
+	if (!name || !names) {
+		free(name);
+		if (fp != stdin)
+			fclose(fp);
+		return -ENOMEM;
+	}
+	s->names[s->nnames++] = name;
+	s->in[depth] = (struct ini_input){.file = name, .fp = fp};
+	s->depth = depth;
+	return 0;
+}
+
+static void close_input(struct ini_input *in)
+{
+	if (in->fp && in->fp != stdin)
+		fclose(in->fp);
+	in->fp = NULL;
+}
+
+/* fio's "include FILE": a relative FILE is found beside the file that
+ * includes it. Opens it as the next input; a blank line stands for the
+ * include line. */
+static void include_file(struct ini_state *s, const char *arg)
+{
+	char path[PATH_MAX];
+	const char *cur = s->in[s->depth].file;
+	const char *slash = strrchr(cur, '/');
+	size_t n = strcspn(arg, " \t\r\n;#");
+	const char *rest = arg + n + strspn(arg + n, " \t\r\n");
+	if (!n || (*rest && !strchr(";#", *rest))) {
+		size_t len = strcspn(arg, "\r\n;#");
+		while (len && strchr(" \t", arg[len - 1]))
+			len--;
+		set_err(s, "%s:%d: include %.*s: not one file name; "
+			"accepted: include FILE", s->file, s->line, (int)len,
+			arg);
+		return;
+	}
+	if (*arg == '/' || !slash || s->in[s->depth].fp == stdin)
+		snprintf(path, sizeof(path), "%.*s", (int)n, arg);
+	else
+		snprintf(path, sizeof(path), "%.*s/%.*s", (int)(slash - cur),
+			 cur, (int)n, arg);
+	if (s->depth == INCLUDE_MAX) {
+		set_err(s, "%s:%d: include %s: files included %d deep (one "
+			"includes itself?); accepted: at most %d", s->file,
+			s->line, path, INCLUDE_MAX + 1, INCLUDE_MAX);
+		return;
+	}
+	int ret = open_input(s, s->depth + 1, path);
+	if (ret)
+		set_err(s, "%s:%d: include %s: cannot read it: %s", s->file,
+			s->line, path, strerror(-ret));
+}
+
+/* fio's ${VAR} in a value: the environment's VAR, empty if unset. Expands
+ * str (num bytes) in place; false if the line grows too long. */
+static bool expand_env(char *str, int num)
+{
+	char out[INI_MAX_LINE * 4], *eq = strchr(str, '=');
+	size_t k = 0;
+	if (!eq || !strstr(eq, "${"))
+		return true;
+	k = (size_t)(eq + 1 - str);
+	memcpy(out, str, k);
+	for (const char *p = eq + 1; *p && k < sizeof(out);) {
+		const char *end = p[0] == '$' && p[1] == '{' ? strchr(p, '}')
+							     : NULL;
+		if (!end) {
+			out[k++] = *p++;
+			continue;
+		}
+		char name[INI_MAX_LINE];
+		snprintf(name, sizeof(name), "%.*s", (int)(end - p - 2), p + 2);
+		const char *v = getenv(name);
+		k += (size_t)snprintf(out + k, sizeof(out) - k, "%s",
+				      v ? v : "");
+		p = end + 1;
+	}
+	if (k >= (size_t)num)
+		return false;
+	memcpy(str, out, k);
+	str[k] = '\0';
+	return true;
+}
+
+/* Turns a bare flag ("stonewall", perhaps with a comment) into
+ * "stonewall=" BARE_FLAG; leaves other lines to inih. */
+static void bare_flag(char *str, int num)
+{
+	size_t n = strcspn(str, " \t\r\n;#=:[");
+	const char *rest = str + n + strspn(str + n, " \t\r\n");
+	if (!n || (*rest && !strchr(";#", *rest)) ||
+	    n + sizeof("=" BARE_FLAG "\n") > (size_t)num)
+		return;
+	memcpy(str + n, "=" BARE_FLAG "\n", sizeof("=" BARE_FLAG "\n"));
+}
+
+/* inih's line reader: the open inputs, innermost first, each line with
+ * its leading blanks removed (fio has no continuation lines), fio's
+ * include, bare flags and ${VAR} done here. */
 static char *ini_read(char *str, int num, void *stream)
 {
 	struct ini_state *s = stream;
+	struct ini_input *in;
 	if (s->mark_due) {
 		s->mark_due = false;
 		snprintf(str, (size_t)num, SECTION_MARK "=\n");
 		return push_line(s) ? NULL : str;
 	}
-	if (!fgets(str, num, s->fp))
-		return NULL;
-	if (s->line_done || !s->line)
-		s->line++;
-	s->line_done = strchr(str, '\n') != NULL;
-	if (!s->line_done && !feof(s->fp)) {
-		if (!s->err[0])
-			snprintf(s->err, sizeof(s->err), "%s:%d: line longer "
-				 "than %d bytes", s->file, s->line, num - 2);
+	for (;;) {
+		in = &s->in[s->depth];
+		if (fgets(str, num, in->fp))
+			break;
+		if (ferror(in->fp) || !s->depth)
+			return NULL;
+		close_input(in);
+		s->depth--;
+	}
+	if (in->line_done || !in->line)
+		in->line++;
+	s->file = in->file;
+	s->line = in->line;
+	in->line_done = strchr(str, '\n') != NULL;
+	if (!in->line_done && !feof(in->fp)) {
+		set_err(s, "%s:%d: line longer than %d bytes", s->file,
+			s->line, num - 2);
 		int c;
-		while ((c = fgetc(s->fp)) != EOF && c != '\n')
+		while ((c = fgetc(in->fp)) != EOF && c != '\n')
 			;
-		s->line_done = true;
+		in->line_done = true;
 		snprintf(str, (size_t)num, "\n");
 	}
-	const char *p = str;
-	if (s->line == 1 && !strncmp(p, "\xEF\xBB\xBF", 3))
+	char *p = str;
+	if (in->line == 1 && !strncmp(p, "\xEF\xBB\xBF", 3))
 		p += 3; /* a UTF-8 BOM, which inih skips too */
-	s->mark_due = p[strspn(p, " \t")] == '[';
+	p += strspn(p, " \t");
+	memmove(str, p, strlen(p) + 1);
+	s->mark_due = str[0] == '[';
+	if (!strncmp(str, "include", 7) && strchr(" \t", str[7])) {
+		include_file(s, str + 8 + strspn(str + 8, " \t"));
+		snprintf(str, (size_t)num, "\n");
+	} else if (!expand_env(str, num)) {
+		set_err(s, "%s:%d: line longer than %d bytes once ${...} "
+			"is expanded", s->file, s->line, num - 2);
+		snprintf(str, (size_t)num, "\n");
+	} else if (!s->mark_due && !strchr(";#", str[0])) {
+		bare_flag(str, num);
+	}
 	return push_line(s) ? NULL : str;
 }
 
@@ -123,75 +289,83 @@ static void start_section(struct ini_state *s, const char *section)
 	}
 	l->jobs = j;
 	j[l->n] = s->global;
+	j[l->n].given = 0; /* [global]'s are not this job's own */
 	snprintf(j[l->n].name, sizeof(j->name), "%s", section);
 	s->cur = (long)l->n++;
 }
 
 static int on_key(void *user, const char *section, const char *key,
-		       const char *value)
+		  const char *value)
 {
 	struct ini_state *s = user;
-	char why[512];
+	char why[512], kv[256];
 	if (s->err[0])
 		return 1; /* report the first error only */
 	if (!strcmp(key, SECTION_MARK)) {
 		start_section(s, section);
 		return !s->err[0];
 	}
+	bool bare = !strcmp(value, BARE_FLAG);
+	/* the setting as the file wrote it, for the messages */
+	snprintf(kv, sizeof(kv), "%s%s%s", key, bare ? "" : "=",
+		 bare ? "" : value);
 	const struct opt *o = opt_find(key);
 	if (!*section)
-		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: key outside a "
-			 "section; accepted: keys under [global] or [JOBNAME]",
-			 s->file, s->line, key, value);
+		set_err(s, "%s:%d: %s: key outside a section; accepted: keys "
+			"under [global] or [JOBNAME]", s->file, s->line, kv);
 	else if (opt_refused(key))
-		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: %s", s->file,
-			 s->line, key, value, opt_refused(key));
+		set_err(s, "%s:%d: %s: %s", s->file, s->line, kv,
+			opt_refused(key));
 	else if (!o && opt_suggest(key))
-		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key "
-			 "(did you mean %s?); accepted: the option names that "
-			 "--help lists, without the dashes", s->file, s->line,
-			 key, value, opt_suggest(key)->name);
+		set_err(s, "%s:%d: %s: unknown key (did you mean %s?); "
+			"accepted: the option names that --help lists, "
+			"without the dashes", s->file, s->line, kv,
+			opt_suggest(key));
 	else if (!o)
-		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: unknown key; "
-			 "accepted: the option names that --help lists, "
-			 "without the dashes", s->file, s->line, key, value);
+		set_err(s, "%s:%d: %s: unknown key; accepted: the option names "
+			"that --help lists, without the dashes", s->file,
+			s->line, kv);
 	else if ((o->flags & OPT_GLOBAL) && s->cur >= 0)
-		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: a global "
-			 "option; accepted: in [global] or on the command line",
-			 s->file, s->line, key, value);
+		set_err(s, "%s:%d: %s: a global option; accepted: in [global] "
+			"or on the command line", s->file, s->line, kv);
 	else if (opt_set(o, o->flags & OPT_GLOBAL ? &s->l->global :
 			 s->cur < 0 ? &s->global : &s->l->jobs[s->cur],
-			 value, why, sizeof(why)))
-		snprintf(s->err, sizeof(s->err), "%s:%d: %s=%s: %s", s->file,
-			 s->line, key, value, why);
+			 bare ? NULL : value, why, sizeof(why)))
+		set_err(s, "%s:%d: %s: %s", s->file, s->line, kv, why);
 	return !s->err[0];
 }
 
-/* Adds the jobs of one file to l; returns 0 or -1 after a message. */
+/* Adds the jobs of one file ("-": standard input) to l; returns 0 or -1
+ * after a message. */
 static int parse_file(struct job_list *l, const char *file,
 		      struct job_opts *global)
 {
-	struct ini_state s = {.file = file, .l = l, .cur = -1};
+	struct ini_state s = {.l = l, .cur = -1};
 	opts_defaults(&s.global);
-	s.fp = fopen(file, "r");
-	if (!s.fp) {
+	int ret = open_input(&s, 0, file);
+	if (ret) {
 		usage_error("%s: cannot read the job file: %s", file,
-			    strerror(errno));
+			    strerror(-ret));
 		return -1;
 	}
-	int ret = ini_parse_stream(ini_read, &s, on_key, &s);
-	int rerr = ferror(s.fp) ? errno : 0;
-	fclose(s.fp);
+	ret = ini_parse_stream(ini_read, &s, on_key, &s);
+	int rerr = ferror(s.in[s.depth].fp) ? errno : 0;
+	const char *rfile = s.in[s.depth].file;
 	if (rerr)
-		usage_error("%s: cannot read the job file: %s", file,
+		usage_error("%s: cannot read the job file: %s", rfile,
 			    strerror(rerr));
-	else if (ret > 0 && !s.err[0])
+	else if (ret > 0 && !s.err[0] && (size_t)ret <= s.nphys)
 		usage_error("%s:%d: syntax error; accepted: [SECTION], "
-			    "KEY=VALUE (a flag too: time_based=1) or a comment",
-			    file,
-			    (size_t)ret <= s.nphys ? s.phys[ret - 1] : ret);
-	else if (s.err[0] || ret < 0)
+			    "KEY=VALUE, a flag alone (time_based), "
+			    "include FILE or a comment",
+			    s.phys[ret - 1].file, s.phys[ret - 1].line);
+	else if (s.err[0] || ret)
 		usage_error("%s", s.err[0] ? s.err : "out of memory");
+	for (unsigned i = 0; i <= s.depth; i++)
+		close_input(&s.in[i]);
+	for (size_t i = 0; i < s.nnames; i++)
+		free(s.names[i]);
+	free(s.names);
 	free(s.phys);
 	*global = s.global;
 	return rerr || ret || s.err[0] ? -1 : 0;
@@ -281,6 +455,19 @@ static int check_job(const struct job_opts *j, bool named)
 			    "other removes it; accepted: one of them", pre);
 		return -1;
 	}
+	if (j->hold_ms && (j->target != TARGET_NET || !j->workers[0] ||
+			   !job_keeps(j))) {
+		usage_error("%s--hold=%llu: holds a kept output on --workers, "
+			    "and this job %s; accepted: --hold with "
+			    "--target=net --workers=HOST:PORT,... in a job "
+			    "that keeps its output (--rw=write, --rw=read or "
+			    "--keep)",
+			    pre, (unsigned long long)(j->hold_ms / 1000),
+			    !job_keeps(j) ? "keeps none (a shuffle removes "
+			    "its output)" : "has no --workers (its embedded "
+			    "worker ends with the process)");
+		return -1;
+	}
 	if (check_dir(j, pre) || check_cpus(j, pre))
 		return -1;
 	opt_format(opt_find("record-size"), j, v, sizeof(v));
@@ -337,12 +524,12 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 			return -1;
 		}
 		if (!o) {
-			const struct opt *near = opt_suggest(key + (a[1] == '-'
+			const char *near = opt_suggest(key + (a[1] == '-'
 								   ? 2 : 1));
 			char hint[96] = "";
 			if (near)
 				snprintf(hint, sizeof(hint), " (did you mean "
-					 "--%s?)", near->name);
+					 "--%s?)", near);
 			usage_error("%s: unknown option%s; accepted: the options "
 				    "that " CLI_NAME " --help lists, as "
 				    "--NAME=VALUE", a, hint);
@@ -363,14 +550,17 @@ static int scan_argv(int argc, char **argv, struct job_list *l,
 }
 
 /* Applies the command-line settings of job k (-1: those before the first
- * --name, which every job takes) to o. */
+ * --name, which every job takes, as fio's global options) to o. */
 static void apply_given(const struct job_list *l, int k, struct job_opts *o)
 {
 	char why[512];
+	uint64_t own = o->given;
 	for (size_t g = 0; g < l->ngiven; g++)
 		if (l->given[g].job == k)
 			opt_set(l->given[g].o, o, l->given[g].value, why,
 				sizeof(why)); /* checked in scan_argv */
+	if (k < 0)
+		o->given = own;
 }
 
 /* Adds the command line's jobs after the files': each from the defaults,
@@ -385,7 +575,8 @@ static int add_cli_jobs(struct job_list *l, int named,
 		return -1;
 	l->jobs = j;
 	if (!l->n && !named) {
-		j[l->n++] = *base;
+		j[l->n] = *base;
+		j[l->n++].given = 0; /* all of it is global, in fio's terms */
 		apply_given(l, -1, &j[0]);
 	}
 	for (int k = 0; k < named; k++) {
@@ -471,6 +662,16 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 	struct job_opts global = l->global;
 	for (size_t i = 0; !ret && i < nfiles; i++)
 		ret = parse_file(l, files[i], &global);
+	if (!ret && nfiles && !l->n && !named) {
+		/* fio's words and status: a file of [global] only, or
+		 * nothing, is not the default job */
+		usage_error("No job(s) defined in %s%s: only [global] or "
+			    "nothing; accepted: a [JOBNAME] section per job, "
+			    "or --name=JOBNAME", strcmp(files[0], "-") ?
+			    files[0] : "<stdin>", nfiles > 1 ?
+			    " and the other job files" : "");
+		ret = 2;
+	}
 	free(files);
 	size_t from_files = l->n;
 	/* Jobs from sections or --name: say which failed. */
@@ -496,7 +697,7 @@ int cli_parse(int argc, char **argv, struct job_list *l)
 		ret = check_groups(l);
 	if (ret) {
 		job_list_free(l);
-		return ret > 0 ? 0 : EXIT_USAGE;
+		return ret == 2 ? EXIT_RUN : ret > 0 ? 0 : EXIT_USAGE;
 	}
 	return 0;
 }

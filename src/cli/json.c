@@ -1,8 +1,9 @@
 /*
- * The JSON report (json-c), modelled on fio's --output-format=json: the
- * version, the options given, and jobs[] with a write and a read object
- * each (iops = batches per second; latency objects with fio-style
- * "percentile" maps keyed "99.000000"), CPU and the verify result.
+ * The JSON report (json-c) in fio's schema (--output-format=json, fio
+ * 3.x), so fio's tools read it: every fio field is here, zero where
+ * ushuffle measures nothing of the kind (trim, sync, total latency, I/O
+ * depths), and ushuffle's own fields beside them (records, bytes by
+ * stage, hand-off latency, verify). iops = batches per second.
  * docs/cli.md lists every field.
  */
 #include "cli.h"
@@ -75,9 +76,34 @@ static json_object *lat_json(const struct ush_lat *l, bool plus)
 		}
 		add(o, "percentile", p);
 	}
-	if (plus)
+	if (plus && l->count) /* as fio: no bins without samples */
 		add(o, "bins", bins_json(l));
 	return o;
+}
+
+/* fio's latency object for what is not measured here: zeros, N 0. */
+static json_object *lat_none(void)
+{
+	struct ush_lat none;
+	ush_lat_init(&none);
+	return lat_json(&none, false);
+}
+
+/* fio's bandwidth and IOPS sample statistics: ushuffle takes no samples
+ * in time, so the one it has is the whole run's (as in the terse line). */
+static void samples_json(json_object *o, double bw_kib, double iops)
+{
+	add_u64(o, "bw_min", (uint64_t)bw_kib);
+	add_u64(o, "bw_max", (uint64_t)bw_kib);
+	add(o, "bw_agg", jdouble(bw_kib > 0 ? 100 : 0));
+	add(o, "bw_mean", jdouble(bw_kib));
+	add(o, "bw_dev", jdouble(0));
+	add_u64(o, "bw_samples", bw_kib > 0);
+	add(o, "iops_min", json_object_new_int64((int64_t)iops));
+	add(o, "iops_max", json_object_new_int64((int64_t)iops));
+	add(o, "iops_mean", jdouble(iops));
+	add(o, "iops_stddev", jdouble(0));
+	add_u64(o, "iops_samples", iops > 0);
 }
 
 static json_object *dir_json(const struct dir_stats *d, bool plus)
@@ -92,6 +118,15 @@ static json_object *dir_json(const struct dir_stats *d, bool plus)
 	add(o, "iops", jdouble((double)d->batches * per_s));
 	add_u64(o, "runtime", d->runtime_ns / 1000000);
 	add_u64(o, "total_ios", d->batches);
+	add_u64(o, "short_ios", 0);
+	add_u64(o, "drop_ios", 0);
+	/* fio's: submission = the hand-off, completion, total (not
+	 * measured per batch here) */
+	add(o, "slat_ns", lat_json(&d->handoff, plus));
+	add(o, "clat_ns", lat_json(&d->clat, plus));
+	add(o, "lat_ns", lat_none());
+	samples_json(o, (double)d->bytes * per_s / 1024,
+		     (double)d->batches * per_s);
 	add_u64(o, "records", d->records);
 	add(o, "records_per_sec", jdouble((double)d->records * per_s));
 	add_u64(o, "raw_bytes", d->raw_bytes);
@@ -111,16 +146,65 @@ static json_object *dir_json(const struct dir_stats *d, bool plus)
 	    jdouble(d->phase_batches ? (double)d->allocs /
 					       (double)d->phase_batches : 0));
 	add(o, "handoff_ns", lat_json(&d->handoff, plus));
-	add(o, "clat_ns", lat_json(&d->clat, plus));
 	return o;
 }
 
-static json_object *options_json(const struct job_opts *j)
+/* fio's directions that a shuffle has not: trim and sync, all zero. */
+static void fio_only_dirs(json_object *o)
+{
+	struct dir_stats none;
+	memset(&none, 0, sizeof(none));
+	dir_stats_init(&none);
+	add(o, "trim", dir_json(&none, false));
+	json_object *sync = json_object_new_object();
+	add_u64(sync, "total_ios", 0);
+	add(sync, "lat_ns", lat_none());
+	add(o, "sync", sync);
+}
+
+/* fio's distributions, keyed as fio keys them: zero, not measured. */
+static json_object *zero_map(const char *const *keys)
+{
+	json_object *o = json_object_new_object();
+	for (; *keys; keys++)
+		add(o, *keys, jdouble(0));
+	return o;
+}
+
+static void fio_distributions(json_object *o, const struct job_opts *j)
+{
+	static const char *const depth[] = {"1", "2", "4", "8", "16", "32",
+					    ">=64", NULL};
+	static const char *const sub[] = {"0", "4", "8", "16", "32", "64",
+					  ">=64", NULL};
+	static const char *const ns[] = {"2", "4", "10", "20", "50", "100",
+					 "250", "500", "750", "1000", NULL};
+	static const char *const ms[] = {"2", "4", "10", "20", "50", "100",
+					 "250", "500", "750", "1000", "2000",
+					 ">=2000", NULL};
+	add_u64(o, "majf", 0);
+	add_u64(o, "minf", 0);
+	add(o, "iodepth_level", zero_map(depth));
+	add(o, "iodepth_submit", zero_map(sub));
+	add(o, "iodepth_complete", zero_map(sub));
+	add(o, "latency_ns", zero_map(ns));
+	add(o, "latency_us", zero_map(ns));
+	add(o, "latency_ms", zero_map(ms));
+	add_u64(o, "latency_depth", j->iodepth);
+	add_u64(o, "latency_target", 0);
+	add(o, "latency_percentile", jdouble(100));
+	add_u64(o, "latency_window", 0);
+}
+
+/* Every option's effective value; with own, fio's "job options": only
+ * those the job's section or its --name part set. */
+static json_object *options_json(const struct job_opts *j, bool own)
 {
 	json_object *o = json_object_new_object();
 	char v[PATH_MAX];
 	for (size_t i = 0; i < cli_nopts; i++) {
-		if (cli_opts[i].flags & OPT_GLOBAL)
+		if ((cli_opts[i].flags & OPT_GLOBAL) ||
+		    (own && !(j->given & (1ull << i))))
 			continue;
 		opt_format(&cli_opts[i], j, v, sizeof(v));
 		add(o, cli_opts[i].name, json_object_new_string(v));
@@ -141,13 +225,23 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	if (t)
 		add_u64(o, "thread", (uint64_t)(t - r->t));
 	int err = t ? t->err : r->err;
-	add(o, "error", json_object_new_int(err));
+	uint64_t wall = t ? t->wall_ns : a->wall_ns;
+	/* fio's error is a positive errno; a library code's name beside */
+	add(o, "error", json_object_new_int(err < 0 ? -err : err));
+	add(o, "error_name", json_object_new_string(err ? ush_err_name(err)
+							: ""));
 	add(o, "error_message",
 	    json_object_new_string(report_error_message(r, err)));
+	add_u64(o, "eta", 0);
+	add_u64(o, "elapsed", (wall + 999999999) / 1000000000);
+	add_u64(o, "job_runtime", wall / 1000000);
 	if (r->warning[0])
 		add(o, "warning", json_object_new_string(r->warning));
 	add(o, "interrupted", json_object_new_boolean(r->interrupted));
-	add(o, "job options", options_json(r->o));
+	if (r->lifetime[0])
+		add(o, "output_lifetime", json_object_new_string(r->lifetime));
+	add(o, "job options", options_json(r->o, true));
+	add(o, "effective options", options_json(r->o, false));
 	/* What it used: a read job's shape is its manifest's. */
 	json_object *shape = json_object_new_object();
 	add_u64(shape, "maps", r->maps);
@@ -157,9 +251,11 @@ static json_object *unit_json(const struct job_result *r, size_t gid,
 	add(o, "shape", shape);
 	add(o, "write", dir_json(&a->w, plus));
 	add(o, "read", dir_json(&a->r, plus));
+	fio_only_dirs(o);
 	add(o, "usr_cpu", jdouble(pct_cpu(a->usr_ns, a->wall_ns)));
 	add(o, "sys_cpu", jdouble(pct_cpu(a->sys_ns, a->wall_ns)));
 	add_u64(o, "ctx", a->ctx);
+	fio_distributions(o, r->o);
 	int fb = (t ? t : r->t)->fixedbufs;
 	json_object *ring = json_object_new_object();
 	add(ring, "fixedbufs", json_object_new_int(fb));
@@ -185,13 +281,20 @@ int report_json(FILE *f, const struct job_list *l,
 		const struct job_result *res, size_t njobs)
 {
 	json_object *top = json_object_new_object(), *jobs, *given;
-	bool plus = l->global.output_format == OUT_JSON_PLUS;
+	bool plus = l->global.output_format & OUT_JSON_PLUS;
 	time_t now = time(NULL);
 	char date[64];
 	strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	/* fio's key, naming the program that wrote it */
+	add(top, "fio version",
+	    json_object_new_string(CLI_NAME "-" USH_VERSION_STRING));
 	add(top, "ushuffle version",
 	    json_object_new_string(CLI_NAME "-" USH_VERSION_STRING));
 	add(top, "timestamp", json_object_new_int64((int64_t)now));
+	add(top, "timestamp_ms", json_object_new_int64(
+			(int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000));
 	add(top, "time", json_object_new_string(date));
 	given = json_object_new_object();
 	for (size_t i = 0; i < l->ngiven; i++) /* before the first --name */
@@ -207,7 +310,10 @@ int report_json(FILE *f, const struct job_list *l,
 			json_object *o = json_object_new_object();
 			add(o, "jobname", json_object_new_string(r->o->name));
 			add_u64(o, "groupid", l->group[g]);
-			add(o, "error", json_object_new_int(r->err));
+			add(o, "error", json_object_new_int(
+					r->err < 0 ? -r->err : r->err));
+			add(o, "error_name", json_object_new_string(
+					ush_err_name(r->err)));
 			add(o, "error_message", json_object_new_string(
 					report_error_message(r, r->err)));
 			json_object_array_add(jobs, o);
@@ -227,6 +333,7 @@ int report_json(FILE *f, const struct job_list *l,
 		}
 	}
 	add(top, "jobs", jobs);
+	add(top, "disk_util", json_object_new_array()); /* not measured */
 	const char *s = json_object_to_json_string_ext(
 		top, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
 			     JSON_C_TO_STRING_NOSLASHESCAPE);

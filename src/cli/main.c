@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The library warns per ring (e.g. a refused buffer registration); with
@@ -80,8 +81,6 @@ static int run_group(const struct job_opts *o, struct job_result *res,
 			pthread_join(tid[i], NULL);
 		else /* alone, or no thread to be had: here */
 			run_one(&r[i]);
-		for (size_t k = 0; k < r[i].n; k++)
-			report_errors(&r[i].res[k]);
 		worst = r[i].ret > worst ? r[i].ret : worst;
 	}
 	if (!r || !tid || !started) {
@@ -92,6 +91,52 @@ static int run_group(const struct job_opts *o, struct job_result *res,
 	free(tid);
 	free(started);
 	return worst;
+}
+
+/* Heartbeats this often while holding: well within any sensible
+ * --app-ttl of the workers. */
+#define HOLD_BEAT_NS 1000000000ull
+
+/*
+ * --hold: after the report, heartbeat for each job that asked, until its
+ * time is up or Ctrl-C, so that its workers keep its output (they drop an
+ * application's shuffles once it is silent for their --app-ttl).
+ */
+static void hold_outputs(const struct job_result *res, size_t n)
+{
+	uint64_t t0 = now_ns(), until = t0, next = t0;
+	bool warned = false;
+	for (size_t i = 0; i < n; i++) {
+		const struct job_opts *o = res[i].o;
+		if (!o->hold_ms || !res[i].ran || res[i].err)
+			continue;
+		fprintf(stderr, CLI_NAME ": job '%s': holding its output on "
+			"%s for %llu s (heartbeats for application '%s'); "
+			"Ctrl-C ends the hold, and the workers then keep it "
+			"their --app-ttl longer\n", o->name, o->workers,
+			(unsigned long long)(o->hold_ms / 1000), o->app);
+		uint64_t end = t0 + o->hold_ms * 1000000;
+		until = end > until ? end : until;
+	}
+	while (now_ns() < until && !atomic_load(&cli_stop)) {
+		if (now_ns() >= next) {
+			next += HOLD_BEAT_NS;
+			for (size_t i = 0; i < n; i++) {
+				const struct job_opts *o = res[i].o;
+				if (!o->hold_ms || !res[i].ran || res[i].err ||
+				    now_ns() >= t0 + o->hold_ms * 1000000 ||
+				    !ush_app_heartbeat(o->workers, o->app,
+						       2000) ||
+				    warned)
+					continue;
+				fprintf(stderr, CLI_NAME ": warning: job '%s': "
+					"heartbeat while holding: %s\n",
+					o->name, ush_last_error());
+				warned = true;
+			}
+		}
+		nanosleep(&(struct timespec){0, 50000000}, NULL);
+	}
 }
 
 int main(int argc, char **argv)
@@ -120,7 +165,7 @@ int main(int argc, char **argv)
 		.newline_ns = l.global.eta_newline_ms * 1000000,
 		.status_ns = l.global.status_interval_ms * 1000000};
 	int fmt = l.global.output_format;
-	if (fmt == OUT_NORMAL) {
+	if (fmt & OUT_NORMAL) {
 		report_describe(out, &l);
 		fflush(out);
 	}
@@ -137,19 +182,26 @@ int main(int argc, char **argv)
 	if (!res) {
 		fprintf(stderr, CLI_NAME ": out of memory\n");
 		status = EXIT_RUN;
-	} else if (fmt == OUT_JSON || fmt == OUT_JSON_PLUS) {
-		if (report_json(out, &l, res, ran))
+	} else { /* in fio's order, whatever the list's */
+		if (fmt & OUT_NORMAL)
+			report_normal(out, &l, res, ran);
+		if (fmt & OUT_TERSE)
+			report_terse(out, &l, res, ran);
+		if ((fmt & (OUT_JSON | OUT_JSON_PLUS)) &&
+		    report_json(out, &l, res, ran))
 			status = EXIT_RUN;
-	} else if (fmt == OUT_TERSE) {
-		report_terse(out, &l, res, ran);
-	} else {
-		report_normal(out, &l, res, ran);
 	}
 	if (out != stdout ? fclose(out) : fflush(out)) {
 		fprintf(stderr, CLI_NAME ": --output=%s: writing the report: "
 			"%s\n", l.global.output, strerror(errno));
 		status = status ? status : EXIT_RUN;
 	}
+	/* after the report, in job order: a later group's error never
+	 * comes before an earlier group's report */
+	for (size_t i = 0; res && i < ran; i++)
+		report_errors(&res[i]);
+	if (res && status != EXIT_INTR)
+		hold_outputs(res, ran);
 	for (size_t i = 0; i < ran; i++)
 		job_result_free(&res[i]);
 	free(res);

@@ -27,7 +27,8 @@ static const struct opt_choice handoff_choices[] = {
 static const struct opt_choice ioengine_choices[] = {
 	{"io_uring", USH_IOENGINE_URING}, {"psync", USH_IOENGINE_PSYNC}, {0}};
 const struct opt_choice verify_choices[] = {
-	{"crc32c", VERIFY_CRC32C}, {"none", VERIFY_NONE}, {0}};
+	{"crc32c", VERIFY_CRC32C}, {"none", VERIFY_NONE},
+	{"0", VERIFY_NONE}, {0}}; /* fio's verify=0 is off */
 static const struct opt_choice fixedbufs_choices[] = {
 	{"0", 0}, {"1", 1}, {"auto", -1}, {0}};
 static const struct opt_choice format_choices[] = {
@@ -51,6 +52,11 @@ const struct opt cli_opts[] = {
 	 "--rw=read) after this long; 0: no limit", 0, 365 * 86400, NULL, 0},
 	{"time_based", T_BOOL, F(time_based), "0", "run for --runtime even "
 	 "when --size is reached", 0, 1, NULL, 0},
+	{"hold", T_TIME, F(hold_ms), "0", "net, with --workers: after the "
+	 "job, heartbeat this long so that the workers keep its output (they "
+	 "drop an application's shuffles once it is silent for their "
+	 "--app-ttl); Ctrl-C ends it; 0: exit at once", 0, 365 * 86400, NULL,
+	 0},
 	{"stonewall", T_BOOL, F(stonewall), "0", "wait until the jobs before "
 	 "this one have ended, then start (a new group); without it jobs "
 	 "run at the same time", 0, 1, NULL, 0},
@@ -62,9 +68,10 @@ const struct opt cli_opts[] = {
 	{"keep", T_BOOL, F(keep), "0", "shuffle: keep the spill files", 0, 1,
 	 NULL, 0},
 	{"unlink", T_ENUM, F(unlink), "auto", "remove the job's output when "
-	 "it ends: 1 always (a write too), 0 never (a shuffle too, as "
-	 "--keep); auto: a shuffle removes, a write keeps", 0, 0,
-	 unlink_choices, 0},
+	 "it ends: 1 always (a write's too; a read removes what it read, "
+	 "once all of it is read without an error), 0 never (a shuffle's "
+	 "too, as --keep); auto: a shuffle removes, a write and a read keep",
+	 0, 0, unlink_choices, 0},
 	{"loops", T_UINT, F(loops), "1", "run the job this many times, one "
 	 "after another, each run reported", 1, 1000, NULL, 0},
 	{"partitions", T_UINT, F(partitions), "64", "reduce partitions", 1,
@@ -123,8 +130,9 @@ const struct opt cli_opts[] = {
 	 0, 255, NULL, 0},
 	{"thread", T_BOOL, F(thread), "1", "accepted for fio's job files: "
 	 "ushuffle's jobs always run as threads", 0, 1, NULL, 0},
-	{"output-format", T_ENUM, F(output_format), "normal", "report format",
-	 0, 0, format_choices, OPT_GLOBAL},
+	{"output-format", T_ENUM, F(output_format), "normal", "report "
+	 "formats, a comma list as fio's (normal,json: both, one after the "
+	 "other)", 0, 0, format_choices, OPT_GLOBAL | OPT_LIST},
 	{"output", T_STR, F(output), "-", "report file; -: standard output",
 	 1, PATH_MAX - 1, NULL, OPT_GLOBAL},
 	{"eta", T_ENUM, F(eta), "auto", "live status line on stderr; auto: "
@@ -133,7 +141,8 @@ const struct opt cli_opts[] = {
 	 "with a new line this often, so a log keeps it; 0: redraw in place",
 	 0, 86400, NULL, OPT_GLOBAL},
 	{"status-interval", T_TIME, F(status_interval_ms), "0", "print the "
-	 "status line on standard output this often (a log of progress); 0: "
+	 "status line, a line of its own naming its job, on standard error "
+	 "this often (a log of progress; fio prints its whole report); 0: "
 	 "never", 0, 86400, NULL, OPT_GLOBAL},
 	{"minimal", T_BOOL, F(minimal), "0", "fio's terse report, as "
 	 "--output-format=terse", 0, 1, NULL, OPT_GLOBAL},
@@ -190,41 +199,52 @@ const char *opt_refused(const char *name)
 	return NULL;
 }
 
-/* Edit distance of a and b ('-' and '_' alike), capped at 9. */
+/* Edit distance of a and b ('-' and '_' alike), a swap of two letters
+ * one edit ("nmae"), capped at 9. */
 static unsigned distance(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
-	unsigned row[64];
+	unsigned d[64][64];
 	if (la >= 63 || lb >= 63)
 		return 9;
 	for (size_t j = 0; j <= lb; j++)
-		row[j] = (unsigned)j;
+		d[0][j] = (unsigned)j;
 	for (size_t i = 1; i <= la; i++) {
-		unsigned diag = row[0]++;
+		d[i][0] = (unsigned)i;
 		for (size_t j = 1; j <= lb; j++) {
 			bool same = a[i - 1] == b[j - 1] ||
 				    (strchr("-_", a[i - 1]) &&
 				     strchr("-_", b[j - 1]));
-			unsigned up = row[j];
-			unsigned best = diag + !same;
-			best = up + 1 < best ? up + 1 : best;
-			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
-			diag = up;
-			row[j] = best;
+			unsigned best = d[i - 1][j - 1] + !same;
+			best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+			best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+			    a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
 		}
 	}
-	return row[lb] < 9 ? row[lb] : 9;
+	return d[la][lb] < 9 ? d[la][lb] : 9;
 }
 
-const struct opt *opt_suggest(const char *name)
+/* Keeps name as *best if it is nearer than *bd edits, and fewer than
+ * half its length. */
+static void nearer(const char *typo, const char *name, const char **best,
+		   unsigned *bd)
 {
-	const struct opt *best = NULL;
+	unsigned d = distance(typo, name);
+	if (d < *bd && 2 * d < strlen(name))
+		*bd = d, *best = name;
+}
+
+const char *opt_suggest(const char *name)
+{
+	const char *best = NULL;
 	unsigned bd = 3; /* at most two edits, and fewer than half */
-	for (size_t i = 0; i < cli_nopts; i++) {
-		unsigned d = distance(name, cli_opts[i].name);
-		if (d < bd && 2 * d < strlen(cli_opts[i].name))
-			bd = d, best = &cli_opts[i];
-	}
+	for (size_t i = 0; i < cli_nopts; i++)
+		nearer(name, cli_opts[i].name, &best, &bd);
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+		nearer(name, aliases[i].name, &best, &bd); /* --blocksze */
 	return best;
 }
 
@@ -289,6 +309,9 @@ static void accepted(const struct opt *o, char *buf, size_t n)
 				: c[1].name	? ", "
 						: " or ",
 				c->name);
+		if (o->flags & OPT_LIST)
+			snprintf(buf + k, k < n ? n - k : 0, ", or a comma "
+				 "list of them");
 		return;
 	case T_CODEC:
 		snprintf(buf, n, "none, lz4, zstd or zstd:LEVEL (LEVEL 1..22, "
@@ -377,8 +400,31 @@ static int check_range(const struct opt *o, uint64_t v, char *err, size_t n)
 	return 0;
 }
 
-int opt_set(const struct opt *o, struct job_opts *j, const char *v,
-	    char *err, size_t n)
+/* An OPT_LIST enum: the bits of a comma list of its choices. */
+static int parse_list(const struct opt *o, struct job_opts *j,
+		      const char *v, char *err, size_t n)
+{
+	int bits = 0;
+	for (const char *p = v;; p++) {
+		size_t k = strcspn(p, ",");
+		const struct opt_choice *c = o->choices;
+		while (c->name && (strlen(c->name) != k ||
+				   strncmp(p, c->name, k)))
+			c++;
+		if (!c->name)
+			return bad(o, err, n, "unknown value '%.*s'", (int)k,
+				   p);
+		bits |= c->value;
+		p += k;
+		if (!*p)
+			break;
+	}
+	*(int *)((char *)j + o->off) = bits;
+	return 0;
+}
+
+static int opt_parse(const struct opt *o, struct job_opts *j,
+		     const char *v, char *err, size_t n)
 {
 	void *field = (char *)j + o->off;
 	uint64_t u[2] = {0, 0};
@@ -418,6 +464,8 @@ int opt_set(const struct opt *o, struct job_opts *j, const char *v,
 		*(int *)field = !v || *v == '1';
 		return 0;
 	case T_ENUM:
+		if (o->flags & OPT_LIST)
+			return parse_list(o, j, v, err, n);
 		for (const struct opt_choice *c = o->choices; c->name; c++)
 			if (!strcmp(v, c->name)) {
 				*(int *)field = c->value;
@@ -460,6 +508,17 @@ int opt_set(const struct opt *o, struct job_opts *j, const char *v,
 	return -1;
 }
 
+int opt_set(const struct opt *o, struct job_opts *j, const char *v,
+	    char *err, size_t n)
+{
+	_Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) <=
+		       8 * sizeof(j->given), "a bit of given per option");
+	int ret = opt_parse(o, j, v, err, n);
+	if (!ret)
+		j->given |= 1ull << (o - cli_opts);
+	return ret;
+}
+
 void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 		size_t n)
 {
@@ -487,8 +546,16 @@ void opt_format(const struct opt *o, const struct job_opts *j, char *buf,
 		snprintf(buf, n, "%d", *(const int *)field);
 		return;
 	case T_ENUM:
-		snprintf(buf, n, "%s", choice_name(o->choices,
-						   *(const int *)field));
+		if (!(o->flags & OPT_LIST)) {
+			int v = *(const int *)field;
+			snprintf(buf, n, "%s", choice_name(o->choices, v));
+			return;
+		}
+		buf[0] = '\0';
+		for (const struct opt_choice *c = o->choices; c->name; c++)
+			if (*(const int *)field & c->value)
+				snprintf(buf + strlen(buf), n - strlen(buf),
+					 "%s%s", buf[0] ? "," : "", c->name);
 		return;
 	case T_RANGE:
 		fmt_size(a, sizeof(a), u[0]);
@@ -514,6 +581,7 @@ void opts_defaults(struct job_opts *j)
 	for (size_t i = 0; i < cli_nopts; i++)
 		if (opt_set(&cli_opts[i], j, cli_opts[i].def, err, sizeof(err)))
 			abort(); /* a bad default is a bug in the table */
+	j->given = 0;
 }
 
 /* Writes text at column col, wrapped at 79, continuing at column ind. */
@@ -604,9 +672,26 @@ void opts_help(FILE *f)
 			 " (global: command line or [global] only)" : "");
 		wrap(f, text, col, 30);
 	}
+	/* fio's names, so that --help, the manual and the completion
+	 * offer them too */
+	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+		const struct opt *o = opt_find(aliases[i].is);
+		metavar(o, meta, sizeof(meta));
+		char alias[128];
+		snprintf(alias, sizeof(alias), "--%s%s", aliases[i].name,
+			 meta + 2 + strlen(o->name));
+		snprintf(text, sizeof(text), "fio's name for --%s", o->name);
+		int col = fprintf(f, "  %-27s ", alias);
+		if (col > 30) {
+			fprintf(f, "\n%30s", "");
+			col = 30;
+		}
+		wrap(f, text, col, 30);
+	}
 	fprintf(f, "  %-28s%s\n  %-28s%s\n", "--help", "this text",
 		"--version", "the version");
-	fprintf(f, "\nnumjobs=auto is %ld here.\nMore in ushuffle(1) and "
-		"docs/cli.md: job files, the reports, and what\nushuffle does "
-		"with each fio option.\n", sysconf(_SC_NPROCESSORS_ONLN));
+	fprintf(f, "\nnumjobs=auto is %ld here.\nMore in ushuffle(1), and "
+		"in cli.md, which it names: job files, the\nreports, and what "
+		"ushuffle does with each fio option.\n",
+		sysconf(_SC_NPROCESSORS_ONLN));
 }

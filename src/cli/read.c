@@ -21,6 +21,9 @@
 static void reader_error(struct thread_ctx *t, uint32_t part, int err)
 {
 	struct job_result *res = t->job->res;
+	atomic_fetch_add(&t->job->reader_errors, 1);
+	if (err == USH_ENOTCOMMITTED)
+		atomic_fetch_add(&t->job->absent, 1);
 	atomic_fetch_add(&res->vlog.errors, 1);
 	t->res->verify_errors++;
 	verify_log_add(&res->vlog, "partition %u: %s", part, ush_last_error());

@@ -74,6 +74,8 @@ const char *verify_status(const struct job_result *r)
 	const struct job_opts *o = r->o;
 	if (o->verify == VERIFY_NONE)
 		return "off";
+	if (r->expired)
+		return "expired";
 	if (atomic_load(&r->vlog.errors))
 		return "failed";
 	if (o->rw == RW_WRITE || o->target == TARGET_NULL)
@@ -193,8 +195,10 @@ static void print_unit(FILE *f, const struct job_result *res, size_t gid,
 			 (unsigned)(t - res->t));
 	else
 		snprintf(who, sizeof(who), "%s%s", o->name, loop);
+	int err = t ? t->err : res->err;
+	/* fio's err= is a positive errno */
 	fprintf(f, "%s: (groupid=%zu, jobs=%u): err=%2d: pid=%d: %s\n", who,
-		gid, a->threads, t ? t->err : res->err, (int)getpid(), date);
+		gid, a->threads, err < 0 ? -err : err, (int)getpid(), date);
 	print_dir(f, "write", &a->w, true);
 	print_dir(f, "read", &a->r, false);
 	fprintf(f, "  cpu          : usr=%.2f%%, sys=%.2f%%, ctx=%llu\n",
@@ -250,6 +254,8 @@ void report_describe(FILE *f, const struct job_list *l)
 	char v[64];
 	for (size_t i = 0; i < l->n; i++) {
 		const struct job_opts *o = &l->jobs[i];
+		if (o->loop) /* a further run of the job just described */
+			continue;
 		fprintf(f, "%s: (g=%u): rw=%s", o->name, l->group[i],
 			choice_name(rw_choices, o->rw));
 		static const char *const keys[] = {
@@ -284,8 +290,9 @@ void report_describe(FILE *f, const struct job_list *l)
 		fputc('\n', f);
 	}
 	unsigned long threads = 0;
-	for (size_t i = 0; i < l->n; i++)
-		threads += (unsigned long)l->jobs[i].numjobs;
+	for (size_t i = 0; i < l->n; i++) /* a job's loops reuse them */
+		if (!l->jobs[i].loop)
+			threads += (unsigned long)l->jobs[i].numjobs;
 	fprintf(f, CLI_NAME "-" USH_VERSION_STRING "\nStarting %lu thread%s\n",
 		threads, threads == 1 ? "" : "s");
 }
@@ -309,6 +316,8 @@ void report_normal(FILE *f, const struct job_list *l,
 			agg_threads(&a, &r->t[i], 1);
 			print_unit(f, r, g, &a, &r->t[i]);
 		}
+		if (r->ran && r->lifetime[0])
+			fprintf(f, "  output       : %s\n", r->lifetime);
 		if (r->ran)
 			agg_add(&group, r->t, r->nthreads);
 		if (k + 1 < njobs && l->group[k + 1] == g)
@@ -351,7 +360,10 @@ void report_errors(const struct job_result *r)
 		fprintf(stderr, CLI_NAME ": job '%s': interrupted; the report "
 			"is partial\n", job);
 	/* Last: the first line of a failed job names its failure. */
-	if (r->warning[0])
+	/* A failed job's error is its story: a cleanup that failed the
+	 * same way (a drop to the worker that refused it) is not said
+	 * twice; the JSON report keeps it. */
+	if (r->warning[0] && !r->err && !errors)
 		fprintf(stderr, CLI_NAME ": warning: job '%s': %s\n", job,
 			r->warning);
 }

@@ -103,6 +103,11 @@ static int register_pool(struct uring *u, const struct ush_ring_opts *o,
 				"failed (RLIMIT_MEMLOCK %llu KiB); %s",
 				pool->bytes >> 10,
 				(unsigned long long)rl.rlim_cur >> 10, fix);
+	/* Said once per process: every ring of a process (one per
+	 * thread) meets the same limit, and the fix is the same. */
+	static atomic_bool warned;
+	if (atomic_exchange(&warned, true))
+		return 0;
 	ushi_warn("registering a %zu KiB buffer pool failed (%s, "
 		 "RLIMIT_MEMLOCK %llu KiB): falling back to unregistered "
 		 "buffers, which costs a page-pinning per I/O; to fix: %s",

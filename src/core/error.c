@@ -61,9 +61,7 @@ int ushi_fail(int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	int n = vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
 	va_end(ap);
-	if (n >= 0 && (size_t)n < sizeof(last_msg))
-		snprintf(last_msg + n, sizeof(last_msg) - (size_t)n, ": %s",
-			 ush_strerror(err));
+	ushi_add_cause(last_msg, sizeof(last_msg), n, err);
 	return err;
 }
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
@@ -34,6 +35,18 @@ int ushi_fail(int err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Same, with a message that already names the error. */
 int ushi_fail_msg(int err, const char *msg);
+/* Appends ": <ush_strerror(err)>" to the n bytes of msg (size bytes in
+ * all), unless they end with it already (a worker's ERROR text, an
+ * errno said by the caller): the cause once, never twice. */
+static inline void ushi_add_cause(char *msg, size_t size, int n, int err)
+{
+	const char *why = ush_strerror(err);
+	size_t k = strlen(why);
+	if (n < 0 || (size_t)n >= size ||
+	    ((size_t)n >= k && !strcmp(msg + n - k, why)))
+		return;
+	snprintf(msg + n, size - (size_t)n, ": %s", why);
+}
 void ushi_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Aborts with "ushuffle: BUG: <msg>": for ownership violations. */
 _Noreturn void ushi_panic(const char *fmt, ...)

@@ -283,7 +283,7 @@ static int one_worker(struct ush_worker *wk, const struct seen *sn)
 			first = i;
 			memcpy(wk->wid, sn[i].worker, 16);
 		} else if (memcmp(wk->wid, sn[i].worker, 16)) {
-			return ushi_fail(-EINVAL, "worker: --dir: %s and %s "
+			return wk_refuse(-EINVAL, "worker: --dir: %s and %s "
 					"belong to two workers (their %s name "
 					"workers %s and %s): give one worker's "
 					"directories", wk->dirs[first].path,
@@ -322,12 +322,12 @@ static int missing(struct ush_worker *wk, const struct seen *sn,
 			made = "; the directory there now is new, with no "
 			       "marker: is its disk mounted?";
 	if (m->kind == K_HOME)
-		return ushi_fail(-EINVAL, "worker: --dir lacks %s, this "
+		return wk_refuse(-EINVAL, "worker: --dir lacks %s, this "
 				"worker's home (its commit log; id %s): "
 				"without it the worker would start with no "
 				"commits; give it again (any order)%s",
 				m->path, hex(m->id).s, made);
-	return ushi_fail(-EINVAL, "worker: --dir lacks %s, a directory of "
+	return wk_refuse(-EINVAL, "worker: --dir lacks %s, a directory of "
 			"this worker that may hold shuffle logs (id %s): give "
 			"it again (any order); to take it out, drop its "
 			"shuffles and start once with it listed (the markers "
@@ -366,7 +366,7 @@ static int join(struct seen *s, struct wk_dir *d)
 		return 0;
 	}
 	if (s->clog || s->logs)
-		return ushi_fail(-EINVAL, "worker: --dir: %s holds %s but no "
+		return wk_refuse(-EINVAL, "worker: --dir: %s holds %s but no "
 				"%s: not this worker's (another worker's, of "
 				"an earlier version?)", d->path,
 				s->clog ? "a commit log" : "shuffle logs",
@@ -386,7 +386,7 @@ static int marked_home(struct ush_worker *wk, struct seen *sn, unsigned any,
 	if (*home == wk->ndirs)
 		return missing(wk, sn, hm);
 	if (!sn[*home].marked)
-		return ushi_fail(-EINVAL, "worker: --dir: %s, this worker's "
+		return wk_refuse(-EINVAL, "worker: --dir: %s, this worker's "
 				"home, has lost its %s: give each directory "
 				"back its marker, or remove every directory's "
 				"(docs/operations.md, \"Several disks\")",
@@ -398,7 +398,7 @@ static int marked_home(struct ush_worker *wk, struct seen *sn, unsigned any,
 	for (unsigned i = 0; !ret && i < wk->ndirs; i++)
 		for (unsigned j = 0; !ret && j < i; j++)
 			if (!memcmp(wk->dirs[i].id, wk->dirs[j].id, 16))
-				ret = ushi_fail(-EINVAL, "worker: --dir: %s "
+				ret = wk_refuse(-EINVAL, "worker: --dir: %s "
 						"and %s are one directory of "
 						"this worker (id %s): is one a "
 						"copy of the other?",
@@ -418,7 +418,7 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 		if (!sn[i].clog)
 			continue;
 		if (*home < wk->ndirs)
-			return ushi_fail(-EINVAL, "worker: --dir: %s and %s "
+			return wk_refuse(-EINVAL, "worker: --dir: %s and %s "
 					"both hold a commit log: the "
 					"directories of two workers, not one",
 					wk->dirs[*home].path, wk->dirs[i].path);
@@ -426,7 +426,7 @@ static int adopt(struct ush_worker *wk, const struct seen *sn,
 	}
 	for (unsigned i = 0; *home == wk->ndirs && i < wk->ndirs; i++)
 		if (sn[i].logs)
-			return ushi_fail(-EINVAL, "worker: --dir=%s: %s holds "
+			return wk_refuse(-EINVAL, "worker: --dir=%s: %s holds "
 					"shuffle logs but no directory listed "
 					"holds their commit log (" WK_LOG_FILE "): "
 					"the home directory is missing from "

@@ -123,10 +123,19 @@ void wk_dir_fail(struct ush_worker *wk, struct wk_dir *d, int err,
 								 err))
 		return;
 	WK_COUNT(wk, errors[USH_WORKER_ERR_STORAGE], 1);
-	wk_log(wk, 0, "directory %s quarantined: %s: %s; new shuffle logs go "
-	       "to the other directories, the shuffles stored here fail as "
-	       "their files do (until the worker restarts)", d->path, what,
-	       ush_strerror(err));
+	unsigned healthy = 0;
+	for (unsigned i = 0; i < wk->ndirs; i++)
+		healthy += !atomic_load(&wk->dirs[i].err);
+	/* place() uses a quarantined directory when none is healthy */
+	wk_log(wk, 0, "directory %s quarantined: %s: %s; %s, the shuffles "
+	       "stored here fail as their files do (until the worker "
+	       "restarts)", d->path, what, ush_strerror(err), healthy ?
+	       "new shuffle logs go to the other directories" :
+	       wk->ndirs == 1 ? "it is the worker's only directory: new "
+	       "shuffle logs still go to it, and succeed once it takes "
+	       "writes again" : "no directory is healthy: new shuffle logs "
+	       "still go to them all, and succeed where one takes writes "
+	       "again");
 }
 
 const char *wk_why_open(int err)
@@ -183,7 +192,7 @@ static int dir_open(struct ush_worker *wk, unsigned i)
 	for (unsigned k = 0; k < i; k++)
 		if (!fstat(wk->dirs[k].fd, &o) && o.st_dev == st.st_dev &&
 		    o.st_ino == st.st_ino)
-			return ushi_fail(-EINVAL, "worker: --dir: %s and %s are "
+			return wk_refuse(-EINVAL, "worker: --dir: %s and %s are "
 					"the same directory, given twice",
 					wk->dirs[k].path, d->path);
 	int ret = dir_lock(d);
@@ -208,13 +217,13 @@ static int dirs_parse(struct ush_worker *wk)
 	for (const char *p = list;; p++) {
 		size_t len = strcspn(p, ":");
 		if (!len)
-			return ushi_fail(-EINVAL, "worker: --dir=%s: an empty "
+			return wk_refuse(-EINVAL, "worker: --dir=%s: an empty "
 					"directory in the list (directories "
 					"are separated by ':')", list);
 		for (unsigned i = 0; i < wk->ndirs; i++)
 			if (strlen(wk->dirs[i].path) == len &&
 			    !strncmp(wk->dirs[i].path, p, len))
-				return ushi_fail(-EINVAL, "worker: --dir=%s: "
+				return wk_refuse(-EINVAL, "worker: --dir=%s: "
 						"%s is given twice", list,
 						wk->dirs[i].path);
 		char *d = ushi_malloc(len + 1);
@@ -689,7 +698,7 @@ static int check_regular(struct ush_worker *wk, const char *dir, int fd,
 		return ushi_fail(-errno, "worker: stat %s/%s", dir, path);
 	if (!S_ISREG(st->st_mode)) {
 		wk_log(wk, 0, "%s/%s: not a regular file", dir, path);
-		return ushi_fail(-EINVAL, "worker: %s/%s: not a regular file",
+		return wk_refuse(-EINVAL, "worker: %s/%s: not a regular file",
 				dir, path);
 	}
 	return 0;

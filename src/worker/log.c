@@ -86,6 +86,16 @@ void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 	ushi_warn("%s", msg); /* the log sink adds the program's prefix */
 }
 
+int wk_refuse(int err, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return ushi_fail_msg(err, msg);
+}
+
 void wk_log_flush(struct ush_worker *wk)
 {
 	if (!atomic_load(&wk->log_suppressed))

@@ -56,6 +56,11 @@ void wk_log(struct ush_worker *wk, int level, const char *fmt, ...)
 void wk_count_error(struct ush_worker *wk, int code);
 /* Counts a commit's sync time in the histogram. */
 void wk_count_sync(struct ush_worker *wk, uint64_t ns);
+/* Fails with err, the message fmt as it is: a refused setting says what
+ * is wrong and what is accepted, so no ": Invalid argument" is added
+ * (as ushi_fail() does). Returns err. */
+int wk_refuse(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /* Reports lines suppressed in seconds that have ended. Cheap when none. */
 void wk_log_flush(struct ush_worker *wk);
 

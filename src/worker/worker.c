@@ -110,21 +110,41 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	ushi_struct_init(st, size, &s, sizeof(s));
 }
 
+/* "4 MiB", "126.0 GiB": bytes for a person, in powers of 1024. */
+static const char *fmt_bytes(char *b, size_t n, uint64_t v)
+{
+	static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB",
+					   "TiB", "PiB"};
+	unsigned i = 0;
+	double d = (double)v;
+	while (d >= 1024 && i < 5)
+		d /= 1024, i++;
+	if (!i)
+		snprintf(b, n, "%llu bytes", (unsigned long long)v);
+	else
+		snprintf(b, n, v % (1ull << (10 * i)) ? "%.1f %s" : "%.0f %s",
+			 d, unit[i]);
+	return b;
+}
+
 /* One line with what an operator checks first: where it serves and
  * stores, and the limits in force (after defaults were resolved). */
 static void log_start(struct ush_worker *wk)
 {
 	const struct ush_worker_opts *o = &wk->o;
+	char win[32], frame[32], bytes[32];
 	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s; limits: "
-	       "%u connections, %u open log files per thread, window %u, "
-	       "max frame %u, %u applications, per application %u "
-	       "connections, %u shuffles, %llu bytes, %u attempts, %u "
+	       "%u connections, %u open log files per thread, window %s, "
+	       "max frame %s, %u applications, per application %u "
+	       "connections, %u shuffles, %s stored, %u attempts, %u "
 	       "commits; app ttl %u ms; auth %s; commits %s", wk->host,
 	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s",
-	       wk->dirlist,
-	       o->max_conns, wk->open_max, o->window, o->max_frame,
+	       wk->dirlist, o->max_conns, wk->open_max,
+	       fmt_bytes(win, sizeof(win), o->window),
+	       fmt_bytes(frame, sizeof(frame), o->max_frame),
 	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
-	       (unsigned long long)o->max_app_bytes, o->max_app_attempts,
+	       fmt_bytes(bytes, sizeof(bytes), o->max_app_bytes),
+	       o->max_app_attempts,
 	       o->max_app_commits, o->app_ttl_ms,
 	       wk->secret || wk->secrets_dirfd >= 0 ?
 		       (o->insecure ? "optional (--insecure)" : "required") :
@@ -194,7 +214,7 @@ static int bind_all(struct ush_worker *wk, int port)
 	snprintf(ps, sizeof(ps), "%d", port);
 	int ret = getaddrinfo(wk->host, ps, &hints, &ai);
 	if (ret)
-		return ushi_fail(-EINVAL, "worker: resolve %s: %s", wk->host,
+		return wk_refuse(-EINVAL, "worker: resolve %s: %s", wk->host,
 				gai_strerror(ret));
 	for (unsigned i = 0; i < wk->nthreads; i++) {
 		int fd = listen_one(ai, port);
@@ -351,7 +371,7 @@ static int auth_setup(struct ush_worker *wk, const char *host)
 	uint8_t key[USHI_SECRET_MAX];
 	int n = 0;
 	if (o->insecure && !o->insecure_non_loopback && !loopback_only(host))
-		return ushi_fail(-EINVAL, "worker: --insecure on %s, which is not "
+		return wk_refuse(-EINVAL, "worker: --insecure on %s, which is not "
 				"a loopback address: anyone who reaches it could "
 				"read, inject and drop every application's "
 				"shuffles. Give a secret (docs/security.md), or "
@@ -369,7 +389,7 @@ static int auth_setup(struct ush_worker *wk, const char *host)
 	} else if (o->secret || o->secret_len) {
 		int ret = o->secret ? auth_secret_len_ok(o->secret_len,
 							 "given") :
-				      ushi_fail(-EINVAL, "worker: NULL secret");
+				      wk_refuse(-EINVAL, "worker: NULL secret");
 		if (ret)
 			return ret;
 		memcpy(key, o->secret, o->secret_len);
@@ -391,7 +411,7 @@ static int auth_setup(struct ush_worker *wk, const char *host)
 					o->secrets_dir);
 	}
 	if (!wk->secret && wk->secrets_dirfd < 0 && !o->insecure)
-		return ushi_fail(-EINVAL, "worker: no secret: give "
+		return wk_refuse(-EINVAL, "worker: no secret: give "
 				"--secret-file, --secrets-dir or $USHUFFLE_SECRET "
 				"(docs/security.md), or --insecure on a loopback "
 				"address");
@@ -464,28 +484,28 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	wk->thread_conns = wk->o.max_conns < WK_THREAD_CONNS_MAX ?
 				   wk->o.max_conns : WK_THREAD_CONNS_MAX;
 	if (!opts->dir)
-		ret = ushi_fail(-EINVAL, "worker: needs a directory");
+		ret = wk_refuse(-EINVAL, "worker: needs a directory");
 	else if (wk->nthreads > 1024)
-		ret = ushi_fail(-EINVAL, "worker: %u threads", wk->nthreads);
+		ret = wk_refuse(-EINVAL, "worker: %u threads", wk->nthreads);
 	else if (fs < 16384 || (fs & (fs - 1)) ||
 		 wk->o.pool_bytes < 2 * (size_t)fs)
-		ret = ushi_fail(-EINVAL, "worker: flush size %u must be a "
+		ret = wk_refuse(-EINVAL, "worker: flush size %u must be a "
 			       "power of two >= 16 KiB, pool two of them", fs);
 	else if (wk->o.max_frame < 4096 || wk->o.max_frame > (1u << 30))
-		ret = ushi_fail(-EINVAL, "worker: max frame %u", wk->o.max_frame);
+		ret = wk_refuse(-EINVAL, "worker: max frame %u", wk->o.max_frame);
 	else if (wk->o.sync > USH_WORKER_SYNC_NONE)
-		ret = ushi_fail(-EINVAL, "worker: sync mode %u: accepted: "
+		ret = wk_refuse(-EINVAL, "worker: sync mode %u: accepted: "
 			       "USH_WORKER_SYNC_FULL (0) or "
 			       "USH_WORKER_SYNC_NONE (1)", wk->o.sync);
 	else if (wk->o.max_conns > (uint64_t)wk->nthreads * WK_THREAD_CONNS_MAX)
-		ret = ushi_fail(-EINVAL, "worker: %u connections need %u "
+		ret = wk_refuse(-EINVAL, "worker: %u connections need %u "
 			       "threads or more (each holds at most %u)",
 			       wk->o.max_conns,
 			       (wk->o.max_conns + WK_THREAD_CONNS_MAX - 1) /
 				       WK_THREAD_CONNS_MAX,
 			       WK_THREAD_CONNS_MAX);
 	else if (split_hostport(wk->o.listen, host, sizeof(host), &port))
-		ret = ushi_fail(-EINVAL, "worker: --listen=%s is not HOST:PORT",
+		ret = wk_refuse(-EINVAL, "worker: --listen=%s is not HOST:PORT",
 			       wk->o.listen);
 	else
 		ret = auth_setup(wk, host);

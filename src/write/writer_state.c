@@ -18,9 +18,7 @@ void writer_error(struct ush_writer *w, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	int n = vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
 	va_end(ap);
-	if (n >= 0 && (size_t)n < sizeof(w->errmsg))
-		snprintf(w->errmsg + n, sizeof(w->errmsg) - (size_t)n, ": %s",
-			 ush_strerror(err));
+	ushi_add_cause(w->errmsg, sizeof(w->errmsg), n, err);
 	w->err = err;
 }
 
