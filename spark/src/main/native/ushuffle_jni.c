@@ -14,6 +14,7 @@
  * No JNI call is made per Spark record, and native code never calls back
  * into Java.
  */
+#define _GNU_SOURCE /* explicit_bzero */
 #include <jni.h>
 #include <errno.h>
 #include <stdint.h>
@@ -153,7 +154,7 @@ static void jw_free(struct jw *j)
 		return;
 	ush_writer_free(j->w);
 	ush_ring_free(j->ring);
-	memset(&j->keys, 0, sizeof(j->keys));
+	explicit_bzero(&j->keys, sizeof(j->keys));
 	free(j);
 }
 
@@ -175,8 +176,18 @@ JNIEXPORT jlong JNICALL JFN(writerOpen)(JNIEnv *env, jclass cls,
 	}
 	ush_ring_opts_init(&ro);
 	ush_writer_opts_init(&wo);
-	if (!(wk = jstr(env, workers, &ok)) || !ok ||
-	    (ap = jstr(env, app, &ok), !ok) || (cd = jstr(env, codec, &ok), !ok))
+	wk = jstr(env, workers, &ok);
+	if (!ok)
+		goto fail;
+	if (!wk) {
+		throw_ush(env, "writer", -EINVAL, "no workers");
+		goto fail;
+	}
+	ap = jstr(env, app, &ok);
+	if (!ok)
+		goto fail;
+	cd = jstr(env, codec, &ok);
+	if (!ok)
 		goto fail;
 	if (cd && ush_codec_parse(cd, &ro.codec, &ro.level) < 0) {
 		throw_ush(env, "spark.ushuffle.codec", -EINVAL,
@@ -273,17 +284,17 @@ JNIEXPORT void JNICALL JFN(writeRecord)(JNIEnv *env, jclass cls, jlong h,
 	check(env, "write", rc);
 }
 
-/* Commits; fills bytes[] and records[] per partition; returns the map
- * status. */
+/* Commits; fills bytes[] with each partition's record bytes; returns the
+ * map status. */
 JNIEXPORT jbyteArray JNICALL JFN(commit)(JNIEnv *env, jclass cls, jlong h,
-					 jlongArray bytes, jlongArray records)
+					 jlongArray bytes)
 {
 	(void)cls;
 	struct jw *j = JW(h);
 	jsize n = (*env)->GetArrayLength(env, bytes);
-	struct ush_part_stats *ps = calloc((size_t)n ? (size_t)n : 1,
-					   sizeof(*ps));
-	jlong *tmp = malloc(((size_t)n ? (size_t)n : 1) * sizeof(*tmp));
+	size_t m = n ? (size_t)n : 1;
+	struct ush_part_stats *ps = calloc(m, sizeof(*ps));
+	jlong *tmp = malloc(m * sizeof(*tmp));
 	struct ush_status st;
 	jbyteArray out = NULL;
 	if (!ps || !tmp) {
@@ -296,9 +307,6 @@ JNIEXPORT jbyteArray JNICALL JFN(commit)(JNIEnv *env, jclass cls, jlong h,
 	for (jsize i = 0; i < n; i++)
 		tmp[i] = (jlong)ps[i].bytes;
 	(*env)->SetLongArrayRegion(env, bytes, 0, n, tmp);
-	for (jsize i = 0; i < n; i++)
-		tmp[i] = (jlong)ps[i].records;
-	(*env)->SetLongArrayRegion(env, records, 0, n, tmp);
 	out = (*env)->NewByteArray(env, (jsize)st.len);
 	if (out)
 		(*env)->SetByteArrayRegion(env, out, 0, (jsize)st.len,
@@ -337,7 +345,7 @@ JNIEXPORT jlong JNICALL JFN(readerOpen)(JNIEnv *env, jclass cls,
 	jsize n = (*env)->GetArrayLength(env, statuses);
 	struct ush_status *st = calloc((size_t)n ? (size_t)n : 1, sizeof(*st));
 	jbyte **mem = calloc((size_t)n ? (size_t)n : 1, sizeof(*mem));
-	struct keys ks;
+	struct keys ks = { .n = 0 };
 	struct ush_reader_opts o;
 	ush_reader *r = NULL;
 	if (!st || !mem) {
@@ -368,8 +376,8 @@ JNIEXPORT jlong JNICALL JFN(readerOpen)(JNIEnv *env, jclass cls,
 	o.seal_keys = ks.n > 0 ? ks.k : NULL;
 	o.nseal_keys = (uint32_t)(ks.n > 0 ? ks.n : 0);
 	check(env, "reader", ush_reader_open(&r, &o));
-	memset(&ks, 0, sizeof(ks));
 done:
+	explicit_bzero(&ks, sizeof(ks));
 	for (jsize i = 0; mem && i < n; i++)
 		free(mem[i]);
 	free(mem);
@@ -391,13 +399,6 @@ JNIEXPORT jobject JNICALL JFN(readerNext)(JNIEnv *env, jclass cls, jlong h)
 	static char empty;
 	return (*env)->NewDirectByteBuffer(env, len ? (void *)rec : &empty,
 					   (jlong)len);
-}
-
-JNIEXPORT jint JNICALL JFN(readerPartition)(JNIEnv *env, jclass cls, jlong h)
-{
-	(void)env;
-	(void)cls;
-	return (jint)ush_reader_partition((ush_reader *)(intptr_t)h);
 }
 
 /* {records, raw bytes, stored bytes, failovers} so far. */
@@ -428,8 +429,10 @@ JNIEXPORT void JNICALL JFN(heartbeat)(JNIEnv *env, jclass cls,
 				      jstring workers, jstring app)
 {
 	(void)cls;
-	int ok1, ok2;
-	char *w = jstr(env, workers, &ok1), *a = jstr(env, app, &ok2);
+	int ok1, ok2 = 0;
+	char *w = jstr(env, workers, &ok1), *a = NULL;
+	if (ok1)
+		a = jstr(env, app, &ok2);
 	if (ok1 && ok2)
 		check(env, "heartbeat", ush_app_heartbeat(w, a, 0));
 	free(w);
@@ -440,8 +443,10 @@ JNIEXPORT void JNICALL JFN(drop)(JNIEnv *env, jclass cls, jstring workers,
 				 jstring app, jint shuffle)
 {
 	(void)cls;
-	int ok1, ok2;
-	char *w = jstr(env, workers, &ok1), *a = jstr(env, app, &ok2);
+	int ok1, ok2 = 0;
+	char *w = jstr(env, workers, &ok1), *a = NULL;
+	if (ok1)
+		a = jstr(env, app, &ok2);
 	if (ok1 && ok2)
 		check(env, "drop", ush_shuffle_drop(w, a, (uint32_t)shuffle, 0));
 	free(w);
@@ -470,13 +475,19 @@ JNIEXPORT jlong JNICALL JFN(workerStart)(JNIEnv *env, jclass cls,
 					 jbyteArray secret, jint threads)
 {
 	(void)cls;
-	int ok1, ok2, rc;
+	int ok1, ok2 = 0, rc;
 	struct ush_worker_opts o;
 	ush_worker *w = NULL;
-	char *l = jstr(env, listen, &ok1), *d = jstr(env, dir, &ok2);
-	jsize n = (*env)->GetArrayLength(env, secret);
-	jbyte *s = (*env)->GetByteArrayElements(env, secret, NULL);
-	if (!ok1 || !ok2 || !s)
+	jbyte *s = NULL;
+	jsize n = 0;
+	char *l = jstr(env, listen, &ok1), *d = NULL;
+	if (ok1)
+		d = jstr(env, dir, &ok2);
+	if (!ok1 || !ok2)
+		goto done;
+	n = (*env)->GetArrayLength(env, secret);
+	s = (*env)->GetByteArrayElements(env, secret, NULL);
+	if (!s)
 		goto done;
 	ush_worker_opts_init(&o);
 	o.listen = l;

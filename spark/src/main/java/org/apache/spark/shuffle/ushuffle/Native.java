@@ -95,8 +95,9 @@ final class Native {
   static native void writeRecord(long w, int partition, byte[] rec, int off, int len)
       throws UShuffleException;
 
-  static native byte[] commit(long w, long[] bytes, long[] records)
-      throws UShuffleException;
+  /** Commits; fills bytes[] with each partition's record bytes; returns
+   *  the map status. */
+  static native byte[] commit(long w, long[] bytes) throws UShuffleException;
 
   static native long writerStoredBytes(long w);
 
@@ -107,8 +108,6 @@ final class Native {
       int timeoutMs, String sealKeyFile) throws UShuffleException;
 
   static native ByteBuffer readerNext(long r) throws UShuffleException;
-
-  static native int readerPartition(long r);
 
   static native long[] readerStats(long r);
 

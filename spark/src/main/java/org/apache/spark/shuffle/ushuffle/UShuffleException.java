@@ -7,11 +7,6 @@ import java.io.IOException;
 public final class UShuffleException extends IOException {
   private static final long serialVersionUID = 1L;
 
-  /** Codes the library returns (include/ushuffle/ushuffle.h). */
-  static final int ECORRUPT = -4001, ECRC = -4002, EVERSION = -4003,
-      ENOTCOMMITTED = -4004, EDRAINING = -4009;
-  static final int EPERM = -1, ENOKEY = -126, EACCES = -13, EKEYREJECTED = -129;
-
   private final int code;
 
   public UShuffleException(String message, int code) {
@@ -23,9 +18,29 @@ public final class UShuffleException extends IOException {
     return code;
   }
 
-  /** True when rerunning the maps cannot help: a key, secret or
-   *  permission the application was given is wrong. */
-  boolean isConfiguration() {
-    return code == ENOKEY || code == EPERM || code == EACCES || code == EKEYREJECTED;
+  /**
+   * True when rerunning the maps can mend a failed read: a worker gone,
+   * restarted without the data, or shutting down; data not committed where
+   * its status says; a corrupt frame or status. Anything else (a wrong key
+   * or secret, bad arguments, no memory) fails the task instead.
+   */
+  boolean isFetchFailure() {
+    switch (code) {
+      case -4001: // USH_ECORRUPT
+      case -4002: // USH_ECRC
+      case -4004: // USH_ENOTCOMMITTED
+      case -5:    // EIO
+      case -32:   // EPIPE
+      case -103:  // ECONNABORTED
+      case -104:  // ECONNRESET
+      case -107:  // ENOTCONN
+      case -108:  // ESHUTDOWN
+      case -110:  // ETIMEDOUT
+      case -111:  // ECONNREFUSED
+      case -113:  // EHOSTUNREACH
+        return true;
+      default:
+        return false;
+    }
   }
 }

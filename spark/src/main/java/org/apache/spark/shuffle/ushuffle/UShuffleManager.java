@@ -52,6 +52,7 @@ public class UShuffleManager implements ShuffleManager {
   private volatile String app;
   private volatile boolean authed;
   private long embedded; // the driver's own worker, or 0
+  private Path embeddedDir;
   private ScheduledExecutorService heartbeats;
 
   public UShuffleManager(SparkConf sparkConf, boolean isDriver) {
@@ -59,6 +60,12 @@ public class UShuffleManager implements ShuffleManager {
     this.sparkConf = sparkConf;
     this.isDriver = isDriver;
     this.conf = new UShuffleConf(sparkConf);
+    if (sparkConf.getBoolean("spark.shuffle.useOldFetchProtocol", false)) {
+      // Spark then names map outputs by map index, not by task attempt:
+      // readers could not tell which attempt the tracker chose.
+      throw new IllegalArgumentException("ushuffle: spark.shuffle.useOldFetchProtocol=true "
+          + "is not supported (map outputs must be named by task attempt)");
+    }
     this.workers = conf.workers;
     if (isDriver && workers == null) embed();
   }
@@ -99,15 +106,21 @@ public class UShuffleManager implements ShuffleManager {
   }
 
   /** Starts a worker in the driver's process on loopback, with a fresh
-   *  secret, and names both in the SparkConf that executors fetch. */
+   *  secret, and names both in the SparkConf that executors fetch: for
+   *  local and local-cluster masters, whose executors share the host. */
   private void embed() {
+    String master = sparkConf.get("spark.master", "local");
+    if (!master.startsWith("local")) {
+      throw new IllegalArgumentException("ushuffle: no " + UShuffleConf.WORKERS + " for master "
+          + master + ": the driver runs a worker itself only for local and local-cluster "
+          + "masters, whose executors reach its loopback address");
+    }
     Native.load();
     try {
       Path base = Paths.get(sparkConf.get(UShuffleConf.WORKER_DIR,
           System.getProperty("java.io.tmpdir")));
       Files.createDirectories(base);
-      Path dir = Files.createTempDirectory(base, "ushuffled-");
-      dir.toFile().deleteOnExit();
+      embeddedDir = Files.createTempDirectory(base, "ushuffled-");
       byte[] secret = UShuffleConf.secret(sparkConf);
       if (secret == null) {
         byte[] raw = new byte[32];
@@ -117,10 +130,11 @@ public class UShuffleManager implements ShuffleManager {
         secret = hex.getBytes(StandardCharsets.UTF_8);
       }
       int threads = sparkConf.getInt(UShuffleConf.WORKER_THREADS, 0);
-      embedded = Native.workerStart("127.0.0.1:0", dir.toString(), secret, threads);
+      embedded = Native.workerStart("127.0.0.1:0", embeddedDir.toString(), secret, threads);
       workers = "127.0.0.1:" + Native.workerPort(embedded);
       sparkConf.set(UShuffleConf.WORKERS, workers);
-      LOG.info("ushuffle: started a worker in the driver at {} storing in {}", workers, dir);
+      LOG.info("ushuffle: started a worker in the driver at {} storing in {}", workers,
+          embeddedDir);
     } catch (IOException e) {
       throw new UncheckedIOException("ushuffle: cannot start the driver's worker", e);
     }
@@ -187,12 +201,16 @@ public class UShuffleManager implements ShuffleManager {
     return true;
   }
 
-  private void drop(int shuffleId) {
+  /** Drops a shuffle on the workers; false (with a warning) when they did
+   *  not confirm, and their --app-ttl will. */
+  private boolean drop(int shuffleId) {
     try {
       Native.drop(workers(), app(), shuffleId);
+      return true;
     } catch (Throwable e) {
       LOG.warn("ushuffle: dropping shuffle {} failed (the workers drop it when the "
           + "application's heartbeats stop): {}", shuffleId, e.getMessage());
+      return false;
     }
   }
 
@@ -204,15 +222,27 @@ public class UShuffleManager implements ShuffleManager {
   @Override
   public void stop() {
     if (isDriver) {
-      for (Integer s : shuffles) drop(s);
+      // The first drop that fails leaves the rest to the workers' TTL: a
+      // dead worker would hold stop() for a timeout per shuffle.
+      for (Integer s : shuffles) if (!drop(s)) break;
       shuffles.clear();
       synchronized (this) {
         if (heartbeats != null) heartbeats.shutdownNow();
         heartbeats = null;
         if (embedded != 0) Native.workerStop(embedded);
         embedded = 0;
+        if (embeddedDir != null) removeTree(embeddedDir);
+        embeddedDir = null;
       }
     }
     StatusTracker.stop();
+  }
+
+  private static void removeTree(Path dir) {
+    try (java.util.stream.Stream<Path> s = Files.walk(dir)) {
+      s.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    } catch (IOException e) {
+      LOG.warn("ushuffle: cannot remove {}: {}", dir, e.getMessage());
+    }
   }
 }

@@ -91,6 +91,11 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
       in = dep.aggregator().get().combineValuesByKey(
           (Iterator<Product2<K, V>>) (Iterator<?>) records, context);
     }
+    lengths = new long[partitions];
+    if (!in.hasNext()) { // nothing to write: no ring, no connection
+      mapStatus = SparkGlue.mapStatus(shuffleId, lengths, mapId);
+      return;
+    }
     open();
     LentBuffers bufs = new LentBuffers(w, partitions);
     Sink sink = sink(dep.serializer(), bufs);
@@ -101,16 +106,15 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
       sink.write(p, r._1(), r._2());
       n++;
     }
+    sink.close();
     bufs.finish();
-    lengths = new long[partitions];
-    long[] chunks = new long[partitions];
     long t0 = System.nanoTime();
-    byte[] status = Native.commit(w, lengths, chunks);
+    byte[] status = Native.commit(w, lengths);
     StatusTracker.register(shuffleId, mapId, status);
     metrics.incWriteTime(bufs.nanos() + System.nanoTime() - t0);
     metrics.incRecordsWritten(n);
     metrics.incBytesWritten(Native.writerStoredBytes(w));
-    mapStatus = SparkGlue.mapStatus(lengths, mapId);
+    mapStatus = SparkGlue.mapStatus(shuffleId, lengths, mapId);
   }
 
   @Override
@@ -136,7 +140,7 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
   }
 
   private Sink sink(Serializer s, LentBuffers bufs) {
-    if (s.getClass().getName().equals(UNSAFE_ROW_SERIALIZER)) return new RowSink(bufs, w);
+    if (s.getClass().getName().equals(UNSAFE_ROW_SERIALIZER)) return new RowSink(s, bufs, w);
     SerializerInstance si = s.newInstance();
     return s.supportsRelocationOfSerializedObjects()
         ? new SharedStreamSink(si, bufs, w) : new ChunkStreamSink(si, bufs, w, partitions);
@@ -145,6 +149,9 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
   /** Where a sink's records go. */
   interface Sink {
     void write(int p, Object key, Object value) throws IOException;
+
+    /** After the last record. */
+    default void close() {}
   }
 
   /**
@@ -270,17 +277,25 @@ final class UShuffleWriter<K, V, C> extends ShuffleWriter<K, V> {
   /** Spark SQL's UnsafeRows, as UnsafeRowSerializer lays them out (a
    *  big-endian size, then the row's bytes), copied once into the buffer. */
   static final class RowSink implements Sink {
+    private final Serializer serializer;
     private final LentBuffers bufs;
     private final long w;
+    private long bytes;
 
-    RowSink(LentBuffers bufs, long w) {
+    RowSink(Serializer serializer, LentBuffers bufs, long w) {
+      this.serializer = serializer;
       this.bufs = bufs;
       this.w = w;
     }
 
     @Override
     public void write(int p, Object k, Object v) throws IOException {
-      Rows.write(bufs, w, p, v);
+      bytes += Rows.write(bufs, w, p, v);
+    }
+
+    @Override
+    public void close() {
+      Rows.addDataSize(serializer, bytes);
     }
   }
 }

@@ -1,6 +1,5 @@
 package org.apache.spark.shuffle.ushuffle
 
-import org.apache.spark.SparkEnv
 import org.apache.spark.scheduler.MapStatus
 import org.apache.spark.shuffle.FetchFailedException
 import org.apache.spark.storage.BlockManagerId
@@ -9,21 +8,19 @@ import org.apache.spark.storage.BlockManagerId
 private[ushuffle] object SparkGlue {
   /**
    * Where Spark's tracker records a ushuffle map output: not the executor
-   * that wrote it (its loss loses nothing, the data is on the workers) but
-   * one location for every map output on the workers. A FetchFailed naming
-   * it makes the DAGScheduler unregister every output there, and rerun the
-   * maps: losing a worker with one replica loses a share of every map,
-   * since partitions are spread over all workers.
+   * that wrote it (its loss loses nothing: the data is on the workers) but
+   * a pseudo block manager of the shuffle's own, on a pseudo host. A
+   * FetchFailed naming it makes the DAGScheduler unregister that shuffle's
+   * outputs and rerun its maps — a lost worker with one replica loses a
+   * share of every map, since partitions are spread over all workers — and
+   * nothing of other shuffles; no executor or host loss touches it, and
+   * reducers wait for no locality on a host that runs no executor.
    */
-  val ExecutorId = "ushuffle-workers"
+  def location(shuffleId: Int): BlockManagerId =
+    BlockManagerId(s"ushuffle-s$shuffleId", s"ushuffle-s$shuffleId", 1, None)
 
-  def location(): BlockManagerId = {
-    val own = SparkEnv.get.blockManager.shuffleServerId
-    BlockManagerId(ExecutorId, own.host, own.port, None)
-  }
-
-  def mapStatus(lengths: Array[Long], mapId: Long): MapStatus =
-    MapStatus(location(), lengths, mapId)
+  def mapStatus(shuffleId: Int, lengths: Array[Long], mapId: Long): MapStatus =
+    MapStatus(location(shuffleId), lengths, mapId)
 
   def fetchFailed(loc: BlockManagerId, shuffleId: Int, mapId: Long, mapIndex: Int,
       reduceId: Int, cause: Throwable): FetchFailedException =

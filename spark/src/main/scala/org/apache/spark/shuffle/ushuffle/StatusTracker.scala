@@ -3,7 +3,7 @@ package org.apache.spark.shuffle.ushuffle
 import java.util.concurrent.ConcurrentHashMap
 
 import org.apache.spark.SparkEnv
-import org.apache.spark.rpc.{RpcCallContext, RpcEndpointRef, RpcEnv, ThreadSafeRpcEndpoint}
+import org.apache.spark.rpc.{RpcCallContext, RpcEndpoint, RpcEndpointRef, RpcEnv}
 import org.apache.spark.util.RpcUtils
 
 /** A map attempt's ushuffle status, sent by its writer before the task
@@ -21,7 +21,7 @@ private[ushuffle] case class DropShuffle(shuffleId: Int)
  * dropped with their shuffle.
  */
 private[ushuffle] class StatusEndpoint(override val rpcEnv: RpcEnv)
-  extends ThreadSafeRpcEndpoint {
+  extends RpcEndpoint { // concurrent maps: no need to serialize the calls
   private val shuffles = new ConcurrentHashMap[Int, ConcurrentHashMap[Long, Array[Byte]]]()
 
   override def receiveAndReply(ctx: RpcCallContext): PartialFunction[Any, Unit] = {
@@ -70,10 +70,7 @@ private[ushuffle] object StatusTracker {
     if (missing.nonEmpty) {
       val got = ref().askSync[Array[Array[Byte]]](GetStatuses(shuffleId, missing))
       missing.zip(got).foreach { case (id, st) =>
-        if (st == null) {
-          throw new IllegalStateException(s"ushuffle: the driver holds no status for " +
-            s"shuffle $shuffleId map attempt $id (a MapStatus without its writer's status)")
-        }
+        if (st == null) throw new MissingStatusException(shuffleId, id)
         c.put(id, st)
       }
     }
@@ -91,6 +88,12 @@ private[ushuffle] object StatusTracker {
     driver = null
   }
 }
+
+/** The driver holds no ushuffle status for a MapStatus (a driver that
+ *  restarted its table): a rerun of the map makes one. */
+private[ushuffle] class MissingStatusException(shuffleId: Int, mapId: Long)
+  extends java.io.IOException(s"ushuffle: the driver holds no status for shuffle " +
+    s"$shuffleId map attempt $mapId")
 
 /** Spark's own files are never asked for: every block of a ushuffle
  *  shuffle is read by UShuffleReader from the workers. */

@@ -68,12 +68,18 @@ private[ushuffle] class UShuffleReader[K, C](
           .combineValuesByKey(in.asInstanceOf[Iterator[(K, Any)]], context)
       case None => in.asInstanceOf[Iterator[Product2[K, C]]]
     }
-    dep.keyOrdering match {
+    val out = dep.keyOrdering match {
       case Some(ord: Ordering[K]) =>
         val sorter = new ExternalSorter[K, C, C](context, ordering = Some(ord),
           serializer = dep.serializer)
         sorter.insertAllAndUpdateMetrics(aggregated)
       case None => aggregated
+    }
+    // The aggregator and sorter drained the interruptible input: a killed
+    // task stops emitting their output too.
+    out match {
+      case i: InterruptibleIterator[Product2[K, C]] => i
+      case _ => new InterruptibleIterator[Product2[K, C]](context, out)
     }
   }
 
@@ -88,11 +94,13 @@ private[ushuffle] class UShuffleReader[K, C](
   private class Chunks(maps: Array[(Long, (Int, BlockManagerId))])
     extends Iterator[ByteBuffer] {
     private val statuses: Array[Array[Byte]] =
-      if (maps.isEmpty) Array.empty else StatusTracker.statuses(shuffleId, maps.map(_._1))
+      if (maps.isEmpty) Array.empty else guarded(StatusTracker.statuses(shuffleId, maps.map(_._1)))
     private val step = math.max(1, 699050 / math.max(1, maps.length))
     private var from = startPartition
     private var reader = 0L
     private var next0: ByteBuffer = _
+    private var waitNanos = 0L
+    private var counted = false
 
     override def hasNext: Boolean = {
       while (next0 == null && (reader != 0 || from < endPartition) && maps.nonEmpty) {
@@ -114,19 +122,26 @@ private[ushuffle] class UShuffleReader[K, C](
       b
     }
 
+    /** Runs f, timing it as fetch wait; a failure a rerun of the maps can
+     *  mend becomes a FetchFailedException naming the first map. */
     private def guarded[T](f: => T): T = {
       val t0 = System.nanoTime()
       try f catch {
-        case e: UShuffleException if !e.isConfiguration =>
-          val (mapId, (mapIndex, loc)) = maps.head
-          throw SparkGlue.fetchFailed(loc, shuffleId, mapId, mapIndex, startPartition, e)
-      } finally metrics.incFetchWaitTime((System.nanoTime() - t0) / 1000000)
+        case e: UShuffleException if e.isFetchFailure => throw fetchFailed(e)
+        case e: MissingStatusException => throw fetchFailed(e)
+      } finally waitNanos += System.nanoTime() - t0
+    }
+
+    private def fetchFailed(e: Throwable) = {
+      val (mapId, (mapIndex, loc)) = maps.head
+      SparkGlue.fetchFailed(loc, shuffleId, mapId, mapIndex, startPartition, e)
     }
 
     private def closeReader(): Unit = if (reader != 0) {
       val st = Native.readerStats(reader)
       metrics.incRemoteBytesRead(st(2))
-      metrics.incRemoteBlocksFetched(maps.length)
+      if (!counted) metrics.incRemoteBlocksFetched(maps.length)
+      counted = true
       Native.readerFree(reader)
       reader = 0
     }
@@ -134,6 +149,8 @@ private[ushuffle] class UShuffleReader[K, C](
     def close(): Unit = {
       next0 = null
       closeReader()
+      metrics.incFetchWaitTime(waitNanos / 1000000)
+      waitNanos = 0
     }
   }
 }
