@@ -726,8 +726,10 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 			return ret;
 	}
 	/* Thread by thread, each in partition order: the stream goes
-	 * partition after partition, each thread's frames in log order. */
-	if (fe->nthr > 1 && fe->count > 1)
+	 * partition after partition, each thread's frames in log order.
+	 * No frame planned (skips covering every batch, no entry): fe->ent
+	 * may be NULL, which qsort() must not be given even for 0. */
+	if (fe->nthr > 1 && fe->count > 1 && fe->nent > 1)
 		qsort(fe->ent, fe->nent, sizeof(*fe->ent), cmp_fent);
 	ahead(fe);
 	while (fe->skip && fe->next < fe->nent) {
