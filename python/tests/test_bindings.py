@@ -326,3 +326,64 @@ def test_sealed_maps(tmp_path):
             list(r)
     with pytest.raises(ushuffle.Error, match="requires sealed"):
         ushuffle.Reader(0, sts, encrypt_key_file=str(key))
+
+
+def test_reader_close_while_next_waits(tmp_path):
+    """Reader.close() from another thread while next() waits for a
+    worker raises ValueError and frees nothing, as Ring and Writer do, and
+    so does a second thread's next(); the reader goes on once the worker
+    answers. close() freed the reader under the waiting call: a use after
+    free (ASan: recv in net_recv after reader_net_free), SIGSEGV in a
+    Release build."""
+    import signal
+    from conftest import Workers
+    (tmp_path / "w").mkdir()
+    w = Workers(str(tmp_path / "w"))
+    try:
+        with ushuffle.Ring() as ring:
+            with ushuffle.Writer(ring, 9, 0, 0, 1, workers=w.addr) as wr:
+                for i in range(40000):  # more than the sockets buffer
+                    wr.write(0, b"%06d" % i * 100)
+                st = wr.commit()
+        code = textwrap.dedent(f"""
+            import os, signal, threading, time, ushuffle
+            pids = {[p.pid for p in w.procs]!r}
+            r = ushuffle.Reader(0, [{st!r}], timeout_ms=300000)
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            n = []
+            t = threading.Thread(target=lambda: n.append(sum(1 for _ in r)))
+            t.start()
+            # Until the thread waits in the kernel for the stopped worker
+            # (the same syscall, not the GIL's futex, three times in a
+            # row): then next() runs in C and cannot return.
+            futex = {{"x86_64": "202", "aarch64": "98"}}[os.uname().machine]
+            path = f"/proc/self/task/{{t.native_id}}/syscall"
+            last, same = None, 0
+            while same < 3:
+                with open(path) as f:
+                    nr = f.read().split()[0]
+                same = same + 1 if nr == last and nr.isdigit() and \
+                    nr != futex else 0
+                last = nr
+                time.sleep(0.05)
+            for call in (r.close, r.next):
+                try:
+                    call()
+                except ValueError as e:
+                    print(e)
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+            t.join()
+            print(n)
+            r.close()
+            r.close()
+        """)
+        _child(code, "reader.close() while next() runs in another thread: "
+               "close it once next() has returned\n"
+               "reader.next() while another thread's next() runs\n"
+               "[40000]\n", tmp_path / "none")
+    finally:
+        for p in w.procs:
+            p.send_signal(signal.SIGCONT)
+        w.stop()

@@ -465,9 +465,12 @@ class Reader(_Handle):
 
     _kind = "reader"
     _view = None
+    _busy = None  # the thread whose next() runs, or None
 
     def __init__(self, partition, statuses, timeout_ms=0,
                  encrypt_key_file=None):
+        # Guards _p and _busy: next() runs the C call without the GIL.
+        self._lock = threading.Lock()
         statuses = list(statuses)
         if not statuses:
             raise ValueError("Reader: no map statuses")
@@ -493,13 +496,38 @@ class Reader(_Handle):
 
     def next(self):
         """The next record as a memoryview (valid until the next call),
-        or None at the end."""
-        self._release()
-        if not _check(lib.ush_reader_next(self._h(), self._rec, self._len),
-                      "ush_reader_next"):
+        or None at the end. One thread at a time: a second one's call,
+        or a close(), while it waits raises ValueError."""
+        with self._lock:
+            h = self._h()
+            if self._busy is not None:
+                raise ValueError("reader.next() while another thread's "
+                                 "next() runs")
+            self._busy = threading.get_ident()
+            self._release()
+        try:
+            rc = lib.ush_reader_next(h, self._rec, self._len)
+        finally:
+            with self._lock:
+                self._busy = None
+        if not _check(rc, "ush_reader_next"):
             return None
         self._view = memoryview(ffi.buffer(self._rec[0], self._len[0]))
         return self._view
+
+    def close(self):
+        """Frees the reader; from any thread, but never while next()
+        runs (it waits for a worker without the GIL): that raises
+        ValueError and frees nothing, as Ring and Writer do from a thread
+        not theirs."""
+        with self._lock:
+            if self._busy is not None:
+                raise ValueError("reader.close() while next() runs in "
+                                 "another thread: close it once next() "
+                                 "has returned")
+            p, self._p = self._p, None
+        if p is not None:
+            self._free(p)
 
     def _release(self):
         v, self._view = self._view, None
@@ -521,7 +549,8 @@ class Reader(_Handle):
         lib.ush_reader_free(p)
 
     def __del__(self):
-        self.close()
+        if hasattr(self, "_lock"):  # else __init__ failed before _p
+            self.close()
 
 
 def shuffle_drop(workers, app, shuffle, timeout_ms=0):
