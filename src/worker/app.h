@@ -25,6 +25,13 @@ struct wk_app {
 	 * is taken (no lock: an atomic on the data path); a drop takes its
 	 * shuffle's bytes off. */
 	atomic_uint_fast64_t bytes;
+	/* Bytes its FETCHes hold while planned (fetch.c; no lock: each
+	 * thread's FETCHes add and take theirs back). */
+	atomic_uint_fast64_t fetch_bytes;
+	/* Bytes its FETCH streams read ahead or queue to send (fetch.c,
+	 * out.c): past --max-app-fetch-bytes its streams read one run at a
+	 * time. */
+	atomic_uint_fast64_t fetch_queued;
 };
 
 struct wk_owner {

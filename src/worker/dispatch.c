@@ -69,6 +69,10 @@ bool wk_conn_leave(struct wk_conn *c)
 	if (e)
 		wk_attempt_mark(wk, e, WK_ABANDONED);
 	settle(c, e != NULL);
+	wk_fetch_unbill(c->fetch);
+	if (c->out.acct)
+		atomic_fetch_sub(c->out.acct, c->out.stream);
+	c->out.acct = NULL;
 	c->appr->nconns--;
 	c->appr = NULL;
 	pthread_mutex_unlock(&wk->lock);
@@ -303,8 +307,9 @@ static int fetch(struct wk_conn *c, const struct ushi_frame *f,
 	if (ret)
 		return 0;
 	char msg[256] = "";
-	ret = wk_fetch_start(c->t, f, payload, c->peer, &c->out, &c->fetch,
-			     msg, sizeof(msg));
+	c->out.acct = &c->appr->fetch_queued;
+	ret = wk_fetch_start(c->t, f, payload, c->peer, c->appr, c->app,
+			     &c->out, &c->fetch, msg, sizeof(msg));
 	if (ret && *msg) {
 		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
 			     f->shuffle, f->partition, msg);

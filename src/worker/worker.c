@@ -46,6 +46,7 @@ static const struct ush_worker_opts worker_defaults = {
 	.max_app_attempts = 65536,
 	.max_app_commits = 262144,
 	.max_apps = 16384,
+	.max_app_fetch_bytes = 256u << 20,
 };
 
 void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
@@ -119,13 +120,15 @@ static void log_start(struct ush_worker *wk)
 	       "%u connections, %u open log files per thread, window %u, "
 	       "max frame %u, %u applications, per application %u "
 	       "connections, %u shuffles, %llu bytes, %u attempts, %u "
-	       "commits; app ttl %u ms; auth %s; commits %s", wk->host,
+	       "commits, %llu bytes of FETCH plans; app ttl %u ms; auth %s; "
+	       "commits %s", wk->host,
 	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s",
 	       wk->dirlist,
 	       o->max_conns, wk->open_max, o->window, o->max_frame,
 	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
 	       (unsigned long long)o->max_app_bytes, o->max_app_attempts,
-	       o->max_app_commits, o->app_ttl_ms,
+	       o->max_app_commits,
+	       (unsigned long long)o->max_app_fetch_bytes, o->app_ttl_ms,
 	       wk->secret || wk->secrets_dirfd >= 0 ?
 		       (o->insecure ? "optional (--insecure)" : "required") :
 		       "none (--insecure)",
@@ -441,6 +444,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	TAKE_DEFAULT(max_app_attempts);
 	TAKE_DEFAULT(max_app_commits);
 	TAKE_DEFAULT(max_apps);
+	TAKE_DEFAULT(max_app_fetch_bytes);
 #undef TAKE_DEFAULT
 	/* Log buffers of 1 MiB, or a quarter of a smaller pool. */
 	for (uint32_t fs = 1u << 20; !wk->o.flush_size; fs /= 2)
