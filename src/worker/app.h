@@ -39,6 +39,9 @@ struct wk_owner {
 	char app[USHI_PROTO_APP_MAX + 1];
 	uint64_t bytes; /* DATA bytes of the shuffle settled by its writers
 			   (at commit or close), or found at start */
+	unsigned live;  /* its attempts open or committed (attempt.c): none
+			   left, its files hold nothing a reader may ask
+			   for */
 };
 
 /* The caller holds wk->lock around each of these but wk_app_usage() (at

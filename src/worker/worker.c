@@ -533,6 +533,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!ret)
 		ret = wk_group_start(wk);
 	if (!ret)
+		ret = wk_drop_uncommitted(wk);
+	if (!ret)
 		wk_sweep(wk);
 	if (!ret)
 		ret = wk_app_usage(wk);
