@@ -349,6 +349,47 @@ static void malformed_range(void **state)
 	th_job_free(&j);
 }
 
+/* A range FETCH that plans no frame on a worker of several threads (the
+ * skips of a reader failing over cover every batch of what it asks):
+ * answered with a MANIFEST and an empty FETCH_END. It once gave qsort()
+ * a NULL array, which the sanitized worker aborted on. */
+static void range_plans_nothing(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("range-none"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	struct ush_status st[1] = {{0}};
+	struct th_job j = {.workers = w.addr, .shuffle = 6, .partitions = 8,
+			   .maps = 1, .records = 80, .statuses = st};
+	th_ok(th_push_map(&j, 0, 0, NULL));
+	struct proto_want all[2] = {{2, 0, 0, UINT64_MAX >> 1},
+				    {3, 0, 0, 1000}};
+	for (uint32_t n = 1; n <= 2; n++) {
+		int fd = th_raw_connect(w.port);
+		struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_READER,
+					0, 0, 0, 0, 0, "default", 0, {0}};
+		th_hello(fd, h);
+		uint8_t b[4096];
+		struct ushi_frame f;
+		assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f),
+				 USHI_FRAME_HELLO);
+		size_t len = proto_put_fetch(b, 6, 2, 4, 0, all, n);
+		th_send_ctrl(fd, b, len);
+		assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f),
+				 USHI_FRAME_MANIFEST);
+		assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f),
+				 USHI_FRAME_FETCH_END);
+		close(fd);
+	}
+	assert_true(th_worker_alive(&w));
+	j.range = 4;
+	th_verify(&j); /* still serving */
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	th_job_free(&j);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -357,6 +398,7 @@ int main(void)
 		cmocka_unit_test(range_failover_sealed),
 		cmocka_unit_test(freed_mid_range),
 		cmocka_unit_test(malformed_range),
+		cmocka_unit_test(range_plans_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -306,18 +306,22 @@ static void regions_are_written_as_received(void **state)
 	drop_wants(w, n);
 }
 
-/* Shuffle claimed by app in the commit log: a worker at start removes
- * the shuffle directories no application owns. */
+/* Shuffle claimed by app in the commit log, with map 0 attempt 0
+ * committed: a worker at start removes the shuffle directories no
+ * application owns, and drops the shuffles with no attempt committed. */
 static void claim(struct rig *r, uint32_t shuffle, const char *app)
 {
-	struct wk_rec rec = {.type = WK_REC_CLAIM, .shuffle = shuffle};
+	struct wk_rec rec = {.shuffle = shuffle};
 	snprintf(rec.app, sizeof(rec.app), "%s", app);
-	pthread_mutex_lock(&r->wk->lock);
-	int ret = wk_rec_log(r->wk, &rec, 1);
-	if (!ret)
-		ret = wk_rec_apply(r->wk, &rec);
-	pthread_mutex_unlock(&r->wk->lock);
-	th_ok(ret);
+	for (int k = 0; k < 2; k++) {
+		rec.type = k ? WK_REC_COMMIT : WK_REC_CLAIM;
+		pthread_mutex_lock(&r->wk->lock);
+		int ret = wk_rec_log(r->wk, &rec, 1);
+		if (!ret)
+			ret = wk_rec_apply(r->wk, &rec);
+		pthread_mutex_unlock(&r->wk->lock);
+		th_ok(ret);
+	}
 }
 
 /*

@@ -559,8 +559,8 @@ struct ush_reader_opts {
 	 * the next's, ush_reader_partition() says whose. On the net target
 	 * one request per worker fetches the range, so a small partition
 	 * costs what its bytes cost. npartitions times nstatuses is at most
-	 * USH_READER_RANGE_MAX (-E2BIG beyond: read fewer partitions at
-	 * once). */
+	 * USH_READER_RANGE_MAX on every target, disk too (-E2BIG at open,
+	 * before a file is opened: read fewer partitions at once). */
 	uint32_t npartitions;
 	uint32_t reserved0;
 };

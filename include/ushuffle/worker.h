@@ -129,6 +129,12 @@ struct ush_worker_opts {
 				      default) or USH_WORKER_SYNC_NONE
 				      (docs/operations.md, "Durability") */
 	uint32_t reserved1;        /* never read */
+	uint64_t max_app_fetch_bytes; /* 0.4.6: memory the FETCHes of an
+					 application being planned here may
+					 hold at once (the entries they ask
+					 for, the frames they will stream):
+					 one beyond gets ERROR -EDQUOT
+					 (default 256 MiB) */
 };
 
 /* What a commit waits for before its ACK. FULL: the data, its index,

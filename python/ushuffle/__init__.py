@@ -20,8 +20,10 @@ __all__ = ["Error", "NotCommitted", "Corrupt", "Ring", "Writer", "Reader",
            "status_info", "shuffle_drop", "app_heartbeat", "auth_secret",
            "version", "TARGET_DISK", "TARGET_NET", "TARGET_NULL"]
 
-# A prefix of each struct of the header: the size field tells the library
-# how much of its struct the caller has (the header's extensible structs).
+# Each struct of the header whole, as ushuffle.h lays it out (the size
+# field tells the library how much of its struct the caller has);
+# test_bindings.py checks every field's offset and every size against the
+# header compiled by the C compiler.
 _CDEF = """
 typedef struct ush_ring ush_ring;
 typedef struct ush_writer ush_writer;
@@ -46,12 +48,13 @@ struct ush_status { const void *data; size_t len; };
 struct ush_status_info {
     uint32_t size; uint32_t shuffle, map, attempt, partitions;
     int target; uint64_t batches; uint32_t location_len;
+    uint32_t sealed; uint32_t seal_key_id;
 };
 struct ush_reader_opts {
     uint32_t size; uint32_t partition; const struct ush_status *statuses;
     uint32_t nstatuses; uint32_t timeout_ms;
     const struct ush_seal_key *seal_keys; uint32_t nseal_keys;
-    uint32_t require_sealed;
+    uint32_t require_sealed; uint32_t npartitions; uint32_t reserved0;
 };
 unsigned ush_version(void);
 const char *ush_version_string(void);
@@ -80,6 +83,7 @@ int ush_status_info_size(const struct ush_status *st,
 void ush_reader_opts_init_size(struct ush_reader_opts *opts, size_t size);
 int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts);
 int ush_reader_next(ush_reader *r, const void **rec, size_t *len);
+uint32_t ush_reader_partition(const ush_reader *r);
 void ush_reader_free(ush_reader *r);
 int ush_shuffle_drop(const char *workers, const char *app, uint32_t shuffle,
                      uint32_t timeout_ms);
@@ -116,11 +120,12 @@ class Error(OSError):
     Pickles as itself (class, code, name, text), so that it crosses
     process boundaries (Dask workers) unchanged."""
 
-    def __init__(self, code, what):
+    def __init__(self, code, what, detail=None):
+        # detail: the failed call's ush_last_error() (_check() passes
+        # it); an Error made by hand says the code's ush_strerror(), not
+        # whatever a call before left in the thread's last error.
         name = ffi.string(lib.ush_err_name(code)).decode()
-        msg = ffi.string(lib.ush_last_error()).decode(errors="replace")
-        if not msg:
-            msg = ffi.string(lib.ush_strerror(code)).decode()
+        msg = detail or ffi.string(lib.ush_strerror(code)).decode()
         self._set(code, name, f"{what}: {msg} ({name})")
 
     def _set(self, code, name, text):
@@ -131,8 +136,10 @@ class Error(OSError):
             OSError.__init__(self, text)
 
     def __reduce__(self):
+        # The instance's attributes too (code, name, and any a caller
+        # set on it, as Python's own exceptions keep theirs).
         return _rebuild, (type(self), self.code, self.name,
-                          self.strerror or self.args[0])
+                          self.strerror or self.args[0]), self.__dict__
 
 
 def _rebuild(cls, code, name, text):
@@ -161,7 +168,8 @@ _CLASSES = {-4004: NotCommitted, -4001: Corrupt, -4002: Corrupt,
 
 def _check(rc, what):
     if rc < 0:
-        raise _CLASSES.get(rc, Error)(rc, what)
+        detail = ffi.string(lib.ush_last_error()).decode(errors="replace")
+        raise _CLASSES.get(rc, Error)(rc, what, detail)
     return rc
 
 
@@ -449,11 +457,15 @@ def status_info(status):
     _check(lib.ush_status_info_size(st, i, ffi.sizeof(i[0])),
            "ush_status_info")
     return {k: getattr(i, k) for k in ("shuffle", "map", "attempt",
-                                       "partitions", "target", "batches")}
+                                       "partitions", "target", "batches",
+                                       "sealed", "seal_key_id")}
 
 
 class Reader(_Handle):
-    """Reads `partition` over exactly the attempts the map statuses name.
+    """Reads `partition` (with npartitions > 1: the partitions
+    [partition, partition + npartitions), one after another, as a reducer
+    of coalesced partitions does; .partition says whose record came last)
+    over exactly the attempts the map statuses name.
 
     Iterating yields each record as a memoryview of the library's buffer,
     valid only until the next record is asked for (or close()): copy what
@@ -465,9 +477,12 @@ class Reader(_Handle):
 
     _kind = "reader"
     _view = None
+    _busy = None  # the thread whose next() runs, or None
 
     def __init__(self, partition, statuses, timeout_ms=0,
-                 encrypt_key_file=None):
+                 encrypt_key_file=None, npartitions=1):
+        # Guards _p and _busy: next() runs the C call without the GIL.
+        self._lock = threading.Lock()
         statuses = list(statuses)
         if not statuses:
             raise ValueError("Reader: no map statuses")
@@ -479,13 +494,16 @@ class Reader(_Handle):
         lib.ush_reader_opts_init_size(o, ffi.sizeof(o[0]))
         o.partition, o.statuses, o.nstatuses = partition, arr, len(statuses)
         o.timeout_ms = timeout_ms
+        o.npartitions = npartitions
         if encrypt_key_file is not None:
             # Keys given: only sealed maps are read.
             keys, o.nseal_keys = _seal_keys(encrypt_key_file)
             o.seal_keys, o.require_sealed = keys, 1
         out = ffi.new("ush_reader **")
         _check(lib.ush_reader_open(out, o),
-               f"ush_reader_open (partition {partition})")
+               f"ush_reader_open (partition {partition}"
+               + (f", {npartitions} partitions)" if npartitions > 1
+                  else ")"))
         self._p = out[0]
         self._bufs = None
         self._rec = ffi.new("const void **")
@@ -493,13 +511,44 @@ class Reader(_Handle):
 
     def next(self):
         """The next record as a memoryview (valid until the next call),
-        or None at the end."""
-        self._release()
-        if not _check(lib.ush_reader_next(self._h(), self._rec, self._len),
-                      "ush_reader_next"):
+        or None at the end. One thread at a time: a second one's call,
+        or a close(), while it waits raises ValueError."""
+        with self._lock:
+            h = self._h()
+            if self._busy is not None:
+                raise ValueError("reader.next() while another thread's "
+                                 "next() runs")
+            self._busy = threading.get_ident()
+            self._release()
+        try:
+            rc = lib.ush_reader_next(h, self._rec, self._len)
+        finally:
+            with self._lock:
+                self._busy = None
+        if not _check(rc, "ush_reader_next"):
             return None
         self._view = memoryview(ffi.buffer(self._rec[0], self._len[0]))
         return self._view
+
+    def close(self):
+        """Frees the reader; from any thread, but never while next()
+        runs (it waits for a worker without the GIL): that raises
+        ValueError and frees nothing, as Ring and Writer do from a thread
+        not theirs."""
+        with self._lock:
+            if self._busy is not None:
+                raise ValueError("reader.close() while next() runs in "
+                                 "another thread: close it once next() "
+                                 "has returned")
+            p, self._p = self._p, None
+        if p is not None:
+            self._free(p)
+
+    @property
+    def partition(self):
+        """The partition of the record last returned (the range's first
+        before any)."""
+        return lib.ush_reader_partition(self._h())
 
     def _release(self):
         v, self._view = self._view, None
@@ -521,7 +570,8 @@ class Reader(_Handle):
         lib.ush_reader_free(p)
 
     def __del__(self):
-        self.close()
+        if hasattr(self, "_lock"):  # else __init__ failed before _p
+            self.close()
 
 
 def shuffle_drop(workers, app, shuffle, timeout_ms=0):

@@ -7,7 +7,9 @@
  *
  * A reader error (a frame whose CRC fails, a missing index) is described
  * with the library's message, which names the file and offset, counts as
- * a verify error and fails the run; the other partitions are still read.
+ * a verify error and fails the run; the other partitions are still read,
+ * unless it is a refused authentication (-EACCES), which every partition
+ * would meet alike: then the job stops there.
  */
 #include "cli.h"
 
@@ -167,6 +169,15 @@ static int read_range(struct thread_ctx *t, uint32_t *first, uint32_t end,
 		uint32_t bad = r ? ush_reader_partition(r) : *first;
 		while (c.part < bad)
 			part_done(t, &c);
+		/* Refused authentication (a secret the worker does not hold,
+		 * a shuffle of another application): every partition would
+		 * be refused alike, so the job stops at the first. */
+		if (ret == -EACCES) {
+			job_fail(t, ret, "read: partition %u: %s (stopped at the "
+				 "first authentication error)", bad,
+				 ush_last_error());
+			go_on = false;
+		}
 		reader_error(t, bad, ret);
 		*first = bad + 1;
 	}

@@ -218,6 +218,17 @@ int ush_reader_open(ush_reader **out, const struct ush_reader_opts *opts)
 	if (!o.statuses || !o.nstatuses)
 		return ushi_fail(-EINVAL, "reader: no map statuses: a reader "
 				"reads the attempts its statuses name");
+	/* Whatever the source: a disk reader keeps the bound a net reader's
+	 * one FETCH per worker sets, before it opens a file. */
+	uint64_t entries = (uint64_t)(o.npartitions > 1 ? o.npartitions : 1) *
+			   o.nstatuses;
+	if (entries > USH_READER_RANGE_MAX)
+		return ushi_fail(-E2BIG, "reader: %u partitions of %u maps "
+				"are %llu entries, beyond USH_READER_RANGE_MAX "
+				"(%u): read fewer partitions at once",
+				o.npartitions, o.nstatuses,
+				(unsigned long long)entries,
+				USH_READER_RANGE_MAX);
 	struct ush_reader *r = ushi_calloc(1, sizeof(*r));
 	if (!r)
 		return ushi_fail(-ENOMEM, "reader: allocation");

@@ -18,6 +18,7 @@
 #include "read/reader.h"
 #include "read/reader_net.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 
@@ -205,11 +206,9 @@ static int add_holder(struct ush_reader *r, uint32_t first, uint32_t p,
 static int net_plan(struct ush_reader *r)
 {
 	struct net_src *ns = r->source_state;
-	if ((uint64_t)r->count * r->nmaps > USHI_PROTO_WANTS_MAX)
-		return ushi_fail(-E2BIG, "reader: %u partitions of %u maps "
-				"exceed one FETCH (%u entries): read fewer "
-				"partitions at once", r->count, r->nmaps,
-				(unsigned)USHI_PROTO_WANTS_MAX);
+	/* ush_reader_open() refused a range of more entries than one FETCH
+	 * holds (USH_READER_RANGE_MAX, for every source). */
+	assert((uint64_t)r->count * r->nmaps <= USHI_PROTO_WANTS_MAX);
 	for (uint32_t i = 0; i < r->nmaps; i++) {
 		int ret = parse_list(ns, &r->maps[i].st, i);
 		if (ret == -EINVAL)

@@ -141,6 +141,7 @@ int wk_owner_set(struct ush_worker *wk, uint32_t shuffle, const char *app)
 		wk->nowners++;
 		wk->owners[i].shuffle = shuffle;
 		wk->owners[i].bytes = 0;
+		wk->owners[i].live = 0;
 	} else {
 		struct wk_app *old = wk_app_find(wk, wk->owners[i].app);
 		if (old) /* a claim replayed over an older one */

@@ -25,6 +25,13 @@ struct wk_app {
 	 * is taken (no lock: an atomic on the data path); a drop takes its
 	 * shuffle's bytes off. */
 	atomic_uint_fast64_t bytes;
+	/* Bytes its FETCHes hold while planned (fetch.c; no lock: each
+	 * thread's FETCHes add and take theirs back). */
+	atomic_uint_fast64_t fetch_bytes;
+	/* Bytes its FETCH streams read ahead or queue to send (fetch.c,
+	 * out.c): past --max-app-fetch-bytes its streams read one run at a
+	 * time. */
+	atomic_uint_fast64_t fetch_queued;
 };
 
 struct wk_owner {
@@ -32,6 +39,9 @@ struct wk_owner {
 	char app[USHI_PROTO_APP_MAX + 1];
 	uint64_t bytes; /* DATA bytes of the shuffle settled by its writers
 			   (at commit or close), or found at start */
+	unsigned live;  /* its attempts open or committed (attempt.c): none
+			   left, its files hold nothing a reader may ask
+			   for */
 };
 
 /* The caller holds wk->lock around each of these but wk_app_usage() (at

@@ -51,12 +51,33 @@ static void count(struct ush_worker *wk, uint32_t shuffle, uint8_t state,
 			(unsigned)d;
 }
 
+/* Counts d more attempts open or committed (state) of shuffle in its
+ * owner's live count. */
+static void live(struct ush_worker *wk, uint32_t shuffle, uint8_t state,
+		 int d)
+{
+	struct wk_owner *o = state == WK_OPEN || state == WK_COMMITTED ?
+		wk_owner_find(wk, shuffle) : NULL;
+	if (o)
+		o->live += (unsigned)d;
+}
+
 void wk_attempt_mark(struct ush_worker *wk, struct wk_attempt *e,
 		     enum wk_attempt_state state)
 {
 	count(wk, e->shuffle, e->state, -1);
 	count(wk, e->shuffle, (uint8_t)state, 1);
+	live(wk, e->shuffle, e->state, -1);
+	live(wk, e->shuffle, (uint8_t)state, 1);
 	e->state = (uint8_t)state;
+}
+
+void wk_attempt_live(struct ush_worker *wk)
+{
+	for (size_t i = 0; i < wk->nowners; i++)
+		wk->owners[i].live = 0;
+	for (size_t i = 0; i < wk->acap; i++)
+		live(wk, wk->att[i].shuffle, wk->att[i].state, 1);
 }
 
 /* Places e in a table with room (no duplicate there). */
@@ -100,6 +121,7 @@ int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 					  .state = (uint8_t)state});
 	wk->natt++;
 	count(wk, shuffle, (uint8_t)state, 1);
+	live(wk, shuffle, (uint8_t)state, 1);
 	return 0;
 }
 

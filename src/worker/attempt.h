@@ -30,6 +30,9 @@ struct wk_attempt *wk_attempt_find(struct ush_worker *wk, uint32_t shuffle,
 				   uint32_t map, uint32_t attempt);
 int wk_attempt_set(struct ush_worker *wk, uint32_t shuffle, uint32_t map,
 		   uint32_t attempt, enum wk_attempt_state state);
+/* Recounts every owner's live attempts (wk_owner.live) from the table:
+ * at start, once the commit log is replayed. */
+void wk_attempt_live(struct ush_worker *wk);
 /* Moves e (in the table) to state, counting it for its application. */
 void wk_attempt_mark(struct ush_worker *wk, struct wk_attempt *e,
 		     enum wk_attempt_state state);

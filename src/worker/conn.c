@@ -32,13 +32,8 @@ bool wk_conn_busy(const struct wk_conn *c)
 static void send_done(struct ushi_op *op, int res)
 {
 	struct wk_conn *c = op->owner;
-	for (; c->sn; c->sn--) {
-		struct wk_out *o = c->out.head;
-		c->out.head = o->next;
-		wk_out_free(c->t, o);
-	}
-	if (!c->out.head)
-		c->out.tail = NULL;
+	for (; c->sn; c->sn--)
+		wk_outq_pop(c->t, &c->out);
 	c->sending = false;
 	if (res > 0)
 		WK_COUNT(c->t->wk, bytes_out, (unsigned)res);

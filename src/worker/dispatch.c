@@ -69,9 +69,35 @@ bool wk_conn_leave(struct wk_conn *c)
 	if (e)
 		wk_attempt_mark(wk, e, WK_ABANDONED);
 	settle(c, e != NULL);
+	/* The attempt abandoned was its shuffle's last open or committed
+	 * one: the files hold nothing a reader may ask for, so they go now,
+	 * not when the application drops the shuffle or expires. */
+	struct wk_owner *o = e ? wk_owner_find(wk, c->att.shuffle) : NULL;
+	uint64_t freed = o && !o->live ? o->bytes : 0;
+	int dropped = 0; /* 1: dropped, or the error */
+	if (o && !o->live) {
+		int ret = wk_drop_locked(c->t, &c->att.shuffle, 1);
+		dropped = ret ? ret : 1;
+	}
+	wk_fetch_unbill(c->fetch);
+	if (c->out.acct)
+		atomic_fetch_sub(c->out.acct, c->out.stream);
+	c->out.acct = NULL;
 	c->appr->nconns--;
 	c->appr = NULL;
 	pthread_mutex_unlock(&wk->lock);
+	if (dropped == 1) {
+		wk_drop_files(c->t, c->att.shuffle);
+		WK_COUNT(wk, drops, 1);
+		wk_log(wk, 1, "peer %s: shuffle %u map %u attempt %u left "
+		       "uncommitted, the shuffle's last attempt here: shuffle "
+		       "dropped (%llu bytes)", c->peer, c->att.shuffle,
+		       c->att.map, c->att.attempt, (unsigned long long)freed);
+	} else if (dropped) {
+		wk_log(wk, 0, "peer %s: dropping shuffle %u, whose last "
+		       "attempt was left uncommitted: %s", c->peer,
+		       c->att.shuffle, ush_strerror(dropped));
+	}
 	c->att.state = 0;
 	c->cm_step = 0; /* a sync round's ticket: nothing to give back */
 	return true;
@@ -303,8 +329,9 @@ static int fetch(struct wk_conn *c, const struct ushi_frame *f,
 	if (ret)
 		return 0;
 	char msg[256] = "";
-	ret = wk_fetch_start(c->t, f, payload, c->peer, &c->out, &c->fetch,
-			     msg, sizeof(msg));
+	c->out.acct = &c->appr->fetch_queued;
+	ret = wk_fetch_start(c->t, f, payload, c->peer, c->appr, c->app,
+			     &c->out, &c->fetch, msg, sizeof(msg));
 	if (ret && *msg) {
 		wk_conn_fail(c, ret, "FETCH of shuffle %u partition %u: %s",
 			     f->shuffle, f->partition, msg);

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
+#include "worker/app.h"
 #include "worker/attempt.h"
 #include "worker/fetch.h"
 #include "worker/files.h"
@@ -112,6 +113,52 @@ static int entry_ok(const struct wk_fetch *fe, uint32_t i,
 	return 0;
 }
 
+/* Counts n more bytes of fe's plan against its application's
+ * --max-app-fetch-bytes: 0, or -EDQUOT with msg saying so. */
+static int charge(struct wk_fetch *fe, uint64_t n, char *msg, size_t len)
+{
+	uint64_t max = fe->t->wk->o.max_app_fetch_bytes;
+	if (!fe->app) /* its connection left */
+		return -ECONNABORTED;
+	uint64_t had = atomic_fetch_add(&fe->app->fetch_bytes, n);
+	if (had + n <= max) {
+		fe->charged += n;
+		return 0;
+	}
+	atomic_fetch_sub(&fe->app->fetch_bytes, n);
+	snprintf(msg, len, "application '%s' has FETCHes of %llu bytes "
+		 "planned here, its quota is %llu (--max-app-fetch-bytes): "
+		 "this one needs %llu more; read fewer partitions at once",
+		 fe->app_id, (unsigned long long)had,
+		 (unsigned long long)max, (unsigned long long)n);
+	return -EDQUOT;
+}
+
+/* Gives n bytes of fe's plan back (memory it freed). */
+static void uncharge(struct wk_fetch *fe, uint64_t n)
+{
+	if (fe->app)
+		atomic_fetch_sub(&fe->app->fetch_bytes, n);
+	fe->charged -= n;
+}
+
+/* n more (or, negative, fewer) bytes read ahead by fe's stream. */
+static void queued(struct wk_fetch *fe, int64_t n)
+{
+	fe->rbytes += (uint64_t)n;
+	if (fe->app)
+		atomic_fetch_add(&fe->app->fetch_queued, (uint64_t)n);
+}
+
+void wk_fetch_unbill(struct wk_fetch *fe)
+{
+	if (!fe || !fe->app)
+		return;
+	atomic_fetch_sub(&fe->app->fetch_bytes, fe->charged);
+	atomic_fetch_sub(&fe->app->fetch_queued, fe->rbytes);
+	fe->app = NULL;
+}
+
 /* Reads the FETCH's range and entries (ascending (partition, map)), each
  * attempt committed here. Returns 0, or an error with msg set. */
 static int wants(struct ush_worker *wk, struct wk_fetch *fe,
@@ -124,6 +171,9 @@ static int wants(struct ush_worker *wk, struct wk_fetch *fe,
 	if (ret)
 		return ret;
 	fe->nm = proto_wants(f);
+	ret = charge(fe, (uint64_t)fe->nm * sizeof(*fe->m), msg, n);
+	if (ret)
+		return ret;
 	fe->m = ushi_malloc(fe->nm * sizeof(*fe->m));
 	if (!fe->m)
 		return -ENOMEM;
@@ -411,6 +461,7 @@ void wk_fetch_free(struct wk_fetch *fe)
 	iread_close(&fe->ir);
 	ushi_free(fe->ent);
 	ushi_free(fe->m);
+	wk_fetch_unbill(fe);
 	ushi_free(fe);
 }
 
@@ -567,7 +618,7 @@ static void plan_keep_log(struct wk_fetch *fe, unsigned k, int lfd,
 /* Adds the frames of the entries [lo, hi) of one partition in d to
  * fe->ent, from thread k's log. */
 static int plan_part(struct wk_fetch *fe, const struct wk_pdir *d,
-		     unsigned k, uint32_t lo, uint32_t hi)
+		     unsigned k, uint32_t lo, uint32_t hi, char *msg, size_t n)
 {
 	uint32_t a, b, p = fe->m[lo].partition;
 	pdir_range(d, p, &a, &b);
@@ -584,6 +635,11 @@ static int plan_part(struct wk_fetch *fe, const struct wk_pdir *d,
 			continue;
 		}
 		if (fe->nent == fe->cap) {
+			size_t had = fe->cap;
+			int ret = charge(fe, (had ? had : 64) * sizeof(*fe->ent),
+					 msg, n);
+			if (ret)
+				return ret;
 			struct wk_fent *ne = ushi_array_grow(fe->ent, &fe->cap,
 							     sizeof(*ne));
 			if (!ne)
@@ -620,7 +676,7 @@ static int plan_thread(struct wk_fetch *fe, const struct wk_pdir *d,
 				  fe->m[hi].partition == fe->m[lo].partition;
 		     hi++)
 			;
-		int ret = plan_part(fe, d, k, lo, hi);
+		int ret = plan_part(fe, d, k, lo, hi, msg, n);
 		if (ret)
 			return ret;
 	}
@@ -726,8 +782,10 @@ static int plan(struct wk_thread *t, struct wk_fetch *fe, char *msg, size_t n)
 			return ret;
 	}
 	/* Thread by thread, each in partition order: the stream goes
-	 * partition after partition, each thread's frames in log order. */
-	if (fe->nthr > 1 && fe->count > 1)
+	 * partition after partition, each thread's frames in log order.
+	 * No frame planned (skips covering every batch, no entry): fe->ent
+	 * may be NULL, which qsort() must not be given even for 0. */
+	if (fe->nthr > 1 && fe->count > 1 && fe->nent > 1)
 		qsort(fe->ent, fe->nent, sizeof(*fe->ent), cmp_fent);
 	ahead(fe);
 	while (fe->skip && fe->next < fe->nent) {
@@ -748,6 +806,11 @@ static int manifest(struct wk_fetch *fe, struct wk_outq *q)
 	struct wk_out *o = wk_out_new(USHI_PROTO_SMALL);
 	if (!o)
 		return -ENOMEM;
+	/* The entries asked for were only the plan's: a stream waiting on
+	 * a slow reader holds its frames alone. */
+	ushi_free(fe->m);
+	fe->m = NULL;
+	uncharge(fe, (uint64_t)fe->nm * sizeof(struct proto_want));
 	o->len = (uint32_t)proto_put_manifest(o->data, fe->shuffle,
 					      fe->partition);
 	wk_outq_add(q, o);
@@ -759,7 +822,8 @@ static int manifest(struct wk_fetch *fe, struct wk_outq *q)
 }
 
 int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
-		   const uint8_t *payload, const char *peer, struct wk_outq *q,
+		   const uint8_t *payload, const char *peer,
+		   struct wk_app *app, const char *app_id, struct wk_outq *q,
 		   struct wk_fetch **out, char *msg, size_t n)
 {
 	struct wk_fetch *fe = ushi_calloc(1, sizeof(*fe));
@@ -767,6 +831,8 @@ int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
 		return -ENOMEM;
 	fe->t = t;
 	fe->peer = peer;
+	fe->app = app;
+	fe->app_id = app_id;
 	fe->ir = (struct wk_iread){.ifd = -1, .lfd = -1};
 	fe->shuffle = f->shuffle;
 	fe->partition = f->partition;
@@ -903,7 +969,7 @@ static int read_next(struct wk_fetch *fe)
 		return ret;
 	}
 	struct wk_fread *r = &fe->rd[(fe->rhead + fe->rn++) % WK_FETCH_READS];
-	fe->rbytes += need;
+	queued(fe, (int64_t)need);
 	*r = (struct wk_fread){.fe = fe, .buf = b, .mem = b ? b->data : mem,
 		.off = a, .need = (uint32_t)need,
 		.lead = (uint32_t)(start - a), .len = (uint32_t)(end - start),
@@ -920,13 +986,20 @@ static int read_next(struct wk_fetch *fe)
 	return 1;
 }
 
-/* Whether fe may start another read now. */
-static bool more(const struct wk_fetch *fe)
+/* Whether fe may start another read now: what it reads ahead and what
+ * its connection has not sent yet (q, a reader that does not read) stay
+ * below WK_FETCH_RUNS flush buffers together, and, past the
+ * application's --max-app-fetch-bytes over all its streams, below one
+ * read (so each of its streams still goes on, a run at a time). */
+static bool more(const struct wk_fetch *fe, const struct wk_outq *q)
 {
 	const struct wk_thread *t = fe->t;
 	uint64_t most = (uint64_t)WK_FETCH_RUNS * t->wk->o.flush_size;
+	if (fe->app && fe->rbytes + q->stream &&
+	    atomic_load(&fe->app->fetch_queued) >= t->wk->o.max_app_fetch_bytes)
+		return false;
 	return fe->next < fe->nent && fe->rn < WK_FETCH_READS &&
-	       fe->rbytes < most &&
+	       fe->rbytes + q->stream < most &&
 	       (fe->rn < WK_FETCH_RUNS || t->fetch_reads < WK_IODEPTH / 2);
 }
 
@@ -947,7 +1020,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		}
 	}
 	for (;;) {
-		while (!ret && more(fe) && (ret = read_next(fe)) == 1)
+		while (!ret && more(fe, q) && (ret = read_next(fe)) == 1)
 			ret = 0;
 		if (ret > 0)
 			ret = 0;
@@ -969,7 +1042,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		o->heap = r->buf ? NULL : r->mem;
 		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
 		fe->rn--;
-		fe->rbytes -= r->need;
+		queued(fe, -(int64_t)r->need);
 		fe->frames += r->frames;
 		WK_COUNT(fe->t->wk, frames_out, r->frames);
 		fe->bytes += r->len;

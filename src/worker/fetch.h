@@ -14,6 +14,7 @@ struct wk_outq;
 struct ushi_buf;
 struct ushi_frame;
 struct proto_want;
+struct wk_app;
 
 /* FETCH reads this long or longer are O_DIRECT (where the worker
  * writes so); shorter ones go through the page cache. */
@@ -97,6 +98,10 @@ struct wk_iread {
 struct wk_fetch {
 	struct wk_thread *t;
 	const char *peer;         /* the connection's, for the log */
+	struct wk_app *app;       /* its application, held by the
+				     connection */
+	const char *app_id;
+	uint64_t charged;         /* bytes of app->fetch_bytes it holds */
 	uint32_t shuffle, partition; /* the range [partition, +count) */
 	uint32_t count;
 	uint64_t skip;            /* stream bytes the reader already has */
@@ -120,14 +125,17 @@ struct wk_fetch {
 	uint64_t frames, bytes;
 };
 
-/* Plans the stream that FETCH f (payload: its attempts) of peer asks for
- * and queues its MANIFEST on q: 0 and the stream in *out, or an error
+/* Plans the stream that FETCH f (payload: its attempts) of peer, of
+ * application app (app_id), asks for and queues its MANIFEST on q; the
+ * plan's memory (the entries asked for until planned, the frames to
+ * stream) counts against app's --max-app-fetch-bytes (-EDQUOT beyond): 0 and the stream in *out, or an error
  * (with msg saying why, when it is not the caller's: a refused log, an
  * attempt not committed here). An index whose directory is not cached is
  * read on the ring: the planning, and the MANIFEST, then go on in
  * wk_fetch_pump(). */
 int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
-		   const uint8_t *payload, const char *peer, struct wk_outq *q,
+		   const uint8_t *payload, const char *peer,
+		   struct wk_app *app, const char *app_id, struct wk_outq *q,
 		   struct wk_fetch **out, char *msg, size_t n);
 /* Plans on once the index read ended, then submits the stream's next
  * reads and queues on q the MANIFEST, the frames of those done, in
@@ -141,6 +149,9 @@ bool wk_fetch_busy(const struct wk_fetch *fe);
 /* Whether fe's first frames are still being read (its MANIFEST, queued,
  * may wait to go out with them in one send). */
 bool wk_fetch_first(const struct wk_fetch *fe);
+/* Gives what fe holds of its application's FETCH quotas back, and
+ * counts no more there: its connection leaves the application. */
+void wk_fetch_unbill(struct wk_fetch *fe);
 void wk_fetch_free(struct wk_fetch *fe);
 /* Forgets the cached partition directories of shuffle. */
 void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle);

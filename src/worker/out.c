@@ -37,6 +37,11 @@ void wk_out_free(struct wk_thread *t, struct wk_out *o)
 
 void wk_outq_add(struct wk_outq *q, struct wk_out *o)
 {
+	if (o->ptr != o->data) {
+		q->stream += o->len;
+		if (q->acct)
+			atomic_fetch_add(q->acct, o->len);
+	}
 	if (q->tail)
 		q->tail->next = o;
 	else
@@ -44,14 +49,24 @@ void wk_outq_add(struct wk_outq *q, struct wk_out *o)
 	q->tail = o;
 }
 
+void wk_outq_pop(struct wk_thread *t, struct wk_outq *q)
+{
+	struct wk_out *o = q->head;
+	q->head = o->next;
+	if (!q->head)
+		q->tail = NULL;
+	if (o->ptr != o->data) {
+		q->stream -= o->len;
+		if (q->acct)
+			atomic_fetch_sub(q->acct, o->len);
+	}
+	wk_out_free(t, o);
+}
+
 void wk_outq_free(struct wk_thread *t, struct wk_outq *q)
 {
-	while (q->head) {
-		struct wk_out *o = q->head;
-		q->head = o->next;
-		wk_out_free(t, o);
-	}
-	q->tail = NULL;
+	while (q->head)
+		wk_outq_pop(t, q);
 }
 
 void wk_conn_send(struct wk_conn *c, const uint8_t *frame, size_t n)

@@ -2,6 +2,7 @@
 #ifndef USHI_WK_OUT_H
 #define USHI_WK_OUT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,10 @@ struct wk_out {
 /* A connection's output queue, oldest first. */
 struct wk_outq {
 	struct wk_out *head, *tail;
+	uint64_t stream; /* bytes of a FETCH stream's outputs queued */
+	/* Its application's count of those (app.h, fetch_queued), or
+	 * NULL: set while the connection holds the application. */
+	atomic_uint_fast64_t *acct;
 };
 
 /* An empty output with room for cap bytes (a control frame's: its tag
@@ -36,6 +41,8 @@ struct wk_out *wk_out_new(size_t cap);
 void wk_out_free(struct wk_thread *t, struct wk_out *o);
 /* Appends o to q; q's connection owns it from here on. */
 void wk_outq_add(struct wk_outq *q, struct wk_out *o);
+/* Takes o, sent, off the head of q and frees it. */
+void wk_outq_pop(struct wk_thread *t, struct wk_outq *q);
 /* Frees what q holds (its connection sends nothing more). */
 void wk_outq_free(struct wk_thread *t, struct wk_outq *q);
 /* Queues a copy of the n-byte frame. */

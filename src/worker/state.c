@@ -229,6 +229,36 @@ void wk_decommission_pass(struct wk_thread *t)
 	atomic_store(&wk->stop, 1);
 }
 
+int wk_drop_uncommitted(struct ush_worker *wk)
+{
+	wk_attempt_live(wk); /* none is open: all are committed */
+	size_t n = 0;
+	for (size_t i = 0; i < wk->nowners; i++)
+		n += !wk->owners[i].live;
+	if (!n)
+		return 0;
+	uint32_t *gone = ushi_malloc(n * sizeof(*gone));
+	if (!gone)
+		return -ENOMEM;
+	n = 0;
+	for (size_t i = 0; i < wk->nowners; i++)
+		if (!wk->owners[i].live) {
+			wk_log(wk, 1, "shuffle %u of application %s has no "
+			       "attempt committed (its writers left "
+			       "before the stop): dropped",
+			       wk->owners[i].shuffle, wk->owners[i].app);
+			gone[n++] = wk->owners[i].shuffle;
+		}
+	struct wk_thread t = {.wk = wk};
+	pthread_mutex_lock(&wk->lock);
+	int ret = wk_drop_locked(&t, gone, n);
+	pthread_mutex_unlock(&wk->lock);
+	for (size_t i = 0; !ret && i < n; i++)
+		wk_drop_files(&t, gone[i]);
+	ushi_free(gone);
+	return ret;
+}
+
 static bool has_commits(struct ush_worker *wk, uint32_t shuffle)
 {
 	for (size_t i = 0; i < wk->acap; i++)

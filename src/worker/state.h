@@ -33,6 +33,11 @@ void wk_app_expire(struct wk_thread *t);
  * none is. A claim checks wk->decom under the lock, so none can follow
  * a pass that saw nothing left. */
 void wk_decommission_pass(struct wk_thread *t);
+/* At start, the commit log replayed and the committer running: drops
+ * every owned shuffle with no attempt committed (its writers left before
+ * the stop: nothing in it can be read), as one logged drop; 0 or an
+ * error. */
+int wk_drop_uncommitted(struct ush_worker *wk);
 /* At start: removes shuffle directories no application owns. */
 void wk_sweep(struct ush_worker *wk);
 

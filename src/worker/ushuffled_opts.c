@@ -92,6 +92,9 @@ static void usage(FILE *f)
 		"(262144)\n"
 		"  --max-apps=N        applications known at once, all together "
 		"(16384)\n"
+		"  --max-app-fetch-bytes=BYTES  memory its FETCHes being "
+		"planned hold at once\n"
+		"                      (default 256m)\n"
 		"Signals: SIGTERM or SIGINT drains connections and exits 0; "
 		"SIGHUP reopens the\n"
 		"log file; SIGUSR2 decommissions: new writers are refused "
@@ -187,6 +190,7 @@ static const struct dopt dopts[] = {
 	{"max-app-attempts", 1, 'e', "1..1073741824"},
 	{"max-app-commits", 1, 'o', "1..1073741824"},
 	{"max-apps", 1, 'P', "1..1073741824"},
+	{"max-app-fetch-bytes", 1, 'f', "1 or more BYTES (k, m, g suffixes)"},
 	{"metrics", 1, 'M', "HOST:PORT, [V6]:PORT or :PORT (every address), "
 			    "PORT 0..65535"},
 	{"config", 1, 'c', "an INI file"},
@@ -281,10 +285,11 @@ static int apply(struct ush_worker_opts *o, int code, const char *v)
 		*(code == 'i' ? &o->insecure : &o->insecure_non_loopback) =
 			v[0] == '1';
 		return 0;
-	case 'b':
+	case 'b': case 'f':
 		if (number(v, &n) || n < 1)
 			return -1;
-		o->max_app_bytes = n;
+		*(code == 'b' ? &o->max_app_bytes : &o->max_app_fetch_bytes) =
+			n;
 		return 0;
 	case 'M': daemon_metrics = v; return hostport(v, 1);
 	}

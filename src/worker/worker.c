@@ -46,6 +46,7 @@ static const struct ush_worker_opts worker_defaults = {
 	.max_app_attempts = 65536,
 	.max_app_commits = 262144,
 	.max_apps = 16384,
+	.max_app_fetch_bytes = 256u << 20,
 };
 
 void ush_worker_opts_init_size(struct ush_worker_opts *o, size_t size)
@@ -132,20 +133,22 @@ static const char *fmt_bytes(char *b, size_t n, uint64_t v)
 static void log_start(struct ush_worker *wk)
 {
 	const struct ush_worker_opts *o = &wk->o;
-	char win[32], frame[32], bytes[32];
+	char win[32], frame[32], bytes[32], fetch[32];
 	wk_log(wk, 1, "listening on %s:%d with %u thread%s, dir %s; limits: "
 	       "%u connections, %u open log files per thread, window %s, "
 	       "max frame %s, %u applications, per application %u "
 	       "connections, %u shuffles, %s stored, %u attempts, %u "
-	       "commits; app ttl %u ms; auth %s; commits %s", wk->host,
+	       "commits, %s of FETCH plans; app ttl %u ms; auth %s; "
+	       "commits %s", wk->host,
 	       wk->port, wk->nthreads, wk->nthreads == 1 ? "" : "s",
 	       wk->dirlist, o->max_conns, wk->open_max,
 	       fmt_bytes(win, sizeof(win), o->window),
 	       fmt_bytes(frame, sizeof(frame), o->max_frame),
 	       o->max_apps, o->max_app_conns, o->max_app_shuffles,
 	       fmt_bytes(bytes, sizeof(bytes), o->max_app_bytes),
-	       o->max_app_attempts,
-	       o->max_app_commits, o->app_ttl_ms,
+	       o->max_app_attempts, o->max_app_commits,
+	       fmt_bytes(fetch, sizeof(fetch), o->max_app_fetch_bytes),
+	       o->app_ttl_ms,
 	       wk->secret || wk->secrets_dirfd >= 0 ?
 		       (o->insecure ? "optional (--insecure)" : "required") :
 		       "none (--insecure)",
@@ -461,6 +464,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	TAKE_DEFAULT(max_app_attempts);
 	TAKE_DEFAULT(max_app_commits);
 	TAKE_DEFAULT(max_apps);
+	TAKE_DEFAULT(max_app_fetch_bytes);
 #undef TAKE_DEFAULT
 	/* Log buffers of 1 MiB, or a quarter of a smaller pool. */
 	for (uint32_t fs = 1u << 20; !wk->o.flush_size; fs /= 2)
@@ -548,6 +552,8 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		ret = wk_log_replay(wk, wk_rec_replay);
 	if (!ret)
 		ret = wk_group_start(wk);
+	if (!ret)
+		ret = wk_drop_uncommitted(wk);
 	if (!ret)
 		wk_sweep(wk);
 	if (!ret)

@@ -58,7 +58,7 @@ int main(void)
 	NO_TAIL_PADDING(ush_ring_opts, level);
 	NO_TAIL_PADDING(ush_writer_opts, seal_key);
 	NO_TAIL_PADDING(ush_reader_opts, reserved0);
-	NO_TAIL_PADDING(ush_worker_opts, reserved1);
+	NO_TAIL_PADDING(ush_worker_opts, max_app_fetch_bytes);
 #if defined(__x86_64__) || defined(__aarch64__)
 	/* LP64: 0.4's writer options (80 bytes) end at replicas (76); 0.3's
 	 * worker options (88) end at max_open_files (84). */
