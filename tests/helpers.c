@@ -19,13 +19,17 @@ __attribute__((constructor)) static void th_secret_env(void)
 	setenv("USHUFFLE_SECRET", TH_SECRET, 0);
 }
 
-/* USH_TEST_FILTER=pattern runs only the tests it names, in every test
- * program (cmocka's filter: '*' and '?' match). */
+/* USH_TEST_FILTER=pattern runs only the tests it names, and
+ * USH_TEST_SKIP=pattern all but those, in every test program (cmocka's
+ * filters: '*' and '?' match). */
 __attribute__((constructor)) static void th_test_filter(void)
 {
 	const char *only = getenv("USH_TEST_FILTER");
+	const char *skip = getenv("USH_TEST_SKIP");
 	if (only)
 		cmocka_set_test_filter(only);
+	if (skip)
+		cmocka_set_skip_filter(skip);
 }
 
 void th_worker_secret(struct ush_worker_opts *o)

@@ -10,8 +10,9 @@
 set -eu
 fail=0
 bad() { echo "$*"; fail=1; }
-# The library's functions a program defines itself.
-own() { nm --defined-only "$1" | awk '$2 ~ /^[Tt]$/ && $3 ~ /^ushi?_/ { print $3 }'; }
+# The library's functions a program defines itself, global (the header's
+# static inline ones are local copies).
+own() { nm --defined-only "$1" | awk '$2 == "T" && $3 ~ /^ushi?_/ { print $3 }'; }
 needs() { objdump -p "$1" | awk '$1 == "NEEDED" { print $2 }'; }
 npub=0 nint=0
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
