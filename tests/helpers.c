@@ -213,6 +213,24 @@ void th_statuses_free(struct ush_status *st, size_t n)
 		th_status_free(&st[i]);
 }
 
+ush_ring *th_ring(size_t pool_bytes, size_t push)
+{
+	struct ush_ring_opts o;
+	ush_ring *ring;
+	ush_ring_opts_init(&o);
+	if (pool_bytes)
+		o.pool_bytes = pool_bytes;
+	if (push)
+		o.push_size = push;
+	th_ok(ush_ring_create(&ring, &o));
+	return ring;
+}
+
+uint64_t th_rec_seed(uint32_t m, uint32_t part, uint32_t i)
+{
+	return (uint64_t)m << 40 | (uint64_t)part << 20 | i;
+}
+
 int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
 		   uint32_t partition, uint32_t timeout_ms)
 {

@@ -95,6 +95,16 @@ void th_worker_spawn(struct th_worker *w, const char *host, int port,
 	snprintf(w->addr, sizeof(w->addr), "%s:%d", host, w->port);
 }
 
+void th_worker_fresh(struct th_worker *w, const char *tag, unsigned threads,
+		     const char *extra, const char *more)
+{
+	*w = (struct th_worker){0};
+	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
+	w->extra = extra;
+	w->more[0] = more;
+	th_worker_spawn(w, "127.0.0.1", 0, threads);
+}
+
 int th_ushuffled_run(const char *const *args, char **out, char **err)
 {
 	FILE *o = tmpfile(), *e = tmpfile();

@@ -50,6 +50,11 @@ struct th_worker {
  * "ushuffled: port N" line. With ns set, runs it in that namespace. */
 void th_worker_spawn(struct th_worker *w, const char *host, int port,
 		     unsigned threads);
+/* th_worker_spawn() on loopback over a fresh th_tmpdir(tag), with
+ * threads threads and up to two more options (extra, more; NULL: none);
+ * *w is reset first. */
+void th_worker_fresh(struct th_worker *w, const char *tag, unsigned threads,
+		     const char *extra, const char *more);
 /* Runs ushuffled with args (NULL-terminated, at most 14) to its end:
  * its exit status, and its stdout and stderr in out and err (freed by
  * the caller). */
