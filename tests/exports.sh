@@ -1,9 +1,9 @@
 #!/bin/sh
 # What the libraries export. libushuffle: the ush_* functions of
 # ushuffle.h, versioned USHUFFLE_0.x or USHUFFLE_UNSTABLE, and the ushi_*
-# core functions libushuffle_worker calls, versioned USHUFFLE_PRIVATE and
-# exactly those the worker imports; libushuffle_worker: the ush_worker_*
-# functions of worker.h, versioned USHUFFLE_WORKER_*, and no copy of the
+# core functions libushuffle_worker calls, versioned USHUFFLE_PRIVATE_<this
+# release> and exactly those the worker imports, at that version;
+# libushuffle_worker: the ush_worker_* functions of worker.h, versioned USHUFFLE_WORKER_*, and no copy of the
 # core. Every export is named in its map file; every USH_API function of
 # the headers is exported; the static libushuffle.a defines no global but
 # the public ones.
@@ -24,14 +24,19 @@ listed() {
 	sed -n 's/^[[:space:]]*\(ush[a-z0-9_]*\);.*/\1/p' "$1"
 }
 names() { cut -d' ' -f1; }
+# The private node carries this release's version (ushuffle.h's).
+ver=$(for p in MAJOR MINOR PATCH; do
+	sed -n "s/^#define USH_VERSION_$p \([0-9]*\)$/\1/p" "$src/include/ushuffle/ushuffle.h"
+done | paste -sd.)
+priv="USHUFFLE_PRIVATE_$ver"
 fail=0
 bad() { echo "$*"; fail=1; }
 l=$(defined "$lib")
 w=$(defined "$wlib")
 [ -n "$l" ] && [ -n "$w" ] || { echo "no symbols read"; exit 1; }
-echo "$l" | awk '!($1 ~ /^ush_/ && $1 !~ /^ush_worker_/ &&
+echo "$l" | awk -v priv="$priv" '!($1 ~ /^ush_/ && $1 !~ /^ush_worker_/ &&
 		  $2 ~ /^\(?USHUFFLE_(0\.|UNSTABLE)/) &&
-		 !($1 ~ /^ushi_/ && $2 ~ /^\(?USHUFFLE_PRIVATE/) {
+		 !($1 ~ /^ushi_/ && ($2 == priv || $2 == "(" priv ")")) {
 	print "libushuffle exports", $0; bad=1 } END { exit bad }' || fail=1
 echo "$w" | awk '$1 !~ /^ush_worker_/ || $2 !~ /^\(?USHUFFLE_WORKER_/ {
 	print "libushuffle_worker exports", $0; bad=1 } END { exit bad }' || fail=1
@@ -63,10 +68,14 @@ for s in $wpub; do
 done
 
 # One core: the worker imports the core from libushuffle, exactly what
-# USHUFFLE_PRIVATE exports, and defines none of it.
+# the private node exports, at this release's node, and defines none of it.
 lpriv=$(echo "$l" | names | grep '^ushi_' | sort)
 wimp=$(objdump -T "$wlib" | awk '$3 == "*UND*" && $NF ~ /^ushi_/ { print $NF }' | sort -u)
-[ "$lpriv" = "$wimp" ] || bad "USHUFFLE_PRIVATE is not what libushuffle_worker imports:" \
+wother=$(objdump -T "$wlib" | awk -v priv="$priv" '$3 == "*UND*" && $NF ~ /^ushi_/ &&
+	$(NF-1) != priv && $(NF-1) != "(" priv ")" { print $NF, $(NF-1) }')
+[ -z "$wother" ] || bad "libushuffle_worker imports the core at another node than $priv:" \
+	"$(echo "$wother" | tr '\n' ' ')"
+[ "$lpriv" = "$wimp" ] || bad "$priv is not what libushuffle_worker imports:" \
 	"$(echo "$lpriv" | tr '\n' ' ') vs $(echo "$wimp" | tr '\n' ' ')"
 objdump -p "$wlib" | grep -q 'NEEDED *libushuffle\.so' ||
 	bad "libushuffle_worker does not link libushuffle"
@@ -81,7 +90,7 @@ for s in $a; do
 	echo "$lpub" | grep -qx "$s" || bad "libushuffle.a defines the global $s"
 done
 [ $fail -eq 0 ] && echo "exports: $(echo "$lpub" | wc -l) libushuffle" \
-	"(+ $(echo "$lpriv" | wc -l) USHUFFLE_PRIVATE for the worker)," \
+	"(+ $(echo "$lpriv" | wc -l) $priv for the worker)," \
 	"$(echo "$wpub" | wc -l) libushuffle_worker, $(echo "$a" | wc -l)" \
 	"libushuffle.a globals: all public, listed, declared and versioned"
 exit $fail

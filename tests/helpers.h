@@ -71,6 +71,13 @@ void th_status_forge(struct ush_status *st, enum ush_target target,
 void th_status_one_part(struct ush_status *st, const char *app,
 			const char *loc, uint32_t shuffle, uint64_t batches,
 			uint32_t sum);
+/* A ring of pool_bytes and push size push (either 0: the default),
+ * failing the test if it cannot be made; free it with ush_ring_free(). */
+ush_ring *th_ring(size_t pool_bytes, size_t push);
+/* The seed of record i of partition part of map (or attempt) m, for
+ * th_fill() and th_check(): distinct for m < 2^24, part < 2^20 and
+ * i < 2^20. */
+uint64_t th_rec_seed(uint32_t m, uint32_t part, uint32_t i);
 /* ush_reader_open() of partition over n statuses (timeout_ms 0: the
  * default). */
 int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,

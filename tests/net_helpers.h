@@ -50,6 +50,11 @@ struct th_worker {
  * "ushuffled: port N" line. With ns set, runs it in that namespace. */
 void th_worker_spawn(struct th_worker *w, const char *host, int port,
 		     unsigned threads);
+/* th_worker_spawn() on loopback over a fresh th_tmpdir(tag), with
+ * threads threads and up to two more options (extra, more; NULL: none);
+ * *w is reset first. */
+void th_worker_fresh(struct th_worker *w, const char *tag, unsigned threads,
+		     const char *extra, const char *more);
 /* Runs ushuffled with args (NULL-terminated, at most 14) to its end:
  * its exit status, and its stdout and stderr in out and err (freed by
  * the caller). */
@@ -88,9 +93,12 @@ ush_worker *th_worker_embed_pool(const char *dir, unsigned threads,
 ush_worker *th_worker_embed(const char *dir, unsigned threads, char *addr,
 			    size_t n);
 
-/* A raw TCP connection to a worker on loopback, for tests that speak
- * the protocol by hand. Every wait on it has a 30 s deadline, far beyond
- * any limit a test sets: a worker that never acts fails the test. */
+/* A TCP connection to port on loopback. Every wait on it has a 30 s
+ * deadline, far beyond any limit a test sets: a worker that never acts
+ * fails the test. */
+int th_tcp_connect(int port);
+/* th_tcp_connect() for tests that speak the protocol by hand (its MAC,
+ * th_mac(), starts empty). Internal tests only (net_helpers_int.c). */
 int th_raw_connect(int port);
 /* A socket listening on loopback at a port of its own, written into
  * *port: a fake worker's or a proxy's. */

@@ -28,11 +28,6 @@
 #define NREC 300 /* per partition and attempt */
 #define PUSH 4096u
 
-static uint64_t rec_seed(uint32_t attempt, uint32_t part, uint32_t i)
-{
-	return (uint64_t)attempt << 40 | (uint64_t)part << 20 | i;
-}
-
 static uint32_t rec_len(uint32_t attempt, uint32_t part, uint32_t i)
 {
 	/* Mostly small, every 50th above the push size (goes out alone). */
@@ -85,7 +80,7 @@ static int write_range(ush_writer *w, uint32_t attempt, uint32_t from,
 	for (uint32_t i = from; i < to; i++)
 		for (uint32_t p = 0; p < NPARTS; p++) {
 			uint32_t len = rec_len(attempt, p, i);
-			th_fill(rec, len, rec_seed(attempt, p, i));
+			th_fill(rec, len, th_rec_seed(attempt, p, i));
 			int ret = ush_writer_write(w, p, rec, len);
 			if (ret)
 				return ret;
@@ -112,7 +107,7 @@ static void expect_attempt(const struct ush_status *st, uint32_t attempt)
 				fail_msg("partition %u record %u: next = %d: "
 					 "%s", p, i, ret, ush_last_error());
 			uint32_t wlen = rec_len(attempt, p, i);
-			th_fill(want, wlen, rec_seed(attempt, p, i));
+			th_fill(want, wlen, th_rec_seed(attempt, p, i));
 			if (len != wlen || memcmp(rec, want, len))
 				fail_msg("partition %u record %u: not attempt "
 					 "%u's record (%zu bytes, want %u)", p,

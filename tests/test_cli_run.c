@@ -4,15 +4,44 @@
  * oversized-record paths, time-based runs, --keep, the normal report,
  * the status line, and Ctrl-C (exit 130, partial report, files removed).
  */
+#define _GNU_SOURCE /* nftw */
 #include "cli_run.h"
 #include "net_helpers.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #define SIZE "192k"
 #define SIZE_BYTES (192 * 1024)
+
+static long data_bytes;
+
+static int add_size(const char *path, const struct stat *st, int type,
+		    struct FTW *ftw)
+{
+	size_t n = strlen(path);
+	/* A shuffle's data: <dir>/s<S>/t<T>.log (not the commit log). */
+	if (type == FTW_F && ftw->level == 2 && n > 4 &&
+	    !strcmp(path + n - 4, ".log"))
+		data_bytes += (long)st->st_size;
+	return 0;
+}
+
+/* Waits until a shuffle's log under dir holds data: the writers have
+ * pushed to that worker. Fails the test after 30 s. */
+static void wait_for_data(const char *dir)
+{
+	for (int i = 0; i < 3000; i++) {
+		data_bytes = 0;
+		assert_int_equal(nftw(dir, add_size, 16, FTW_PHYS), 0);
+		if (data_bytes > 0)
+			return;
+		usleep(10000);
+	}
+	fail_msg("no data reached the worker over %s in 30 s", dir);
+}
 
 /* Sums of the per-thread report objects. */
 struct sums {
@@ -310,7 +339,9 @@ static void stalled_replica_heartbeat(void **state)
 		"--runtime=12", "--size=16m", "--numjobs=1", "--replicas=2",
 		list, "--app=stall-test", "--output-format=json",
 		"--eta=never", NULL});
-	sleep(8); /* the heartbeat comes at 10 s */
+	/* Stopped once the writers push to it, before the heartbeat (at
+	 * 10 s of the 12 s run): its data on disk says they reached it. */
+	wait_for_data(wk[1].dir);
 	th_worker_sigstop(&wk[1]);
 	struct cli_out r = cli_wait(&p);
 	assert_int_equal(kill(wk[1].pid, SIGCONT), 0);

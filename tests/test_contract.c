@@ -605,9 +605,11 @@ static void sqpoll_small_iodepth(void **state)
 		strcat(list, addr);
 	}
 	/* Each writer arms its receives anew: ten rounds of them, and of
-	 * the sends that follow. The last one commits. */
+	 * the sends that follow. The last one commits, and every record of
+	 * it reads back, in order, from its partition. */
 	uint8_t rec[700];
 	th_fill(rec, sizeof(rec), 1);
+	struct ush_status st;
 	for (uint32_t m = 0; m < 10; m++) {
 		struct ush_writer_opts o = {.size = sizeof(o), .shuffle = 1,
 			.map = m, .partitions = 2 * NW,
@@ -618,10 +620,26 @@ static void sqpoll_small_iodepth(void **state)
 			th_ok(ush_writer_write(w, i % (2 * NW), rec,
 					       8 + i % (sizeof(rec) - 8)));
 		if (m == 9)
-			th_ok(ush_writer_commit(w, NULL));
+			th_ok(th_commit(w, NULL, &st));
 		ush_writer_free(w);
 	}
 	ush_ring_free(r);
+	uint32_t n = 0;
+	for (uint32_t p = 0; p < 2 * NW; p++) {
+		ush_reader *rd;
+		const void *got;
+		size_t len;
+		th_ok(th_reader_open(&rd, &st, 1, p, 0));
+		for (uint32_t i = p; i < 4000; i += 2 * NW, n++) {
+			assert_int_equal(ush_reader_next(rd, &got, &len), 1);
+			assert_int_equal(len, 8 + i % (sizeof(rec) - 8));
+			assert_memory_equal(got, rec, len);
+		}
+		assert_int_equal(ush_reader_next(rd, &got, &len), 0);
+		ush_reader_free(rd);
+	}
+	assert_int_equal(n, 4000);
+	th_status_free(&st);
 	for (int i = 0; i < NW; i++)
 		ush_worker_free(wk[i]);
 }

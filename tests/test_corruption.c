@@ -33,11 +33,6 @@
 #define NREC_OTHER 20
 #define MAXF 64
 
-static uint64_t rec_seed(uint32_t map, uint32_t part, uint32_t i)
-{
-	return (uint64_t)map << 40 | (uint64_t)part << 20 | i;
-}
-
 static uint32_t rec_count(uint32_t part)
 {
 	return part == PART ? NREC_PART : NREC_OTHER;
@@ -97,7 +92,7 @@ static void fx_setup(struct fx *fx, enum ush_codec codec, int direct)
 				if (i >= rec_count(p))
 					continue;
 				uint32_t len = rec_len(m, p, i);
-				rec_fill(fx->rec, len, rec_seed(m, p, i));
+				rec_fill(fx->rec, len, th_rec_seed(m, p, i));
 				th_ok(ush_writer_write(w, p, fx->rec, len));
 			}
 		th_ok(th_commit(w, NULL, &fx->st[m]));
@@ -180,7 +175,7 @@ static int read_part(struct fx *fx, uint64_t *n, char *msg, size_t msglen)
 			fail_msg("record #%llu: more records than written",
 				 (unsigned long long)*n);
 		uint32_t wlen = rec_len(m, PART, i);
-		rec_fill(fx->rec, wlen, rec_seed(m, PART, i));
+		rec_fill(fx->rec, wlen, th_rec_seed(m, PART, i));
 		if (len != wlen || memcmp(rec, fx->rec, len))
 			fail_msg("record #%llu (map %u record %u): %zu bytes "
 				 "returned, %u written, or different bytes",
@@ -700,7 +695,7 @@ static void large_frames_direct(void **state)
 	static uint8_t rec[RLEN];
 	for (uint32_t i = 0; i < NF * RPF; i++)
 		for (uint32_t p = 0; p < 2; p++) {
-			th_fill(rec, RLEN, rec_seed(0, p, i));
+			th_fill(rec, RLEN, th_rec_seed(0, p, i));
 			th_ok(ush_writer_write(w, p, rec, RLEN));
 		}
 	struct ush_status st;
@@ -732,7 +727,7 @@ static void large_frames_direct(void **state)
 		uint32_t got = 0;
 		int ret;
 		while ((ret = ush_reader_next(r, &p, &len)) == 1) {
-			th_fill(rec, RLEN, rec_seed(0, PART, got));
+			th_fill(rec, RLEN, th_rec_seed(0, PART, got));
 			assert_int_equal(len, RLEN);
 			assert_memory_equal(p, rec, RLEN);
 			got++;

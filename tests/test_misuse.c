@@ -6,8 +6,10 @@
  */
 #include "helpers.h"
 #include "core/pool.h"
+#include "core/ring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -349,6 +351,55 @@ static void misuse_wrong_transition(void **state)
 	expect_abort(pool_wrong_transition, "use after hand-off");
 }
 
+/* A completion callback that reaps would see its own reap's CQEs again
+ * (ring.h, ushi_op_cb): each way to reap aborts there, naming itself. */
+static int reaps_in_cb;
+
+static void reaping_cb(struct ushi_op *op, int res)
+{
+	(void)op;
+	if (res != 6)
+		_exit(3);
+	struct ushi_op *more;
+	switch (reaps_in_cb) {
+	case 0:
+		ring_reap(ring, 0);
+		break;
+	case 1:
+		ring_poll(ring);
+		break;
+	case 2:
+		ring_drain(ring);
+		break;
+	default:
+		/* Every op in use: taking one would reap. */
+		ring_op_get(ring, &more);
+	}
+}
+
+static void reap_in_callback(void)
+{
+	struct ush_ring_opts o;
+	ush_ring_opts_init(&o);
+	o.iodepth = 1;
+	CHILD_OK(ush_ring_create(&ring, &o));
+	int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		_exit(2);
+	struct ushi_op *op;
+	CHILD_OK(ring_op_get(ring, &op));
+	op->cb = reaping_cb;
+	ring_write_at(ring, op, NULL, (const uint8_t *)"record", 0, 6, fd, -1);
+	CHILD_OK(ring_drain(ring));
+}
+
+static void misuse_reap_in_callback(void **state)
+{
+	(void)state;
+	for (reaps_in_cb = 0; reaps_in_cb < 4; reaps_in_cb++)
+		expect_abort(reap_in_callback, "a completion callback must never reap");
+}
+
 /* The harness itself: a child that does nothing wrong must not pass. */
 static void behave(void)
 {
@@ -397,6 +448,7 @@ int main(void)
 		cmocka_unit_test(misuse_ring_free_with_writer),
 		cmocka_unit_test(misuse_pool_put_twice),
 		cmocka_unit_test(misuse_wrong_transition),
+		cmocka_unit_test(misuse_reap_in_callback),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -376,9 +376,9 @@ static void dropped_writer_cannot_touch_the_next(void **state)
 	int now = th_raw_connect(wk.port);
 	th_hello(now, h);
 	th_send_all(now, b, th_rec_frame(b, s, 0, "good0", &crc[0]));
-	/* The new writer's HELLO is taken before the old one's frame
-	 * arrives (no reply to wait for on this connection but credit). */
-	usleep(100000);
+	/* The new writer's frame is taken (its credit comes back) before
+	 * the old one's frame is sent. */
+	wait_ack(now, USHI_ACK_CREDIT);
 	th_send_all(old, b, th_rec_frame(b, s, 0, "EVIL", &crc[2]));
 	expect_error(old, "dropped since");
 	th_send_all(now, b, th_rec_frame(b, s, 1, "good1", &crc[1]));

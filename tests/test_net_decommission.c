@@ -31,7 +31,7 @@ static struct th_worker wk[NW];
 static char list[512], errlog[NW][600];
 static const char *base; /* the test's scratch directory */
 
-static void spawn(unsigned n)
+static void spawn_workers(unsigned n)
 {
 	int len = 0;
 	base = th_scratch("decom"); /* th_teardown removes it */
@@ -142,7 +142,7 @@ static void pushed(const struct th_job *j, uint32_t m, uint32_t i)
 
 static void stream(uint32_t replicas, enum ush_ioengine io)
 {
-	spawn(NW);
+	spawn_workers(NW);
 	struct ush_status st[JOBS][MAPS];
 	memset(st, 0, sizeof(st));
 	struct th_job job[JOBS];
@@ -210,7 +210,7 @@ static void stream_psync(void **state)
 static void empty_exits(void **state)
 {
 	(void)state;
-	spawn(1);
+	spawn_workers(1);
 	drain(0);
 	exits_0(0);
 	cleanup(1);
@@ -234,7 +234,7 @@ static unsigned shuffle_dirs(unsigned i)
 static void cli_jobs(void **state)
 {
 	(void)state;
-	spawn(NW);
+	spawn_workers(NW);
 	struct ush_status st[1] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 7, .partitions = 4,
 			   .maps = 1, .records = 50, .statuses = st};
@@ -264,7 +264,7 @@ static void cli_jobs(void **state)
 static void all_draining(void **state)
 {
 	(void)state;
-	spawn(2);
+	spawn_workers(2);
 	struct ush_status st[1] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 7, .partitions = 4,
 			   .maps = 1, .records = 50, .statuses = st};

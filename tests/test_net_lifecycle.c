@@ -19,7 +19,7 @@
 
 static struct th_worker wk;
 
-static void spawn(const char *extra)
+static void spawn_with(const char *extra)
 {
 	wk.extra = extra;
 	th_worker_spawn(&wk, "127.0.0.1", 0, 1);
@@ -99,7 +99,7 @@ static bool exists(const char *fmt, ...)
 static void apps_own_their_shuffles(void **state)
 {
 	(void)state;
-	spawn(NULL);
+	spawn_with(NULL);
 	int ret;
 	struct ush_status a = put("app-a", 5, 0, 400, &ret);
 	th_ok(ret);
@@ -126,7 +126,7 @@ static void apps_own_their_shuffles(void **state)
 static void silent_app_expires(void **state)
 {
 	(void)state;
-	spawn("--app-ttl=1500");
+	spawn_with("--app-ttl=1500");
 	int ret;
 	struct ush_status live = put("live", 1, 0, 300, &ret);
 	th_ok(ret);
@@ -185,7 +185,7 @@ static int run_worker(char *err, size_t n, const char *listen, const char *dir)
 static void one_worker_per_dir_and_port(void **state)
 {
 	(void)state;
-	spawn(NULL);
+	spawn_with(NULL);
 	char err[1024], want[64], other[600];
 	snprintf(want, sizeof(want), "pid %d", (int)wk.pid);
 	assert_int_equal(run_worker(err, sizeof(err), "127.0.0.1:0", wk.dir),
@@ -212,7 +212,7 @@ static void corrupt_record_loses_only_itself(void **state)
 	char errlog[600];
 	snprintf(errlog, sizeof(errlog), "%s.log", wk.dir);
 	wk.errlog = errlog;
-	spawn(NULL);
+	spawn_with(NULL);
 	int ret;
 	struct ush_status st[3];
 	for (uint32_t m = 0; m < 3; m++) {
@@ -268,7 +268,7 @@ static size_t log_bytes(void)
 static void log_is_compacted(void **state)
 {
 	(void)state;
-	spawn(NULL);
+	spawn_with(NULL);
 	int ret;
 	struct ush_status keep = put("app", 1, 0, 80, &ret);
 	th_ok(ret);
@@ -298,7 +298,7 @@ static void sweep_and_foreign_log(void **state)
 	char path[700];
 	/* The worker's directory (shuffle logs where no directory holds a
 	 * commit log are refused: its home would be missing). */
-	spawn(NULL);
+	spawn_with(NULL);
 	th_worker_stop(&wk);
 	snprintf(path, sizeof(path), "%s/s999", wk.dir);
 	assert_int_equal(mkdir(path, 0755), 0);
@@ -306,7 +306,7 @@ static void sweep_and_foreign_log(void **state)
 	FILE *f = fopen(path, "w");
 	fputs("left by a crash", f);
 	fclose(f);
-	spawn(NULL);
+	spawn_with(NULL);
 	assert_false(exists("%s/s999", wk.dir));
 	th_worker_stop(&wk);
 	/* Protocol 1's log: an 8-byte sequence number, then a frame. */
@@ -331,7 +331,7 @@ static void sweep_and_foreign_log(void **state)
 static void old_layout_refused(void **state)
 {
 	(void)state;
-	spawn(NULL);
+	spawn_with(NULL);
 	int ret;
 	struct ush_status st = put("app", 3, 0, 80, &ret);
 	th_ok(ret);

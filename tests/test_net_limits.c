@@ -117,15 +117,6 @@ static void expect_error(int fd, int code, const char *want)
 	close(fd);
 }
 
-static void spawn(struct th_worker *w, const char *tag, unsigned threads,
-		  const char *extra)
-{
-	memset(w, 0, sizeof(*w));
-	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
-	w->extra = extra;
-	th_worker_spawn(w, "127.0.0.1", 0, threads);
-}
-
 /* A worker of tag logging to <dir>.log, which log (n bytes) names; the
  * caller sets what else it needs, then spawns it. */
 static void logged(struct th_worker *w, char *log, size_t n, const char *tag)
@@ -209,7 +200,7 @@ static void idle_connections_time_out(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "netlim-idle", 1, "--idle-timeout=500");
+	th_worker_fresh(&w, "netlim-idle", 1, "--idle-timeout=500", NULL);
 	int fd = th_raw_connect(w.port);
 	writer_hello(fd, 1, 0);
 	expect_hello(fd);
@@ -256,7 +247,7 @@ static void connection_limit_refuses_with_an_error(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "netlim-max", 2, "--max-conns=16");
+	th_worker_fresh(&w, "netlim-max", 2, "--max-conns=16", NULL);
 	int fd[MAXC];
 	for (int i = 0; i < MAXC; i++)
 		fd[i] = held_reader(w.port);
@@ -303,7 +294,7 @@ static void header_cannot_reserve_memory(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "netlim-rss", 1, NULL);
+	th_worker_fresh(&w, "netlim-rss", 1, NULL, NULL);
 	round_trip(&w, 1000);
 	long rss0 = th_vm_kb(w.pid, "VmRSS"), data0 = th_vm_kb(w.pid, "VmData");
 	int fd[HOLDERS];
@@ -352,7 +343,7 @@ static void frames_above_the_window_are_served(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "netlim-big", 1, "--window=65536");
+	th_worker_fresh(&w, "netlim-big", 1, "--window=65536", NULL);
 	ush_ring *ring;
 	struct ush_ring_opts ro;
 	ush_ring_opts_init(&ro);

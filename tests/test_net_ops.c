@@ -486,11 +486,11 @@ static void metrics_outlive_idle_and_trickling_clients(void **state)
 	struct th_worker w = {0};
 	char log[600];
 	int port = spawn_metrics(&w, log, sizeof(log), "opsslow");
-	int idle = th_raw_connect(port);
+	int idle = th_tcp_connect(port);
 	pid_t trickler = fork();
 	assert_true(trickler >= 0);
 	if (trickler == 0) {
-		int fd = th_raw_connect(port);
+		int fd = th_tcp_connect(port);
 		static const char req[] = "GET /metrics HTTP/1.0\r\nX-Pad: ";
 		for (int i = 0; i < 100; i++) {
 			char c = i < (int)sizeof(req) - 1 ? req[i] : 'a', b;

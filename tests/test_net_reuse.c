@@ -13,12 +13,6 @@
 #define PARTS 2000u
 
 /* A worker of threads threads over a fresh directory (tag). */
-static void spawn(struct th_worker *w, const char *tag, unsigned threads)
-{
-	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
-	th_worker_spawn(w, "127.0.0.1", 0, threads);
-}
-
 static void done(struct th_worker *w, struct th_job *j)
 {
 	th_worker_stop(w);
@@ -41,7 +35,7 @@ static void many_partitions_one_connection(void **state)
 	struct th_worker w[2] = {{0}};
 	char list[160];
 	for (int i = 0; i < 2; i++)
-		spawn(&w[i], i ? "reuse-b" : "reuse-a", 2);
+		th_worker_fresh(&w[i], i ? "reuse-b" : "reuse-a", 2, NULL, NULL);
 	snprintf(list, sizeof(list), "%s,%s", w[0].addr, w[1].addr);
 	struct ush_status st[2] = {{0}};
 	struct th_job j = {.workers = list, .shuffle = 1, .partitions = PARTS,
@@ -118,7 +112,7 @@ static void reader_stops_early(void **state)
 {
 	(void)state;
 	struct th_worker w = {0};
-	spawn(&w, "reuse-early", 1);
+	th_worker_fresh(&w, "reuse-early", 1, NULL, NULL);
 	struct ush_status st[1] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 4, .partitions = 2,
 			   .maps = 1, .records = 20000, .statuses = st};
@@ -171,7 +165,7 @@ static void threads_share_pool(void **state)
 	(void)state;
 	enum { NT = 4 };
 	struct th_worker w = {0};
-	spawn(&w, "reuse-mt", 2);
+	th_worker_fresh(&w, "reuse-mt", 2, NULL, NULL);
 	struct ush_status st[2] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 5, .partitions = 500,
 			   .maps = 2, .records = 5000, .statuses = st};

@@ -99,7 +99,7 @@ static void *acceptor(void *arg)
 		struct pipe_pair *pp = malloc(sizeof(*pp));
 		if (!pp)
 			abort();
-		*pp = (struct pipe_pair){p, c, th_raw_connect(p->to)};
+		*pp = (struct pipe_pair){p, c, th_tcp_connect(p->to)};
 		atomic_fetch_add(&p->live, 1);
 		pthread_mutex_lock(&p->lock);
 		for (int i = 0; i < 64; i++)

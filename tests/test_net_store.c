@@ -79,7 +79,7 @@ static size_t rec_len(const struct job *j, uint32_t m, uint32_t i)
 
 /* A record is 8 bytes of (map, i), then bytes seeded by them and the
  * shuffle. */
-static uint64_t rec_seed(const struct job *j, uint64_t id)
+static uint64_t job_seed(const struct job *j, uint64_t id)
 {
 	return id * 2654435761u + j->shuffle;
 }
@@ -89,16 +89,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static ush_ring *ring_new(void)
-{
-	ush_ring *ring;
-	struct ush_ring_opts ro;
-	ush_ring_opts_init(&ro);
-	ro.pool_bytes = 8u << 20;
-	th_ok(ush_ring_create(&ring, &ro));
-	return ring;
 }
 
 /* Pushes map m (attempt a) of j on ring and commits; the status goes to
@@ -123,7 +113,7 @@ static int push_on(ush_ring *ring, const struct job *j, uint32_t m,
 		size_t len = rec_len(j, m, i);
 		uint64_t id = (uint64_t)m << 32 | i;
 		memcpy(buf, &id, 8);
-		th_fill(buf + 8, len - 8, rec_seed(j, id));
+		th_fill(buf + 8, len - 8, job_seed(j, id));
 		ret = ush_writer_write(w, i % j->partitions, buf, len);
 	}
 	if (!ret)
@@ -143,7 +133,7 @@ static int push_on(ush_ring *ring, const struct job *j, uint32_t m,
 /* push_on() a ring of its own. */
 static int push(const struct job *j, uint32_t m, uint32_t a)
 {
-	ush_ring *ring = ring_new();
+	ush_ring *ring = th_ring(8u << 20, 0);
 	int ret = push_on(ring, j, m, a);
 	ush_ring_free(ring);
 	return ret;
@@ -216,7 +206,7 @@ static int check_partition(struct check *c, uint32_t p)
 		if (len < 8 || k == c->n || i >= j->records ||
 		    i % parts != p || rec_len(j, m, i) != len ||
 		    !th_check((const uint8_t *)rec + 8, len - 8,
-			      rec_seed(j, id)))
+			      job_seed(j, id)))
 			break;
 		uint8_t *s = &c->seen[k][(size_t)(m - j->map0) * j->records +
 					 i];
@@ -700,7 +690,7 @@ struct crash_writer {
 static void *crash_push(void *arg)
 {
 	struct crash_writer *c = arg;
-	ush_ring *ring = ring_new();
+	ush_ring *ring = th_ring(8u << 20, 0);
 	pthread_barrier_wait(c->ready);
 	for (uint32_t m = c->k; m < c->j->maps; m += CRASH_WRITERS) {
 		if (push_on(ring, c->j, m, 0))
@@ -1029,7 +1019,7 @@ static void in_place_and_copied(void **state)
 			size_t len = rec_len(&j, m, i);
 			uint64_t id = (uint64_t)m << 32 | i;
 			memcpy(buf, &id, 8);
-			th_fill(buf + 8, len - 8, rec_seed(&j, id));
+			th_fill(buf + 8, len - 8, job_seed(&j, id));
 			th_ok(ush_writer_write(w[m], i % j.partitions, buf,
 					       len));
 		}
@@ -1087,7 +1077,7 @@ static void commits_among_appends(void **state)
 	enum { MAPS = 8, STRIDE = 2500 };
 	struct job j = {.workers = addr, .shuffle = 43, .partitions = 5,
 			.maps = MAPS, .records = 20000, .st = statuses(MAPS)};
-	ush_ring *ring = ring_new();
+	ush_ring *ring = th_ring(8u << 20, 0);
 	ush_writer *w[MAPS];
 	for (uint32_t m = 0; m < MAPS; m++) {
 		struct ush_writer_opts wo = {.size = sizeof(wo),
@@ -1105,7 +1095,7 @@ static void commits_among_appends(void **state)
 			size_t len = rec_len(&j, m, i);
 			uint64_t id = (uint64_t)m << 32 | i;
 			memcpy(buf, &id, 8);
-			th_fill(buf + 8, len - 8, rec_seed(&j, id));
+			th_fill(buf + 8, len - 8, job_seed(&j, id));
 			th_ok(ush_writer_write(w[m], i % j.partitions, buf,
 					       len));
 			if (i + 1 < j.records)

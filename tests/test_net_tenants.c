@@ -13,16 +13,6 @@
 #include <sys/stat.h>
 
 /* A worker over a fresh directory, with up to two more options. */
-static void spawn(struct th_worker *w, const char *tag, const char *a,
-		  const char *b)
-{
-	*w = (struct th_worker){0};
-	snprintf(w->dir, sizeof(w->dir), "%s", th_tmpdir(tag));
-	w->extra = a;
-	w->more[0] = b;
-	th_worker_spawn(w, "127.0.0.1", 0, 2);
-}
-
 static void done(struct th_worker *w)
 {
 	assert_true(th_worker_alive(w));
@@ -124,7 +114,7 @@ static void attempts_quota(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "ten-att", "--max-app-attempts=3", NULL);
+	th_worker_fresh(&w, "ten-att", 2, "--max-app-attempts=3", NULL);
 	int kept = writer_ok(w.port, "A", 1, 9);
 	commit(kept, 1, 9);
 	close(kept);
@@ -151,7 +141,7 @@ static void commits_quota(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "ten-commit", "--max-app-commits=4", NULL);
+	th_worker_fresh(&w, "ten-commit", 2, "--max-app-commits=4", NULL);
 	struct ush_status st[5] = {{0}};
 	struct th_job j = {.workers = w.addr, .shuffle = 1, .partitions = 4,
 			   .maps = 4, .records = 300, .statuses = st,
@@ -175,7 +165,7 @@ static void apps_limit(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "ten-apps", "--max-apps=3", NULL);
+	th_worker_fresh(&w, "ten-apps", 2, "--max-apps=3", NULL);
 	th_ok(ush_app_heartbeat(w.addr, "a1", 5000));
 	th_ok(ush_app_heartbeat(w.addr, "a2", 5000));
 	th_ok(ush_app_heartbeat(w.addr, "a3", 5000));
@@ -290,7 +280,7 @@ static void commit_log_bounded(void **state)
 {
 	(void)state;
 	struct th_worker w;
-	spawn(&w, "ten-log", "--log-level=error", NULL);
+	th_worker_fresh(&w, "ten-log", 2, "--log-level=error", NULL);
 	struct ush_status st[2] = {{0}};
 	struct th_job keep = {.workers = w.addr, .shuffle = 1, .partitions = 4,
 			      .maps = 2, .records = 300, .statuses = st,

@@ -335,17 +335,6 @@ static void pool_random_stress(void **state)
 
 /* -------------------------------------------------- through the writer */
 
-static ush_ring *ring_new(size_t pool_bytes, size_t push)
-{
-	struct ush_ring_opts o;
-	ush_ring *ring;
-	ush_ring_opts_init(&o);
-	o.pool_bytes = pool_bytes;
-	o.push_size = push;
-	th_ok(ush_ring_create(&ring, &o));
-	return ring;
-}
-
 static size_t idle_of(const ush_ring *ring)
 {
 	struct ush_ring_info info;
@@ -384,7 +373,7 @@ static size_t fill_records(void *buf, size_t cap, uint64_t seed,
 static void swap_never_smaller(void **state)
 {
 	(void)state;
-	ush_ring *ring = ring_new(128 * KiB, 64 * KiB);
+	ush_ring *ring = th_ring(128 * KiB, 64 * KiB);
 	const size_t cap_full = 64 * KiB - USH_FRAME_HDR_SIZE;
 	assert_int_equal(idle_of(ring), 128 * KiB);
 	for (uint32_t k = 1; k < 16; k++) {
@@ -455,7 +444,7 @@ static void swap_waits_for_same_size(void **state)
 {
 	(void)state;
 	const char *dir = th_tmpdir("pool-swap");
-	ush_ring *ring = ring_new(192 * KiB, 64 * KiB);
+	ush_ring *ring = th_ring(192 * KiB, 64 * KiB);
 	struct ush_writer_opts wo = {.size = sizeof(wo), .shuffle = 1,
 		.partitions = 2, .target = USH_TARGET_DISK, .dir = dir,
 		.direct = 1};
@@ -547,7 +536,7 @@ static void ten_thousand_partitions(void **state)
 {
 	(void)state;
 	const char *dir = th_tmpdir("pool-10k");
-	ush_ring *ring = ring_new(64 * MiB, 64 * KiB);
+	ush_ring *ring = th_ring(64 * MiB, 64 * KiB);
 	struct ush_ring_info info;
 	ush_ring_info(ring, &info);
 	assert_int_equal(info.pool_bytes, 64 * MiB);

@@ -40,7 +40,7 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static uint64_t rec_seed(uint32_t map, uint32_t part, uint32_t i)
+static uint64_t mixed_seed(uint32_t map, uint32_t part, uint32_t i)
 {
 	return mix((uint64_t)map << 48 ^ (uint64_t)part << 24 ^ i);
 }
@@ -55,7 +55,7 @@ static int special(uint32_t map, uint32_t part)
  * records, so some (map, partition) pairs are empty. */
 static uint32_t rec_count(uint32_t map, uint32_t part)
 {
-	uint64_t h = rec_seed(map, part, UINT32_MAX);
+	uint64_t h = mixed_seed(map, part, UINT32_MAX);
 	uint32_t n = part % 100 == 42 ? 300 + (uint32_t)(h % 50)
 				      : (uint32_t)(h % 9);
 	return n + (special(map, part) ? (uint32_t)NSPECIAL : 0);
@@ -65,7 +65,7 @@ static uint32_t rec_len(uint32_t map, uint32_t part, uint32_t i)
 {
 	if (special(map, part) && i < NSPECIAL)
 		return special_lens[i];
-	uint64_t h = rec_seed(map, part, i);
+	uint64_t h = mixed_seed(map, part, i);
 	if (part % 100 == 42)
 		return (uint32_t)(h >> 8) % 1200;
 	return h % 16 == 0 ? 200 + (uint32_t)(h >> 8) % 4000
@@ -161,7 +161,7 @@ static void *writer_thread(void *arg)
 					continue;
 				more = 1;
 				uint32_t len = rec_len(map, p, r);
-				rec_fill(rec, len, rec_seed(map, p, r));
+				rec_fill(rec, len, mixed_seed(map, p, r));
 				ret = ush_writer_write(w[k], p, rec, len);
 				if (ret) {
 					job_fail(j, ret, "ush_writer_write");
@@ -243,7 +243,7 @@ static uint64_t check_partition(const struct ush_status *statuses,
 		uint32_t c = rec_count(m, part);
 		for (uint32_t i = 0; i < c; i++) {
 			uint32_t len = rec_len(m, part, i);
-			rec_fill(tmp, len, rec_seed(m, part, i));
+			rec_fill(tmp, len, mixed_seed(m, part, i));
 			ws[n++] = (struct want){rec_hash(tmp, len), len, m, i,
 						0};
 		}
@@ -271,7 +271,7 @@ static uint64_t check_partition(const struct ush_status *statuses,
 			if (ws[k].used)
 				continue;
 			rec_fill(tmp, ws[k].len,
-				 rec_seed(ws[k].map, part, ws[k].idx));
+				 mixed_seed(ws[k].map, part, ws[k].idx));
 			if (memcmp(tmp, rec, len))
 				continue;
 			ws[k].used = 1;
@@ -383,7 +383,7 @@ struct hop {
 /* Partition 0's records compress (a pattern), partition 1's do not. */
 static uint64_t hop_seed(uint32_t part, uint32_t i)
 {
-	return part ? rec_seed(99, 1, i) : 0;
+	return part ? mixed_seed(99, 1, i) : 0;
 }
 
 static void hop_fill(uint8_t *buf, uint32_t part, uint32_t i)

@@ -824,7 +824,7 @@ static bool forgotten(ush_ring *ring, uint32_t s)
 	return !ret;
 }
 
-static void spawn(unsigned i, int port)
+static void spawn_worker(unsigned i, int port)
 {
 	static char ttl[32], log[NW][600];
 	snprintf(ttl, sizeof(ttl), "--app-ttl=%u", K.ttl_ms);
@@ -857,7 +857,7 @@ static unsigned killer(struct usage *half)
 		atomic_fetch_add(&epoch[v], 1);
 		th_worker_kill(&wk[v]);
 		sleep_ms(DOWN_MS);
-		spawn(v, port);
+		spawn_worker(v, port);
 		atomic_fetch_add(&epoch[v], 1);
 		kills++;
 		next = now_ms() + K.kill_ms;
@@ -892,7 +892,7 @@ static void soak(void **state)
 	for (unsigned i = 0; i < NW; i++) {
 		wk[i] = (struct th_worker){0};
 		snprintf(wk[i].dir, sizeof(wk[i].dir), "%s", th_tmpdir("soak"));
-		spawn(i, 0);
+		spawn_worker(i, 0);
 		snprintf(addr[i], sizeof(addr[i]), "%s", wk[i].addr);
 		snprintf(workers + strlen(workers),
 			 sizeof(workers) - strlen(workers), "%s%s",

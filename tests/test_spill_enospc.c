@@ -93,18 +93,6 @@ static uint64_t fs_free(void)
 }
 
 /* A ring of push buffers of push bytes (0: the default, 64 KiB). */
-static ush_ring *ring_new(size_t push)
-{
-	struct ush_ring_opts ro;
-	ush_ring_opts_init(&ro);
-	ro.pool_bytes = 2u << 20;
-	if (push)
-		ro.push_size = push;
-	ush_ring *r;
-	th_ok(ush_ring_create(&r, &ro));
-	return r;
-}
-
 static ush_writer *writer_open(ush_ring *ring, uint32_t map)
 {
 	struct ush_writer_opts o;
@@ -177,7 +165,7 @@ static void sixteen_writers(void **state)
 	ush_writer *w[N];
 	struct ush_status st[N];
 	for (uint32_t k = 0; k < N; k++) {
-		ring[k] = ring_new(0);
+		ring[k] = th_ring(2u << 20, 0);
 		w[k] = writer_open(ring[k], k);
 	}
 	for (uint32_t i = 0; i < RECS; i++)
@@ -201,7 +189,7 @@ static void small_fs(void **state)
 	enum { RECS = (1u << 20) / REC };
 	printf("%s: %llu KiB free\n", mnt,
 	       (unsigned long long)(fs_free() >> 10));
-	ush_ring *ring = ring_new(0);
+	ush_ring *ring = th_ring(2u << 20, 0);
 	struct ush_status st[2];
 	ush_writer *w = writer_open(ring, 0);
 	for (uint32_t i = 0; i < RECS; i++)
@@ -250,11 +238,11 @@ static void refused_step_returned(void **state)
 	 * 16 at a time, a frame once the next record does not fit, so
 	 * these 80 frames (1.25 MiB) all reach the disk before B. */
 	enum { A_RECS = 80 * 4 + PARTS, B_RECS = 32 };
-	ush_ring *ring = ring_new(16u << 10);
+	ush_ring *ring = th_ring(2u << 20, 16u << 10);
 	ush_writer *a = writer_open(ring, 0);
 	for (uint32_t i = 0; i < A_RECS; i++)
 		write_rec(a, 0, i);
-	ush_ring *ring_b = ring_new(16u << 10);
+	ush_ring *ring_b = th_ring(2u << 20, 16u << 10);
 	ush_writer *b = writer_open(ring_b, 1);
 	for (uint32_t i = 0; i < B_RECS; i++)
 		write_rec(b, 1, i);

@@ -28,16 +28,11 @@
 #define NREC 12000 /* records in all, spread over the partitions */
 #define PUSH (64u << 10)
 
-static uint64_t rec_seed(uint32_t i)
-{
-	return 0x5eed0000ull << 20 | i;
-}
-
 /* Mostly 0-3,000 bytes, one in 64 of 10-30 KiB, one in 500 above the
  * push size (a frame of its own, of an odd length). */
 static uint32_t rec_len(uint32_t i)
 {
-	uint64_t h = rec_seed(i) * 0x9e3779b97f4a7c15ull >> 20;
+	uint64_t h = th_rec_seed(0x5eed, 0, i) * 0x9e3779b97f4a7c15ull >> 20;
 	if (h % 500 == 7)
 		return PUSH + (uint32_t)(h >> 12) % 9000;
 	if (h % 64 == 3)
@@ -47,7 +42,7 @@ static uint32_t rec_len(uint32_t i)
 
 static uint32_t rec_part(uint32_t i)
 {
-	return (uint32_t)(rec_seed(i) * 0xbf58476d1ce4e5b9ull >> 40) % NPARTS;
+	return (uint32_t)(th_rec_seed(0x5eed, 0, i) * 0xbf58476d1ce4e5b9ull >> 40) % NPARTS;
 }
 
 /* A disk writer of map 0 with push buffers of PUSH bytes, on a ring of
@@ -81,7 +76,7 @@ static uint64_t write_map(const char *dir, int direct, enum ush_ioengine eng,
 	uint8_t *rec = malloc(2 * PUSH);
 	assert_non_null(rec);
 	for (uint32_t i = 0; i < NREC; i++) {
-		th_fill(rec, rec_len(i), rec_seed(i));
+		th_fill(rec, rec_len(i), th_rec_seed(0x5eed, 0, i));
 		th_ok(ush_writer_write(w, rec_part(i), rec, rec_len(i)));
 	}
 	free(rec);
@@ -177,7 +172,7 @@ static int read_part(const struct ush_status *st, uint32_t p)
 			continue;
 		ret = ush_reader_next(r, &rec, &len);
 		if (ret == 1 && (len != rec_len(i) ||
-				 !th_check(rec, len, rec_seed(i))))
+				 !th_check(rec, len, th_rec_seed(0x5eed, 0, i))))
 			fail_msg("partition %u record %u: wrong bytes", p, i);
 		if (ret == 0)
 			fail_msg("partition %u: ends before record %u", p, i);

@@ -41,11 +41,6 @@ static uint32_t rec_len(uint32_t m, uint32_t p, uint32_t i)
 	return 4 + (m * 5 + p * 11 + i * 3) % len_max;
 }
 
-static uint64_t rec_seed(uint32_t m, uint32_t p, uint32_t i)
-{
-	return (uint64_t)m << 48 | (uint64_t)p << 8 | i;
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -81,7 +76,7 @@ static uint64_t write_map(const char *dir, uint32_t m, enum ush_ioengine eng,
 			if (i >= nrec(m, p))
 				continue;
 			uint32_t len = rec_len(m, p, i);
-			th_fill(rec, len, rec_seed(m, p, i));
+			th_fill(rec, len, th_rec_seed(m, p, i));
 			th_ok(ush_writer_write(w, p, rec, len));
 		}
 	th_ok(th_commit(w, NULL, st));
@@ -126,7 +121,7 @@ static void read_all_parts(const struct ush_status *st)
 						 "%u: %d (%s)", p, m, i, ret,
 						 ush_last_error());
 				uint32_t wl = rec_len(m, p, i);
-				th_fill(want, wl, rec_seed(m, p, i));
+				th_fill(want, wl, th_rec_seed(m, p, i));
 				if (len != wl || memcmp(rec, want, wl))
 					fail_msg("partition %u map %u record "
 						 "%u: wrong bytes", p, m, i);

@@ -3,7 +3,8 @@
  * links the client library rather than carrying a copy of the core, so
  * one process has one error message per thread, one log sink, one set of
  * counters. These functions therefore sit in libushuffle.so's dynamic
- * symbol table (node USHUFFLE_PRIVATE of src/libushuffle.map), where a
+ * symbol table (node USHUFFLE_PRIVATE of src/libushuffle.map, named
+ * USHUFFLE_PRIVATE_<version> in the built library), where a
  * module-prefixed name (ring_start) could bind to a host program's own
  * function of that name: here they get the internal prefix at link time,
  * as zlib's Z_PREFIX does, and keep their short names in the source.

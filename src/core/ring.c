@@ -26,6 +26,9 @@ struct ush_ring {
 	struct ushi_op *ops, *free_ops;
 	unsigned inflight;   /* ops started, not completed */
 	unsigned armed;      /* armed ops that wait for peers */
+	/* The kind of op whose callback runs now, +1 (0: none): a reap
+	 * inside a callback is a bug (ring.h, ushi_op_cb). */
+	unsigned in_cb;
 };
 
 static const struct ush_ring_opts ring_defaults = {
@@ -296,8 +299,21 @@ int ring_register_buf_ring(struct ush_ring *r, struct io_uring_buf_reg *reg)
 
 /* ------------------------------------------------------------- op records */
 
+/* A completion callback never reaps (ring.h, ushi_op_cb): the CQEs that
+ * its own reap is handing out are not consumed yet. */
+static void check_not_in_cb(const struct ush_ring *r, const char *who)
+{
+	if (r->in_cb)
+		ushi_panic("ring: %s inside the completion callback of an op of "
+			  "kind %u: a completion callback must never reap (the "
+			  "completions being handed out would run again)",
+			  who, r->in_cb - 1);
+}
+
 int ring_op_get(struct ush_ring *r, struct ushi_op **op)
 {
+	if (!r->free_ops)
+		check_not_in_cb(r, "ring_op_get() with no free op");
 	while (!r->free_ops) {
 		int ret = ring_reap(r, 1);
 		if (ret)
@@ -530,6 +546,8 @@ int ring_submit(struct ush_ring *r)
 void ring_complete(struct ush_ring *r, struct ushi_op *op, int res,
 		   unsigned flags)
 {
+	unsigned outer = r->in_cb; /* a blocking write's, in ring_start() */
+	r->in_cb = (unsigned)op->kind + 1;
 	switch (op->kind) {
 	case OP_WRITE:
 	case OP_FSYNC: /* a write of no bytes: retried on EINTR/EAGAIN */
@@ -543,15 +561,18 @@ void ring_complete(struct ush_ring *r, struct ushi_op *op, int res,
 	default:
 		complete_armed(r, op, res, flags);
 	}
+	r->in_cb = outer;
 }
 
 int ring_reap_timeout(struct ush_ring *r, unsigned min, uint64_t timeout_ns)
 {
+	check_not_in_cb(r, "ring_reap_timeout()");
 	return r->eng->ops->reap(r->eng, min, timeout_ns);
 }
 
 int ring_reap(struct ush_ring *r, unsigned min)
 {
+	check_not_in_cb(r, "ring_reap()");
 	if (!r->inflight && !r->armed)
 		return 0;
 	return r->eng->ops->reap(r->eng, min, UINT64_MAX);
@@ -559,11 +580,13 @@ int ring_reap(struct ush_ring *r, unsigned min)
 
 int ring_poll(struct ush_ring *r)
 {
+	check_not_in_cb(r, "ring_poll()");
 	return r->eng->ops->poll(r->eng);
 }
 
 int ring_drain(struct ush_ring *r)
 {
+	check_not_in_cb(r, "ring_drain()");
 	int ret = 0;
 	while (r->inflight && !ret)
 		ret = ring_reap(r, 1);

@@ -23,10 +23,24 @@
 #include <liburing.h>
 
 struct ushi_op;
-/* res: bytes transferred (all of len) or a negative errno. The callback
+/*
+ * res: bytes transferred (all of len) or a negative errno. The callback
  * owns the op's memory (io.buf, io.addr) from here on; the ring recycles
  * op itself afterwards (multishot ops: after the CQE without
- * IORING_CQE_F_MORE). */
+ * IORING_CQE_F_MORE).
+ *
+ * A completion callback never reaps. Callbacks run inside a reap, and
+ * the io_uring engine advances the CQ only once every callback of the
+ * batch has returned (engine_uring.c, reap_cqes()), so a reap inside a
+ * callback would hand the same CQEs out again. From a callback, call
+ * neither ring_reap(), ring_reap_timeout(), ring_poll() nor ring_drain(),
+ * and ring_op_get() only when ring_op_ready() (else it would reap); to
+ * wait for more, return and let the caller's loop reap. Queueing is fine:
+ * ring_start(), ring_arm(), ring_send_own(), ring_send_end() and
+ * ring_submit() are safe in a callback. ring.c checks the rule in every
+ * build: a reap inside a callback aborts, naming the reap and the op
+ * kind whose callback made it.
+ */
 typedef void (*ushi_op_cb)(struct ushi_op *op, int res);
 
 /* What an op does, and so which payload of struct ushi_op it uses;
@@ -138,7 +152,8 @@ struct ushi_op {
 };
 
 /* Takes a free op, zeroed, reaping completions while all iodepth are in
- * use. Returns 0 and *op, or a negative error from io_uring_enter. */
+ * use (so, in a completion callback, only when ring_op_ready()). Returns 0
+ * and *op, or a negative error from io_uring_enter. */
 int ring_op_get(struct ush_ring *r, struct ushi_op **op);
 /*
  * Queues op (OP_WRITE, OP_SEND or OP_SEND_ZC) for its io.len bytes;

@@ -47,9 +47,7 @@ void net_conn_free(struct net_conn *c)
  * the caller's single redial. */
 static bool alive(const struct net_conn *c)
 {
-	char b;
-	return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
-	       (errno == EAGAIN || errno == EWOULDBLOCK);
+	return net_idle_open(c->fd);
 }
 
 /* Unlinks and returns the connections idle too long (locked). */

@@ -132,7 +132,7 @@ int net_app(struct proto_hello *h, const char *app);
  * when there is none (the HELLO asks for no authentication), or -EINVAL
  * for a bad $USHUFFLE_SECRET. */
 int net_secret(const char *app, uint8_t *key);
-/* ---------------------------------------- blocking socket calls (sock.c) */
+/* ------------- the client's socket calls outside a ring (sock.c), all */
 
 struct addrinfo;
 /* A TCP connection to ai within timeout_ms: the fd, blocking, with
@@ -150,6 +150,15 @@ bool net_same_host(int fd);
  * one: the count, -ETIMEDOUT after the socket's timeout, -EPIPE at EOF,
  * or -errno. */
 int net_recv(int fd, void *buf, size_t cap);
+/* net_recv() without waiting: -EAGAIN when the socket holds nothing. */
+int net_recv_ready(int fd, void *buf, size_t cap);
+/* Whether an idle connection is still usable: its peer has neither sent
+ * anything nor closed it (a peek, without waiting). */
+bool net_idle_open(int fd);
+/* Resets fd's connection, keeping fd: what its send queue holds, and
+ * the pages of zero-copy sends with it, is dropped (connect(AF_UNSPEC),
+ * the kernel's tcp_disconnect()). Does not wait. */
+void net_reset(int fd);
 /* Reads exactly n bytes: 0, or net_recv()'s errors. */
 int net_read(int fd, void *buf, size_t n);
 /* Sends all n bytes: 0, -ETIMEDOUT after the socket's timeout, or

@@ -1,7 +1,10 @@
 /*
- * The client's blocking socket calls, all of them: connect with a
- * deadline, and reads and writes that run until done, a peer's silence
- * or its close. Everything else in the library does I/O on a ring.
+ * The client's socket calls outside a ring, all of them: connect with a
+ * deadline, reads and writes that run until done, a peer's silence or
+ * its close (the blocking ones), and three that never wait (a receive
+ * of what is there, a peek at an idle pooled connection, a reset). The
+ * writer's psync ioengine (sink_net.c) sends and receives with these.
+ * Everything else in the library does its socket I/O on a ring.
  *
  * Why these block: each serves an exchange of one thread with one peer
  * in which the thread has nothing else to do until the answer comes. A
@@ -117,6 +120,30 @@ int net_recv(int fd, void *buf, size_t cap)
 	if (r < 0)
 		return errno == EAGAIN ? -ETIMEDOUT : -errno;
 	return r ? (int)r : -EPIPE;
+}
+
+int net_recv_ready(int fd, void *buf, size_t cap)
+{
+	ssize_t r;
+	do
+		r = recv(fd, buf, cap < INT_MAX ? cap : INT_MAX, MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return r ? (int)r : -EPIPE;
+}
+
+bool net_idle_open(int fd)
+{
+	char b;
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+	       (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+void net_reset(int fd)
+{
+	struct sockaddr sa = {.sa_family = AF_UNSPEC};
+	connect(fd, &sa, sizeof(sa));
 }
 
 int net_read(int fd, void *buf, size_t n)

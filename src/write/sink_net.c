@@ -460,10 +460,8 @@ static void conn_dead(struct conn *c, int err, const char *what)
 	 * in the send queue, and with them the pages of zero-copy sends:
 	 * their notifications, which drain() waits for, would never come.
 	 * connect(AF_UNSPEC) is tcp_disconnect(): it purges the queue. */
-	if (c->fd >= 0) {
-		struct sockaddr sa = {.sa_family = AF_UNSPEC};
-		connect(c->fd, &sa, sizeof(sa));
-	}
+	if (c->fd >= 0)
+		net_reset(c->fd);
 }
 
 /* Whether every partition that c holds has a live replica besides c. */
@@ -1097,17 +1095,17 @@ static void psync_replies(struct conn *c, bool block,
 			  bool (*done)(struct conn *, uint32_t), uint32_t arg)
 {
 	while (!c->err && !(done && done(c, arg))) {
-		ssize_t r = recv(c->fd, c->rbuf + c->rlen, RBUF - c->rlen,
-				 block ? 0 : MSG_DONTWAIT);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && errno == EAGAIN && !block)
+		int r = block ? net_recv(c->fd, c->rbuf + c->rlen,
+					 RBUF - c->rlen) :
+				net_recv_ready(c->fd, c->rbuf + c->rlen,
+					       RBUF - c->rlen);
+		if (r == -EAGAIN && !block)
 			return;
-		if (r <= 0) {
-			conn_dead(c, r ? (errno == EAGAIN ? -ETIMEDOUT :
-					  -errno) : -ECONNRESET,
-				  r ? "no reply within the timeout (worker "
-				      "stalled?)" : "closed the connection");
+		if (r < 0) {
+			conn_dead(c, r == -EPIPE ? -ECONNRESET : r,
+				  r == -EPIPE ? "closed the connection" :
+				  "no reply within the timeout (worker "
+				  "stalled?)");
 			return;
 		}
 		c->rlen += (uint32_t)r;
