@@ -58,7 +58,7 @@ def test_install_durable(tmp_path):
                 assert not unsynced(f.read().split(b"\0"))
         ddf = dd.from_pandas(frame(5000, 4, skew=True), npartitions=4)
         assert_same(client, ud.shuffle(ddf, "k", npartitions=3, **opts),
-                    ddf.shuffle("k", npartitions=3, shuffle="tasks"))
+                    ddf.shuffle("k", npartitions=3, shuffle_method="tasks"))
 
 
 def test_install_and_a_lost_ushuffled(tmp_path):
@@ -83,7 +83,7 @@ def test_install_and_a_lost_ushuffled(tmp_path):
         ours = ud.shuffle(ddf, "k", npartitions=5,
                           on_commit=functools.partial(kill, victim), **opts)
         assert_same(client, ours, ddf.shuffle("k", npartitions=5,
-                                              shuffle="tasks"))
+                                              shuffle_method="tasks"))
         assert not alive(victim)
     for pid in pids.values():
         assert not alive(pid)

@@ -94,7 +94,7 @@ def test_two_hosts(hosts, tmp_path):
             ours = ud.shuffle(ddf, "k", npartitions=5, on_commit=functools
                               .partial(kill, victim), **opts)
             assert_same(client, ours, ddf.shuffle("k", npartitions=5,
-                                                  shuffle="tasks"))
+                                                  shuffle_method="tasks"))
             assert not alive(victim)
             client.shutdown()  # the scheduler and its workers
         for p in procs:
