@@ -27,9 +27,9 @@ def test_categories_per_partition(client, registered, known):
     """Categories unioned in map order; the empty output partitions (20
     of them for 24 rows) are map 0's empty piece, categories included,
     whether the meta knows the categories or holds Dask's placeholder."""
-    ddf = dd.from_map(cats, range(4), meta=cats(0).iloc[:0])
-    if not known:
-        ddf._meta = clear_known_categories(ddf._meta)
+    meta = cats(0).iloc[:0]
+    ddf = dd.from_map(cats, range(4), meta=meta if known else
+                      clear_known_categories(meta))
     got = assert_same(client, ud.shuffle(ddf, "k", npartitions=20),
                       ddf.shuffle("k", npartitions=20, shuffle_method="tasks"))
     assert any(len(p) == 0 for p in got)

@@ -31,24 +31,26 @@ def inputs():
 
 
 def through_ushuffle(ddf):
-    return any(str(k).startswith("ushuffle-map-")
-               for k in ddf.__dask_graph__())
+    return any((k[0] if isinstance(k, tuple) else k).startswith(
+        "ushuffle-map-") for k in ddf.__dask_graph__())
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_operation(client, registered, op):
     """The method from the config, and named: the tasks method's result
-    either way, through one expression."""
+    either way."""
     a, b = inputs()
     key = "dataframe.shuffle.method"
     with dask.config.set({key: "ushuffle"}):
         ours = OPS[op](a, b)
+        assert through_ushuffle(ours)
     with dask.config.set({key: "tasks"}):
         theirs = OPS[op](a, b)
-    named = OPS[op](a, b, shuffle_method="ushuffle")
-    assert named._name == ours._name
-    assert through_ushuffle(ours) and not through_ushuffle(theirs)
-    assert_same(client, ours, theirs)
+        assert not through_ushuffle(theirs)
+        assert_same(client, ours, theirs)
+        named = OPS[op](a, b, shuffle_method="ushuffle")
+        assert through_ushuffle(named)
+        assert_same(client, named, theirs)
 
 
 def test_broadcast_join_kept(client, registered):
@@ -59,10 +61,13 @@ def test_broadcast_join_kept(client, registered):
     ours = dd.merge(a, b, on="k", shuffle_method="ushuffle")
     assert not through_ushuffle(ours)
     assert_same(client, ours, dd.merge(a, b, on="k", shuffle_method="tasks"))
+    # 2 partitions against 64: Dask broadcasts the 2 (2 < log2(64) / 2).
     big = dd.from_pandas(frame(4000, 23), npartitions=64)
-    few = dd.merge(big, a, on="k", shuffle_method="ushuffle")
+    small = a.repartition(npartitions=2)
+    few = dd.merge(big, small, on="k", shuffle_method="ushuffle")
     assert not through_ushuffle(few)
-    assert_same(client, few, dd.merge(big, a, on="k", shuffle_method="tasks"))
+    assert_same(client, few, dd.merge(big, small, on="k",
+                                      shuffle_method="tasks"))
 
 
 def test_untested_dask():

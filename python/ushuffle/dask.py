@@ -405,6 +405,7 @@ class Lifetimes(SchedulerPlugin):
     that application, so the workers' --app-ttl never expires it."""
 
     name = "ushuffle"
+    idempotent = True  # a second register() keeps the live shuffles
 
     def __init__(self):
         self.live = {}  # statuses key: (shuffle id, target)
@@ -542,10 +543,25 @@ def _install():
 
 def _configure(cfg, dask_scheduler=None):
     """On the scheduler (which lowers the expressions a client sends):
-    the hook and register()'s options."""
+    the hook and, unless None, register()'s options."""
     global _registered
     _install()
-    _registered = cfg
+    if cfg is not None:
+        _registered = cfg
+
+
+_ready = set()  # (client id, scheduler) with the hook and the plugin
+
+
+def _scheduler_side(client, cfg=None):
+    """The hook, the options (unless None) and the Lifetimes plugin on
+    client's scheduler: once per client, unless there are options."""
+    key = (client.id, client.scheduler.address)
+    if key in _ready and cfg is None:
+        return
+    client.register_plugin(Lifetimes(), name=Lifetimes.name)
+    client.run_on_scheduler(_configure, cfg)
+    _ready.add(key)
 
 
 def _check_opts(opts):
@@ -560,6 +576,15 @@ def _current_client():
         return default_client()
     except ValueError:
         return None
+
+
+def _reached(cfg):
+    """cfg, once its workers answered a heartbeat: else the error now,
+    naming the worker, before any task writes anything."""
+    if cfg["workers"]:
+        _auth(cfg)
+        ushuffle.app_heartbeat(cfg["workers"], cfg["app"], cfg["timeout_ms"])
+    return cfg
 
 
 def register(workers=None, client=None, **opts):
@@ -580,16 +605,10 @@ def register(workers=None, client=None, **opts):
     global _registered
     _check_opts(opts)
     _install()
-    cfg = {**_DEFAULTS, **opts, "workers": workers}
-    if workers:
-        _auth(cfg)
-        # Fails now, naming the worker, before any task writes anything.
-        ushuffle.app_heartbeat(workers, cfg["app"], cfg["timeout_ms"])
+    cfg = _reached({**_DEFAULTS, **opts, "workers": workers})
     client = client or _current_client()
     if client is not None:
-        client.register_plugin(Lifetimes(), name=Lifetimes.name,
-                               idempotent=True)
-        client.run_on_scheduler(_configure, cfg)
+        _scheduler_side(client, cfg)
     _registered = cfg
 
 
@@ -627,6 +646,9 @@ def shuffle(df, on, npartitions=None, ignore_index=False, workers=None,
     _check_opts(opts)
     on = _check_on(df, on)
     _install()
+    client = _current_client()
+    if client is not None:
+        _scheduler_side(client)
+    cfg = _reached({**_DEFAULTS, **opts, "workers": workers})
     return df.shuffle(on, npartitions=npartitions, ignore_index=ignore_index,
-                      shuffle_method="ushuffle",
-                      ushuffle={**_DEFAULTS, **opts, "workers": workers})
+                      shuffle_method="ushuffle", ushuffle=cfg)

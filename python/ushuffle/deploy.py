@@ -145,7 +145,7 @@ def install(client, replicas=2, app="dask", ushuffled=None, args=(),
     args = (() if durable else _EPHEMERAL) + tuple(args)
     plugin = UshuffledPlugin(secret, app, secrets.token_hex(8), ushuffled,
                              args, per_worker)
-    client.register_worker_plugin(plugin, name=UshuffledPlugin.name)
+    client.register_plugin(plugin, name=UshuffledPlugin.name)
     got = pids(client)
     if not got:
         raise RuntimeError("ushuffle.deploy: no ushuffled started (no "
