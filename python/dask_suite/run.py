@@ -7,8 +7,8 @@ client:
 
 The test files and conftest.py are copied to WORKDIR/MODE (Dask's own
 conftest, whose fixture would win over ours, stays behind), and only the
-tests that take the shuffle_method fixture run: the others do not
-shuffle, or name their method.
+tests that take the shuffle_method fixture run (the others do not
+shuffle, or name their method), and not those Dask marks slow.
 """
 import os
 import shutil
@@ -33,8 +33,10 @@ def main():
         shutil.copy(os.path.join(src, f), d)
     shutil.copy(os.path.join(here, "conftest.py"), d)
     os.environ["USHUFFLE_DASK_SUITE"] = mode
+    # Dask marks its long tests slow and runs them only on request (-m
+    # slow runs them here too).
     sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs",
-                          "--rootdir", d, *rest, d]))
+                          "-m", "not slow", "--rootdir", d, *rest, d]))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ _check_versions({"dask": dask.__version__,
 
 from dask._task_spec import List, Task, TaskRef  # noqa: E402
 from dask.dataframe.dask_expr._merge import Merge  # noqa: E402
-from dask.dataframe.dask_expr._shuffle import Shuffle, SimpleShuffle  # noqa
+from dask.dataframe.dask_expr._shuffle import (  # noqa: E402
+    Shuffle, ShuffleBase, SimpleShuffle)
 from dask.utils import get_default_shuffle_method  # noqa: E402
 
 import ushuffle
@@ -524,15 +525,31 @@ def _is_broadcast_join(self):
     return _dask_broadcast(self)
 
 
-_dask_lower = _dask_broadcast = None
+def _shuffle_meta(self):
+    """ShuffleBase._meta, once installed: with ignore_index, "ushuffle"
+    numbers each map's rows from 0 as "tasks" does, and says so in the
+    meta as Dask does for "tasks" (the abstract Shuffle's meta must be
+    the lowered one's)."""
+    meta = _dask_meta(self)
+    if self.ignore_index and (self.method or get_default_shuffle_method()) \
+            == "ushuffle":
+        meta = meta.reset_index(drop=True)
+    return meta
+
+
+_dask_lower = _dask_broadcast = _dask_meta = None
 
 
 def _install():
     """Adds "ushuffle" to the methods Dask's Shuffle lowers to, and to
     those Merge may broadcast for, in this process (once)."""
-    global _dask_lower, _dask_broadcast
+    global _dask_lower, _dask_broadcast, _dask_meta
     if _dask_lower is not None:
         return
+    _dask_meta = ShuffleBase.__dict__["_meta"].func
+    prop = functools.cached_property(_shuffle_meta)
+    prop.__set_name__(ShuffleBase, "_meta")
+    ShuffleBase._meta = prop
     _dask_lower = Shuffle._lower
     _dask_broadcast = Merge.__dict__["is_broadcast_join"].func
     Shuffle._lower = _lower_shuffle
