@@ -1,8 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One Dask operation on a 2-worker LocalCluster (processes), for bench/run's
 "dask" benchmark: --op shuffle, merge (of two frames), set_index or
 groupby (.agg(split_out=32)), through --method ushuffle (a ushuffled per
-Dask worker, started by ushuffle.dask.install), tasks or disk (partd). Rows are made on the workers (the client
+Dask worker, started by ushuffle.dask.install), p2p (current Dask's
+default with a distributed client), tasks or disk (partd). Rows are made on the workers (the client
 holds none), persisted there before the clock starts (unless
 --no-persist: a frame larger than the workers' memory is made inside the
 timed graph), and the result is consumed there (each output partition's
@@ -16,8 +17,9 @@ Frames: "numeric" (an int64 key drawn uniformly, three float64) or
 an id string and a five-valued string, both with nulls; an int64; a
 float64 with NaNs).
 
-Debian's interpreter (/usr/bin/python3): dask, distributed, pandas, psutil;
-PYTHONPATH must reach the ushuffle package (<build>/python).
+The interpreter of python/venv.sh's environment (python/constraints.txt:
+dask, distributed, pandas, pyarrow, psutil); PYTHONPATH must reach the
+ushuffle package (<build>/python).
 """
 import argparse
 from concurrent.futures import TimeoutError
@@ -133,16 +135,16 @@ def build(a, rows):
     keys = rows * a.partitions
     df = frame(a, make, rows, keys)
     if a.op == "shuffle":
-        return df.shuffle("k", shuffle=a.method), rows * a.partitions
+        return df.shuffle("k", shuffle_method=a.method), rows * a.partitions
     if a.op == "merge":
         right = frame(a, unique_keys, rows, keys)
-        return dd.merge(df, right, on="k", shuffle=a.method,
+        return dd.merge(df, right, on="k", shuffle_method=a.method,
                         npartitions=a.partitions), rows * a.partitions
     if a.op == "set_index":
-        return df.set_index("k", shuffle=a.method), rows * a.partitions
+        return df.set_index("k", shuffle_method=a.method), rows * a.partitions
     agg = {"f": "sum", "i": "max"} if a.frame == "mixed" else \
         {"a": "sum", "b": "max"}
-    return df.groupby("k").agg(agg, split_out=32, shuffle=a.method), None
+    return df.groupby("k").agg(agg, split_out=32, shuffle_method=a.method), None
 
 
 def check(part, j, nparts, op):
@@ -164,7 +166,7 @@ def main():
     global FRAME
     ap = argparse.ArgumentParser()
     ap.add_argument("--method", required=True,
-                    choices=["ushuffle", "tasks", "disk"])
+                    choices=["ushuffle", "p2p", "tasks", "disk"])
     ap.add_argument("--op", default="shuffle",
                     choices=["shuffle", "merge", "set_index", "groupby"])
     ap.add_argument("--frame", default="numeric", choices=list(MAKERS))
@@ -241,7 +243,8 @@ def run(a, rows):
                     phases[k] = phases.get(k, 0) + v
                 for k, v in ct.items():
                     phases_cpu[k] = phases_cpu.get(k, 0) + v
-        limit = [w.memory_limit for w in cluster.workers.values()]
+        limit = [w["memory_limit"] for w in
+                 client.scheduler_info()["workers"].values()]
         del out
     res = {"method": a.method, "op": a.op, "frame": a.frame,
            "bytes": a.bytes, "partitions": a.partitions,

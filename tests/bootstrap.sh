@@ -5,8 +5,8 @@ set -eu
 PKGS="build-essential cmake pkg-config liburing-dev liblz4-dev libzstd-dev
 libcmocka-dev libisal-dev libinih-dev libjson-c-dev libssl-dev iproute2
 libsystemd-dev systemd curl
-python3 python3-dev python3-cffi python3-numpy python3-pandas python3-dask
-python3-distributed python3-partd python3-psutil python3-pytest
+python3 python3-dev python3-venv python3-cffi python3-numpy python3-pandas
+python3-psutil python3-pytest
 groff-base debhelper dh-python lintian mmdebstrap fio python3-six
 openjdk-17-jdk-headless maven"
 missing=""

@@ -110,8 +110,8 @@ def client():
 
 @pytest.fixture
 def registered(client, workers):
-    """shuffle="ushuffle" through the two ushuffled."""
+    """shuffle_method="ushuffle" through the two ushuffled."""
     import ushuffle.dask
-    ushuffle.dask.register(workers=workers.addr)
+    ushuffle.dask.register(workers=workers.addr, client=client)
     yield workers
     assert workers.emptied() == [], "a shuffle outlived its keys"

@@ -1,5 +1,5 @@
 """ushuffle.dask.shuffle on a real LocalCluster and real ushuffled: every
-output partition holds the rows Dask's own shuffle="tasks" puts there, in
+output partition holds the rows Dask's own shuffle_method="tasks" puts there, in
 its order."""
 import os
 import signal
@@ -51,7 +51,7 @@ def check(client, workers, ddf, on, nparts, **opts):
     wait(p)
     assert workers.stored(), "the shuffle stored nothing on the workers"
     got = assert_same(client, p,
-                      ddf.shuffle(on, npartitions=nparts, shuffle="tasks"))
+                      ddf.shuffle(on, npartitions=nparts, shuffle_method="tasks"))
     del p
     assert workers.emptied() == [], "the shuffle was not dropped"
     return got
@@ -117,7 +117,7 @@ def test_disk_target(client, tmp_path):
     ddf = dd.from_pandas(frame(5000, 4), npartitions=3)
     ours = ud.shuffle(ddf, "k", npartitions=4, dir=str(tmp_path))
     assert_same(client, ours, ddf.shuffle("k", npartitions=4,
-                                          shuffle="tasks"))
+                                          shuffle_method="tasks"))
     for _ in range(600):  # the scheduler drops it when its keys go
         if not os.listdir(tmp_path):
             break

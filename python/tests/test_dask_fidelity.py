@@ -27,11 +27,11 @@ def test_categories_per_partition(client, registered, known):
     """Categories unioned in map order; the empty output partitions (20
     of them for 24 rows) are map 0's empty piece, categories included,
     whether the meta knows the categories or holds Dask's placeholder."""
-    ddf = dd.from_map(cats, range(4), meta=cats(0).iloc[:0])
-    if not known:
-        ddf._meta = clear_known_categories(ddf._meta)
+    meta = cats(0).iloc[:0]
+    ddf = dd.from_map(cats, range(4), meta=meta if known else
+                      clear_known_categories(meta))
     got = assert_same(client, ud.shuffle(ddf, "k", npartitions=20),
-                      ddf.shuffle("k", npartitions=20, shuffle="tasks"))
+                      ddf.shuffle("k", npartitions=20, shuffle_method="tasks"))
     assert any(len(p) == 0 for p in got)
     assert any(len(p.c.cat.categories) > 2 for p in got)
 
@@ -43,7 +43,7 @@ def test_order_drop_duplicates_keep_last(client, registered):
     ddf = dd.from_pandas(frame(30000, 41, skew=True), npartitions=6)
     ours = ud.shuffle(ddf, "k", npartitions=3, workers=registered.addr,
                       push_size=16384)
-    theirs = ddf.shuffle("k", npartitions=3, shuffle="tasks")
+    theirs = ddf.shuffle("k", npartitions=3, shuffle_method="tasks")
     pd.testing.assert_frame_equal(
         ours.drop_duplicates(subset="k", keep="last").compute(),
         theirs.drop_duplicates(subset="k", keep="last").compute())
@@ -52,10 +52,10 @@ def test_order_drop_duplicates_keep_last(client, registered):
 def test_ignore_index(client, registered):
     ddf = dd.from_pandas(frame(5000, 42), npartitions=4)
     theirs = ddf.shuffle("k", npartitions=6, ignore_index=True,
-                         shuffle="tasks")
+                         shuffle_method="tasks")
     for ours in (ud.shuffle(ddf, "k", npartitions=6, ignore_index=True),
                  ddf.shuffle("k", npartitions=6, ignore_index=True,
-                             shuffle="ushuffle")):
+                             shuffle_method="ushuffle")):
         assert isinstance(ours._meta.index, pd.RangeIndex)
         got = assert_same(client, ours, theirs)
         assert not any(p.index.is_unique for p in got if len(p) > 100)
@@ -83,20 +83,37 @@ ONS = {
 }
 
 
-def transitions(client):
-    return client.run_on_scheduler(
-        lambda dask_scheduler: dask_scheduler.transition_counter)
+def graphs_sent(client):
+    """The graphs this client sent its scheduler (the scheduler's
+    update-graph events on the client's topic): what this test computed,
+    not what other clients, or earlier tests' work still settling, did."""
+    return {msg["stimulus_id"] for _, msg in client.get_events(client.id)
+            if msg.get("action") == "update-graph"}
 
 
 @pytest.mark.parametrize("kind", sorted(ONS))
 def test_on(client, registered, kind):
     ddf = labelled()
     ours_on, tasks_on = ONS[kind]
-    before = transitions(client)
+    before = graphs_sent(client)
     ours = ud.shuffle(ddf, ours_on(ddf), npartitions=4)
-    assert transitions(client) == before, "computed while building"
+    assert graphs_sent(client) == before, "computed while building"
     assert_same(client, ours, ddf.shuffle(tasks_on(ddf), npartitions=4,
-                                          shuffle="tasks"))
+                                          shuffle_method="tasks"))
+
+
+def test_graphs_sent_counts_this_client_only(client):
+    """test_on's check sees a compute of its own client, and not one of
+    another client on the same scheduler (which a count of the
+    scheduler's transitions did: issue 38, item 9)."""
+    from distributed import Client
+    ddf = labelled()
+    before = graphs_sent(client)
+    with Client(client.scheduler.address) as other:
+        other.compute(ddf.k.sum()).result()
+    assert graphs_sent(client) == before
+    client.compute(ddf.k.sum()).result()
+    assert len(graphs_sent(client) - before) == 1
 
 
 def test_unknown_label_short_message():
@@ -115,7 +132,7 @@ def test_row_larger_than_push_buffer(client, registered):
     got = assert_same(client, ud.shuffle(ddf, "k", npartitions=4,
                                          workers=registered.addr,
                                          push_size=16384),
-                      ddf.shuffle("k", npartitions=4, shuffle="tasks"))
+                      ddf.shuffle("k", npartitions=4, shuffle_method="tasks"))
     assert sum((p.s.str.len() == 200000).sum() for p in got) == 1
 
 

@@ -23,7 +23,7 @@ ROWS = 3000
 
 def shuffled():
     ddf = dd.from_pandas(frame(ROWS, 31), npartitions=3)
-    return ddf.shuffle("k", npartitions=4, shuffle="ushuffle")
+    return ddf.shuffle("k", npartitions=4, shuffle_method="ushuffle")
 
 
 def test_compute_and_recompute(client, registered):
@@ -102,7 +102,7 @@ LOST = """
     c = Client(sys.argv[1])
     ushuffle.dask.register(workers=sys.argv[2])
     ddf = dd.from_pandas(frame(%d, 32), npartitions=3)
-    p = ddf.shuffle("k", npartitions=4, shuffle="ushuffle").persist()
+    p = ddf.shuffle("k", npartitions=4, shuffle_method="ushuffle").persist()
     wait(p)
     print("held", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)  # no goodbye to the scheduler

@@ -1,6 +1,7 @@
-"""Dask's own operations with shuffle="ushuffle" (ushuffle.dask.register())
-on a real LocalCluster and real ushuffled: each result equals the same
-operation through shuffle="tasks", partition by partition."""
+"""Dask's own operations with shuffle_method="ushuffle"
+(ushuffle.dask.register()) on a real LocalCluster and real ushuffled: each
+result equals the same operation through shuffle_method="tasks", partition
+by partition; a broadcast join stays one."""
 import dask
 import dask.dataframe as dd
 import pytest
@@ -8,8 +9,7 @@ import pytest
 import ushuffle.dask as ud
 from test_dask import assert_same, frame
 
-# Each operation once with the shuffle method given (None: from the
-# config only: sort_values takes none in Dask 2022.12).
+# Each operation with the shuffle method given.
 OPS = {
     "shuffle": (lambda a, b, **kw: a.shuffle("k", npartitions=5, **kw)),
     "set_index": (lambda a, b, **kw: a.set_index("k", npartitions=4, **kw)),
@@ -17,7 +17,9 @@ OPS = {
                                           broadcast=False, **kw)),
     "groupby": (lambda a, b, **kw: a.groupby("k").agg(
         {"f": "sum", "i": "max"}, split_out=3, **kw)),
-    "sort_values": (lambda a, b, **kw: a.sort_values("f")),
+    "sort_values": (lambda a, b, **kw: a.sort_values("f", **kw)),
+    "drop_duplicates": (lambda a, b, **kw: a.drop_duplicates(
+        subset=["k"], split_out=3, **kw)),
 }
 
 
@@ -29,34 +31,52 @@ def inputs():
 
 
 def through_ushuffle(ddf):
-    return any(str(k).startswith("ushuffle-reduce-") for k in ddf.dask.layers)
+    return any((k[0] if isinstance(k, tuple) else k).startswith(
+        "ushuffle-map-") for k in ddf.__dask_graph__())
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_operation(client, registered, op):
-    """The method from the config, and named (sort_values takes none):
-    the tasks method's result either way. Both give one graph but for
-    df.shuffle, where a named method skips the _partitions column."""
+    """The method from the config, and named: the tasks method's result
+    either way."""
     a, b = inputs()
-    with dask.config.set(shuffle="ushuffle"):
-        cases = [(OPS[op](a, b), None)]
-    with dask.config.set(shuffle="tasks"):
-        cases[0] = (cases[0][0], OPS[op](a, b))
-    if op != "sort_values":
-        named = OPS[op](a, b, shuffle="ushuffle")
-        if named._name != cases[0][0]._name:
-            cases.append((named, OPS[op](a, b, shuffle="tasks")))
-    for ours, theirs in cases:
-        assert through_ushuffle(ours) and not through_ushuffle(theirs)
+    key = "dataframe.shuffle.method"
+    with dask.config.set({key: "ushuffle"}):
+        ours = OPS[op](a, b)
+        assert through_ushuffle(ours)
+    with dask.config.set({key: "tasks"}):
+        theirs = OPS[op](a, b)
+        assert not through_ushuffle(theirs)
         assert_same(client, ours, theirs)
-    assert len(cases) == 1 + (op == "shuffle")
+        named = OPS[op](a, b, shuffle_method="ushuffle")
+        assert through_ushuffle(named)
+        assert_same(client, named, theirs)
 
 
-def test_untested_dask(monkeypatch):
-    monkeypatch.setattr(dask, "__version__", "2023.1.0")
-    with pytest.raises(RuntimeError, match="tested with dask and "
-                       "distributed 2022.12.x only; found dask 2023.1.0"):
-        ud.register()
+def test_broadcast_join_kept(client, registered):
+    """A small side is broadcast with ushuffle as with Dask's methods:
+    nothing shuffles."""
+    a, b = inputs()
+    b = b.repartition(npartitions=1)
+    ours = dd.merge(a, b, on="k", shuffle_method="ushuffle")
+    assert not through_ushuffle(ours)
+    assert_same(client, ours, dd.merge(a, b, on="k", shuffle_method="tasks"))
+    # 2 partitions against 64: Dask broadcasts the 2 (2 < log2(64) / 2).
+    big = dd.from_pandas(frame(4000, 23), npartitions=64)
+    small = a.repartition(npartitions=2)
+    few = dd.merge(big, small, on="k", shuffle_method="ushuffle")
+    assert not through_ushuffle(few)
+    assert_same(client, few, dd.merge(big, small, on="k",
+                                      shuffle_method="tasks"))
+
+
+def test_untested_dask():
+    """One line naming the tested and the found releases."""
+    with pytest.raises(ImportError, match=r"^ushuffle.dask: tested with "
+                       r"dask 2026\.8\.x, distributed 2026\.8\.x only; found "
+                       r"dask 2022\.12\.1, distributed 2026\.8\.0 "
+                       r"\(python/constraints.txt\)$"):
+        ud._check_versions({"dask": "2022.12.1", "distributed": "2026.8.0"})
 
 
 def test_unknown_option():

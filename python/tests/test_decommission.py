@@ -101,7 +101,7 @@ def test_dask_shuffle_beside_a_drained_worker(client):
         held = w.held()
         assert held[0] == 1 and held[1] == 2, held
         assert_same(client, p,
-                    ddf.shuffle("k", npartitions=4, shuffle="tasks"))
+                    ddf.shuffle("k", npartitions=4, shuffle_method="tasks"))
         del p  # the scheduler's plugin drops it on both workers
         _until(lambda: w.held()[1] == 1)
         ushuffle.shuffle_drop(w.addr, APP, 1)

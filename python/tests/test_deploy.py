@@ -58,7 +58,7 @@ def test_install_durable(tmp_path):
                 assert not unsynced(f.read().split(b"\0"))
         ddf = dd.from_pandas(frame(5000, 4, skew=True), npartitions=4)
         assert_same(client, ud.shuffle(ddf, "k", npartitions=3, **opts),
-                    ddf.shuffle("k", npartitions=3, shuffle="tasks"))
+                    ddf.shuffle("k", npartitions=3, shuffle_method="tasks"))
 
 
 def test_install_and_a_lost_ushuffled(tmp_path):
@@ -83,10 +83,75 @@ def test_install_and_a_lost_ushuffled(tmp_path):
         ours = ud.shuffle(ddf, "k", npartitions=5,
                           on_commit=functools.partial(kill, victim), **opts)
         assert_same(client, ours, ddf.shuffle("k", npartitions=5,
-                                              shuffle="tasks"))
+                                              shuffle_method="tasks"))
         assert not alive(victim)
     for pid in pids.values():
         assert not alive(pid)
     for host in ("127.0.0.1", "127.0.0.2"):
         for base, dirs, _ in os.walk(tmp_path / host):
             assert "ushuffled" not in dirs, base
+
+
+def hosting(client):
+    """The Dask workers that run a ushuffled."""
+    runs = client.run(lambda dask_worker: getattr(
+        dask_worker, "_ushuffle_deploy", None) is not None)
+    return sorted(a for a, yes in runs.items() if yes)
+
+
+def test_install_twice_and_a_restarted_worker(tmp_path):
+    """One host: replicas 1 by default. A second client's install() gets
+    the same workers, leaves the running ushuffled alone and can shuffle
+    (the secret from the scheduler). The Dask worker running ushuffled
+    restarted (its ushuffled dies with it): the next shuffle, with the
+    options install() returned before, works: the new ushuffled listens
+    where the old one did."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None,
+                      local_directory=str(tmp_path)) as c, \
+            Client(c) as client:
+        opts = ud.install(client)
+        assert opts["replicas"] == 1
+        before = deploy.pids(client)
+        assert len(before) == 1
+        with Client(c, set_as_default=False) as other:
+            assert ud.install(other) == opts
+            assert deploy.pids(other) == before
+        ddf = dd.from_pandas(frame(5000, 8), npartitions=4)
+        want = ddf.shuffle("k", npartitions=3, shuffle_method="tasks")
+        assert_same(client, ud.shuffle(ddf, "k", npartitions=3, **opts),
+                    want)
+        (pid,) = before.values()
+        (worker,) = hosting(client)
+        client.restart_workers([worker])
+        client.wait_for_workers(2, timeout=60)
+        assert not alive(pid)
+        after = deploy.pids(client)
+        assert list(after) == list(before) and list(after.values()) != \
+            [pid]
+        assert_same(client, ud.shuffle(ddf, "k", npartitions=3, **opts),
+                    want)
+
+
+def test_ushuffled_cannot_start_says_why(tmp_path):
+    """A port another socket holds: the error names ushuffled's own
+    reason, not an empty line."""
+    import socket
+    from distributed import LocalCluster
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    try:
+        with LocalCluster(n_workers=1, threads_per_worker=1,
+                          processes=True, dashboard_address=None,
+                          host="127.0.0.1",
+                          local_directory=str(tmp_path)) as c, \
+                Client(c) as client:
+            import pytest
+            with pytest.raises(Exception, match=r"did not start: .*"
+                               r"(in use|EADDRINUSE)"):
+                ud.install(client, port=port)
+    finally:
+        held.close()

@@ -66,13 +66,16 @@ def wait_file(path, proc):
 def test_two_hosts(hosts, tmp_path):
     ns, addrs, mine = hosts
     sched_file = str(tmp_path / "scheduler.json")
-    # The workers unpickle on_commit's kill from test_deploy.
+    # The workers unpickle on_commit's kill from test_deploy, and so does
+    # the scheduler, which lowers the expression that carries it (and
+    # imports ushuffle.dask to lower it).
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(__file__)] + sys.path))
     procs = [subprocess.Popen(
         [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", mine,
          "--port", "0", "--dashboard-address", ":0",
-         "--scheduler-file", sched_file], stderr=subprocess.DEVNULL)]
+         "--scheduler-file", sched_file], stderr=subprocess.DEVNULL,
+        env=env)]
     try:
         wait_file(sched_file, procs[0])
         for n, a in zip(ns, addrs):
@@ -94,7 +97,7 @@ def test_two_hosts(hosts, tmp_path):
             ours = ud.shuffle(ddf, "k", npartitions=5, on_commit=functools
                               .partial(kill, victim), **opts)
             assert_same(client, ours, ddf.shuffle("k", npartitions=5,
-                                                  shuffle="tasks"))
+                                                  shuffle_method="tasks"))
             assert not alive(victim)
             client.shutdown()  # the scheduler and its workers
         for p in procs:

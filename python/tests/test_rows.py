@@ -74,7 +74,9 @@ def roundtrip(df, tmp_path, push_size=1 << 16, nparts=3):
         if part is None:
             assert want.empty
             continue
-        pd.testing.assert_frame_equal(part, want, check_index_type=True)
+        # "equiv": pandas 3 keeps a RangeIndex through take() where it
+        # can (one row); the rows carry an int64 index, the same values.
+        pd.testing.assert_frame_equal(part, want, check_index_type="equiv")
     return batches
 
 

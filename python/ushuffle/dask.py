@@ -1,23 +1,28 @@
-"""ushuffle as Dask's shuffle method (docs/python.md).
+"""ushuffle as a shuffle method of Dask's expression-based dataframes
+(docs/python.md).
 
-register() hooks dask.dataframe.shuffle.rearrange_by_column, the one
-function every hash and range shuffle of Dask 2022.12 goes through
-(df.shuffle, set_index, merge, groupby with split_out, sort_values), so
-that shuffle="ushuffle", or dask.config.set(shuffle="ushuffle"), moves
-the rows through ushuffle (and dask.dataframe.shuffle.shuffle, whose
-column-label path Dask reserves to "tasks"). A shuffle is three layers: one map task per
+register() adds "ushuffle" to the methods dask.dataframe's abstract
+Shuffle expression lowers to, beside "p2p", "tasks" and "disk", so that
+shuffle_method="ushuffle", or dask.config.set({"dataframe.shuffle.method":
+"ushuffle"}), moves the rows of every operation that shuffles (df.shuffle,
+set_index, sort_values, hash merges and joins, groupby and drop_duplicates
+with split_out, ...) through ushuffle. A broadcast join stays a broadcast
+join: Dask chooses it for ushuffle as it does for its own methods.
+
+The lowered shuffle is three layers, as p2p's: one transfer (map) task per
 input partition (write each output partition's rows through a ushuffle
 Writer, commit, return the map status bytes and the rows per partition),
-one statuses task that lists them, and one reduce task per output
-partition (read exactly the attempts whose statuses Dask delivered). A
-map task that Dask re-runs (its worker died) writes a new, random attempt
-number; the attempts Dask did not deliver are never read.
+one barrier (statuses) task that lists them, and one unpack (reduce) task
+per output partition (read exactly the attempts whose statuses Dask
+delivered). A map task that Dask re-runs (its worker died) writes a new,
+random attempt number; the attempts Dask did not deliver are never read.
 
-Lifetimes are the scheduler's: a SchedulerPlugin hands each incarnation of
-a shuffle its id when its first map asks, and drops it on the ushuffled
-workers when the statuses task, on which every output partition depends,
-is forgotten: after the last output key was released by every future,
-persisted collection and client that held it.
+Lifetimes. With a distributed Client, the scheduler's: a SchedulerPlugin
+hands each incarnation of a shuffle its id when its first map asks, and
+drops it on the ushuffled workers when the statuses task, on which every
+output partition depends, is forgotten. On Dask's local schedulers an id
+task makes the id, and the shuffle is dropped when the local scheduler
+releases the statuses (after the last output partition was read).
 
 Rows travel as row batches (ushuffle/rows.py): the map hashes and sorts
 them in C and packs each batch's columns straight into a push buffer;
@@ -27,7 +32,7 @@ partition's rows in map order, then row order, and concatenates per map
 as Dask's tasks shuffle does.
 """
 import collections
-import inspect
+import functools
 import logging
 import os
 import shutil
@@ -36,19 +41,42 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import dask
-import dask.dataframe.shuffle as _dshuffle
+import distributed
 import numpy as np
 import pandas as pd
-from dask.base import is_dask_collection, tokenize
+from dask.base import is_dask_collection
 from dask.dataframe import methods
-from dask.dataframe.core import new_dd_object
-from dask.highlevelgraph import HighLevelGraph
 from distributed.diagnostics.plugin import SchedulerPlugin
+
+# The Dask and distributed releases the lowering was tested with
+# (python/constraints.txt): others are refused, on import.
+TESTED = {"dask": ("2026.8.",), "distributed": ("2026.8.",)}
+
+
+def _check_versions(found):
+    if not all(found[k].startswith(TESTED[k]) for k in TESTED):
+        tested = ", ".join(f"{k} {'/'.join(v + 'x' for v in TESTED[k])}"
+                           for k in TESTED)
+        raise ImportError(
+            f"ushuffle.dask: tested with {tested} only; found dask "
+            f"{found['dask']}, distributed {found['distributed']} "
+            f"(python/constraints.txt)")
+
+
+_check_versions({"dask": dask.__version__,
+                 "distributed": distributed.__version__})
+
+from dask._task_spec import List, Task, TaskRef  # noqa: E402
+from dask.dataframe.dask_expr._merge import Merge  # noqa: E402
+from dask.dataframe.dask_expr._shuffle import (  # noqa: E402
+    Shuffle, ShuffleBase, SimpleShuffle)
+from dask.utils import get_default_shuffle_method  # noqa: E402
 
 import ushuffle
 from ushuffle import rows as _rows
 
-__all__ = ["register", "shuffle", "install", "Lifetimes", "stats", "cpu"]
+__all__ = ["register", "shuffle", "install", "Lifetimes", "stats", "cpu",
+           "TESTED"]
 
 _DEFAULTS = {"app": "dask", "dir": None, "codec": None, "replicas": 1,
              "push_size": 1 << 20, "pool_bytes": 8 << 20,
@@ -56,13 +84,6 @@ _DEFAULTS = {"app": "dask", "dir": None, "codec": None, "replicas": 1,
              "on_commit": None}
 # What the scheduler needs to drop a shuffle.
 _TARGET = ("workers", "app", "dir", "secret_file", "timeout_ms")
-# The Dask and distributed releases the hook was tested with, and the
-# signatures of the functions it replaces.
-_TESTED = "2022.12."
-_SIGNATURES = (("df", "col", "npartitions", "max_branch", "shuffle",
-                "compute", "ignore_index"),
-               ("df", "index", "shuffle", "npartitions", "max_branch",
-                "ignore_index", "compute"))
 _local = threading.local()
 log = logging.getLogger("ushuffle.dask")
 # Writer threads per process: one map's rows are written while another's
@@ -242,25 +263,43 @@ def _assemble(gathers, ignore_index):
     return out
 
 
-def _statuses(results, nparts):
-    """The maps' statuses, the rows of each partition over all maps and
-    map 0's empty frame: what every reducer needs, in O(maps +
-    partitions)."""
+class _Maps:
+    """What every reducer needs, in O(maps + partitions): the maps'
+    statuses, the rows of each partition over all maps and map 0's empty
+    frame. On a local scheduler it also owns the shuffle: dropped when
+    the scheduler releases it, in the process that made it."""
+
+    def __init__(self, statuses, rows, head, drop=None):
+        self.statuses, self.rows, self.head = statuses, rows, head
+        self._drop = drop  # (target, sid), or None: the scheduler's
+        self._pid = os.getpid()
+
+    def __reduce__(self):  # a copy never drops
+        return _Maps, (self.statuses, self.rows, self.head)
+
+    def __del__(self):
+        if self._drop is not None and os.getpid() == self._pid:
+            _drop(*self._drop)
+
+
+def _statuses(results, nparts, sid, cfg):
+    """The barrier: the maps' statuses, in map order."""
     rows = np.zeros(nparts, np.int64)
     for _, counts, _ in results:
         rows += counts
-    return [s for s, _, _ in results], rows, results[0][2]
+    drop = None if sid is None else ({k: cfg[k] for k in _TARGET}, sid)
+    return _Maps([s for s, _, _ in results], rows, results[0][2], drop)
 
 
 def _reduce(maps, part, ignore_index, cfg):
     _auth(cfg)
     t0 = _clock()
-    statuses, rows, head = maps
-    if not rows[part]:
+    if not maps.rows[part]:
         # The tasks shuffle's empty partition: map 0's empty piece, with
         # its dtypes (and categories).
+        head = maps.head
         return head.reset_index(drop=True) if ignore_index else head
-    gathers = _read(part, statuses, int(rows[part]), cfg)
+    gathers = _read(part, maps.statuses, int(maps.rows[part]), cfg)
     t = _clock()
     out = _assemble(gathers, ignore_index)
     _tally("concat", t)
@@ -268,17 +307,33 @@ def _reduce(maps, part, ignore_index, cfg):
     return out
 
 
-def _map(frame, col, nparts, token, index, ignore_index, cfg):
+def _local_id(cfg):
+    """The id task: on a local scheduler, a new shuffle id for this
+    compute (its maps, barrier and reducers share it); None in a
+    distributed worker, whose maps ask the scheduler."""
+    try:
+        from distributed import get_worker
+        get_worker()
+        return None
+    except (ImportError, ValueError):
+        pass
+    if not cfg["workers"]:
+        os.makedirs(cfg["dir"], exist_ok=True)
+    return int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+
+
+def _map(frame, col, nparts, token, index, ignore_index, cfg, sid):
     """A map task: the status, rows per partition and, from map 0, the
     empty frame an empty output partition is."""
     _auth(cfg)
-    sid = _shuffle_id(token, cfg)
+    if sid is None:
+        sid = _shuffle_id(token, cfg)
     head = frame.take(np.empty(0, np.intp)) if index == 0 else None
     if ignore_index:
         frame = frame.reset_index(drop=True)  # computed, not gathered
     # The column labels (a "_partitions" column Dask assigned is the
     # partitions themselves).
-    on = [col] if isinstance(col, str) else list(col)
+    on = [col] if not isinstance(col, list) else col
     status, counts = _write_map(frame, on, nparts, sid, index, cfg)
     if cfg["on_commit"]:
         cfg["on_commit"](index)
@@ -351,6 +406,7 @@ class Lifetimes(SchedulerPlugin):
     that application, so the workers' --app-ttl never expires it."""
 
     name = "ushuffle"
+    idempotent = True  # a second register() keeps the live shuffles
 
     def __init__(self):
         self.live = {}  # statuses key: (shuffle id, target)
@@ -394,86 +450,135 @@ class Lifetimes(SchedulerPlugin):
         self.dropper.shutdown(wait=True)
 
 
-# The hook.
+# The lowering.
 
-def _client():
-    try:
-        from distributed import get_client
-        return get_client()
-    except ValueError:
-        raise RuntimeError("ushuffle.dask: shuffle=\"ushuffle\" needs a "
-                           "distributed.Client (its scheduler drops each "
-                           "shuffle when its keys are forgotten)") from None
+_registered = None  # register()'s options, in this process
 
 
-def _graph(df, col, nparts, ignore_index, cfg):
-    """df's rows in nparts partitions by col, through ushuffle."""
-    _client().register_scheduler_plugin(Lifetimes(), name=Lifetimes.name,
-                                        idempotent=True)
-    if cfg["workers"]:
-        _auth(cfg)
-        # Fails now, naming the worker, before any task writes anything.
-        ushuffle.app_heartbeat(cfg["workers"], cfg["app"], cfg["timeout_ms"])
-    else:
+def _options(expr_options):
+    """The options of one shuffle: register()'s (in the process that
+    lowers it: the client's, or the scheduler's, which register() set
+    too), overridden by those ushuffle.dask.shuffle() put in the
+    expression."""
+    mine = (expr_options or {}).get("ushuffle")
+    if mine is None and _registered is None:
+        raise RuntimeError("ushuffle.dask: shuffle_method=\"ushuffle\" "
+                           "before ushuffle.dask.register()")
+    cfg = {**_DEFAULTS, **(_registered or {}), **(mine or {})}
+    if not cfg["workers"]:
         cfg["dir"] = cfg["dir"] or os.path.join(
             "/var/tmp", f"ushuffle-dask-{os.getuid()}")
-        os.makedirs(cfg["dir"], exist_ok=True)
-    token = tokenize(df, col, nparts, ignore_index, cfg)
-    mname, rname = f"ushuffle-map-{token}", f"ushuffle-reduce-{token}"
-    sname = _statuses_key(token)
-    graph = {(mname, i): (_map, (df._name, i), col, nparts, token, i,
-                          ignore_index, cfg)
-             for i in range(df.npartitions)}
-    graph[sname] = (_statuses, [(mname, i) for i in range(df.npartitions)],
-                    nparts)
-    graph.update({(rname, j): (_reduce, sname, j, ignore_index, cfg)
-                  for j in range(nparts)})
-    meta = df._meta.reset_index(drop=True) if ignore_index else df._meta
-    hlg = HighLevelGraph.from_collections(rname, graph, dependencies=[df])
-    return new_dd_object(hlg, rname, meta, [None] * (nparts + 1))
+    return cfg
 
 
-def _rearrange(df, col, npartitions=None, max_branch=None, shuffle=None,
-               compute=None, ignore_index=False):
-    """dask.dataframe.shuffle.rearrange_by_column, once register()ed:
-    shuffle="ushuffle" (or the config's) comes here, any other method
-    goes to Dask's own."""
-    method = shuffle or dask.config.get("shuffle", None) or "disk"
-    if method != "ushuffle":
-        return _dask_rearrange(df, col, npartitions, max_branch, shuffle,
-                               compute, ignore_index)
-    cfg = getattr(_local, "cfg", None) or _registered
-    if cfg is None:
-        raise RuntimeError("ushuffle.dask: shuffle=\"ushuffle\" before "
-                           "ushuffle.dask.register()")
-    # As Dask's: fewer outputs than inputs repartitions first.
-    if npartitions is not None and npartitions < df.npartitions:
-        df = df.repartition(npartitions=npartitions)
-    return _graph(df, col, npartitions or df.npartitions, ignore_index,
-                  dict(cfg))
+class UshuffleShuffle(SimpleShuffle):
+    """ushuffle's lowering of Dask's Shuffle: maps, a barrier, reducers."""
+
+    @functools.cached_property
+    def _meta(self):
+        meta = self.frame._meta
+        return meta.reset_index(drop=True) if self.ignore_index else meta
+
+    def _layer(self):
+        cfg = _options(self.options)
+        token = self._name.split("-")[-1]
+        nparts = self.npartitions_out
+        col = self.partitioning_index
+        idname = f"ushuffle-id-{token}"
+        mname = f"ushuffle-map-{token}"
+        sname = _statuses_key(token)
+        dsk = {idname: Task(idname, _local_id, cfg)}
+        maps = []
+        for i in range(self.frame.npartitions):
+            t = Task((mname, i), _map, TaskRef((self.frame._name, i)),
+                     col, nparts, token, i, self.ignore_index, cfg,
+                     TaskRef(idname))
+            dsk[t.key] = t
+            maps.append(t.ref())
+        dsk[sname] = Task(sname, _statuses, List(*maps), nparts,
+                          TaskRef(idname), cfg)
+        for i, part in enumerate(self._partitions):
+            t = Task((self._name, i), _reduce, TaskRef(sname), part,
+                     self.ignore_index, cfg)
+            dsk[t.key] = t
+        return dsk
 
 
-def _shuffle(df, index, shuffle=None, npartitions=None, max_branch=32,
-             ignore_index=False, compute=None):
-    """dask.dataframe.shuffle.shuffle, once register()ed: column labels
-    named with shuffle="ushuffle" go straight to rearrange_by_column, as
-    Dask sends them for "tasks" (no "_partitions" column: it would cost a
-    copy of every partition, and Dask's removal of it makes an empty
-    output partition the meta, not map 0's empty piece)."""
-    if shuffle == "ushuffle" and (isinstance(index, str) or (
-            pd.api.types.is_list_like(index) and
-            not is_dask_collection(index))):
-        cols = [index] if isinstance(index, str) else list(index)
-        if set(cols) <= set(df.columns):
-            return _rearrange(df, cols, npartitions=npartitions,
-                              shuffle=shuffle, ignore_index=ignore_index)
-    return _dask_shuffle(df, index, shuffle, npartitions, max_branch,
-                         ignore_index, compute)
+def _lower_shuffle(self):
+    """Shuffle._lower, once installed: "ushuffle" (named, or the config's
+    method) lowers to UshuffleShuffle, any other method as Dask's."""
+    if (self.method or get_default_shuffle_method()) != "ushuffle":
+        return _dask_lower(self)
+    # Fewer outputs than inputs need no repartition first (as p2p): each
+    # map writes to any number of partitions.
+    return UshuffleShuffle(self.frame, self.partitioning_index,
+                            self.npartitions_out, self.ignore_index,
+                            self.options, self.original_partitioning_index)
 
 
-_dask_rearrange = _dshuffle.rearrange_by_column
-_dask_shuffle = _dshuffle.shuffle
-_registered = None
+def _is_broadcast_join(self):
+    """Merge.is_broadcast_join, once installed: for "ushuffle" the choice
+    Dask makes for its own methods (a small side is broadcast, not
+    shuffled)."""
+    if (self.shuffle_method or get_default_shuffle_method()) == "ushuffle":
+        self = self.substitute_parameters({"shuffle_method": "tasks"})
+    return _dask_broadcast(self)
+
+
+def _shuffle_meta(self):
+    """ShuffleBase._meta, once installed: with ignore_index, "ushuffle"
+    numbers each map's rows from 0 as "tasks" does, and says so in the
+    meta as Dask does for "tasks" (the abstract Shuffle's meta must be
+    the lowered one's)."""
+    meta = _dask_meta(self)
+    if self.ignore_index and (self.method or get_default_shuffle_method()) \
+            == "ushuffle":
+        meta = meta.reset_index(drop=True)
+    return meta
+
+
+_dask_lower = _dask_broadcast = _dask_meta = None
+
+
+def _install():
+    """Adds "ushuffle" to the methods Dask's Shuffle lowers to, and to
+    those Merge may broadcast for, in this process (once)."""
+    global _dask_lower, _dask_broadcast, _dask_meta
+    if _dask_lower is not None:
+        return
+    _dask_meta = ShuffleBase.__dict__["_meta"].func
+    prop = functools.cached_property(_shuffle_meta)
+    prop.__set_name__(ShuffleBase, "_meta")
+    ShuffleBase._meta = prop
+    _dask_lower = Shuffle._lower
+    _dask_broadcast = Merge.__dict__["is_broadcast_join"].func
+    Shuffle._lower = _lower_shuffle
+    prop = functools.cached_property(_is_broadcast_join)
+    prop.__set_name__(Merge, "is_broadcast_join")
+    Merge.is_broadcast_join = prop
+
+
+def _configure(cfg, dask_scheduler=None):
+    """On the scheduler (which lowers the expressions a client sends):
+    the hook and, unless None, register()'s options."""
+    global _registered
+    _install()
+    if cfg is not None:
+        _registered = cfg
+
+
+_ready = set()  # (client id, scheduler) with the hook and the plugin
+
+
+def _scheduler_side(client, cfg=None):
+    """The hook, the options (unless None) and the Lifetimes plugin on
+    client's scheduler: once per client, unless there are options."""
+    key = (client.id, client.scheduler.address)
+    if key in _ready and cfg is None:
+        return
+    client.register_plugin(Lifetimes(), name=Lifetimes.name)
+    client.run_on_scheduler(_configure, cfg)
+    _ready.add(key)
 
 
 def _check_opts(opts):
@@ -482,30 +587,31 @@ def _check_opts(opts):
         raise TypeError(f"ushuffle.dask: unknown options {sorted(unknown)}")
 
 
-def _install():
-    """Hooks dask.dataframe.shuffle, on the Dask it was tested with:
-    rearrange_by_column, which every shuffle method goes through, and
-    shuffle's column-label path."""
-    import distributed
-    found = (dask.__version__, distributed.__version__)
-    params = tuple(tuple(inspect.signature(f).parameters)
-                   for f in (_dask_rearrange, _dask_shuffle))
-    if not all(v.startswith(_TESTED) for v in found) or \
-            params != _SIGNATURES:
-        raise RuntimeError(
-            f"ushuffle.dask: the hook into dask.dataframe.shuffle."
-            f"rearrange_by_column was tested with dask and distributed "
-            f"{_TESTED}x only; found dask {found[0]}, distributed "
-            f"{found[1]}")
-    _dshuffle.rearrange_by_column = _rearrange
-    _dshuffle.shuffle = _shuffle
+def _current_client():
+    try:
+        from distributed import default_client
+        return default_client()
+    except ValueError:
+        return None
 
 
-def register(workers=None, **opts):
-    """Makes shuffle="ushuffle" a shuffle method of Dask's DataFrame
-    operations, through ushuffled workers ("HOST:PORT,...") or, without
-    workers, the disk target under opts["dir"] (one host only). Calling
-    it again replaces the options.
+def _reached(cfg):
+    """cfg, once its workers answered a heartbeat: else the error now,
+    naming the worker, before any task writes anything."""
+    if cfg["workers"]:
+        _auth(cfg)
+        ushuffle.app_heartbeat(cfg["workers"], cfg["app"], cfg["timeout_ms"])
+    return cfg
+
+
+def register(workers=None, client=None, **opts):
+    """Makes "ushuffle" a shuffle method of Dask's DataFrame operations,
+    through ushuffled workers ("HOST:PORT,...") or, without workers, the
+    disk target under opts["dir"] (default /var/tmp/ushuffle-dask-UID;
+    one host only). With a distributed client (client, else the default
+    one), also on its scheduler, which lowers the expressions, and with
+    the scheduler plugin that drops each shuffle when its keys are
+    forgotten. Calling it again replaces the options.
 
     opts: app, dir, codec, replicas (workers each batch goes to: with
     2, a worker lost loses nothing), push_size, pool_bytes, timeout_ms,
@@ -516,7 +622,11 @@ def register(workers=None, **opts):
     global _registered
     _check_opts(opts)
     _install()
-    _registered = {**_DEFAULTS, **opts, "workers": workers}
+    cfg = _reached({**_DEFAULTS, **opts, "workers": workers})
+    client = client or _current_client()
+    if client is not None:
+        _scheduler_side(client, cfg)
+    _registered = cfg
 
 
 def install(client, **opts):
@@ -547,15 +657,15 @@ def _check_on(df, on):
 
 def shuffle(df, on, npartitions=None, ignore_index=False, workers=None,
             **opts):
-    """df.shuffle(on, npartitions, ignore_index=..., shuffle="ushuffle")
-    with these options (register()'s) for this one shuffle."""
+    """df.shuffle(on, npartitions, ignore_index=..., shuffle_method=
+    "ushuffle") with these options (register()'s) for this one shuffle:
+    they travel in the expression."""
     _check_opts(opts)
     on = _check_on(df, on)
     _install()
-    _local.cfg = {**_DEFAULTS, **opts, "workers": workers}
-    try:
-        return _dshuffle.shuffle(df, on, shuffle="ushuffle",
-                                 npartitions=npartitions,
-                                 ignore_index=ignore_index)
-    finally:
-        del _local.cfg
+    client = _current_client()
+    if client is not None:
+        _scheduler_side(client)
+    cfg = _reached({**_DEFAULTS, **opts, "workers": workers})
+    return df.shuffle(on, npartitions=npartitions, ignore_index=ignore_index,
+                      shuffle_method="ushuffle", ushuffle=cfg)
