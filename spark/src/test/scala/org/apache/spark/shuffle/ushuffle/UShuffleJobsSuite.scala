@@ -88,7 +88,9 @@ class UShuffleJobsSuite extends SparkFunSuite with LocalSparkContext {
       when($"id" % 11 === 0, lit(null)).otherwise(concat(lit("u/"), $"id".cast("string")))
         .as("url"),
       $"id".as("v"))
-    val dims = spark.range(0, 1000).select($"id".as("k"), ($"id" * 3).as("w"))
+    // Over the 1 MiB broadcast threshold below: a sort-merge join, unless
+    // AQE misreads a stage's size.
+    val dims = spark.range(0, 100000).select($"id".as("k"), ($"id" * 3).as("w"))
     def rows(name: String, df: DataFrame): (String, Seq[String], String) = {
       val r = df.collect().map(_.toString).toSeq.sorted
       (name, r, df.queryExecution.executedPlan.toString)
@@ -111,7 +113,7 @@ class UShuffleJobsSuite extends SparkFunSuite with LocalSparkContext {
         .set("spark.sql.adaptive.advisoryPartitionSizeInBytes", "64k")
         .set("spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes", "64k")
         .set("spark.sql.adaptive.skewJoin.skewedPartitionFactor", "2")
-        .set("spark.sql.autoBroadcastJoinThreshold", "-1")
+        .set("spark.sql.autoBroadcastJoinThreshold", "1m")
         .set("spark.sql.shuffle.partitions", "40"))
       .getOrCreate()
     def collect(conf: SparkConf) = {
@@ -120,8 +122,11 @@ class UShuffleJobsSuite extends SparkFunSuite with LocalSparkContext {
     }
     val sort = collect(new SparkConf(false))
     val ours = collect(UShuffleTestConf())
-    sort.zip(ours).foreach { case ((name, a, _), (_, b, _)) =>
+    sort.zip(ours).foreach { case ((name, a, planA), (_, b, planB)) =>
       assert(a === b, s"$name differs")
+      // AQE sees the stages' real sizes: the same join strategies.
+      assert(planA.contains("BroadcastHashJoin") === planB.contains("BroadcastHashJoin"),
+        s"$name: sort\n$planA\nushuffle\n$planB")
     }
     val plans = ours.map(_._3).mkString("\n")
     assert(plans.contains("coalesced"), plans)
@@ -327,7 +332,7 @@ class UShuffleJobsSuite extends SparkFunSuite with LocalSparkContext {
         intercept[java.nio.BufferOverflowException](b.put(1.toByte))
         intercept[IndexOutOfBoundsException](b.put(0, 1.toByte))
         bufs.finish()
-        Native.commit(w, new Array[Long](1), new Array[Long](1))
+        Native.commit(w, new Array[Long](1))
       } finally Native.writerFree(w)
     }
   }
