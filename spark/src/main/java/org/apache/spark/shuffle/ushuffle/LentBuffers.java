@@ -64,10 +64,6 @@ final class LentBuffers {
     return addrs[p] + bufs[p].position();
   }
 
-  int records(int p) {
-    return records[p];
-  }
-
   void counted(int p) {
     records[p]++;
   }
