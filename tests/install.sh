@@ -27,8 +27,9 @@ grep -q "^ExecStart=$f/bin/ushuffled --config=$f/etc/ushuffle/ushuffled.conf " \
 	echo "install: the unit, config or sysusers file do not follow" \
 	     "the prefix $f, or the config listens beyond loopback"; exit 1; }
 if command -v systemd-analyze >/dev/null 2>&1; then
-	out=$(systemd-analyze verify "$f/lib/systemd/system/ushuffled.service" \
-		2>&1) && [ -z "$out" ] || {
+	# Documentation=man:ushuffled(8): verify looks it up, in the prefix.
+	out=$(MANPATH="$f/share/man" systemd-analyze verify \
+		"$f/lib/systemd/system/ushuffled.service" 2>&1) && [ -z "$out" ] || {
 		echo "install: systemd-analyze verify on the installed unit:"
 		echo "$out"; exit 1; }
 fi
