@@ -425,15 +425,25 @@ JNIEXPORT void JNICALL JFN(readerFree)(JNIEnv *env, jclass cls, jlong h)
 
 /* -------------------------------------------------------------- lifetimes */
 
+/* The worker list and application id of a lifetime call, or 0 with an
+ * exception pending; the caller frees both. */
+static int workers_app(JNIEnv *env, jstring workers, jstring app, char **w,
+		       char **a)
+{
+	int ok = 0;
+	*a = NULL;
+	*w = jstr(env, workers, &ok);
+	if (ok)
+		*a = jstr(env, app, &ok);
+	return ok;
+}
+
 JNIEXPORT void JNICALL JFN(heartbeat)(JNIEnv *env, jclass cls,
 				      jstring workers, jstring app)
 {
 	(void)cls;
-	int ok1, ok2 = 0;
-	char *w = jstr(env, workers, &ok1), *a = NULL;
-	if (ok1)
-		a = jstr(env, app, &ok2);
-	if (ok1 && ok2)
+	char *w, *a;
+	if (workers_app(env, workers, app, &w, &a))
 		check(env, "heartbeat", ush_app_heartbeat(w, a, 0));
 	free(w);
 	free(a);
@@ -443,11 +453,8 @@ JNIEXPORT void JNICALL JFN(drop)(JNIEnv *env, jclass cls, jstring workers,
 				 jstring app, jint shuffle)
 {
 	(void)cls;
-	int ok1, ok2 = 0;
-	char *w = jstr(env, workers, &ok1), *a = NULL;
-	if (ok1)
-		a = jstr(env, app, &ok2);
-	if (ok1 && ok2)
+	char *w, *a;
+	if (workers_app(env, workers, app, &w, &a))
 		check(env, "drop", ush_shuffle_drop(w, a, (uint32_t)shuffle, 0));
 	free(w);
 	free(a);
