@@ -283,7 +283,7 @@ static PyObject *encode_str(PyObject *self, PyObject *list)
 		goto fail;
 	char *d = PyBytes_AS_STRING(data);
 	for (Py_ssize_t i = 0; i < n; i++) {
-		const char *p;
+		const char *p = NULL;
 		if (ln[i] > 0) {
 			cell(PyList_GET_ITEM(list, i), &p);
 			memcpy(d + st[i], p, ln[i]);
