@@ -18,6 +18,7 @@
 #include "core/status.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
@@ -554,6 +555,172 @@ static void key_files(void **state)
 	assert_non_null(strstr(ush_last_error(), none));
 }
 
+/* A ring of push buffers of 4 KiB, pool_bytes of them, on the disk. */
+static ush_ring *small_ring(size_t pool_bytes)
+{
+	struct ush_ring_opts ro;
+	ush_ring_opts_init(&ro);
+	ro.push_size = 4096;
+	ro.pool_bytes = pool_bytes;
+	ro.codec = USH_CODEC_NONE;
+	ush_ring *ring;
+	th_ok(ush_ring_create(&ring, &ro));
+	return ring;
+}
+
+static ush_writer *sealed_writer(ush_ring *ring, const char *dir,
+				 uint32_t map)
+{
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.map = map;
+	wo.partitions = NPARTS;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.seal_key = &KEY;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	return w;
+}
+
+/* Fills buf with n records of partition p, from record i on; returns
+ * the batch's bytes. */
+static size_t fill_batch(uint8_t *buf, uint32_t map, uint32_t p, uint32_t i,
+			 uint32_t n)
+{
+	size_t off = 0;
+	for (uint32_t k = 0; k < n; k++, off += 4 + RECLEN) {
+		put_le32(buf + off, RECLEN);
+		rec_of(buf + off + 4, map, p, i + k);
+	}
+	return off;
+}
+
+/*
+ * Handed-off batches are sealed on the writer's sealer thread where the
+ * process has several CPUs, inline where it has one: both read back
+ * whole. NREC x 25 records in partition 0 make 50 batches of 4 KiB,
+ * three flushes of the hand-off queue and a partial one at commit.
+ */
+static void sealed_on_either_thread(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("seal");
+	cpu_set_t all, one;
+	assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	struct ush_status st[2];
+	uint8_t rec[RECLEN];
+	for (uint32_t map = 0; map < 2; map++) {
+		/* Map 0 inline: the sealer is chosen at open. */
+		if (map == 0)
+			assert_int_equal(sched_setaffinity(0, sizeof(one),
+							   &one), 0);
+		ush_ring *ring = small_ring(1u << 20);
+		ush_writer *w = sealed_writer(ring, dir, map);
+		assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+		for (uint32_t i = 0; i < NREC * 25; i++) {
+			rec_of(rec, map, 0, i % NREC);
+			th_ok(ush_writer_write(w, 0, rec, sizeof(rec)));
+		}
+		th_ok(th_commit(w, NULL, &st[map]));
+		ush_writer_free(w);
+		ush_ring_free(ring);
+	}
+	char msg[512];
+	uint32_t got;
+	int ret = read_part(st, 2, 0, &KEY, 1, 1, &got, msg, sizeof(msg));
+	if (ret)
+		fail_msg("%s", msg);
+	assert_int_equal(got, 2 * NREC * 25);
+	th_statuses_free(st, 2);
+}
+
+/*
+ * Swapped batches with a pool of 17 push buffers: one lent, the next 16
+ * handed off and posted to the sealer, and nothing else in flight. The
+ * next swap needs a buffer only the sealer's batch can give back, once
+ * collected and written: the writer must collect it, not report an
+ * exhausted pool.
+ */
+static void swap_waits_for_the_sealer(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("seal");
+	ush_ring *ring = small_ring(17 * 4096);
+	ush_writer *w = sealed_writer(ring, dir, 0);
+	void *buf;
+	size_t cap;
+	th_ok(ush_writer_acquire(w, &buf, &cap));
+	uint32_t per = (uint32_t)(cap / (4 + RECLEN)), n = 0;
+	for (uint32_t k = 0; k < 60; k++, n += per) {
+		size_t len = fill_batch(buf, 0, 1, n, per);
+		th_ok(ush_writer_swap(w, 1, &buf, len, per));
+	}
+	th_ok(ush_writer_release(w, buf));
+	struct ush_status st;
+	th_ok(th_commit(w, NULL, &st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	uint32_t got;
+	struct ush_reader_opts o;
+	ush_reader_opts_init(&o);
+	o.partition = 1;
+	o.statuses = &st;
+	o.nstatuses = 1;
+	o.seal_keys = &KEY;
+	o.nseal_keys = 1;
+	ush_reader *r;
+	th_ok(ush_reader_open(&r, &o));
+	const void *rec;
+	size_t rlen;
+	uint8_t want[RECLEN];
+	int ret;
+	for (got = 0; (ret = ush_reader_next(r, &rec, &rlen)) == 1; got++) {
+		rec_of(want, 0, 1, got);
+		assert_int_equal(rlen, RECLEN);
+		assert_memory_equal(rec, want, RECLEN);
+	}
+	if (ret < 0)
+		fail_msg("%s", ush_last_error());
+	assert_int_equal(got, n);
+	ush_reader_free(r);
+	th_status_free(&st);
+}
+
+/*
+ * An abort while the sealer holds a batch gives every buffer back: a
+ * writer on the same ring then lends all 17 of its pool.
+ */
+static void abort_while_sealing(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("seal");
+	ush_ring *ring = small_ring(17 * 4096);
+	ush_writer *w = sealed_writer(ring, dir, 0);
+	void *buf;
+	size_t cap;
+	th_ok(ush_writer_acquire(w, &buf, &cap));
+	uint32_t per = (uint32_t)(cap / (4 + RECLEN));
+	for (uint32_t k = 0; k < 16; k++) {
+		size_t len = fill_batch(buf, 0, 2, k * per, per);
+		th_ok(ush_writer_swap(w, 2, &buf, len, per));
+	}
+	th_ok(ush_writer_abort(w));
+	ush_writer_free(w);
+	w = sealed_writer(ring, dir, 1);
+	for (int k = 0; k < 17; k++)
+		th_ok(ush_writer_acquire(w, &buf, &cap));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -564,6 +731,10 @@ int main(void)
 		cmocka_unit_test_teardown(wrong_or_missing_key, th_teardown),
 		cmocka_unit_test_teardown(empty_partition, th_teardown),
 		cmocka_unit_test_teardown(key_files, th_teardown),
+		cmocka_unit_test_teardown(sealed_on_either_thread, th_teardown),
+		cmocka_unit_test_teardown(swap_waits_for_the_sealer,
+					  th_teardown),
+		cmocka_unit_test_teardown(abort_while_sealing, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

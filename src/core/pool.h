@@ -18,6 +18,7 @@ enum ushi_buf_state {
 	BUF_WRITER,     /* a writer's open partition buffer */
 	BUF_USER,       /* lent to the API caller (acquire/swap) */
 	BUF_QUEUED,     /* handed off, waiting to be framed and submitted */
+	BUF_SEALING,    /* framed, being sealed on the writer's sealer */
 	BUF_INFLIGHT,   /* owned by the kernel */
 	BUF_ZC_PENDING, /* send done, zero-copy notification outstanding */
 };

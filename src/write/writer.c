@@ -18,8 +18,6 @@
 #include <errno.h>
 #include <stdio.h>
 
-#define USHI_QUEUE_BATCH 16
-
 const char *ush_writer_error(const ush_writer *w)
 {
 	return w->err ? w->errmsg : NULL;
@@ -85,25 +83,12 @@ static bool compress(struct ush_writer *w, struct ushi_frame *f,
 	return true;
 }
 
-/* Seals the frame at hdr in place (its trailer room follows the
- * payload) and writes its header and CRC, over the sealed bytes so that
- * workers check what they store without the key. */
-static int seal(struct ush_writer *w, struct ushi_frame *f, uint8_t *hdr)
-{
-	f->flags |= USHI_FRAME_SEALED;
-	f->payload_len += USHI_SEAL_TRAILER;
-	frame_put(hdr, f);
-	int ret = seal_frame(&w->seal, w->seal_sub, w->seal_id, hdr, f);
-	frame_put_crc(hdr, f);
-	return ret;
-}
-
-/* Writes f's header at hdr, in front of its payload, sealing it when
- * the writer seals. */
+/* Writes f's header at hdr, in front of its payload, sealing it (on
+ * this thread) when the writer seals. */
 static int put_header(struct ush_writer *w, struct ushi_frame *f, uint8_t *hdr)
 {
 	if (w->tail)
-		return seal(w, f, hdr);
+		return seal_put(&w->seal, w->seal_sub, w->seal_id, f, hdr);
 	frame_encode(hdr, f);
 	return 0;
 }
@@ -232,43 +217,110 @@ static int check_swapped(const struct ushi_buf *b)
 }
 
 /*
- * Frames one handed-off buffer and gives it to the sink. A swapped
- * batch that does not parse is dropped, and the error is sticky. Its
- * prefixes are walked after the compressor or the CRC has read the whole
- * batch: walked first, each prefix was a dependent cache miss, a fifth
- * of a 64-partition spill's CPU. A batch sealed in place is walked
+ * Makes one handed-off buffer b a frame: compressed into a buffer of the
+ * same class when the codec shrinks it (b goes back to the pool then),
+ * its prefixes walked if it was swapped, its header written, sealed
+ * unless seal_later. *out and *f get the frame; on error its buffers are
+ * back in the pool and the error is sticky.
+ *
+ * The prefixes are walked after the compressor or the CRC has read the
+ * whole batch: walked first, each prefix was a dependent cache miss, a
+ * fifth of a 64-partition spill's CPU. A batch sealed in place is walked
  * before, while it is plain.
  */
-static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
+static int frame_make(struct ush_writer *w, struct ushi_buf *b,
+		      bool seal_later, struct ushi_frame *f,
+		      struct ushi_buf **out)
 {
 	struct ushi_pool *pool = w->pool;
-	struct ushi_frame f = frame_of(w, b->part, b->seq, b->len, b->nrec);
-	struct ushi_buf *out = b, *c = NULL;
+	struct ushi_buf *c = NULL;
+	*f = frame_of(w, b->part, b->seq, b->len, b->nrec);
+	*out = b;
 	if (w->ropts->codec != USH_CODEC_NONE && b->len) {
-		/* Compress into a buffer of the same class; the raw one goes
-		 * back to the pool. No idle buffer: store raw. */
+		/* No idle buffer of the class: store raw. */
 		c = pool_get(pool, b->order);
-		if (compress(w, &f, b->data, c ? c->data : NULL,
+		if (compress(w, f, b->data, c ? c->data : NULL,
 			     writer_buf_room(w, b)))
-			out = c;
+			*out = c;
 	}
-	bool first = w->tail && out == b;
+	bool first = w->tail && *out == b;
 	int ret = b->swapped && first ? check_swapped(b) : 0;
-	if (!ret)
-		ret = put_header(w, &f, out->data);
+	if (!ret && !seal_later)
+		ret = put_header(w, f, (*out)->data);
 	if (!ret && b->swapped && !first)
 		ret = check_swapped(b);
-	if (c && c != out)
+	if (c && c != *out)
 		pool_put(pool, c);
-	if (b != out)
+	if (b != *out)
 		pool_put(pool, b);
 	if (ret) {
 		writer_error_keep(w, ret);
-		pool_put(pool, out);
-		return ret;
+		pool_put(pool, *out);
 	}
+	return ret;
+}
+
+/* Frames one handed-off buffer on this thread and gives it to the sink. */
+static int frame_submit(struct ush_writer *w, struct ushi_buf *b)
+{
+	struct ushi_frame f;
+	struct ushi_buf *out;
+	int ret = frame_make(w, b, false, &f, &out);
+	if (ret)
+		return ret;
 	buf_move(out, out == b ? BUF_QUEUED : BUF_WRITER, BUF_INFLIGHT);
 	return hand_over(w, &f, out, NULL);
+}
+
+/* Takes the batch the sealer holds, waiting for it, and gives its frames
+ * to the sink in order; after an error they go back to the pool. */
+static int seal_collect(struct ush_writer *w)
+{
+	if (!w->sealing)
+		return 0;
+	struct ushi_seal_job *j = sealer_jobs(w->sealer);
+	unsigned n = w->sealing;
+	int ret = sealer_wait(w->sealer);
+	w->sealing = 0;
+	if (ret)
+		writer_error_keep(w, ret);
+	for (unsigned i = 0; i < n; i++) {
+		buf_move(j[i].b, BUF_SEALING, BUF_INFLIGHT);
+		if (!ret && !w->err)
+			ret = hand_over(w, &j[i].f, j[i].b, NULL);
+		else
+			pool_put(w->pool, j[i].b);
+	}
+	return ret ? ret : w->err ? sticky(w) : 0;
+}
+
+/* Hands the queue to the sealer, once the batch before it is collected:
+ * the fill of the next batch overlaps its sealing. */
+static int seal_queue(struct ush_writer *w)
+{
+	int ret = seal_collect(w);
+	struct ushi_seal_job *j = sealer_jobs(w->sealer);
+	unsigned n = 0;
+	while (!ret && w->qhead) {
+		struct ushi_buf *b = w->qhead;
+		w->qhead = b->next;
+		w->qlen--;
+		b->next = NULL;
+		ret = frame_make(w, b, true, &j[n].f, &j[n].b);
+		if (!ret)
+			buf_move(j[n].b, j[n].b == b ? BUF_QUEUED : BUF_WRITER,
+				 BUF_SEALING);
+		n += !ret;
+	}
+	if (!w->qhead)
+		w->qtail = NULL;
+	if (n && !ret && !(ret = sealer_post(w->sealer, n)))
+		w->sealing = n;
+	for (unsigned i = 0; i < n && ret; i++)
+		pool_put(w->pool, j[i].b);
+	if (ret)
+		writer_error_keep(w, ret);
+	return ret;
 }
 
 /* Submits what the sink was given: its flush, then the ring's SQEs. */
@@ -278,9 +330,21 @@ static int sink_submit(struct ush_writer *w)
 	return ret ? sink_failed(w, ret) : ring_submit(w->ring);
 }
 
+/* sink_submit(), its error sticky. */
+static int submit_given(struct ush_writer *w)
+{
+	int ret = sink_submit(w);
+	if (ret)
+		writer_error(w, ret, "writer: submit");
+	return w->err ? sticky(w) : 0;
+}
+
 static int flush_queue(struct ush_writer *w)
 {
-	while (w->qhead) {
+	int ret = 0;
+	if (w->sealer)
+		ret = seal_queue(w);
+	while (!ret && w->qhead) {
 		struct ushi_buf *b = w->qhead;
 		w->qhead = b->next;
 		/* Keep qtail valid if frame_submit fails: b is the sink's
@@ -289,15 +353,32 @@ static int flush_queue(struct ush_writer *w)
 			w->qtail = NULL;
 		w->qlen--;
 		b->next = NULL;
-		int ret = frame_submit(w, b);
-		if (ret)
-			return ret;
+		ret = frame_submit(w, b);
 	}
-	w->qtail = NULL;
-	int ret = sink_submit(w);
 	if (ret)
-		writer_error(w, ret, "writer: submit");
-	return w->err ? sticky(w) : 0;
+		return ret;
+	w->qtail = NULL;
+	return submit_given(w);
+}
+
+/* Everything handed off reaches the sink, what the sealer holds too:
+ * before a frame that must follow them. */
+static int flush_all(struct ush_writer *w)
+{
+	int ret = w->qhead ? flush_queue(w) : 0;
+	if (w->sealing) {
+		/* Even after an error: the buffers come back then. */
+		int r = seal_collect(w);
+		if (!ret && !(ret = r))
+			ret = submit_given(w);
+	}
+	return ret;
+}
+
+/* The stage's flush_queue: its frames follow every batch handed off. */
+static int stage_flush_queue(struct ush_writer *w)
+{
+	return w->qhead || w->sealing ? flush_all(w) : 0;
 }
 
 /* Queues b (state from) as the next batch of partition. O(1). */
@@ -372,7 +453,7 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 			return sticky(w);
 		struct ushi_buf *b = pool_get(w->pool, order);
 		for (unsigned o = order; !b && o > min_order && !w->qhead &&
-					 !ring_inflight(r);)
+					 !w->sealing && !ring_inflight(r);)
 			b = pool_get(w->pool, --o);
 		if (b) {
 			*out = b;
@@ -382,6 +463,9 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 		int ret = 0;
 		if (w->qhead)
 			ret = flush_queue(w);
+		else if (w->sealing &&
+			 (!ring_inflight(r) || sealer_done(w->sealer)))
+			ret = flush_all(w);
 		else if (ring_inflight(r))
 			ret = w->sink->reap ? w->sink->reap(w) :
 					      ring_reap(r, 1);
@@ -412,7 +496,7 @@ static int stage_get_buf(struct ush_writer *w, unsigned order,
 /* What the stage, below the writer, asks of it. */
 static const struct ushi_stage_ops stage_ops = {
 	.get_buf = stage_get_buf,
-	.flush_queue = flush_queue,
+	.flush_queue = stage_flush_queue,
 	.pack_frame = pack_frame,
 	.build_frame = build_frame,
 };
@@ -482,7 +566,7 @@ static int write_alone(struct ush_writer *w, uint32_t partition,
 	if (!ret && stage_holds(w, partition))
 		ret = stage_flush(w);
 	if (!ret)
-		ret = flush_queue(w);
+		ret = flush_all(w);
 	if (ret)
 		return ret;
 	uint8_t *m = ushi_aligned_alloc(USH_FRAME_HDR_SIZE + raw + w->tail);
@@ -685,7 +769,7 @@ int ush_writer_copy(ush_writer *w, uint32_t partition, const void *batch,
  */
 static int drain(struct ush_writer *w)
 {
-	int ret = w->qhead ? flush_queue(w) : 0;
+	int ret = flush_all(w);
 	unsigned fails = 0;
 	while (w->inflight) {
 		int r = w->sink->drain ? w->sink->drain(w) :
@@ -750,7 +834,15 @@ int ush_writer_abort(ush_writer *w)
 	if (w->state != W_OPEN)
 		return ushi_fail(USH_ESTATE, "writer: abort after %s",
 				w->state == W_COMMITTED ? "commit" : "abort");
-	/* Queued buffers go back unframed; in-flight ones on completion. */
+	/* Queued buffers go back unframed, sealed ones unsent; in-flight
+	 * ones on completion. */
+	if (w->sealing) {
+		struct ushi_seal_job *j = sealer_jobs(w->sealer);
+		(void)sealer_wait(w->sealer);
+		for (unsigned i = 0; i < w->sealing; i++)
+			pool_put(w->pool, j[i].b);
+		w->sealing = 0;
+	}
 	while (w->qhead) {
 		struct ushi_buf *b = w->qhead;
 		w->qhead = b->next;
@@ -804,6 +896,8 @@ static int seal_open_writer(struct ush_writer *w,
 				  w->o.shuffle, w->o.map, w->o.attempt);
 	if (!ret)
 		ret = seal_init(&w->seal);
+	if (!ret)
+		ret = sealer_open(&w->sealer, w->seal_sub, key->id);
 	if (ret)
 		return ret;
 	w->seal_id = key->id;
@@ -935,6 +1029,7 @@ void ush_writer_free(ush_writer *w)
 	ushi_free((void *)w->o.app);
 	ushi_free(w->status);
 	ushi_free(w->parts);
+	sealer_free(w->sealer, child);
 	seal_fini(&w->seal);
 	explicit_bzero(w->seal_sub, sizeof(w->seal_sub));
 	ushi_free(w);

@@ -10,6 +10,9 @@
 
 struct ush_writer;
 
+/* Handed-off buffers are framed and submitted this many at a time. */
+#define USHI_QUEUE_BATCH 16
+
 /* A frame in a buffer of staged frames: its offset there, its bytes
  * and partition (span_put below). */
 struct ushi_span_frame {
@@ -129,6 +132,10 @@ struct ush_writer {
 	struct ushi_seal seal;
 	uint8_t seal_sub[USH_SEAL_KEY_SIZE];
 	uint8_t seal_salt[USHI_SEAL_SALT];
+	/* With several CPUs, handed-off batches are sealed on a thread of
+	 * their own (sealer.c); sealing: the jobs it holds, 0 when none. */
+	struct ushi_sealer *sealer;
+	unsigned sealing;
 };
 
 /* The most batch bytes a push buffer holds: its header room and, when
@@ -208,5 +215,33 @@ int stage_flush(struct ush_writer *w);
 bool stage_pending(const struct ush_writer *w);
 bool stage_holds(const struct ush_writer *w, uint32_t partition);
 void stage_free(struct ush_writer *w);
+
+/* Seals frame f, raw so far, in place at hdr: header, AES-256-GCM and
+ * its trailer, then the CRC over the sealed bytes (what workers check
+ * without the key). 0 or -EIO. */
+int seal_put(struct ushi_seal *s, const uint8_t *sub, uint32_t key_id,
+	     struct ushi_frame *f, uint8_t *hdr);
+
+/*
+ * The sealer (sealer.c). sealer_open() sets *s to NULL where the process
+ * runs on one CPU (seal inline then): 0 or -ENOMEM. The writer fills
+ * sealer_jobs() (buffers in state BUF_SEALING) and sealer_post()s n of
+ * them; they are the thread's until sealer_wait() returns (0, or the
+ * first job's error with its message). sealer_done() tells without
+ * waiting. sealer_free() joins the thread: nothing may be posted; child:
+ * in a fork() child, frees memory only.
+ */
+struct ushi_seal_job {
+	struct ushi_buf *b;
+	struct ushi_frame f;
+};
+struct ushi_sealer;
+int sealer_open(struct ushi_sealer **s, const uint8_t *sub,
+		uint32_t key_id);
+struct ushi_seal_job *sealer_jobs(struct ushi_sealer *s);
+int sealer_post(struct ushi_sealer *s, unsigned n);
+bool sealer_done(struct ushi_sealer *s);
+int sealer_wait(struct ushi_sealer *s);
+void sealer_free(struct ushi_sealer *s, bool child);
 
 #endif
