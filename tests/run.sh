@@ -16,7 +16,9 @@
 #              engine) on the plain-syscall engine
 #   asan       ASan+UBSan: every C test (unit, net, cli, api) but e2e,
 #              with io_uring: the library, the worker and the CLI in
-#              instrumented processes
+#              instrumented processes; and the Spark plugin's JNI layer
+#              in the jobs suite's JVMs, the runtimes preloaded
+#              (spark_jni)
 #   tsan       TSan: the tests whose processes run threads that share
 #              state (label threads) but e2e
 #
@@ -83,8 +85,9 @@ pass "normal build: $ONCE, e2e, api"
 pass "normal build without io_uring: unit, net"
 
 # The sanitizer builds leave out the benches (nothing runs them there).
+# The Spark plugin too: its JNI layer's test (spark_jni) runs here.
 build build-asan -DCMAKE_BUILD_TYPE=Debug "-DUSH_SANITIZE=address;undefined" \
-	-DUSH_BUILD_BENCH=OFF
+	-DUSH_BUILD_BENCH=OFF -DUSH_BUILD_SPARK=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	check build-asan -LE "$ONCE|e2e"
