@@ -2,7 +2,7 @@
 # config and the sysusers file name the directories of the prefix being
 # installed to, which `cmake --install --prefix` may choose after
 # configuring. The relative CMAKE_INSTALL_<dir> values and USH_SOURCE_DIR,
-# USH_UNITDIR come from the configure step (install(CODE)).
+# USH_BINARY_DIR, USH_UNITDIR come from the configure step (install(CODE)).
 
 # GNUInstallDirs' CMAKE_INSTALL_FULL_<dir> rules, for this prefix.
 function(ush_full_dir out dir rel)
@@ -25,7 +25,9 @@ ush_full_dir(USH_LOCALSTATEDIR LOCALSTATEDIR "${USH_INSTALL_LOCALSTATEDIR}")
 ush_full_dir(_unitdir UNITDIR "${USH_UNITDIR}")
 ush_full_dir(_sysusersdir UNITDIR "${USH_SYSUSERSDIR}")
 
-set(_tmp "${CMAKE_CURRENT_BINARY_DIR}/dist-install")
+# In the build tree: `cmake --install` runs this from any directory, and
+# CMAKE_CURRENT_BINARY_DIR is that directory.
+set(_tmp "${USH_BINARY_DIR}/dist-install")
 configure_file("${USH_SOURCE_DIR}/dist/ushuffled.service.in"
   "${_tmp}/ushuffled.service" @ONLY)
 configure_file("${USH_SOURCE_DIR}/dist/ushuffled.conf.in"
