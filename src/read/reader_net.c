@@ -44,14 +44,17 @@ static struct {
 	unsigned n;
 } kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* A RECV_BUF buffer: one kept, or a new one (counted). */
+/* A RECV_BUF buffer: one kept, or a new one (counted). The lock is only
+ * tried: a fork() child whose parent held it, or a busy moment, just
+ * allocates (or frees, below). */
 static uint8_t *recv_take(void)
 {
 	uint8_t *b = NULL;
-	pthread_mutex_lock(&kept.lock);
-	if (kept.n)
-		b = kept.b[--kept.n];
-	pthread_mutex_unlock(&kept.lock);
+	if (!pthread_mutex_trylock(&kept.lock)) {
+		if (kept.n)
+			b = kept.b[--kept.n];
+		pthread_mutex_unlock(&kept.lock);
+	}
 	if (!b && (b = ushi_malloc(RECV_BUF)))
 		USHI_COUNT(net_recv_bufs, 1);
 	return b;
@@ -61,8 +64,7 @@ static uint8_t *recv_take(void)
  * is room. */
 static void recv_give(uint8_t *b, size_t cap)
 {
-	if (b && cap == RECV_BUF) {
-		pthread_mutex_lock(&kept.lock);
+	if (b && cap == RECV_BUF && !pthread_mutex_trylock(&kept.lock)) {
 		if (kept.n < RECV_KEEP) {
 			kept.b[kept.n++] = b;
 			b = NULL;
