@@ -42,11 +42,11 @@
 #define WK_IODEPTH 1024
 #define WK_THREAD_CONNS_MAX 1536
 #define WK_SEND_TIMEOUT_MS 30000
-/* Outputs a connection sends at most in one gathered send: a FETCH
- * stream of small frames queues one per read (a frame or two of a few
- * KiB), and each send wakes its reader (8 took five times the context
- * switches of 64 at 10,000 partitions). */
-#define WK_SEND_IOV 64
+/* Outputs a connection sends at most in one gathered send. A FETCH
+ * stream of small frames queues one per read; 64 took a third of the
+ * reader's context switches of 8 at 10,000 partitions, but the read took
+ * longer and the worker more CPU (docs/notes/wire.md, "The read path"). */
+#define WK_SEND_IOV 8
 /* Size classes of kept heap read buffers: 4 KiB to 1 MiB, the largest
  * flush size (worker.c). */
 #define WK_HBUF_ORDERS 9
