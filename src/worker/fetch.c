@@ -867,6 +867,7 @@ void *wk_hbuf_get(struct wk_thread *t, size_t need, uint32_t *cap)
 	int o = hbuf_order(need);
 	if (o < 0) {
 		*cap = 0;
+		WK_COUNT(t->wk, fetch_heap_allocs, 1);
 		return ushi_aligned_alloc(need);
 	}
 	/* A larger one kept will do: its pages are already there. */
@@ -908,7 +909,6 @@ void wk_hbuf_close(struct wk_thread *t)
 		}
 	t->hfree_bytes = 0;
 }
-
 
 static void read_done(struct ushi_op *op, int res)
 {
