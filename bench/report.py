@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = ["handoff", "alloc", "ctx_reuse", "disk", "net", "codec",
            "scaling", "partitions", "small_jobs", "restart", "wire", "dask",
-           "replicas", "records", "commit", "disks", "seal", "spark"]
+           "replicas", "records", "commit", "disks", "seal", "spark", "read"]
 
 
 def log(msg):
@@ -508,6 +508,51 @@ def wire_rows(res):
     return out
 
 
+def read_rows(res):
+    """Rows as wire_rows makes them, for the read path (benchmark read):
+    the fetch against its limit, partition after partition at 10,000
+    partitions against 64, each with its goal; the CPU per GiB stated."""
+    mb = res["median_bw"]
+    cpu = res["median_cpu_s_per_gib"]
+    wcpu = res["median_worker_cpu_s_per_gib"]
+    top = res["top"]
+    out = []
+
+    def row(measure, base, ush, ratio, target=None, ok=None, label=""):
+        out.append([measure, base, ush, ratio,
+                    "—" if ratio is None else _r(ratio),
+                    target or "—",
+                    None if target is None else ok, label])
+    rref = min(mb["iperf3"], mb["fio_read"])
+    row("fetch (network read), 64 partitions of "
+        f"{res['size']}, page cache dropped, vs min(iperf3, fio read)",
+        f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
+        f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
+        "≥ 0.9×", mb["fetch"] / rref >= 0.9, "fetch/wire")
+    a, b = mb["fetch_by_part64"], mb[f"fetch_by_part{top}"]
+    hs = max(x["handshakes"] for x in
+             res["rounds_data"][f"fetch_by_part{top}"])
+    row(f"fetch every partition, partition after partition (one thread, "
+        f"range readers), {top:,} vs 64 partitions of the same "
+        f"{res['fetch_size']} (reader handshakes: {hs} at most)",
+        mib(a), mib(b), b / a, "≥ 0.6×", b / a >= 0.6,
+        f"fetch {top // 1000}k/64")
+    for k, what in [("fetch", "the fetch"),
+                    (f"fetch_by_part{top}", f"partition after partition "
+                     f"at {top:,}")]:
+        base = "fetch_by_part64" if k != "fetch" else None
+        if base:
+            row(f"{what} vs 64: the reader's CPU s per GiB",
+                f"{cpu[base]:.2f} s", f"{cpu[k]:.2f} s", cpu[k] / cpu[base])
+            row(f"{what} vs 64: the worker's CPU s per GiB",
+                f"{wcpu[base]:.2f} s", f"{wcpu[k]:.2f} s",
+                wcpu[k] / wcpu[base])
+        else:
+            row(f"{what}: CPU s per GiB, reader / worker", "—",
+                f"{cpu[k]:.2f} s / {wcpu[k]:.2f} s", None)
+    return out
+
+
 def record_rows(res):
     """Rows as wire_rows makes them, for the record path: per record size
     10,000 partitions against 64, and at 100 bytes the writer against
@@ -858,13 +903,34 @@ def t_spark(res, m):
                   ""], rows), note
 
 
+def t_read(res, m):
+    rows = [[x[0], x[1], x[2], x[4], x[5], "" if x[6] is None else met(x[6])]
+            for x in read_rows(res)]
+    note = (f"One run, {res['rounds']} round(s). Limits measured in the same "
+            f"rounds: iperf3 over loopback, fio io_uring O_DIRECT 64 KiB "
+            f"qd32 read of {res['size']} on the scratch disk. ushuffle: a "
+            f"push of {res['size']} (codec none, the CLI's default records, "
+            f"one writer) to a separate `ushuffled` with its default flags, "
+            f"then `ushuffle --rw=read --numjobs=1` (every record "
+            f"CRC-verified) after the worker's files were dropped from the "
+            f"page cache; partition after partition: pushes of "
+            f"{res['fetch_size']} at 64 and {res['top']:,} partitions "
+            f"(alternating which goes first), each read right after it by "
+            f"one thread (one range reader, one FETCH per worker). CPU: the "
+            f"reading process's user + system time, and the worker's over "
+            f"the same read (/proc), per GiB of frames. "
+            f"`bench/run --only=read`.")
+    return table(["measure", "baseline", "ushuffle", "ratio", "target", ""],
+                 rows), note
+
+
 TABLES = {"handoff": t_handoff, "alloc": t_alloc, "ctx_reuse": t_ctx,
           "disk": t_disk, "net": t_net, "codec": t_codec,
           "scaling": t_scaling, "partitions": t_parts,
           "small_jobs": t_small_jobs, "restart": t_restart,
           "wire": t_wire, "dask": t_dask, "replicas": t_replicas,
           "records": t_records, "commit": t_commit, "disks": t_disks,
-          "seal": t_seal, "spark": t_spark}
+          "seal": t_seal, "spark": t_spark, "read": t_read}
 TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "alloc": "2. Allocation per batch",
           "ctx_reuse": "3. Context reuse",
@@ -882,7 +948,9 @@ TITLES = {"handoff": "1. Hand-off: swap vs copy",
           "commit": "15. Group commit: many writers committing at once",
           "disks": "16. Many disks: one worker over 1, 2 and 4 file systems",
           "seal": "17. Sealed frames: AES-256-GCM against plain",
-          "spark": "18. Spark: the seed's job, sort shuffle against ushuffle"}
+          "spark": "18. Spark: the seed's job, sort shuffle against ushuffle",
+          "read": "19. Reading back: the fetch, and partition after "
+                  "partition"}
 
 
 def gnuplot(script, png, dat):

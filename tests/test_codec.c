@@ -239,8 +239,12 @@ static void steady_state_allocates_nothing(void **state)
 	assert_int_equal(codec_init(&c), 0);
 	for (size_t k = 0; k < ARRAY_SIZE(codecs); k++) {
 		long zn = 0;
-		/* Warm up: the first batch may size the workspace. */
-		codec_compress(&c, codecs[k], 1, corpus, SZ, z, SZ);
+		/* Warm up: the first batch makes the contexts, each
+		 * direction's at its first use, and may size the workspace. */
+		zn = codec_compress(&c, codecs[k], 1, corpus, SZ, z, SZ);
+		assert_true(zn > 0);
+		assert_int_equal(codec_decompress(&c, codecs[k], z, (size_t)zn,
+						  out, SZ), 0);
 		uint64_t before = ush_alloc_count();
 		for (int i = 0; i < N; i++) {
 			const uint8_t *src = corpus + (size_t)i * 4099;
@@ -253,6 +257,55 @@ static void steady_state_allocates_nothing(void **state)
 		}
 		assert_int_equal(ush_alloc_count() - before, 0);
 	}
+	codec_destroy(&c);
+	free(z);
+	free(out);
+}
+
+/* A context is made the first time its codec and direction are used,
+ * and only then: a reader of plain or lz4 frames makes no zstd context
+ * (hundreds of KiB each), a reader of zstd ones no compressor. */
+static void contexts_made_at_first_use(void **state)
+{
+	(void)state;
+	enum { SZ = 16 * KiB };
+	struct ushi_codec_ctx c;
+	uint8_t *z = malloc(SZ), *out = malloc(SZ);
+	assert_non_null(z);
+	assert_non_null(out);
+	assert_int_equal(codec_init(&c), 0);
+	assert_null(c.lz4_state);
+	assert_null(c.zc);
+	assert_null(c.zd);
+	assert_int_equal(codec_compress(&c, USH_CODEC_NONE, 0, corpus, SZ, z,
+					SZ), 0);
+	assert_null(c.lz4_state);
+	long zn = codec_compress(&c, USH_CODEC_LZ4, 1, corpus, SZ, z, SZ);
+	assert_true(zn > 0);
+	assert_non_null(c.lz4_state);
+	assert_int_equal(codec_decompress(&c, USH_CODEC_LZ4, z, (size_t)zn, out,
+					  SZ), 0);
+	assert_memory_equal(out, corpus, SZ);
+	assert_null(c.zc);
+	assert_null(c.zd);
+	codec_destroy(&c);
+	/* zstd frames made elsewhere: decoding them makes the
+	 * decompressor alone. */
+	struct ushi_codec_ctx w;
+	assert_int_equal(codec_init(&w), 0);
+	assert_int_equal(codec_prepare(&w, USH_CODEC_ZSTD), 0);
+	assert_non_null(w.zc);
+	assert_null(w.zd);
+	zn = codec_compress(&w, USH_CODEC_ZSTD, 1, corpus, SZ, z, SZ);
+	assert_true(zn > 0);
+	codec_destroy(&w);
+	assert_int_equal(codec_init(&c), 0);
+	assert_int_equal(codec_decompress(&c, USH_CODEC_ZSTD, z, (size_t)zn,
+					  out, SZ), 0);
+	assert_memory_equal(out, corpus, SZ);
+	assert_non_null(c.zd);
+	assert_null(c.zc);
+	assert_null(c.lz4_state);
 	codec_destroy(&c);
 	free(z);
 	free(out);
@@ -484,6 +537,7 @@ int main(void)
 		cmocka_unit_test(context_reuse_zstd),
 		cmocka_unit_test(context_reuse_mixed),
 		cmocka_unit_test(steady_state_allocates_nothing),
+		cmocka_unit_test(contexts_made_at_first_use),
 		cmocka_unit_test(no_shrink_is_zero),
 		cmocka_unit_test(decompress_rejects_bad_input),
 		cmocka_unit_test(writer_stores_raw_lz4),

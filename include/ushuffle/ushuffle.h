@@ -698,6 +698,10 @@ struct ush_lib_stats {
 				       (ush_last_error()) */
 	uint64_t net_reuses;        /* reader FETCHes sent on a connection
 				       kept from an earlier one */
+	uint64_t net_recv_bufs;     /* readers' stream receive buffers
+				       (2 MiB) allocated: one freed is kept
+				       for the next stream, a few at most
+				       (0.5) */
 };
 USH_API void ush_lib_stats_size(struct ush_lib_stats *st, size_t size);
 static inline void ush_lib_stats(struct ush_lib_stats *st)

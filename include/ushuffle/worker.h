@@ -260,6 +260,11 @@ struct ush_worker_stats {
 				    (the rest were copied once) */
 	uint64_t decommissioning; /* 1 once ush_worker_decommission() was
 				    called (0.4.4) */
+	uint64_t fetch_heap_allocs; /* FETCH read buffers allocated from the
+				    heap, where the pool's share was taken;
+				    each thread keeps those freed for its next
+				    reads, so it stays flat while streams read
+				    no more at once than before (0.5) */
 };
 USH_API void ush_worker_stats_size(const ush_worker *w,
 				   struct ush_worker_stats *st, size_t size);

@@ -83,6 +83,7 @@ void ush_lib_stats_size(struct ush_lib_stats *st, size_t size)
 		.net_connect_errors = LOAD(net_connect_errors),
 		.errors = LOAD(errors),
 		.net_reuses = LOAD(net_reuses),
+		.net_recv_bufs = LOAD(net_recv_bufs),
 	};
 	ushi_struct_init(st, size, &s, sizeof(s));
 }

@@ -27,14 +27,28 @@ static const ZSTD_customMem zmem = {zalloc, zfree, NULL};
 int codec_init(struct ushi_codec_ctx *c)
 {
 	memset(c, 0, sizeof(*c));
-	c->lz4_state = ushi_malloc((size_t)LZ4_sizeofState());
-	c->zc = ZSTD_createCCtx_advanced(zmem);
-	c->zd = ZSTD_createDCtx_advanced(zmem);
-	if (!c->lz4_state || !c->zc || !c->zd) {
-		codec_destroy(c);
-		return -ENOMEM;
-	}
 	return 0;
+}
+
+/* The context codec needs to compress (compress) or decompress: made at
+ * its first use and kept. 0 or -ENOMEM. */
+static int need(struct ushi_codec_ctx *c, enum ush_codec codec, bool compress)
+{
+	if (codec == USH_CODEC_LZ4 && compress && !c->lz4_state)
+		c->lz4_state = ushi_malloc((size_t)LZ4_sizeofState());
+	else if (codec == USH_CODEC_ZSTD && compress && !c->zc)
+		c->zc = ZSTD_createCCtx_advanced(zmem);
+	else if (codec == USH_CODEC_ZSTD && !compress && !c->zd)
+		c->zd = ZSTD_createDCtx_advanced(zmem);
+	else
+		return 0;
+	return (codec == USH_CODEC_LZ4 ? c->lz4_state != NULL :
+		compress ? c->zc != NULL : c->zd != NULL) ? 0 : -ENOMEM;
+}
+
+int codec_prepare(struct ushi_codec_ctx *c, enum ush_codec codec)
+{
+	return need(c, codec, true);
 }
 
 void codec_destroy(struct ushi_codec_ctx *c)
@@ -53,6 +67,8 @@ long codec_compress(struct ushi_codec_ctx *c, enum ush_codec codec, int level,
 		cap = n ? n - 1 : 0;
 	if (cap == 0)
 		return 0;
+	if (need(c, codec, true))
+		return -ENOMEM;
 	switch (codec) {
 	case USH_CODEC_LZ4: {
 		/* extState resets the state itself: no history crosses
@@ -80,6 +96,8 @@ long codec_compress(struct ushi_codec_ctx *c, enum ush_codec codec, int level,
 int codec_decompress(struct ushi_codec_ctx *c, enum ush_codec codec,
 		     const void *src, size_t n, void *dst, size_t raw)
 {
+	if (need(c, codec, false))
+		return -ENOMEM;
 	switch (codec) {
 	case USH_CODEC_LZ4: {
 		int r = LZ4_decompress_safe(src, dst, (int)n, (int)raw);

@@ -89,6 +89,7 @@ struct ushi_counters {
 	atomic_uint_fast64_t records_written, bytes_written, bytes_stored;
 	atomic_uint_fast64_t records_read, bytes_read;
 	atomic_uint_fast64_t net_connects, net_connect_errors, net_reuses, errors;
+	atomic_uint_fast64_t net_recv_bufs;
 };
 extern struct ushi_counters ushi_counters;
 #define USHI_COUNT(field, n)                                                 \

@@ -151,6 +151,11 @@ static int ring_create(struct ush_ring **out, const struct ush_ring_opts *opts,
 		goto fail;
 	}
 	ret = codec_init(&r->codec);
+	/* A writer's compressor now, not with its first batch; a reader's
+	 * (unbound) ring makes the decompressor its frames name when the
+	 * first comes. */
+	if (!ret && !unbound)
+		ret = codec_prepare(&r->codec, r->opts.codec);
 	if (ret) {
 		ushi_fail(ret, "ring: codec contexts");
 		goto fail;

@@ -23,6 +23,7 @@
 #include "read/reader_net.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,6 +33,46 @@
  * one after another: until its turn a stream holds a small one. */
 #define RECV_BUF (2u << 20)
 #define RECV_BUF_OPEN 4096u
+/* Receive buffers of RECV_BUF bytes kept for the next stream when one
+ * ends: reading partition after partition, one reader each, a process
+ * would otherwise allocate (and fault in) a new one per partition. */
+#define RECV_KEEP 4u
+
+static struct {
+	pthread_mutex_t lock;
+	uint8_t *b[RECV_KEEP];
+	unsigned n;
+} kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A RECV_BUF buffer: one kept, or a new one (counted). The lock is only
+ * tried: a fork() child whose parent held it, or a busy moment, just
+ * allocates (or frees, below). */
+static uint8_t *recv_take(void)
+{
+	uint8_t *b = NULL;
+	if (!pthread_mutex_trylock(&kept.lock)) {
+		if (kept.n)
+			b = kept.b[--kept.n];
+		pthread_mutex_unlock(&kept.lock);
+	}
+	if (!b && (b = ushi_malloc(RECV_BUF)))
+		USHI_COUNT(net_recv_bufs, 1);
+	return b;
+}
+
+/* Buffer b of cap bytes is free: kept if it is a RECV_BUF one and there
+ * is room. */
+static void recv_give(uint8_t *b, size_t cap)
+{
+	if (b && cap == RECV_BUF && !pthread_mutex_trylock(&kept.lock)) {
+		if (kept.n < RECV_KEEP) {
+			kept.b[kept.n++] = b;
+			b = NULL;
+		}
+		pthread_mutex_unlock(&kept.lock);
+	}
+	ushi_free(b);
+}
 
 struct reader_net {
 	struct net_conn *conn; /* until the stream ended: then pooled */
@@ -85,11 +126,11 @@ static int fail_at(struct reader_net *r, int err, const char *what)
 static int resize(struct reader_net *r, size_t cap)
 {
 	size_t have = r->len - r->pos;
-	uint8_t *b = ushi_malloc(cap);
+	uint8_t *b = cap == RECV_BUF ? recv_take() : ushi_malloc(cap);
 	if (!b)
 		return -ENOMEM;
 	memcpy(b, r->buf + r->pos, have);
-	ushi_free(r->buf);
+	recv_give(r->buf, r->cap);
 	r->buf = b;
 	r->cap = cap;
 	r->pos = 0;
@@ -341,6 +382,6 @@ void reader_net_free(struct reader_net *r)
 	/* Freed before its FETCH_END: the rest of the stream is on its
 	 * way, the connection is not reused. */
 	net_conn_free(r->conn);
-	ushi_free(r->buf);
+	recv_give(r->buf, r->cap);
 	ushi_free(r);
 }

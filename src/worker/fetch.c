@@ -449,7 +449,7 @@ void wk_fetch_free(struct wk_fetch *fe)
 			pool_put(ring_pool(fe->t->ring), r->buf);
 		}
 		else
-			ushi_free(r->mem);
+			wk_hbuf_put(fe->t, r->mem, r->hcap);
 	}
 	for (unsigned k = 0; fe->logs && k < fe->nthr; k++) {
 		if (fe->logs[k].fd >= 0)
@@ -852,6 +852,64 @@ int wk_fetch_start(struct wk_thread *t, const struct ushi_frame *f,
 
 /* ------------------------------------------------------------ reading */
 
+/* The size class of a heap read buffer of n bytes: its order above
+ * USHI_BUF_MIN, or -1 beyond the largest kept (allocated exactly). */
+static int hbuf_order(size_t n)
+{
+	int o = 0;
+	while ((size_t)USHI_BUF_MIN << o < n)
+		o++;
+	return o < WK_HBUF_ORDERS ? o : -1;
+}
+
+void *wk_hbuf_get(struct wk_thread *t, size_t need, uint32_t *cap)
+{
+	int o = hbuf_order(need);
+	if (o < 0) {
+		*cap = 0;
+		WK_COUNT(t->wk, fetch_heap_allocs, 1);
+		return ushi_aligned_alloc(need);
+	}
+	/* A larger one kept will do: its pages are already there. */
+	for (int k = o; k < WK_HBUF_ORDERS; k++) {
+		void *p = t->hfree[k];
+		if (p) {
+			memcpy(&t->hfree[k], p, sizeof(void *));
+			*cap = USHI_BUF_MIN << k;
+			t->hfree_bytes -= *cap;
+			return p;
+		}
+	}
+	*cap = USHI_BUF_MIN << o;
+	WK_COUNT(t->wk, fetch_heap_allocs, 1);
+	return ushi_aligned_alloc(*cap);
+}
+
+void wk_hbuf_put(struct wk_thread *t, void *p, uint32_t cap)
+{
+	if (!p)
+		return;
+	if (!cap || t->hfree_bytes + cap > WK_HBUF_KEEP * t->wk->o.flush_size) {
+		ushi_free(p);
+		return;
+	}
+	int o = hbuf_order(cap);
+	memcpy(p, &t->hfree[o], sizeof(void *));
+	t->hfree[o] = p;
+	t->hfree_bytes += cap;
+}
+
+void wk_hbuf_close(struct wk_thread *t)
+{
+	for (int o = 0; o < WK_HBUF_ORDERS; o++)
+		while (t->hfree[o]) {
+			void *p = t->hfree[o];
+			memcpy(&t->hfree[o], p, sizeof(void *));
+			ushi_free(p);
+		}
+	t->hfree_bytes = 0;
+}
+
 static void read_done(struct ushi_op *op, int res)
 {
 	struct wk_fread *r = op->owner;
@@ -935,8 +993,16 @@ static int read_next(struct wk_fetch *fe)
 		return ret;
 	const struct wk_flog *l = &fe->logs[e->thread];
 	int fd = need >= WK_FETCH_DIRECT_MIN && l->dfd >= 0 ? l->dfd : l->fd;
+	/* Only O_DIRECT needs an aligned read: through the page cache the
+	 * frames' own bytes are read, not the blocks around them (a frame of
+	 * a few KiB straddles two or three). */
+	if (fd == l->fd) {
+		a = start;
+		need = end - start;
+	}
 	struct ushi_buf *b = NULL;
 	uint8_t *mem = NULL;
+	uint32_t hcap = 0;
 	/* Pool memory up to half the pool for all streams of the thread,
 	 * so that log writes always find some (a log buffer's worth stays
 	 * idle); heap memory beyond. */
@@ -957,7 +1023,7 @@ static int read_next(struct wk_fetch *fe)
 		if (b)
 			t->fetch_pool += b->cap;
 	}
-	if (!b && !(mem = ushi_aligned_alloc(need)))
+	if (!b && !(mem = wk_hbuf_get(t, need, &hcap)))
 		return -ENOMEM;
 	struct ushi_op *op;
 	if ((ret = ring_op_get(t->ring, &op))) {
@@ -965,13 +1031,13 @@ static int read_next(struct wk_fetch *fe)
 			t->fetch_pool -= b->cap;
 			pool_put(pool, b);
 		}
-		ushi_free(mem);
+		wk_hbuf_put(t, mem, hcap);
 		return ret;
 	}
 	struct wk_fread *r = &fe->rd[(fe->rhead + fe->rn++) % WK_FETCH_READS];
 	queued(fe, (int64_t)need);
 	*r = (struct wk_fread){.fe = fe, .buf = b, .mem = b ? b->data : mem,
-		.off = a, .need = (uint32_t)need,
+		.off = a, .need = (uint32_t)need, .hcap = hcap,
 		.lead = (uint32_t)(start - a), .len = (uint32_t)(end - start),
 		.frames = frames, .inflight = true};
 	op->kind = OP_READ;
@@ -1040,6 +1106,7 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		o->len = r->len;
 		o->buf = r->buf;
 		o->heap = r->buf ? NULL : r->mem;
+		o->heap_cap = r->hcap;
 		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
 		fe->rn--;
 		queued(fe, -(int64_t)r->need);

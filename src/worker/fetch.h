@@ -27,6 +27,10 @@ struct wk_app;
  * than half its ring's ops (WK_IODEPTH). */
 #define WK_FETCH_READS 64
 #define WK_FETCH_RUNS 8
+/* Heap read buffers a thread keeps (wk_hbuf_put()), in flush buffers:
+ * what one stream reads ahead (WK_FETCH_RUNS flush buffers of reads,
+ * each in a buffer of up to twice its size). */
+#define WK_HBUF_KEEP (2u * WK_FETCH_RUNS)
 /* A stream of small frames asks the page cache to read ahead the extent
  * of each log it reads from, when that is at most this long and at most
  * WK_FETCH_AHEAD_SPAN times the bytes streamed from it. */
@@ -76,7 +80,9 @@ struct wk_fread {
 	struct wk_fetch *fe;
 	struct ushi_buf *buf;   /* pool memory, or NULL: heap */
 	uint8_t *mem;
-	uint64_t off;           /* aligned file offset of mem[0] */
+	uint32_t hcap;          /* heap memory: its size class (0: exact) */
+	uint64_t off;           /* file offset of mem[0]: aligned for an
+				   O_DIRECT read */
 	uint32_t need, got;     /* bytes asked for; read so far */
 	uint32_t lead;          /* mem[lead] is the first frame's byte */
 	uint32_t len, frames;   /* frame bytes and frames to send */
@@ -153,6 +159,14 @@ bool wk_fetch_first(const struct wk_fetch *fe);
  * counts no more there: its connection leaves the application. */
 void wk_fetch_unbill(struct wk_fetch *fe);
 void wk_fetch_free(struct wk_fetch *fe);
+/* Heap memory for a read of need bytes that the pool cannot lend: a
+ * buffer kept from an earlier read where one of its size class is, with
+ * that class's size in *cap (0: allocated exactly, beyond the classes
+ * kept), or NULL. wk_hbuf_put() gives it back (p may be NULL); beyond
+ * what a thread keeps it is freed. wk_hbuf_close() frees those kept. */
+void *wk_hbuf_get(struct wk_thread *t, size_t need, uint32_t *cap);
+void wk_hbuf_put(struct wk_thread *t, void *p, uint32_t cap);
+void wk_hbuf_close(struct wk_thread *t);
 /* Forgets the cached partition directories of shuffle. */
 void wk_pdir_drop(struct wk_thread *t, uint32_t shuffle);
 void wk_pdir_close(struct wk_thread *t);

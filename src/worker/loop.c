@@ -335,6 +335,7 @@ static void teardown(struct wk_thread *t)
 		munmap(t->br, t->br_bytes);
 	ushi_free(t->bufs);
 	ushi_free(t->accepted);
+	wk_hbuf_close(t); /* after the ring: no read or send holds one */
 	for (int i = 0; i < 2; i++)
 		if (t->wake[i] >= 0)
 			close(t->wake[i]);

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
+#include "worker/fetch.h"
 #include "worker/out.h"
 
 #include <stdarg.h>
@@ -20,6 +21,7 @@ struct wk_out *wk_out_new(size_t cap)
 		o->ptr = o->data;
 		o->buf = NULL;
 		o->heap = NULL;
+		o->heap_cap = 0;
 		o->sealed = false;
 	}
 	return o;
@@ -31,7 +33,7 @@ void wk_out_free(struct wk_thread *t, struct wk_out *o)
 		t->fetch_pool -= o->buf->cap;
 		pool_put(ring_pool(t->ring), o->buf);
 	}
-	ushi_free(o->heap);
+	wk_hbuf_put(t, o->heap, o->heap_cap);
 	ushi_free(o);
 }
 

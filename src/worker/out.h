@@ -21,6 +21,7 @@ struct wk_out {
 	const uint8_t *ptr;     /* what to send: data, or a read's memory */
 	struct ushi_buf *buf;   /* pool buffer to return after the send */
 	void *heap;             /* memory to free after the send */
+	uint32_t heap_cap;      /* its size class (wk_hbuf_put()) */
 	bool sealed;            /* its MAC is on (conn.c, gather()) */
 	uint8_t data[];
 };

@@ -42,8 +42,14 @@
 #define WK_IODEPTH 1024
 #define WK_THREAD_CONNS_MAX 1536
 #define WK_SEND_TIMEOUT_MS 30000
-/* Outputs a connection sends at most in one gathered send. */
+/* Outputs a connection sends at most in one gathered send. A FETCH
+ * stream of small frames queues one per read; 64 took a third of the
+ * reader's context switches of 8 at 10,000 partitions, but the read took
+ * longer and the worker more CPU (docs/notes/wire.md, "The read path"). */
 #define WK_SEND_IOV 8
+/* Size classes of kept heap read buffers: 4 KiB to 1 MiB, the largest
+ * flush size (worker.c). */
+#define WK_HBUF_ORDERS 9
 /* A failed connection keeps reading (and dropping) what its peer still
  * sends this long after its ERROR frame, so that closing with unread
  * bytes does not reset the connection before the peer reads the ERROR. */
@@ -238,6 +244,13 @@ struct wk_thread {
 	unsigned fetch_reads;  /* FETCH reads in flight, all streams */
 	size_t fetch_pool;     /* pool bytes FETCH streams hold (at most
 				  half the pool) */
+	/* FETCH read buffers beyond the pool's share, kept for the next
+	 * reads (fetch.c, wk_hbuf_get): one LIFO per power-of-two size
+	 * from USHI_BUF_MIN to 1 MiB, WK_HBUF_KEEP flush buffers' worth at
+	 * most (fetch.h). Freed and allocated per read they cost a page fault per
+	 * page each time (large blocks are mapped per malloc). */
+	void *hfree[WK_HBUF_ORDERS];
+	size_t hfree_bytes;
 	struct wk_list syncq;  /* logs with a sync round asked for or under
 				  way (store.c) */
 	/* Commits back from the committer, logged, to be applied and

@@ -99,6 +99,10 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	       "received in (not copied).", s.bytes_in_place);
 	metric(&t, "sent_frames_total", "counter",
 	       "DATA frames streamed to readers.", s.frames_out);
+	metric(&t, "fetch_heap_buffers_total", "counter",
+	       "FETCH read buffers allocated from the heap (the pool's share "
+	       "taken); freed ones are kept for the next reads.",
+	       s.fetch_heap_allocs);
 	metric(&t, "connections_accepted_total", "counter",
 	       "Connections accepted.", s.conns_accepted);
 	metric(&t, "connections_refused_total", "counter",

@@ -1,0 +1,105 @@
+/*
+ * The read path's memory between streams, against a real worker and
+ * real readers: a worker whose pool cannot lend a stream's reads keeps
+ * the heap buffers it read into for the next stream (no allocation, and
+ * so no page faults, per read), and a reader that reads partition after
+ * partition on a pooled connection keeps its receive buffer with the
+ * connection instead of growing a new one per partition.
+ */
+#include "net_helpers.h"
+
+static struct ush_worker_stats wstats(ush_worker *wk)
+{
+	struct ush_worker_stats s;
+	ush_worker_stats(wk, &s);
+	return s;
+}
+
+static struct ush_lib_stats lib(void)
+{
+	struct ush_lib_stats s;
+	ush_lib_stats(&s);
+	return s;
+}
+
+/* A worker whose pool (64 KiB, log buffers of 32 KiB) lends no FETCH
+ * read a buffer: every read of a 64 KiB frame goes to heap memory. The
+ * first pass allocates what its reads hold at once; three more passes
+ * together allocate less than that (none, unless one holds more at once
+ * than any before): freed per read, they allocated one per read. */
+static void heap_read_buffers_kept(void **state)
+{
+	(void)state;
+	struct ush_worker_opts o;
+	ush_worker_opts_init(&o);
+	o.listen = "127.0.0.1:0";
+	o.dir = th_scratch("heapbuf");
+	o.threads = 1;
+	o.pool_bytes = 64u << 10;
+	o.flush_size = 32u << 10;
+	o.log_level = 0;
+	th_worker_secret(&o);
+	ush_worker *wk;
+	th_ok(ush_worker_create(&wk, &o));
+	th_ok(ush_worker_start(wk));
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ush_worker_port(wk));
+	struct ush_status st[1] = {{0}};
+	struct th_job j = {.workers = addr, .shuffle = 41, .partitions = 4,
+			   .maps = 1, .records = 20000,
+			   .codec = USH_CODEC_NONE, .timeout_ms = 20000,
+			   .statuses = st, .range = 4};
+	th_ok(th_push_map(&j, 0, 0, NULL));
+	uint64_t frames = wstats(wk).frames_out;
+	th_verify(&j);
+	frames = wstats(wk).frames_out - frames;
+	uint64_t first = wstats(wk).fetch_heap_allocs;
+	/* The test reaches what it tests: reads went to the heap. */
+	assert_true(first > 0);
+	for (int i = 0; i < 3; i++)
+		th_verify(&j);
+	uint64_t more = wstats(wk).fetch_heap_allocs - first;
+	if (more >= first)
+		fail_msg("3 more passes of %llu frames allocated %llu heap "
+			 "read buffers, the first %llu",
+			 (unsigned long long)frames, (unsigned long long)more,
+			 (unsigned long long)first);
+	th_job_free(&j);
+	ush_worker_free(wk);
+}
+
+/* 64 partitions read one reader each, on the connection the first one
+ * made: one receive buffer in all (it goes with the connection to the
+ * pool and comes back with it), not one (and its growth) per reader. */
+static void recv_buffer_kept_across_partitions(void **state)
+{
+	(void)state;
+	char addr[64] = "";
+	ush_worker *wk = th_worker_embed(th_scratch("rbuf"), 1, addr,
+					 sizeof(addr));
+	struct ush_status st[1] = {{0}};
+	struct th_job j = {.workers = addr, .shuffle = 42, .partitions = 64,
+			   .maps = 1, .records = 6400,
+			   .codec = USH_CODEC_NONE, .timeout_ms = 20000,
+			   .statuses = st};
+	th_ok(th_push_map(&j, 0, 0, NULL));
+	struct ush_lib_stats a = lib();
+	th_verify(&j);
+	struct ush_lib_stats b = lib();
+	/* Every FETCH after the first went on the pooled connection. */
+	assert_int_equal(b.net_reuses - a.net_reuses, 63);
+	/* At most one new buffer (none when an earlier test's was kept). */
+	assert_in_range(b.net_recv_bufs - a.net_recv_bufs, 0, 1);
+	th_job_free(&j);
+	ush_worker_free(wk);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(heap_read_buffers_kept, th_teardown),
+		cmocka_unit_test_teardown(recv_buffer_kept_across_partitions,
+					  th_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
