@@ -639,6 +639,20 @@ def t_dask(res, m):
         rows.append(cells + [f"{sp:.2f}×; CPU {med(p2p, cpu) / med(us, cpu):.2f}×",
                              f"{mr:.2f}×", f"≥ {speed}×, ≤ {mem}×",
                              met(sp >= speed and mr <= mem)])
+    for case, ms in res["runs"].items():
+        if "ushuffle-none" not in ms:
+            continue
+        us, no = ms["ushuffle"], ms["ushuffle-none"]
+        w = med(us, lambda x: sum(x.get("ushuffled_written", [])))
+        wn = med(no, lambda x: sum(x.get("ushuffled_written", [])))
+        if None in (w, wn) or not w:
+            continue
+        rows.append([f"{case.replace('/', ', ')}: lz4 (default) vs none",
+                     "", "", "", f"none: {desc(no)}, {wn / 2**20:,.0f} MiB "
+                     f"written; lz4: {w / 2**20:,.0f} MiB",
+                     f"{med(no, lambda x: x['wall_s']) / med(us, lambda x: x['wall_s']):.2f}×; "
+                     f"CPU {med(no, cpu) / med(us, cpu):.2f}×",
+                     f"{wn / w:.2f}× fewer bytes", "—", ""])
     big = res.get("larger_than_memory")
     if big:
         lim = big["memory_limit"]
@@ -662,7 +676,7 @@ def t_dask(res, m):
             f"deep memory size), 32 partitions in and out, "
             f"{res.get('rounds', 1)} round(s): every case with every "
             f"method in each, the methods' order reversed every other "
-            f"round, medians. A LocalCluster of 2 worker processes × 1 "
+            f"case and round, medians. A LocalCluster of 2 worker processes × 1 "
             f"thread (`bench/dask_shuffle.py`; `{DASK_CMD}`): the rows are "
             f"made on the workers and persisted before the clock starts, "
             f"the output consumed there. Frames: mixed (an int64 key with "
