@@ -16,6 +16,9 @@ one barrier (statuses) task that lists them, and one unpack (reduce) task
 per output partition (read exactly the attempts whose statuses Dask
 delivered). A map task that Dask re-runs (its worker died) writes a new,
 random attempt number; the attempts Dask did not deliver are never read.
+A reducer that finds map outputs gone (a ushuffled restarted empty with
+its Dask worker) asks the scheduler to rerun the maps under a new
+shuffle id and reschedules itself, as p2p restarts a shuffle.
 
 Lifetimes. With a distributed Client, the scheduler's: a SchedulerPlugin
 hands each incarnation of a shuffle its id when its first map asks, and
