@@ -193,9 +193,25 @@ import sys, time
 from distributed import Client
 import ushuffle.dask as ud
 client = Client(sys.argv[1])
-print(ud.install(client)["app"], flush=True)
+app = sys.argv[2] if len(sys.argv) > 2 else None
+print(ud.install(client, app=app)["app"], flush=True)
 time.sleep(600)
 """
+
+
+def client_process(address, app=None):
+    """A client in a process of its own that installs (app) and waits to
+    be killed; (process, its app)."""
+    p = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, address]
+                         + ([app] if app else []),
+                         stdout=subprocess.PIPE, text=True)
+    return p, p.stdout.readline().strip()
+
+
+def kill_client(p):
+    p.kill()
+    p.wait()
+    p.stdout.close()
 
 
 def test_killed_client_retired_after_ttl(tmp_path):
@@ -247,3 +263,29 @@ def test_install_keeps_other_applications_secrets(workers):
                       dashboard_address=None) as c, Client(c) as client:
         assert ud.install(client)["app"] != "dask"
     ushuffle.app_heartbeat(workers.addr, "dask")
+
+
+def test_shared_app_retired_after_its_last_client(tmp_path):
+    """Two clients of one named application: killing the first leaves
+    its secret (the second still uses it) past the TTL; killing the
+    second retires it."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None,
+                      local_directory=str(tmp_path)) as c, \
+            Client(c) as client:
+        ud.install(client, app_ttl_s=1)
+        apps = apps_dir(deploy.pids(client))
+        a, app = client_process(c.scheduler_address, "shared")
+        b, app_b = client_process(c.scheduler_address, "shared")
+        try:
+            assert app == app_b == "shared"
+            kill_client(a)
+            time.sleep(3)  # three TTLs: kept, as b uses it
+            assert "shared" in os.listdir(apps)
+        finally:
+            kill_client(b)
+        end = time.monotonic() + 60
+        while "shared" in os.listdir(apps):
+            assert time.monotonic() < end, os.listdir(apps)
+            time.sleep(0.05)

@@ -235,8 +235,11 @@ class Deployments(SchedulerPlugin):
         import asyncio
         loop = asyncio.get_running_loop()
         for app, (_, who) in self.apps.items():
-            if client in who and not (who - {client}) and \
-                    app not in self.retiring:
+            # Its last client still connected (clients that left earlier
+            # are still in who: one may come back).
+            live = {c for c in who if c != client
+                    and c in scheduler.clients}
+            if client in who and not live and app not in self.retiring:
                 self.retiring[app] = loop.call_later(
                     self.ttl_s, lambda a=app: asyncio.ensure_future(
                         self.retire(a)))
