@@ -3,6 +3,7 @@ secret, and one real distributed.LocalCluster (2 worker processes)."""
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import tempfile
 import time
@@ -10,10 +11,11 @@ import urllib.request
 
 import pytest
 
-SECRET = secrets.token_hex(24)
 # Set before the cluster starts: its worker processes inherit it, and
-# every connection of the library proves it (docs/security.md).
-os.environ["USHUFFLE_SECRET"] = SECRET
+# every connection of the library proves it (docs/security.md). Kept
+# where it is set: a Dask worker that imports a test module (to unpickle
+# a hook defined there) imports this one too, and must not change it.
+SECRET = os.environ.setdefault("USHUFFLE_SECRET", secrets.token_hex(24))
 
 
 def ushuffled_path():
@@ -26,30 +28,50 @@ class Workers:
     their metrics served on loopback too."""
 
     def __init__(self, root, extra=()):
-        secret = os.path.join(root, "secret")
-        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        self.secret = os.path.join(root, "secret")
+        with open(os.open(self.secret, os.O_WRONLY | os.O_CREAT, 0o600),
+                  "w") as f:
             f.write(SECRET)
-        self.procs, self.dirs, self.metrics, addrs = [], [], [], []
+        self.root, self.extra = root, extra
+        self.procs, self.dirs, self.metrics, self.ports = [], [], [], []
         for i in range(2):
             d = os.path.join(root, f"w{i}")
             os.makedirs(d)
-            with open(os.path.join(root, f"w{i}.log"), "w+") as log:
-                p = subprocess.Popen(
-                    [ushuffled_path(), "--listen=127.0.0.1:0", f"--dir={d}",
-                     "--threads=1", "--direct=0", "--log-level=error",
-                     "--metrics=127.0.0.1:0", f"--secret-file={secret}",
-                     *extra],
-                    stdout=subprocess.PIPE, stderr=log, text=True)
-                line = p.stdout.readline()
-                assert line.startswith("ushuffled: port "), line
-                # Written to stderr before the port line to stdout.
-                log.seek(0)
-                m = re.search(r"metrics on \S+ \(port (\d+)\)", log.read())
+            p, port, metrics = self._start(i, d, 0)
             self.procs.append(p)
             self.dirs.append(d)
-            self.metrics.append(f"http://127.0.0.1:{m.group(1)}/metrics")
-            addrs.append(f"127.0.0.1:{int(line.split()[-1])}")
-        self.addr = ",".join(addrs)
+            self.metrics.append(metrics)
+            self.ports.append(port)
+        self.addr = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def _start(self, i, d, port):
+        with open(os.path.join(self.root, f"w{i}.log"), "a+") as log:
+            start = log.tell()
+            p = subprocess.Popen(
+                [ushuffled_path(), f"--listen=127.0.0.1:{port}",
+                 f"--dir={d}", "--threads=1", "--direct=0",
+                 "--log-level=error", "--metrics=127.0.0.1:0",
+                 f"--secret-file={self.secret}", *self.extra],
+                stdout=subprocess.PIPE, stderr=log, text=True)
+            line = p.stdout.readline()
+            assert line.startswith("ushuffled: port "), line
+            # Written to stderr before the port line to stdout.
+            log.seek(start)
+            m = re.search(r"metrics on \S+ \(port (\d+)\)", log.read())
+        return (p, int(line.split()[-1]),
+                f"http://127.0.0.1:{m.group(1)}/metrics")
+
+    def restart_empty(self, i):
+        """Worker i killed (SIGKILL) and started again on its port over
+        an empty directory: what a Dask worker's restart does to the
+        ushuffled it runs (ushuffle.deploy)."""
+        self.procs[i].kill()
+        self.procs[i].wait()
+        self.procs[i].stdout.close()
+        shutil.rmtree(self.dirs[i])
+        os.makedirs(self.dirs[i])
+        self.procs[i], _, self.metrics[i] = self._start(
+            i, self.dirs[i], self.ports[i])
 
     def held(self):
         """The shuffles each worker holds (its ushuffled_shuffles gauge)."""

@@ -1,8 +1,10 @@
 """ushuffle.dask.shuffle on a real LocalCluster and real ushuffled: every
 output partition holds the rows Dask's own shuffle_method="tasks" puts there, in
 its order."""
+import functools
 import os
 import signal
+import tempfile
 import time
 
 import dask.dataframe as dd
@@ -13,6 +15,7 @@ from distributed import wait
 
 import ushuffle
 import ushuffle.dask as ud
+from conftest import Workers
 
 
 def frame(n, seed, skew=False):
@@ -143,6 +146,60 @@ def test_worker_killed_in_map(client, workers, tmp_path):
     check(client, workers, ddf, "k", 4, on_commit=kill_once(flag))
     assert os.path.exists(flag), "no Dask worker was killed"
     client.wait_for_workers(2, timeout=60)
+
+
+def commit_then_wait(where, maps, index):
+    """on_commit hook: the commit that makes `maps` commits (the last map
+    of the first run) says so ("ready") and waits for "go" before its
+    task returns, so nothing reads the shuffle before the test says; the
+    maps' rerun passes through."""
+    os.close(os.open(os.path.join(where, f"c{index}-{os.urandom(8).hex()}"),
+                     os.O_CREAT | os.O_WRONLY))
+    if len([f for f in os.listdir(where) if f.startswith("c")]) < maps:
+        return
+    try:
+        os.close(os.open(os.path.join(where, "ready"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    end = time.monotonic() + 120
+    while not os.path.exists(os.path.join(where, "go")):
+        assert time.monotonic() < end, "the test never said go"
+        time.sleep(0.02)
+
+
+def test_outputs_lost_after_the_maps(client, tmp_path):
+    """Replicas 1, every map committed, then a ushuffled restarted empty
+    (as a restarted Dask worker's is) before any reducer reads: the
+    reducers' USH_ENOTCOMMITTED makes the scheduler rerun the maps under
+    a new shuffle id, and the result is Dask's own; the lost incarnation
+    is dropped from the surviving worker."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as root:
+        w = Workers(root)
+        try:
+            maps = 4
+            ddf = dd.from_pandas(frame(20000, 12), npartitions=maps)
+            hook = functools.partial(commit_then_wait, str(tmp_path), maps)
+            ours = ud.shuffle(ddf, "k", npartitions=6, workers=w.addr,
+                              on_commit=hook)
+            fut = client.compute(ours)
+            end = time.monotonic() + 120
+            while not (tmp_path / "ready").exists():
+                assert time.monotonic() < end and not fut.done(), \
+                    fut.exception() if fut.done() else "no commit"
+                time.sleep(0.02)
+            w.restart_empty(0)
+            (tmp_path / "go").touch()
+            got = fut.result(timeout=120)
+            want = ddf.shuffle("k", npartitions=6,
+                               shuffle_method="tasks").compute()
+            pd.testing.assert_frame_equal(got, want)
+            commits = [f for f in os.listdir(tmp_path) if f[0] == "c"]
+            assert len(commits) == 2 * maps  # the maps ran twice
+            del fut
+            assert w.emptied() == []
+        finally:
+            w.stop()
 
 
 def test_unknown_column(workers):

@@ -4,12 +4,18 @@ line, directories in the workers' local directories, commits unsynced
 unless durable=True, a ushuffled killed during the shuffle with replicas
 2 losing nothing, and nothing left when the cluster closes."""
 import functools
+import glob
 import os
 import signal
+import subprocess
+import sys
+import tempfile
+import time
 
 import dask.dataframe as dd
 from distributed import Client, Nanny, Scheduler, SpecCluster
 
+import ushuffle
 import ushuffle.dask as ud
 from ushuffle import deploy
 from test_dask import assert_same, frame
@@ -70,13 +76,19 @@ def test_install_and_a_lost_ushuffled(tmp_path):
         for addr, pid in pids.items():
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-            path = [a for a in argv if a.startswith(b"--secret-file=")][0]
-            path = path.split(b"=", 1)[1].decode()
+            assert not [a for a in argv if a.startswith(b"--secret-file")]
+            apps = [a for a in argv if a.startswith(b"--secrets-dir=")][0]
+            apps = apps.split(b"=", 1)[1].decode()
+            path = os.path.join(apps, opts["app"])  # this client's secret
+            assert os.listdir(apps) == [opts["app"]]
+            assert os.stat(apps).st_mode & 0o077 == 0
             assert os.stat(path).st_mode & 0o077 == 0
             with open(path, "rb") as f:
                 assert f.read() not in b" ".join(argv)
             host = addr.split(":")[0]
             assert path.startswith(str(tmp_path / host))
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                assert b"USHUFFLE_SECRET=" not in f.read()
             assert unsynced(argv)  # ushuffled --sync=none by default
         ddf = dd.from_pandas(frame(20000, 4, skew=True), npartitions=4)
         victim = sorted(pids.values())[0]
@@ -92,6 +104,15 @@ def test_install_and_a_lost_ushuffled(tmp_path):
             assert "ushuffled" not in dirs, base
 
 
+def apps_dir(pids):
+    """The --secrets-dir of the (first) ushuffled of pids."""
+    pid = sorted(pids.values())[0]
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    return [a for a in argv if a.startswith(b"--secrets-dir=")][0] \
+        .split(b"=", 1)[1].decode()
+
+
 def hosting(client):
     """The Dask workers that run a ushuffled."""
     runs = client.run(lambda dask_worker: getattr(
@@ -102,7 +123,8 @@ def hosting(client):
 def test_install_twice_and_a_restarted_worker(tmp_path):
     """One host: replicas 1 by default. A second client's install() gets
     the same workers, leaves the running ushuffled alone and can shuffle
-    (the secret from the scheduler). The Dask worker running ushuffled
+    as an application of its own (its secret from the scheduler, a file
+    of its own in ushuffled's --secrets-dir). The Dask worker running ushuffled
     restarted (its ushuffled dies with it): the next shuffle, with the
     options install() returned before, works: the new ushuffled listens
     where the old one did."""
@@ -113,13 +135,22 @@ def test_install_twice_and_a_restarted_worker(tmp_path):
             Client(c) as client:
         opts = ud.install(client)
         assert opts["replicas"] == 1
+        assert ud.install(client) == opts
         before = deploy.pids(client)
         assert len(before) == 1
-        with Client(c, set_as_default=False) as other:
-            assert ud.install(other) == opts
-            assert deploy.pids(other) == before
         ddf = dd.from_pandas(frame(5000, 8), npartitions=4)
         want = ddf.shuffle("k", npartitions=3, shuffle_method="tasks")
+        with Client(c, set_as_default=False) as other:
+            theirs = ud.install(other)
+            # Another application: its own name and secret, the same
+            # ushuffled.
+            assert theirs["workers"] == opts["workers"]
+            assert theirs["app"] != opts["app"]
+            assert deploy.pids(other) == before
+            assert sorted(os.listdir(apps_dir(before))) == \
+                sorted([opts["app"], theirs["app"]])
+            assert_same(other, ud.shuffle(ddf, "k", npartitions=3,
+                                          **theirs), want)
         assert_same(client, ud.shuffle(ddf, "k", npartitions=3, **opts),
                     want)
         (pid,) = before.values()
@@ -155,3 +186,106 @@ def test_ushuffled_cannot_start_says_why(tmp_path):
                 ud.install(client, port=port)
     finally:
         held.close()
+
+
+KILLED_CLIENT = """
+import sys, time
+from distributed import Client
+import ushuffle.dask as ud
+client = Client(sys.argv[1])
+app = sys.argv[2] if len(sys.argv) > 2 else None
+print(ud.install(client, app=app)["app"], flush=True)
+time.sleep(600)
+"""
+
+
+def client_process(address, app=None):
+    """A client in a process of its own that installs (app) and waits to
+    be killed; (process, its app)."""
+    p = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, address]
+                         + ([app] if app else []),
+                         stdout=subprocess.PIPE, text=True)
+    return p, p.stdout.readline().strip()
+
+
+def kill_client(p):
+    p.kill()
+    p.wait()
+    p.stdout.close()
+
+
+def test_killed_client_retired_after_ttl(tmp_path):
+    """A client killed (SIGKILL, a process of its own) leaves nothing
+    once the workers' TTL has passed: its application's secret file goes
+    from ushuffled's --secrets-dir (the data goes at ushuffled's
+    --app-ttl, the same time); the other application keeps its own and
+    shuffles on. No lock file is made anywhere (the host's lock is an
+    abstract socket)."""
+    from distributed import LocalCluster
+    locks = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                       "ushuffle-dask-*")))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None,
+                      local_directory=str(tmp_path)) as c, \
+            Client(c) as client:
+        opts = ud.install(client, app_ttl_s=1)
+        apps = apps_dir(deploy.pids(client))
+        other = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT,
+                                  c.scheduler_address],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            app = other.stdout.readline().strip()
+            assert app.startswith("dask-") and app != opts["app"]
+            assert sorted(os.listdir(apps)) == sorted([opts["app"], app])
+        finally:
+            other.kill()
+            other.wait()
+            other.stdout.close()
+        end = time.monotonic() + 60
+        while app in os.listdir(apps):
+            assert time.monotonic() < end, os.listdir(apps)
+            time.sleep(0.05)
+        assert os.listdir(apps) == [opts["app"]]
+        ddf = dd.from_pandas(frame(3000, 9), npartitions=3)
+        assert_same(client, ud.shuffle(ddf, "k", npartitions=2, **opts),
+                    ddf.shuffle("k", npartitions=2, shuffle_method="tasks"))
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                      "ushuffle-dask-*"))) == locks
+
+
+def test_install_keeps_other_applications_secrets(workers):
+    """install() sets its own application's secret in this process, not
+    that of "dask" (the default app of register() and shuffle()), which
+    the session's ushuffled hold from $USHUFFLE_SECRET: a test run after
+    this one (test_decommission's Dask shuffle) still reaches them."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as c, Client(c) as client:
+        assert ud.install(client)["app"] != "dask"
+    ushuffle.app_heartbeat(workers.addr, "dask")
+
+
+def test_shared_app_retired_after_its_last_client(tmp_path):
+    """Two clients of one named application: killing the first leaves
+    its secret (the second still uses it) past the TTL; killing the
+    second retires it."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None,
+                      local_directory=str(tmp_path)) as c, \
+            Client(c) as client:
+        ud.install(client, app_ttl_s=1)
+        apps = apps_dir(deploy.pids(client))
+        a, app = client_process(c.scheduler_address, "shared")
+        b, app_b = client_process(c.scheduler_address, "shared")
+        try:
+            assert app == app_b == "shared"
+            kill_client(a)
+            time.sleep(3)  # three TTLs: kept, as b uses it
+            assert "shared" in os.listdir(apps)
+        finally:
+            kill_client(b)
+        end = time.monotonic() + 60
+        while "shared" in os.listdir(apps):
+            assert time.monotonic() < end, os.listdir(apps)
+            time.sleep(0.05)

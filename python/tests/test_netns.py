@@ -3,7 +3,9 @@ network namespace of its own, joined to this one by a bridge, with
 addresses from the benchmarking range 198.19.0.0/16. One ushuffled per
 host, labelled by it; one killed during a replicated shuffle loses
 nothing; closing the cluster stops both and removes their directories.
+docs/python.md's first example runs there as written.
 Skips where namespaces cannot be made (no CAP_NET_ADMIN, no ip(8))."""
+import contextlib
 import functools
 import os
 import subprocess
@@ -18,6 +20,7 @@ import ushuffle.dask as ud
 from ushuffle import deploy
 from test_dask import assert_same, frame
 from test_deploy import alive, kill
+from test_docs_example import run_example
 
 
 def sh(*cmd):
@@ -63,7 +66,11 @@ def wait_file(path, proc):
     raise AssertionError(f"no {path} after 60 s")
 
 
-def test_two_hosts(hosts, tmp_path):
+@contextlib.contextmanager
+def two_hosts(hosts, tmp_path):
+    """A dask-scheduler here and a dask-worker in each namespace; yields
+    the scheduler file and the processes (which the caller shuts down);
+    kills what is left at the end."""
     ns, addrs, mine = hosts
     sched_file = str(tmp_path / "scheduler.json")
     # The workers unpickle on_commit's kill from test_deploy, and so does
@@ -86,6 +93,17 @@ def test_two_hosts(hosts, tmp_path):
                  "--local-directory", str(tmp_path / a),
                  "--dashboard-address", ":0"], stderr=subprocess.DEVNULL,
                 env=env))
+        yield sched_file, procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_two_hosts(hosts, tmp_path):
+    ns, addrs, mine = hosts
+    with two_hosts(hosts, tmp_path) as (sched_file, procs):
         with Client(scheduler_file=sched_file) as client:
             client.wait_for_workers(2, timeout=120)
             opts = ud.install(client, replicas=2)
@@ -107,8 +125,20 @@ def test_two_hosts(hosts, tmp_path):
         for a in addrs:
             for base, dirs, _ in os.walk(tmp_path / a):
                 assert "ushuffled" not in dirs, base
-    finally:
+
+
+def test_first_example_two_hosts(hosts, tmp_path):
+    """docs/python.md's first example, as written, on two hosts: one
+    ushuffled each, replicas 2 (install()'s default there)."""
+    ns, addrs, mine = hosts
+    with two_hosts(hosts, tmp_path) as (sched_file, procs):
+        with Client(scheduler_file=sched_file) as client:
+            client.wait_for_workers(2, timeout=120)
+            address = client.scheduler.address
+        run_example(address, str(tmp_path / "events"))
+        with Client(scheduler_file=sched_file) as client:
+            pids = deploy.pids(client)
+            assert sorted(w.split("@")[1] for w in pids) == sorted(addrs)
+            client.shutdown()
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            p.wait(timeout=60)

@@ -588,11 +588,12 @@ def app_heartbeat(workers, app, timeout_ms=0):
 
 def auth_secret(app=None, secret=None, path=None):
     """Sets the secret of app (None: every application), from bytes or
-    from the file at path."""
+    from the file at path; secret None (and no path) forgets it."""
     if path is not None:
         _check(lib.ush_auth_secret_file(_cstr(app), path.encode()),
                f"ush_auth_secret_file ({path})")
     else:
-        _check(lib.ush_auth_secret(_cstr(app), secret,
+        _check(lib.ush_auth_secret(_cstr(app),
+                                   secret if secret else ffi.NULL,
                                    len(secret) if secret else 0),
                "ush_auth_secret")

@@ -16,6 +16,9 @@ one barrier (statuses) task that lists them, and one unpack (reduce) task
 per output partition (read exactly the attempts whose statuses Dask
 delivered). A map task that Dask re-runs (its worker died) writes a new,
 random attempt number; the attempts Dask did not deliver are never read.
+A reducer that finds map outputs gone (a ushuffled restarted empty with
+its Dask worker) asks the scheduler to rerun the maps under a new
+shuffle id and reschedules itself, as p2p restarts a shuffle.
 
 Lifetimes. With a distributed Client, the scheduler's: a SchedulerPlugin
 hands each incarnation of a shuffle its id when its first map asks, and
@@ -78,8 +81,13 @@ from ushuffle import rows as _rows
 __all__ = ["register", "shuffle", "install", "Lifetimes", "stats", "cpu",
            "TESTED"]
 
-_DEFAULTS = {"app": "dask", "dir": None, "codec": None, "replicas": 1,
-             "push_size": 1 << 20, "pool_bytes": 8 << 20,
+# lz4 with 256 KiB push buffers: a batch is compressed into an idle
+# buffer of the pool, and with 1 MiB ones the 8 MiB pool rarely had one
+# (most batches went raw). docs/python.md, "Compression", has the
+# figures: 3.5x fewer bytes on the string-heavy frame, 1.7x on the mixed
+# one, for CPU within the noise.
+_DEFAULTS = {"app": "dask", "dir": None, "codec": "lz4", "replicas": 1,
+             "push_size": 256 << 10, "pool_bytes": 8 << 20,
              "timeout_ms": 0, "secret_file": None,
              "on_commit": None}
 # What the scheduler needs to drop a shuffle.
@@ -265,30 +273,61 @@ def _assemble(gathers, ignore_index):
 
 class _Maps:
     """What every reducer needs, in O(maps + partitions): the maps'
-    statuses, the rows of each partition over all maps and map 0's empty
-    frame. On a local scheduler it also owns the shuffle: dropped when
-    the scheduler releases it, in the process that made it."""
+    statuses, the rows of each partition over all maps, map 0's empty
+    frame, and the shuffle's id and statuses key (a reducer that finds
+    map outputs lost asks the scheduler to rerun the maps). On a local
+    scheduler it also owns the shuffle: dropped when the scheduler
+    releases it, in the process that made it."""
 
-    def __init__(self, statuses, rows, head, drop=None):
+    def __init__(self, statuses, rows, head, sid=None, key=None, drop=None):
         self.statuses, self.rows, self.head = statuses, rows, head
+        self.sid, self.key = sid, key
         self._drop = drop  # (target, sid), or None: the scheduler's
         self._pid = os.getpid()
 
     def __reduce__(self):  # a copy never drops
-        return _Maps, (self.statuses, self.rows, self.head)
+        return _Maps, (self.statuses, self.rows, self.head, self.sid,
+                       self.key)
 
     def __del__(self):
         if self._drop is not None and os.getpid() == self._pid:
             _drop(*self._drop)
 
 
-def _statuses(results, nparts, sid, cfg):
+def _statuses(results, nparts, sid, cfg, key=None):
     """The barrier: the maps' statuses, in map order."""
     rows = np.zeros(nparts, np.int64)
-    for _, counts, _ in results:
+    for _, counts, _, _ in results:
         rows += counts
     drop = None if sid is None else ({k: cfg[k] for k in _TARGET}, sid)
-    return _Maps([s for s, _, _ in results], rows, results[0][2], drop)
+    return _Maps([s for s, _, _, _ in results], rows, results[0][2],
+                 results[0][3], key, drop)
+
+
+def _lost(e):
+    """Whether a reader's error says map outputs are gone (the ushuffled
+    that held them was restarted empty, or is down), which a rerun of
+    the maps mends; not a corrupt frame or a wrong secret."""
+    return isinstance(e, ushuffle.NotCommitted) or \
+        e.name in ("ECONNREFUSED", "ECONNRESET")
+
+
+def _rerun(maps, e):
+    """In a distributed worker: asks the scheduler to rerun the maps of
+    maps' shuffle under a new id (Lifetimes.lost), and raises Reschedule
+    so that this reducer runs again once they have. Returns where there
+    is no scheduler to ask, or it refuses (too many reruns)."""
+    try:
+        from distributed import Reschedule, get_worker
+        from distributed.utils import sync
+        w = get_worker()
+    except (ImportError, ValueError):
+        return
+    if maps.key is None or not sync(w.loop, w.scheduler.ushuffle_lost,
+                                    key=maps.key, sid=maps.sid,
+                                    why=str(e)):
+        return
+    raise Reschedule()
 
 
 def _reduce(maps, part, ignore_index, cfg):
@@ -299,7 +338,12 @@ def _reduce(maps, part, ignore_index, cfg):
         # its dtypes (and categories).
         head = maps.head
         return head.reset_index(drop=True) if ignore_index else head
-    gathers = _read(part, maps.statuses, int(maps.rows[part]), cfg)
+    try:
+        gathers = _read(part, maps.statuses, int(maps.rows[part]), cfg)
+    except ushuffle.Error as e:
+        if _lost(e):
+            _rerun(maps, e)
+        raise
     t = _clock()
     out = _assemble(gathers, ignore_index)
     _tally("concat", t)
@@ -323,8 +367,8 @@ def _local_id(cfg):
 
 
 def _map(frame, col, nparts, token, index, ignore_index, cfg, sid):
-    """A map task: the status, rows per partition and, from map 0, the
-    empty frame an empty output partition is."""
+    """A map task: the status, rows per partition, from map 0 the empty
+    frame an empty output partition is, and the shuffle's id."""
     _auth(cfg)
     if sid is None:
         sid = _shuffle_id(token, cfg)
@@ -337,7 +381,7 @@ def _map(frame, col, nparts, token, index, ignore_index, cfg, sid):
     status, counts = _write_map(frame, on, nparts, sid, index, cfg)
     if cfg["on_commit"]:
         cfg["on_commit"](index)
-    return status, counts, head
+    return status, counts, head, sid
 
 
 # Lifetimes: the scheduler's.
@@ -391,6 +435,11 @@ def _heartbeat(target):
         log.warning("ushuffle.dask: heartbeat: %s", e)
 
 
+# How many times one shuffle's maps are rerun because a reducer found
+# their outputs lost: beyond, the reducer's error stands (a ushuffled
+# that loses every rerun's data is not mended by one more).
+_MAX_RERUNS = 3
+
 # How often the scheduler heartbeats the applications of live shuffles:
 # a fifth of ushuffled's default --app-ttl (300 s), so a beat or two
 # lost to a stalled worker never expires a persisted result.
@@ -410,10 +459,12 @@ class Lifetimes(SchedulerPlugin):
 
     def __init__(self):
         self.live = {}  # statuses key: (shuffle id, target)
+        self.reruns = collections.Counter()  # statuses key: maps reruns
 
     async def start(self, scheduler):
         self.scheduler = scheduler
         scheduler.handlers["ushuffle_shuffle_id"] = self.shuffle_id
+        scheduler.handlers["ushuffle_lost"] = self.lost
         # Drops and heartbeats talk to the workers: off the scheduler's
         # event loop, in order.
         self.dropper = ThreadPoolExecutor(1, "ushuffle-drop")
@@ -435,7 +486,42 @@ class Lifetimes(SchedulerPlugin):
             self.live[key] = (sid, target)
         return self.live[key][0]
 
+    def lost(self, key, sid, why=""):
+        """A reducer of shuffle sid found map outputs gone (a ushuffled
+        restarted empty with its Dask worker, or down): the maps run
+        again under a new id, as p2p restarts a shuffle that lost a
+        worker. The statuses task is released (its waiting reducers,
+        the caller among them, wait again) and so are maps still in
+        memory; the old id is dropped. Whether the caller should
+        reschedule itself: true once sid was rerun (by this call or an
+        earlier one), false past _MAX_RERUNS or for a forgotten key."""
+        ts = self.scheduler.tasks.get(key)
+        if ts is None:
+            return False
+        live = self.live.get(key)
+        if live is None or live[0] != sid:
+            return True  # rerun already, by another reducer's call
+        if self.reruns[key] >= _MAX_RERUNS:
+            return False
+        self.reruns[key] += 1
+        del self.live[key]
+        self.dropper.submit(_drop, live[1], sid)
+        log.warning("ushuffle.dask: shuffle %d (%s) lost map outputs, "
+                    "rerunning its maps (%d of at most %d): %s", sid, key,
+                    self.reruns[key], _MAX_RERUNS, why)
+        recs = {dt.key: "released" for dt in ts.dependencies
+                if dt.state == "memory"}
+        if ts.state == "memory":
+            recs[key] = "released"
+        stimulus = f"ushuffle-lost-{sid}-{time.time()}"
+        self.scheduler.transitions(recs, stimulus_id=stimulus)
+        self.scheduler.stimulus_queue_slots_maybe_opened(
+            stimulus_id=stimulus)
+        return True
+
     def transition(self, key, start, finish, *args, **kwargs):
+        if finish == "forgotten":
+            self.reruns.pop(key, None)
         if finish == "forgotten" and key in self.live:
             sid, target = self.live.pop(key)
             self.dropper.submit(_drop, target, sid)
@@ -496,7 +582,7 @@ class UshuffleShuffle(SimpleShuffle):
             dsk[t.key] = t
             maps.append(t.ref())
         dsk[sname] = Task(sname, _statuses, List(*maps), nparts,
-                          TaskRef(idname), cfg)
+                          TaskRef(idname), cfg, sname)
         for i, part in enumerate(self._partitions):
             t = Task((self._name, i), _reduce, TaskRef(sname), part,
                      self.ignore_index, cfg)
