@@ -266,7 +266,8 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 		uint32_t raw, room = 0;
 		uint32_t nrec = batch_of(s, a, b, cap, &raw);
 		uint8_t *dst = s->scratch, *pack;
-		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &pack, &room);
+		int ret = s->zbuf ? 0 :
+			  w->sink->pack_room(w, partition, &pack, &room);
 		if (ret)
 			return ret;
 		if (USH_FRAME_HDR_SIZE + raw + w->tail <= room)

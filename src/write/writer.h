@@ -51,14 +51,17 @@ struct ushi_sink_ops {
 	int (*reap)(struct ush_writer *w);
 	/*
 	 * Optional, both or neither: staged writes (stage.c) build frames
-	 * straight into the sink's open pack. pack_room sets *p to the
-	 * pack's free bytes and *room to their count, opening a pack if
-	 * none is (*room 0: none could be had). pack_add takes the next
-	 * frame of partition, flen bytes at p: built in place at *p (flen
-	 * <= room) or, from anywhere else, copied in across packs. p stays
-	 * the caller's; a full pack goes out. Returns 0 or an error.
+	 * straight into the sink's open pack for partition (the disk's one
+	 * pack; the net sink's pack for partition's workers). pack_room
+	 * sets *p to that pack's free bytes and *room to their count,
+	 * opening a pack if none is (*room 0: none could be had). pack_add
+	 * takes the next frame of partition, flen bytes at p: built in
+	 * place at *p (flen <= room) or, from anywhere else, copied in
+	 * across packs. p stays the caller's; a full pack goes out. Packs
+	 * not full go out at the sink's flush. Returns 0 or an error.
 	 */
-	int (*pack_room)(struct ush_writer *w, uint8_t **p, uint32_t *room);
+	int (*pack_room)(struct ush_writer *w, uint32_t partition, uint8_t **p,
+			 uint32_t *room);
 	int (*pack_add)(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 			uint32_t partition);
 	/*
