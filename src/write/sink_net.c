@@ -87,9 +87,11 @@ struct conn {
 	unsigned ncopy;         /* queued frames without a zc op */
 	unsigned zc_out;        /* zc ops taken, data_done not yet called */
 	uint64_t qbytes;        /* queued since the last kick */
+	uint64_t qdata;         /* DATA bytes queued (unacked counts them) */
 	uint32_t head_off;
 	struct ushi_op *gather; /* this connection's SENDMSG op, kept */
 	bool busy;              /* gather or a q[qhead].zc is in flight */
+	bool starved;           /* frames wait for credit: an ACK kicks */
 	struct iovec iov[SEND_IOV];
 	struct msghdr msg;
 	int err, status;
@@ -134,6 +136,9 @@ struct net {
 	struct npack *pk;
 	unsigned npk;
 	uint32_t carry_part, carry_flen;
+	/* While staged frames are queued: the bytes they may queue beyond
+	 * a worker's window (has_credit()); 0 otherwise. */
+	uint64_t ahead;
 };
 
 /*
@@ -265,6 +270,8 @@ static void out_pop(struct conn *c)
 	c->qhead = (c->qhead + 1) % SEND_QUEUE;
 	c->qn--;
 	c->head_off = 0;
+	if (!o->ctrl)
+		c->qdata -= o->len;
 	if (o->zc)
 		return; /* its op's callback (data_done) releases it */
 	c->ncopy--;
@@ -287,20 +294,56 @@ static void gather_put(struct conn *c)
 
 static void gather_sent(struct ushi_op *op, int res);
 
-/* Sends the queued frames from the head up to the first zero-copy one
- * (SEND_IOV, GATHER_MAX bytes at most) in one SENDMSG. */
-static void gather_start(struct conn *c)
+/*
+ * DATA bytes c may start sending now: the window less what was sent and
+ * not credited yet. Staged frames are queued ahead of the window
+ * (has_credit()), so the window is kept here, when a send starts: the
+ * worker never holds more than the window unacknowledged. Called only
+ * while no send of c is going: every queued byte is unsent but the
+ * head's first head_off.
+ */
+static uint64_t credit_left(const struct conn *c)
 {
-	uint64_t len = 0;
+	bool data = c->qn && !c->q[c->qhead].ctrl;
+	uint64_t unsent = c->qdata - (data ? c->head_off : 0);
+	uint64_t flying = c->unacked > unsent ? c->unacked - unsent : 0;
+	return flying < c->window ? c->window - flying : 0;
+}
+
+/* Whether queued frame o (the i-th from the head) may start with left
+ * bytes of credit and sent bytes already chosen: a control frame takes
+ * none, a frame begun must end, and one larger than the window goes
+ * alone when nothing is in flight. */
+static bool credit_for(const struct conn *c, const struct out *o, unsigned i,
+		       uint64_t left, uint64_t chosen)
+{
+	if (o->ctrl || (!i && c->head_off))
+		return true;
+	return chosen + o->len <= left ||
+	       (!i && left >= c->window); /* nothing in flight */
+}
+
+/* Sends the queued frames from the head up to the first zero-copy one
+ * (SEND_IOV, GATHER_MAX bytes, the credit at most) in one SENDMSG.
+ * false when none may go: credit returning kicks c again. */
+static bool gather_start(struct conn *c)
+{
+	uint64_t len = 0, data = 0, left = credit_left(c);
 	unsigned n = 0;
 	for (unsigned i = 0; i < c->qn && n < SEND_IOV; i++) {
 		const struct out *o = &c->q[(c->qhead + i) % SEND_QUEUE];
 		uint32_t skip = i ? 0 : c->head_off;
-		if (o->zc || (n && len + o->len > GATHER_MAX))
+		if (o->zc || (n && len + o->len > GATHER_MAX) ||
+		    !credit_for(c, o, i, left, data))
 			break;
 		c->iov[n].iov_base = (void *)(o->addr + skip);
 		c->iov[n++].iov_len = o->len - skip;
 		len += o->len - skip;
+		data += o->ctrl ? 0 : o->len - skip;
+	}
+	if (!n) {
+		c->starved = true;
+		return false;
 	}
 	c->qsend = n;
 	c->msg = (struct msghdr){.msg_iov = c->iov, .msg_iovlen = n};
@@ -308,6 +351,7 @@ static void gather_start(struct conn *c)
 	c->gather->io.done = 0;
 	c->n->st->net_send_ops++;
 	ring_send_own(c->n->w->ring, c->gather, gather_sent);
+	return true;
 }
 
 static void gather_sent(struct ushi_op *op, int res)
@@ -329,13 +373,11 @@ static void gather_sent(struct ushi_op *op, int res)
 		out_pop(c);
 	}
 	bool again = res == -EAGAIN || res == -EINTR || (res > 0 && c->qsend);
-	if (again && !c->err) {
-		/* Short (the socket's buffer filled): the rest, from the
-		 * first byte not sent, and what queued meanwhile. */
-		c->n->st->net_short_sends += res > 0;
-		gather_start(c);
+	/* Short (the socket's buffer filled): the rest, from the first
+	 * byte not sent, and what queued meanwhile. */
+	c->n->st->net_short_sends += again && res > 0;
+	if (again && !c->err && gather_start(c))
 		return;
-	}
 	ring_send_end(r, op, res);
 	c->busy = false;
 	if (res <= 0 && !again)
@@ -389,14 +431,16 @@ static void kick(struct conn *c)
 		}
 	}
 	c->qbytes = 0; /* counts what queued since the last start */
-	if (c->qn) {
-		c->busy = true;
-		if (c->q[c->qhead].zc) {
+	if (c->qn && c->q[c->qhead].zc) {
+		if (credit_for(c, &c->q[c->qhead], 0, credit_left(c), 0)) {
+			c->busy = true;
 			c->n->st->net_send_ops++;
 			ring_send_own(r, c->q[c->qhead].zc, zc_sent);
+		} else {
+			c->starved = true;
 		}
-		else
-			gather_start(c);
+	} else if (c->qn) {
+		c->busy = gather_start(c);
 	}
 	gather_put(c);
 }
@@ -423,6 +467,7 @@ static int conn_queue(struct conn *c, const struct out *o)
 	}
 	c->q[(c->qhead + c->qn++) % SEND_QUEUE] = *o;
 	c->qbytes += o->len;
+	c->qdata += o->ctrl ? 0 : o->len;
 	if (!o->zc)
 		c->ncopy++;
 	if (o->zc || c->qn >= SEND_IOV || c->qbytes >= GATHER_KICK)
@@ -562,9 +607,14 @@ static void handle(struct conn *c, const struct ushi_frame *f,
 		struct proto_ack a;
 		progressed(c);
 		proto_get_ack(payload, &a);
-		if (a.kind == USHI_ACK_CREDIT)
+		if (a.kind == USHI_ACK_CREDIT) {
 			c->unacked -= a.value < c->unacked ? a.value :
 							     c->unacked;
+			if (c->starved) { /* frames queued beyond the window */
+				c->starved = false;
+				kick(c);
+			}
+		}
 		else if (a.kind == USHI_ACK_COMMIT && !c->acked) {
 			c->acked = true;
 			c->status = a.status;
@@ -1038,9 +1088,12 @@ static bool has_room(struct conn *c, uint32_t unused)
 	return c->qn < SEND_QUEUE;
 }
 
+/* Room in c's window for flen more bytes; staged frames may queue
+ * n->ahead bytes beyond it, sent as credit returns (gather_start()). */
 static bool has_credit(struct conn *c, uint32_t flen)
 {
-	return !c->unacked || c->unacked + flen <= c->window;
+	return !c->unacked ||
+	       c->unacked + flen <= c->window + c->n->ahead;
 }
 
 /* ------------------------------------------------------- ring sends */
@@ -1323,6 +1376,24 @@ static int frame_fits(struct net *n, uint32_t partition, uint32_t flen)
 	return 0;
 }
 
+/*
+ * Staged frames to partition's workers. A stage flush hands over up to
+ * half the pool at once, many times a worker's window: waiting for
+ * credit there would keep the worker idle while the stage fills and the
+ * writer idle while the worker stores. They queue up to that much beyond
+ * the window instead (the pool bounds them), and go out as credit comes
+ * back, while the next records are staged. psync sends as it queues:
+ * it waits for credit.
+ */
+static int staged_submit(struct net *n, struct ushi_buf *b, const uint8_t *at,
+			 uint32_t len, uint32_t fmax, uint32_t partition)
+{
+	n->ahead = n->io == &net_io_ring ? n->w->pool->bytes / 2 : 0;
+	int ret = replicas_submit(n, b, at, len, fmax, partition);
+	n->ahead = 0;
+	return ret;
+}
+
 /* Sends first worker g's pack, if it holds frames (else it goes idle). */
 static int pack_send(struct net *n, unsigned g)
 {
@@ -1339,7 +1410,7 @@ static int pack_send(struct net *n, unsigned g)
 	buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 	n->w->inflight++;
 	b->refs = (uint16_t)n->replicas;
-	return replicas_submit(n, b, NULL, k->len, k->fmax, k->part);
+	return staged_submit(n, b, b->data, k->len, k->fmax, k->part);
 }
 
 /* Every open pack goes out. */
@@ -1360,7 +1431,7 @@ static int pack_open(struct net *n, unsigned g, uint32_t partition)
 	while (!(b = pool_get(w->pool, w->push_order))) {
 		if (w->err)
 			return w->err;
-		if (!ring_inflight(w->ring))
+		if (!w->inflight) /* frames queued or sent come back */
 			return ushi_fail(-ENOMEM, "net: no pack buffer idle "
 					"in the pool of %zu MiB",
 					w->pool->bytes >> 20);
@@ -1417,8 +1488,8 @@ static int net_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 static int run_send(struct net *n, struct ushi_buf *b, uint32_t from,
 		    uint32_t to, uint32_t fmax, uint32_t partition)
 {
-	return replicas_submit(n, b, b->data + from, to - from, fmax,
-			       partition);
+	return staged_submit(n, b, b->data + from, to - from, fmax,
+			     partition);
 }
 
 static int net_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,

@@ -299,6 +299,14 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
  * would straddle two buffers, or a partition of more than one frame, is
  * gathered in the scratch frame and copied in, as few as one per buffer.
  */
+/* Whether waiting brings buffers back: ops in the ring, or frames the
+ * sink holds (a net sink queues staged frames until credit returns,
+ * with no op in the ring meanwhile). */
+static bool waiting(const struct ush_writer *w)
+{
+	return ring_inflight(w->ring) || w->inflight;
+}
+
 static uint8_t *span_at(const struct ushi_stage *s, uint64_t off)
 {
 	return s->span[off >> s->shift]->data +
@@ -365,9 +373,10 @@ static int span_get(struct ush_writer *w, struct ushi_stage *s, uint32_t n)
 			s->span[s->nspan++] = b;
 			continue;
 		}
-		if (!ring_inflight(w->ring))
+		if (!waiting(w))
 			return 1;
-		int ret = ring_reap(w->ring, 1);
+		int ret = w->sink->reap ? w->sink->reap(w) :
+			  ring_reap(w->ring, 1);
 		if (!ret && w->sink->flush)
 			ret = w->sink->flush(w);
 		if (!ret)
@@ -541,7 +550,7 @@ int stage_flush(struct ush_writer *w)
  */
 static int stage_poll(struct ush_writer *w)
 {
-	if (!ring_inflight(w->ring))
+	if (!waiting(w))
 		return 0;
 	int ret = ring_poll(w->ring);
 	if (!ret && w->sink->flush)
@@ -569,9 +578,10 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	 * them (three staged writers on one ring failed, no pack buffer). */
 	const size_t reserve = (size_t)USHI_STAGE_SPARE << s->shift;
 	while (!ret && s->nchunks && w->pool->idle_bytes < reserve) {
-		if (!ring_inflight(w->ring))
+		if (!waiting(w))
 			ret = stage_flush(w);
-		else if (!(ret = ring_reap(w->ring, 1)) && w->sink->flush &&
+		else if (!(ret = w->sink->reap ? w->sink->reap(w) :
+				 ring_reap(w->ring, 1)) && w->sink->flush &&
 			 !(ret = w->sink->flush(w))) /* backlogged packs */
 			ret = ring_submit(w->ring);
 	}
