@@ -10,8 +10,9 @@
  * small records scatters them into span buffers, others gather into
  * packs, lz4 compresses into them. One real ushuffled, then three (each
  * partition's frames on its own worker: a span buffer is sent in runs to
- * several), then three with two replicas. Every record of every
- * partition is read back in order with a range reader.
+ * several), then three with two replicas, then a credit window far
+ * below what a flush hands over. Every record of every partition is
+ * read back in order with a range reader.
  */
 #include "net_helpers.h"
 
@@ -22,6 +23,7 @@
 
 static enum ush_codec codec = USH_CODEC_NONE;
 static bool small_mix;
+static uint32_t window; /* the writer's credit window, 0: the worker's */
 
 /* What partition p holds, in order: seeds and lengths. */
 struct part {
@@ -105,6 +107,7 @@ static struct ush_writer_stats write_map(const char *workers,
 	wo.workers = workers;
 	wo.replicas = replicas;
 	wo.ioengine = eng;
+	wo.window = window;
 	ush_writer *w;
 	th_ok(ush_writer_open(&w, ring, &wo));
 	uint8_t *rec = malloc(PUSH + 5000);
@@ -273,6 +276,22 @@ static void three_workers_replicas(void **state)
 	small_mix = false;
 }
 
+/* A window of 16 KiB, far below a flush (1.5 MiB) and below the packs
+ * and the largest frames (64 KiB): staged frames queue beyond it and
+ * start as credit returns, a frame larger than the window goes alone
+ * once nothing is in flight, and every byte arrives in order. */
+static void small_window(void **state)
+{
+	(void)state;
+	window = 16u << 10;
+	run(1, 1, USH_IOENGINE_URING);
+	small_mix = true;
+	run(3, 2, USH_IOENGINE_URING);
+	small_mix = false;
+	run(1, 1, USH_IOENGINE_PSYNC);
+	window = 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +301,7 @@ int main(void)
 		cmocka_unit_test_teardown(one_worker_lz4, th_teardown),
 		cmocka_unit_test_teardown(three_workers, th_teardown),
 		cmocka_unit_test_teardown(three_workers_replicas, th_teardown),
+		cmocka_unit_test_teardown(small_window, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
