@@ -219,7 +219,7 @@ static const unsigned *replicas_of(const struct net *n, uint32_t p)
 static int frame_hold(struct net *n, struct ushi_buf *b, const uint8_t *mem)
 {
 	if (b) {
-		b->refs = (uint16_t)n->replicas;
+		b->refs = n->replicas;
 		return 0;
 	}
 	if (n->replicas == 1)
@@ -1276,10 +1276,14 @@ static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 	struct out o = {.buf = b, .addr = mem ? mem : b->data, .len = flen,
 			.t0 = ushi_now_ns()};
 	given(c, o.t0);
-	ret = n->io->send(n, c, &o);
-	if (ret)
-		return ret;
+	/* Counted before: queueing may start the send, whose credit
+	 * (credit_left()) counts the frame as unsent but unacknowledged. */
 	c->unacked += flen;
+	ret = n->io->send(n, c, &o);
+	if (ret) {
+		c->unacked -= flen;
+		return ret;
+	}
 	writer_stored(n->w, flen);
 	return 0;
 }
@@ -1409,7 +1413,7 @@ static int pack_send(struct net *n, unsigned g)
 	}
 	buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 	n->w->inflight++;
-	b->refs = (uint16_t)n->replicas;
+	b->refs = n->replicas;
 	return staged_submit(n, b, b->data, k->len, k->fmax, k->part);
 }
 
@@ -1513,7 +1517,7 @@ static int net_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
 			      first_of(n, fr[i - 1].part);
 	buf_move(b, BUF_WRITER, BUF_INFLIGHT);
 	w->inflight++;
-	b->refs = (uint16_t)(runs * n->replicas);
+	b->refs = runs * n->replicas;
 	uint32_t from = 0, i = 0;
 	if (!nfr || fr[0].at > 0) {
 		uint32_t to = nfr ? fr[0].at : len;
