@@ -201,12 +201,10 @@ static void run(unsigned nw, unsigned replicas, enum ush_ioengine eng)
 	assert_true(ws.staged_flushes >= 10);
 	assert_int_equal(ws.grows, 0);
 	/* Packed: a send carries many frames (unstaged, each went alone);
-	 * with replicas each goes to two workers. A scattered flush's span
-	 * buffers hold neighbouring partitions, which several workers
-	 * share out: a send per frame or so there. */
-	bool span_runs = nw > 1 && small_mix;
-	if (!span_runs &&
-	    (ws.net_sends + ws.net_zc_sends) * 4 > ws.batches * replicas)
+	 * with replicas each goes to two workers. The stage frames the
+	 * partitions of one worker together, so a span buffer goes out in
+	 * one or two runs, not in a run per frame. */
+	if ((ws.net_sends + ws.net_zc_sends) * 4 > ws.batches * replicas)
 		fail_msg("%llu batches in %llu sends: not packed",
 			 (unsigned long long)ws.batches,
 			 (unsigned long long)(ws.net_sends + ws.net_zc_sends));
@@ -252,8 +250,8 @@ static void one_worker_lz4(void **state)
 	codec = USH_CODEC_NONE;
 }
 
-/* A pack per worker; a span buffer goes out in runs, one per worker
- * change, each from the same buffer. */
+/* A pack per worker; a span buffer that holds the frames of two
+ * workers goes out in two runs from the same buffer. */
 static void three_workers(void **state)
 {
 	(void)state;

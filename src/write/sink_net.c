@@ -135,6 +135,7 @@ struct net {
 	 * run on into the next span buffer. */
 	struct npack *pk;
 	unsigned npk;
+	uint32_t *ord;          /* partitions by first worker (part_order) */
 	uint32_t carry_part, carry_flen;
 	/* While staged frames are queued: the bytes they may queue beyond
 	 * a worker's window (has_credit()); 0 otherwise. */
@@ -719,6 +720,7 @@ static void net_free(struct net *n)
 	}
 	ushi_free(n->place);
 	ushi_free(n->pk);
+	ushi_free(n->ord);
 	ushi_free(n->c);
 	ushi_free(n);
 }
@@ -860,6 +862,29 @@ static int skip_draining(struct net *n, char (*peers)[USHI_NET_PEER])
 	return 0;
 }
 
+/* n->ord: the partitions by first worker, with more than one. */
+static int order_parts(struct net *n)
+{
+	uint32_t np = n->w->o.partitions;
+	if (n->nc < 2)
+		return 0;
+	uint32_t *at = ushi_calloc(n->nc + 1, sizeof(*at));
+	n->ord = ushi_malloc((size_t)np * sizeof(*n->ord));
+	if (!at || !n->ord) {
+		ushi_free(at);
+		return ushi_fail(-ENOMEM, "net: the order of %u partitions",
+				np);
+	}
+	for (uint32_t p = 0; p < np; p++)
+		at[proto_worker_of(p, n->nc) + 1]++;
+	for (unsigned g = 0; g < n->nc; g++)
+		at[g + 1] += at[g];
+	for (uint32_t p = 0; p < np; p++)
+		n->ord[at[proto_worker_of(p, n->nc)]++] = p;
+	ushi_free(at);
+	return 0;
+}
+
 static int sink_net_open(struct ush_writer *w)
 {
 	const struct ush_writer_opts *o = &w->o;
@@ -954,6 +979,8 @@ static int sink_net_open(struct ush_writer *w)
 		ret = place_replicas(n, peers);
 	if (!ret && !(n->pk = ushi_calloc(n->nc, sizeof(*n->pk))))
 		ret = ushi_fail(-ENOMEM, "net: packs for %u workers", n->nc);
+	if (!ret)
+		ret = order_parts(n);
 	for (unsigned i = 0; !ret && i < n->nc; i++)
 		if (c[i].fd >= 0)
 			ret = io->start(n, &c[i]);
@@ -1449,6 +1476,15 @@ static int pack_open(struct net *n, unsigned g, uint32_t partition)
 	return 0;
 }
 
+/* The stage's order of partitions (part_order): by first worker, in
+ * partition order within each, so that a flush's frames for one worker
+ * are built one after another (one open pack at a time, a span buffer
+ * in few runs). One worker: NULL, partition order. */
+static const uint32_t *net_part_order(struct ush_writer *w)
+{
+	return ((const struct net *)w->sink_state)->ord;
+}
+
 static int net_pack_room(struct ush_writer *w, uint32_t partition,
 			 uint8_t **p, uint32_t *room)
 {
@@ -1677,4 +1713,5 @@ const struct ushi_sink_ops ushi_sink_net = {
 	.pack_room = net_pack_room,
 	.pack_add = net_pack_add,
 	.span_put = net_span_put,
+	.part_order = net_part_order,
 };

@@ -74,6 +74,14 @@ struct ushi_sink_ops {
 	 */
 	int (*span_put)(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
 			const struct ushi_span_frame *fr, uint32_t nfr);
+	/*
+	 * Optional, with staged writes: the order a flush frames partitions
+	 * in (a permutation of 0..partitions-1, the sink's, valid while it
+	 * is open), or NULL for 0, 1, 2...: the net sink puts partitions of
+	 * the same workers together, so that packs and span buffers go to
+	 * one worker at a time.
+	 */
+	const uint32_t *(*part_order)(struct ush_writer *w);
 };
 
 /* The disk sink's fdatasync: a seam for tests, which make it fail the
