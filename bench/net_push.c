@@ -154,14 +154,16 @@ int main(int argc, char **argv)
 	double gib = (double)st.frame_bytes / (1u << 30);
 	printf("engine=%s zc=%s push=%zuKiB: %.2f GiB in %.2f s = %.2f GiB/s,"
 	       " writer CPU %.3f s/GiB (user %.3f); sends %llu zc %llu notifs %llu "
-	       "copied %llu zc_off %u credit_waits %llu\n",
+	       "copied %llu zc_off %u credit_waits %llu send_ops %llu short %llu\n",
 	       psync ? "psync" : "uring",
 	       zc == 1 ? "on" : zc == 2 ? "off" : "auto", push_kib, gib, t,
 	       gib / t, c / gib, u / gib, (unsigned long long)st.net_sends,
 	       (unsigned long long)st.net_zc_sends,
 	       (unsigned long long)st.net_zc_notifs,
 	       (unsigned long long)st.net_zc_copied, st.net_zc_off,
-	       (unsigned long long)st.net_credit_waits);
+	       (unsigned long long)st.net_credit_waits,
+	       (unsigned long long)st.net_send_ops,
+	       (unsigned long long)st.net_short_sends);
 	if (replicas > 1)
 		printf("replicas=%u: frame bytes sent first %llu second %llu "
 		       "third %llu, workers dropped %u\n", replicas,

@@ -32,9 +32,11 @@ struct ushi_buf {
 	/* Set at hand-off, read when the batch is framed; swapped: the
 	 * caller made it, so its record prefixes are walked then. */
 	bool swapped;
-	/* In flight: the sends (replicas) still holding it (net sink). */
-	uint8_t refs;
 	uint32_t part, len, nrec;
+	/* In flight: the sends still holding it (net sink): one per
+	 * replica, times the runs of staged frames it holds for different
+	 * workers (up to one per 48-byte frame header). */
+	uint32_t refs;
 	uint64_t seq;
 };
 

@@ -631,8 +631,10 @@ static int disk_drain(struct ush_writer *w)
 }
 
 /* Staged frames (stage.c) are built in the open pack. */
-static int disk_pack_room(struct ush_writer *w, uint8_t **p, uint32_t *room)
+static int disk_pack_room(struct ush_writer *w, uint32_t partition,
+			  uint8_t **p, uint32_t *room)
 {
+	(void)partition; /* one pack: the index finds the frames */
 	struct disk *d = w->sink_state;
 	bool open = d->pack || pack_open(w, d);
 	*p = open ? d->pack + d->plen : NULL;

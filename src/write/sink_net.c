@@ -87,9 +87,11 @@ struct conn {
 	unsigned ncopy;         /* queued frames without a zc op */
 	unsigned zc_out;        /* zc ops taken, data_done not yet called */
 	uint64_t qbytes;        /* queued since the last kick */
+	uint64_t qdata;         /* DATA bytes queued (unacked counts them) */
 	uint32_t head_off;
 	struct ushi_op *gather; /* this connection's SENDMSG op, kept */
 	bool busy;              /* gather or a q[qhead].zc is in flight */
+	bool starved;           /* frames wait for credit: an ACK kicks */
 	struct iovec iov[SEND_IOV];
 	struct msghdr msg;
 	int err, status;
@@ -110,6 +112,13 @@ struct heapref {
 	struct heapref *next;
 };
 
+/* An open pack of staged frames for one first worker (net_pack_add). */
+struct npack {
+	struct ushi_buf *b;   /* BUF_WRITER, or NULL: none open */
+	uint32_t len, fmax;   /* its bytes, its largest frame's */
+	uint32_t part;        /* a partition of its frames */
+};
+
 struct net {
 	struct ush_writer *w;
 	struct conn *c;
@@ -121,6 +130,16 @@ struct net {
 	uint32_t timeout_ms, threshold;
 	const struct net_io *io; /* the writer's ioengine */
 	struct ush_writer_stats *st; /* the writer's: net_* counted here */
+	/* Staged writes: per first worker its open pack, and how many are
+	 * open; the partition and bytes of the last span frame, which may
+	 * run on into the next span buffer. */
+	struct npack *pk;
+	unsigned npk;
+	uint32_t *ord;          /* partitions by first worker (part_order) */
+	uint32_t carry_part, carry_flen;
+	/* While staged frames are queued: the bytes they may queue beyond
+	 * a worker's window (has_credit()); 0 otherwise. */
+	uint64_t ahead;
 };
 
 /*
@@ -201,7 +220,7 @@ static const unsigned *replicas_of(const struct net *n, uint32_t p)
 static int frame_hold(struct net *n, struct ushi_buf *b, const uint8_t *mem)
 {
 	if (b) {
-		b->refs = (uint8_t)n->replicas;
+		b->refs = n->replicas;
 		return 0;
 	}
 	if (n->replicas == 1)
@@ -252,6 +271,8 @@ static void out_pop(struct conn *c)
 	c->qhead = (c->qhead + 1) % SEND_QUEUE;
 	c->qn--;
 	c->head_off = 0;
+	if (!o->ctrl)
+		c->qdata -= o->len;
 	if (o->zc)
 		return; /* its op's callback (data_done) releases it */
 	c->ncopy--;
@@ -274,20 +295,56 @@ static void gather_put(struct conn *c)
 
 static void gather_sent(struct ushi_op *op, int res);
 
-/* Sends the queued frames from the head up to the first zero-copy one
- * (SEND_IOV, GATHER_MAX bytes at most) in one SENDMSG. */
-static void gather_start(struct conn *c)
+/*
+ * DATA bytes c may start sending now: the window less what was sent and
+ * not credited yet. Staged frames are queued ahead of the window
+ * (has_credit()), so the window is kept here, when a send starts: the
+ * worker never holds more than the window unacknowledged. Called only
+ * while no send of c is going: every queued byte is unsent but the
+ * head's first head_off.
+ */
+static uint64_t credit_left(const struct conn *c)
 {
-	uint64_t len = 0;
+	bool data = c->qn && !c->q[c->qhead].ctrl;
+	uint64_t unsent = c->qdata - (data ? c->head_off : 0);
+	uint64_t flying = c->unacked > unsent ? c->unacked - unsent : 0;
+	return flying < c->window ? c->window - flying : 0;
+}
+
+/* Whether queued frame o (the i-th from the head) may start with left
+ * bytes of credit and sent bytes already chosen: a control frame takes
+ * none, a frame begun must end, and one larger than the window goes
+ * alone when nothing is in flight. */
+static bool credit_for(const struct conn *c, const struct out *o, unsigned i,
+		       uint64_t left, uint64_t chosen)
+{
+	if (o->ctrl || (!i && c->head_off))
+		return true;
+	return chosen + o->len <= left ||
+	       (!i && left >= c->window); /* nothing in flight */
+}
+
+/* Sends the queued frames from the head up to the first zero-copy one
+ * (SEND_IOV, GATHER_MAX bytes, the credit at most) in one SENDMSG.
+ * false when none may go: credit returning kicks c again. */
+static bool gather_start(struct conn *c)
+{
+	uint64_t len = 0, data = 0, left = credit_left(c);
 	unsigned n = 0;
 	for (unsigned i = 0; i < c->qn && n < SEND_IOV; i++) {
 		const struct out *o = &c->q[(c->qhead + i) % SEND_QUEUE];
 		uint32_t skip = i ? 0 : c->head_off;
-		if (o->zc || (n && len + o->len > GATHER_MAX))
+		if (o->zc || (n && len + o->len > GATHER_MAX) ||
+		    !credit_for(c, o, i, left, data))
 			break;
 		c->iov[n].iov_base = (void *)(o->addr + skip);
 		c->iov[n++].iov_len = o->len - skip;
 		len += o->len - skip;
+		data += o->ctrl ? 0 : o->len - skip;
+	}
+	if (!n) {
+		c->starved = true;
+		return false;
 	}
 	c->qsend = n;
 	c->msg = (struct msghdr){.msg_iov = c->iov, .msg_iovlen = n};
@@ -295,6 +352,7 @@ static void gather_start(struct conn *c)
 	c->gather->io.done = 0;
 	c->n->st->net_send_ops++;
 	ring_send_own(c->n->w->ring, c->gather, gather_sent);
+	return true;
 }
 
 static void gather_sent(struct ushi_op *op, int res)
@@ -316,13 +374,11 @@ static void gather_sent(struct ushi_op *op, int res)
 		out_pop(c);
 	}
 	bool again = res == -EAGAIN || res == -EINTR || (res > 0 && c->qsend);
-	if (again && !c->err) {
-		/* Short (the socket's buffer filled): the rest, from the
-		 * first byte not sent, and what queued meanwhile. */
-		c->n->st->net_short_sends += res > 0;
-		gather_start(c);
+	/* Short (the socket's buffer filled): the rest, from the first
+	 * byte not sent, and what queued meanwhile. */
+	c->n->st->net_short_sends += again && res > 0;
+	if (again && !c->err && gather_start(c))
 		return;
-	}
 	ring_send_end(r, op, res);
 	c->busy = false;
 	if (res <= 0 && !again)
@@ -376,14 +432,16 @@ static void kick(struct conn *c)
 		}
 	}
 	c->qbytes = 0; /* counts what queued since the last start */
-	if (c->qn) {
-		c->busy = true;
-		if (c->q[c->qhead].zc) {
+	if (c->qn && c->q[c->qhead].zc) {
+		if (credit_for(c, &c->q[c->qhead], 0, credit_left(c), 0)) {
+			c->busy = true;
 			c->n->st->net_send_ops++;
 			ring_send_own(r, c->q[c->qhead].zc, zc_sent);
+		} else {
+			c->starved = true;
 		}
-		else
-			gather_start(c);
+	} else if (c->qn) {
+		c->busy = gather_start(c);
 	}
 	gather_put(c);
 }
@@ -410,6 +468,7 @@ static int conn_queue(struct conn *c, const struct out *o)
 	}
 	c->q[(c->qhead + c->qn++) % SEND_QUEUE] = *o;
 	c->qbytes += o->len;
+	c->qdata += o->ctrl ? 0 : o->len;
 	if (!o->zc)
 		c->ncopy++;
 	if (o->zc || c->qn >= SEND_IOV || c->qbytes >= GATHER_KICK)
@@ -435,10 +494,15 @@ static int ring_flush(struct net *n)
 	return ring_poll(n->w->ring);
 }
 
+static int packs_send(struct net *n);
+
+/* The writer submits: the packs not full go too (the end of a stage
+ * flush). */
 static int net_flush(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
-	return n->io->flush(n);
+	int ret = packs_send(n);
+	return ret ? ret : n->io->flush(n);
 }
 
 static void conn_dead(struct conn *c, int err, const char *what)
@@ -544,9 +608,14 @@ static void handle(struct conn *c, const struct ushi_frame *f,
 		struct proto_ack a;
 		progressed(c);
 		proto_get_ack(payload, &a);
-		if (a.kind == USHI_ACK_CREDIT)
+		if (a.kind == USHI_ACK_CREDIT) {
 			c->unacked -= a.value < c->unacked ? a.value :
 							     c->unacked;
+			if (c->starved) { /* frames queued beyond the window */
+				c->starved = false;
+				kick(c);
+			}
+		}
 		else if (a.kind == USHI_ACK_COMMIT && !c->acked) {
 			c->acked = true;
 			c->status = a.status;
@@ -650,6 +719,8 @@ static void net_free(struct net *n)
 		mac_free(&n->c[i].mac);
 	}
 	ushi_free(n->place);
+	ushi_free(n->pk);
+	ushi_free(n->ord);
 	ushi_free(n->c);
 	ushi_free(n);
 }
@@ -657,6 +728,13 @@ static void net_free(struct net *n)
 static void close_all(struct net *n)
 {
 	struct ush_ring *r = n->w->ring;
+	/* Packs never sent (an abort) go back. */
+	for (unsigned g = 0; n->pk && n->npk && g < n->nc; g++)
+		if (n->pk[g].b) {
+			pool_put(n->w->pool, n->pk[g].b);
+			n->pk[g].b = NULL;
+			n->npk--;
+		}
 	for (unsigned i = 0; i < n->nc; i++) {
 		n->c[i].closing = true;
 		if (n->c[i].fd >= 0)
@@ -784,6 +862,29 @@ static int skip_draining(struct net *n, char (*peers)[USHI_NET_PEER])
 	return 0;
 }
 
+/* n->ord: the partitions by first worker, with more than one. */
+static int order_parts(struct net *n)
+{
+	uint32_t np = n->w->o.partitions;
+	if (n->nc < 2)
+		return 0;
+	uint32_t *at = ushi_calloc(n->nc + 1, sizeof(*at));
+	n->ord = ushi_malloc((size_t)np * sizeof(*n->ord));
+	if (!at || !n->ord) {
+		ushi_free(at);
+		return ushi_fail(-ENOMEM, "net: the order of %u partitions",
+				np);
+	}
+	for (uint32_t p = 0; p < np; p++)
+		at[proto_worker_of(p, n->nc) + 1]++;
+	for (unsigned g = 0; g < n->nc; g++)
+		at[g + 1] += at[g];
+	for (uint32_t p = 0; p < np; p++)
+		n->ord[at[proto_worker_of(p, n->nc)]++] = p;
+	ushi_free(at);
+	return 0;
+}
+
 static int sink_net_open(struct ush_writer *w)
 {
 	const struct ush_writer_opts *o = &w->o;
@@ -876,6 +977,10 @@ static int sink_net_open(struct ush_writer *w)
 		ret = skip_draining(n, peers);
 	if (!ret)
 		ret = place_replicas(n, peers);
+	if (!ret && !(n->pk = ushi_calloc(n->nc, sizeof(*n->pk))))
+		ret = ushi_fail(-ENOMEM, "net: packs for %u workers", n->nc);
+	if (!ret)
+		ret = order_parts(n);
 	for (unsigned i = 0; !ret && i < n->nc; i++)
 		if (c[i].fd >= 0)
 			ret = io->start(n, &c[i]);
@@ -1010,9 +1115,12 @@ static bool has_room(struct conn *c, uint32_t unused)
 	return c->qn < SEND_QUEUE;
 }
 
+/* Room in c's window for flen more bytes; staged frames may queue
+ * n->ahead bytes beyond it, sent as credit returns (gather_start()). */
 static bool has_credit(struct conn *c, uint32_t flen)
 {
-	return !c->unacked || c->unacked + flen <= c->window;
+	return !c->unacked ||
+	       c->unacked + flen <= c->window + c->n->ahead;
 }
 
 /* ------------------------------------------------------- ring sends */
@@ -1168,15 +1276,16 @@ static const struct net_io net_io_psync = {
 	.flush = psync_flush,
 };
 
-/* Queues the frame on replica c, or releases c's hold on it and returns
- * the error. */
+/* Queues flen bytes on replica c: a frame, or a run of staged frames
+ * (at addr in pool buffer b, the largest fmax bytes); or releases c's
+ * hold on them and returns the error. */
 static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
-			  uint8_t *mem, uint32_t flen)
+			  const uint8_t *mem, uint32_t flen, uint32_t fmax)
 {
 	int ret = c->err;
-	if (!ret && flen > c->max_frame)
+	if (!ret && fmax > c->max_frame)
 		ret = ushi_fail(-EMSGSIZE, "net: worker %s takes frames up to "
-			       "%u bytes, not %u", c->peer, c->max_frame, flen);
+			       "%u bytes, not %u", c->peer, c->max_frame, fmax);
 	if (!ret)
 		n->io->update(c);
 	if (!ret && !has_credit(c, flen)) {
@@ -1188,16 +1297,20 @@ static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 		ret = n->io->wait(n, c, has_room, 0, "sends not taken within "
 				  "the timeout (worker stalled?)");
 	if (ret) {
-		frame_done(n, b, mem, 0);
+		frame_done(n, b, b ? NULL : mem, 0);
 		return c->err ? c->err : ret;
 	}
-	struct out o = {.buf = b, .addr = b ? b->data : mem, .len = flen,
+	struct out o = {.buf = b, .addr = mem ? mem : b->data, .len = flen,
 			.t0 = ushi_now_ns()};
 	given(c, o.t0);
-	ret = n->io->send(n, c, &o);
-	if (ret)
-		return ret;
+	/* Counted before: queueing may start the send, whose credit
+	 * (credit_left()) counts the frame as unsent but unacknowledged. */
 	c->unacked += flen;
+	ret = n->io->send(n, c, &o);
+	if (ret) {
+		c->unacked -= flen;
+		return ret;
+	}
 	writer_stored(n->w, flen);
 	return 0;
 }
@@ -1216,23 +1329,22 @@ static int gone(struct net *n, uint32_t partition)
 	return ushi_fail_msg(n->c[pl[0]].err ? n->c[pl[0]].err : -EIO, msg);
 }
 
-/* The frame to every live replica of its partition. An error that is not
- * a lost replica (a frame too large, the ring) fails the writer; so does
- * losing the last replica of the partition. */
-static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
-		      uint32_t flen, uint32_t partition)
+/* flen bytes at mem (in b, or a heap frame) to every live replica of
+ * partition: one frame, or a run of staged frames of partitions with the
+ * same workers, the largest fmax bytes; each replica's send holds it
+ * already. An error that is not a lost replica (a frame too large, the
+ * ring) fails the writer; so does losing the last replica of the
+ * partition. */
+static int replicas_submit(struct net *n, struct ushi_buf *b,
+			   const uint8_t *mem, uint32_t flen, uint32_t fmax,
+			   uint32_t partition)
 {
-	struct net *n = w->sink_state;
 	const unsigned *pl = replicas_of(n, partition);
 	unsigned taken = 0;
-	int ret = frame_hold(n, b, mem);
-	if (ret) {
-		writer_frame_done(w, b, mem, 0);
-		return ret;
-	}
+	int ret = 0;
 	for (unsigned k = 0; k < n->replicas; k++) {
 		struct conn *c = &n->c[pl[k]];
-		int r = replica_submit(n, c, b, mem, flen);
+		int r = replica_submit(n, c, b, mem, flen, fmax);
 		if (!r) {
 			taken++;
 			n->st->net_replica_bytes[k] += flen;
@@ -1241,6 +1353,233 @@ static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
 		}
 	}
 	return ret ? ret : taken ? 0 : gone(n, partition);
+}
+
+/* The frame to every live replica of its partition. A staged frame of
+ * the partition may wait in a pack: the packs go first, so that the
+ * partition's batches reach its workers in order. */
+static int net_submit(struct ush_writer *w, struct ushi_buf *b, uint8_t *mem,
+		      uint32_t flen, uint32_t partition)
+{
+	struct net *n = w->sink_state;
+	int ret = packs_send(n);
+	if (!ret)
+		ret = frame_hold(n, b, mem);
+	if (ret) {
+		writer_frame_done(w, b, mem, 0);
+		return ret;
+	}
+	return replicas_submit(n, b, b ? NULL : mem, flen, flen, partition);
+}
+
+/*
+ * Staged writes (stage.c): frames of many partitions built side by side
+ * in pool buffers of the push size, sent whole, as the disk sink writes
+ * its packs: a send per 64 KiB rather than per frame of a few KiB. A pack
+ * holds the frames of partitions with the same workers (the same first
+ * worker): one open pack per first worker, sent when full, when the next
+ * frame does not fit, and at the writer's flush (the end of a stage
+ * flush). A frame never runs on into the next pack: with replicas, packs
+ * of other first workers go to the same worker in between. A buffer of
+ * the stage's span holds frames of every worker in partition order: each
+ * run of frames for the same workers goes to them as a send of its own
+ * from the same buffer, which returns to the pool after the last
+ * (b->refs). A span frame may run on into the next span buffer: nothing
+ * is sent between the two (no pack is open in a scattered flush).
+ */
+static unsigned first_of(const struct net *n, uint32_t partition)
+{
+	return proto_worker_of(partition, n->nc);
+}
+
+/* Whether a frame of flen bytes for partition's workers fits what each
+ * takes; else the error, naming the worker. */
+static int frame_fits(struct net *n, uint32_t partition, uint32_t flen)
+{
+	const unsigned *pl = replicas_of(n, partition);
+	for (unsigned k = 0; k < n->replicas; k++) {
+		const struct conn *c = &n->c[pl[k]];
+		if (!c->err && flen > c->max_frame)
+			return ushi_fail(-EMSGSIZE, "net: worker %s takes "
+					"frames up to %u bytes, not %u",
+					c->peer, c->max_frame, flen);
+	}
+	return 0;
+}
+
+/*
+ * Staged frames to partition's workers. A stage flush hands over up to
+ * half the pool at once, many times a worker's window: waiting for
+ * credit there would keep the worker idle while the stage fills and the
+ * writer idle while the worker stores. They queue up to that much beyond
+ * the window instead (the pool bounds them), and go out as credit comes
+ * back, while the next records are staged. psync sends as it queues:
+ * it waits for credit.
+ */
+static int staged_submit(struct net *n, struct ushi_buf *b, const uint8_t *at,
+			 uint32_t len, uint32_t fmax, uint32_t partition)
+{
+	n->ahead = n->io == &net_io_ring ? n->w->pool->bytes / 2 : 0;
+	int ret = replicas_submit(n, b, at, len, fmax, partition);
+	n->ahead = 0;
+	return ret;
+}
+
+/* Sends first worker g's pack, if it holds frames (else it goes idle). */
+static int pack_send(struct net *n, unsigned g)
+{
+	struct npack *k = &n->pk[g];
+	struct ushi_buf *b = k->b;
+	if (!b)
+		return 0;
+	k->b = NULL;
+	n->npk--;
+	if (!k->len) {
+		pool_put(n->w->pool, b);
+		return 0;
+	}
+	buf_move(b, BUF_WRITER, BUF_INFLIGHT);
+	n->w->inflight++;
+	b->refs = n->replicas;
+	return staged_submit(n, b, b->data, k->len, k->fmax, k->part);
+}
+
+/* Every open pack goes out. */
+static int packs_send(struct net *n)
+{
+	int ret = 0;
+	for (unsigned g = 0; n->npk && g < n->nc && !ret; g++)
+		ret = pack_send(n, g);
+	return ret;
+}
+
+/* Opens first worker g's pack for partition: waits for a buffer while
+ * sends are in flight (a pack sent comes back). */
+static int pack_open(struct net *n, unsigned g, uint32_t partition)
+{
+	struct ush_writer *w = n->w;
+	struct ushi_buf *b;
+	while (!(b = pool_get(w->pool, w->push_order))) {
+		if (w->err)
+			return w->err;
+		if (!w->inflight) /* frames queued or sent come back */
+			return ushi_fail(-ENOMEM, "net: no pack buffer idle "
+					"in the pool of %zu MiB",
+					w->pool->bytes >> 20);
+		kick_all(n);
+		int ret = reap_tick(n, STALL_TICK_NS);
+		if (ret)
+			return ret;
+	}
+	n->pk[g] = (struct npack){.b = b, .part = partition};
+	n->npk++;
+	return 0;
+}
+
+/* The stage's order of partitions (part_order): by first worker, in
+ * partition order within each, so that a flush's frames for one worker
+ * are built one after another (one open pack at a time, a span buffer
+ * in few runs). One worker: NULL, partition order. */
+static const uint32_t *net_part_order(struct ush_writer *w)
+{
+	return ((const struct net *)w->sink_state)->ord;
+}
+
+static int net_pack_room(struct ush_writer *w, uint32_t partition,
+			 uint8_t **p, uint32_t *room)
+{
+	struct net *n = w->sink_state;
+	unsigned g = first_of(n, partition);
+	int ret = n->pk[g].b ? 0 : pack_open(n, g, partition);
+	struct npack *k = &n->pk[g];
+	*p = ret ? NULL : k->b->data + k->len;
+	*room = ret ? 0 : k->b->cap - k->len;
+	return ret;
+}
+
+static int net_pack_add(struct ush_writer *w, const uint8_t *p, uint32_t flen,
+			uint32_t partition)
+{
+	struct net *n = w->sink_state;
+	unsigned g = first_of(n, partition);
+	struct npack *k = &n->pk[g];
+	int ret = frame_fits(n, partition, flen);
+	/* Built elsewhere and too large for the room left: the pack goes
+	 * as it is, the frame starts the next one. */
+	if (!ret && k->b && p != k->b->data + k->len &&
+	    flen > k->b->cap - k->len)
+		ret = pack_send(n, g);
+	if (!ret && !k->b)
+		ret = pack_open(n, g, partition);
+	if (!ret && flen > k->b->cap - k->len)
+		ret = ushi_fail(-EMSGSIZE, "net: a staged frame of %u bytes "
+			       "in a pack of %u", flen, k->b->cap);
+	if (ret)
+		return ret;
+	if (p != k->b->data + k->len)
+		memcpy(k->b->data + k->len, p, flen);
+	k->len += flen;
+	k->fmax = flen > k->fmax ? flen : k->fmax;
+	return k->len == k->b->cap ? pack_send(n, g) : 0;
+}
+
+/* Span buffer b's bytes [from, to) to first worker g, for partition:
+ * its hold on b (b->refs) is released on error too. */
+static int run_send(struct net *n, struct ushi_buf *b, uint32_t from,
+		    uint32_t to, uint32_t fmax, uint32_t partition)
+{
+	return staged_submit(n, b, b->data + from, to - from, fmax,
+			     partition);
+}
+
+static int net_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
+			const struct ushi_span_frame *fr, uint32_t nfr)
+{
+	struct net *n = w->sink_state;
+	/* The packs hold earlier frames: they go first. */
+	int ret = packs_send(n);
+	for (uint32_t i = 0; !ret && i < nfr; i++)
+		ret = frame_fits(n, fr[i].part, fr[i].flen);
+	if (ret) {
+		pool_put(w->pool, b);
+		return ret;
+	}
+	/* Runs: the bytes before the first frame (the rest of the last
+	 * buffer's last frame), then each frame of other workers than the
+	 * one before it starts one. */
+	uint32_t runs = nfr ? fr[0].at > 0 : 1;
+	for (uint32_t i = 0; i < nfr; i++)
+		runs += !i || first_of(n, fr[i].part) !=
+			      first_of(n, fr[i - 1].part);
+	buf_move(b, BUF_WRITER, BUF_INFLIGHT);
+	w->inflight++;
+	b->refs = runs * n->replicas;
+	uint32_t from = 0, i = 0;
+	if (!nfr || fr[0].at > 0) {
+		uint32_t to = nfr ? fr[0].at : len;
+		ret = run_send(n, b, 0, to, n->carry_flen, n->carry_part);
+		from = to;
+		runs--;
+	}
+	while (i < nfr) {
+		unsigned g = first_of(n, fr[i].part);
+		uint32_t j = i, fmax = 0;
+		for (; j < nfr && first_of(n, fr[j].part) == g; j++)
+			fmax = fr[j].flen > fmax ? fr[j].flen : fmax;
+		uint32_t to = j < nfr ? fr[j].at : len;
+		n->carry_part = fr[j - 1].part;
+		n->carry_flen = fr[j - 1].flen;
+		if (!ret)
+			ret = run_send(n, b, from, to, fmax, fr[i].part);
+		else /* not sent: each replica's hold goes */
+			for (unsigned k = 0; k < n->replicas; k++)
+				frame_done(n, b, NULL, 0);
+		runs--;
+		from = to;
+		i = j;
+	}
+	(void)runs; /* counted down to 0: every hold was sent or released */
+	return ret;
 }
 
 /* MAPPER_END to connection c, behind its data: the attempt is complete. */
@@ -1305,7 +1644,7 @@ static int net_commit(struct ush_writer *w)
 {
 	struct net *n = w->sink_state;
 	bool rep = n->replicas > 1;
-	int ret = 0;
+	int ret = packs_send(n); /* none open after the writer's flush */
 	/* Every worker learns of the commit, even one without data of
 	 * this map: a reader asks each for the attempt it was given. With
 	 * replicas, a worker lost before or during the commit is skipped:
@@ -1371,4 +1710,8 @@ const struct ushi_sink_ops ushi_sink_net = {
 	.drain = net_drain,
 	.flush = net_flush,
 	.reap = net_reap,
+	.pack_room = net_pack_room,
+	.pack_add = net_pack_add,
+	.span_put = net_span_put,
+	.part_order = net_part_order,
 };

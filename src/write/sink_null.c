@@ -41,8 +41,10 @@ static struct null_pack *pack(struct ush_writer *w)
 	return n;
 }
 
-static int null_pack_room(struct ush_writer *w, uint8_t **p, uint32_t *room)
+static int null_pack_room(struct ush_writer *w, uint32_t partition,
+			  uint8_t **p, uint32_t *room)
 {
+	(void)partition;
 	struct null_pack *n = pack(w);
 	if (!n)
 		return -ENOMEM;

@@ -75,6 +75,9 @@ struct ushi_stage {
 	struct ushi_buf **span;
 	uint32_t nspan, maxspan, nout, nsf, maxsf;
 	struct ushi_span_frame *sf;
+	/* The order partitions are framed in (the sink's part_order), or
+	 * NULL: 0, 1, 2, ... (a flush's). */
+	const uint32_t *ord;
 	uint8_t *scratch;         /* a frame of up to push size */
 	uint8_t *zbuf;            /* with a codec: its compressed form */
 	const struct ushi_stage_ops *ops; /* the writer's, above */
@@ -266,7 +269,8 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 		uint32_t raw, room = 0;
 		uint32_t nrec = batch_of(s, a, b, cap, &raw);
 		uint8_t *dst = s->scratch, *pack;
-		int ret = s->zbuf ? 0 : w->sink->pack_room(w, &pack, &room);
+		int ret = s->zbuf ? 0 :
+			  w->sink->pack_room(w, partition, &pack, &room);
 		if (ret)
 			return ret;
 		if (USH_FRAME_HDR_SIZE + raw + w->tail <= room)
@@ -298,6 +302,20 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
  * would straddle two buffers, or a partition of more than one frame, is
  * gathered in the scratch frame and copied in, as few as one per buffer.
  */
+/* Whether waiting brings buffers back: ops in the ring, or frames the
+ * sink holds (a net sink queues staged frames until credit returns,
+ * with no op in the ring meanwhile). */
+/* The i-th partition in the order the flush frames them. */
+static inline uint32_t nth(const struct ushi_stage *s, uint32_t i)
+{
+	return s->ord ? s->ord[i] : i;
+}
+
+static bool waiting(const struct ush_writer *w)
+{
+	return ring_inflight(w->ring) || w->inflight;
+}
+
 static uint8_t *span_at(const struct ushi_stage *s, uint64_t off)
 {
 	return s->span[off >> s->shift]->data +
@@ -341,8 +359,8 @@ static uint64_t span_layout(struct ush_writer *w, struct ushi_stage *s)
 	const uint32_t cap = writer_room(w), size = 1u << s->shift;
 	uint64_t pos = 0;
 	uint32_t a = 0;
-	for (uint32_t p = 0; p < w->o.partitions; p++) {
-		uint32_t b = s->count[p];
+	for (uint32_t i = 0; i < w->o.partitions; i++) {
+		uint32_t p = nth(s, i), b = s->count[p];
 		uint64_t f = a < b ? frames_bytes(s, a, b, cap) : 0;
 		if (f && f - USH_FRAME_HDR_SIZE <= cap &&
 		    (pos & (size - 1)) + f <= size)
@@ -364,9 +382,10 @@ static int span_get(struct ush_writer *w, struct ushi_stage *s, uint32_t n)
 			s->span[s->nspan++] = b;
 			continue;
 		}
-		if (!ring_inflight(w->ring))
+		if (!waiting(w))
 			return 1;
-		int ret = ring_reap(w->ring, 1);
+		int ret = w->sink->reap ? w->sink->reap(w) :
+			  ring_reap(w->ring, 1);
 		if (!ret && w->sink->flush)
 			ret = w->sink->flush(w);
 		if (!ret)
@@ -468,8 +487,8 @@ static int span_flush(struct ush_writer *w, struct ushi_stage *s)
 			copy(span_at(s, c), rec_at(s, nt->at.pos), nt->at.need);
 	}
 	uint32_t a = 0;
-	for (uint32_t p = 0; !ret && p < w->o.partitions; p++) {
-		uint32_t b = s->count[p];
+	for (uint32_t i = 0; !ret && i < w->o.partitions; i++) {
+		uint32_t p = nth(s, i), b = s->count[p];
 		if (b > a)
 			ret = span_part(w, s, p, a, b, &pos);
 		a = b;
@@ -500,14 +519,17 @@ int stage_flush(struct ush_writer *w)
 	/* Batches handed off before these records carry lower sequence
 	 * numbers: they reach the sink first. */
 	int ret = w->qhead ? s->ops->flush_queue(w) : 0;
-	/* Counting sort: count[p] becomes the end of p's positions. */
-	uint32_t at = 0, p;
-	for (p = 0; p < w->o.partitions; p++) {
+	/* Counting sort, in the sink's order of partitions: count[p]
+	 * becomes the end of p's positions. */
+	s->ord = w->sink->part_order ? w->sink->part_order(w) : NULL;
+	uint32_t at = 0, p, i;
+	for (i = 0; i < w->o.partitions; i++) {
+		p = nth(s, i);
 		uint32_t c = s->count[p];
 		s->count[p] = at;
 		at += c;
 	}
-	for (uint32_t i = 0; i < s->n; i++)
+	for (i = 0; i < s->n; i++)
 		s->sorted[s->count[s->notes[i].part]++] = s->notes[i].at;
 	/* Small records scattered where they can be (1: not), else
 	 * gathered. */
@@ -517,7 +539,8 @@ int stage_flush(struct ush_writer *w)
 	if (rest <= 0)
 		ret = rest;
 	uint32_t a = 0;
-	for (p = 0; p < w->o.partitions; p++) {
+	for (i = 0; i < w->o.partitions; i++) {
+		p = nth(s, i);
 		uint32_t b = s->count[p];
 		s->count[p] = 0;
 		if (!ret && rest == 1 && b > a)
@@ -540,7 +563,7 @@ int stage_flush(struct ush_writer *w)
  */
 static int stage_poll(struct ush_writer *w)
 {
-	if (!ring_inflight(w->ring))
+	if (!waiting(w))
 		return 0;
 	int ret = ring_poll(w->ring);
 	if (!ret && w->sink->flush)
@@ -568,9 +591,10 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	 * them (three staged writers on one ring failed, no pack buffer). */
 	const size_t reserve = (size_t)USHI_STAGE_SPARE << s->shift;
 	while (!ret && s->nchunks && w->pool->idle_bytes < reserve) {
-		if (!ring_inflight(w->ring))
+		if (!waiting(w))
 			ret = stage_flush(w);
-		else if (!(ret = ring_reap(w->ring, 1)) && w->sink->flush &&
+		else if (!(ret = w->sink->reap ? w->sink->reap(w) :
+				 ring_reap(w->ring, 1)) && w->sink->flush &&
 			 !(ret = w->sink->flush(w))) /* backlogged packs */
 			ret = ring_submit(w->ring);
 	}

@@ -54,14 +54,17 @@ struct ushi_sink_ops {
 	int (*reap)(struct ush_writer *w);
 	/*
 	 * Optional, both or neither: staged writes (stage.c) build frames
-	 * straight into the sink's open pack. pack_room sets *p to the
-	 * pack's free bytes and *room to their count, opening a pack if
-	 * none is (*room 0: none could be had). pack_add takes the next
-	 * frame of partition, flen bytes at p: built in place at *p (flen
-	 * <= room) or, from anywhere else, copied in across packs. p stays
-	 * the caller's; a full pack goes out. Returns 0 or an error.
+	 * straight into the sink's open pack for partition (the disk's one
+	 * pack; the net sink's pack for partition's workers). pack_room
+	 * sets *p to that pack's free bytes and *room to their count,
+	 * opening a pack if none is (*room 0: none could be had). pack_add
+	 * takes the next frame of partition, flen bytes at p: built in
+	 * place at *p (flen <= room) or, from anywhere else, copied in
+	 * across packs. p stays the caller's; a full pack goes out. Packs
+	 * not full go out at the sink's flush. Returns 0 or an error.
 	 */
-	int (*pack_room)(struct ush_writer *w, uint8_t **p, uint32_t *room);
+	int (*pack_room)(struct ush_writer *w, uint32_t partition, uint8_t **p,
+			 uint32_t *room);
 	int (*pack_add)(struct ush_writer *w, const uint8_t *p, uint32_t flen,
 			uint32_t partition);
 	/*
@@ -74,6 +77,14 @@ struct ushi_sink_ops {
 	 */
 	int (*span_put)(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
 			const struct ushi_span_frame *fr, uint32_t nfr);
+	/*
+	 * Optional, with staged writes: the order a flush frames partitions
+	 * in (a permutation of 0..partitions-1, the sink's, valid while it
+	 * is open), or NULL for 0, 1, 2...: the net sink puts partitions of
+	 * the same workers together, so that packs and span buffers go to
+	 * one worker at a time.
+	 */
+	const uint32_t *(*part_order)(struct ush_writer *w);
 };
 
 /* The disk sink's fdatasync: a seam for tests, which make it fail the
