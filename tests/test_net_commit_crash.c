@@ -97,8 +97,11 @@ static bool logged_torn(const struct crash *c)
 {
 	size_t n;
 	char *log = th_read_file(c->errlog, &n);
-	bool torn = log && strstr(log, "map 2 attempt 0: its data in") &&
-		    strstr(log, "is not whole");
+	assert_non_null(log);
+	char *text = strndup(log, n); /* th_read_file() adds no NUL */
+	bool torn = text && strstr(text, "map 2 attempt 0: its data in") &&
+		    strstr(text, "is not whole");
+	free(text);
 	free(log);
 	return torn;
 }
@@ -137,6 +140,7 @@ static void after(struct crash *c, int want, bool torn)
 	if (torn && !logged_torn(c))
 		fail_msg("the worker did not say map 2's commit is torn");
 	th_job_free(&c->j);
+	free(c->j.statuses);
 	unlink(c->errlog);
 	th_rmrf(c->w.dir);
 }
