@@ -287,11 +287,13 @@ static void compaction_keeps_a_commit_under_way(void **state)
 	const char *dir = th_scratch("wal-compact-busy");
 	ush_worker *wk = wk_open(dir);
 	append(wk, WK_REC_CLAIM, 9, 0, 0, "keep");
+	/* Its data known durable (a commit with data is the net tests'). */
 	struct wk_rec r = {.type = WK_REC_COMMIT, .shuffle = 9, .map = 1,
-			   .app = "keep"};
+			   .app = "keep", .durable = true};
 	pthread_mutex_lock(&wk->lock);
 	th_ok(wk_attempt_set(wk, 9, 1, 0, WK_OPEN));
 	wk_attempt_find(wk, 9, 1, 0)->logging = true;
+	wk_attempt_find(wk, 9, 1, 0)->rec = &r;
 	th_ok(wk_group_log(wk, &r, 1));
 	pthread_mutex_unlock(&wk->lock);
 	for (uint32_t s = 100; !strstr(logged, "commit log compacted"); s++) {

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 struct ush_worker;
+struct wk_rec;
 
 /* An attempt a writer opened here, in the table until its shuffle is
  * dropped. Workers elect no winner: readers ask for the attempts their
@@ -22,6 +23,8 @@ struct wk_attempt {
 	uint8_t state;  /* enum wk_attempt_state; 0: a free slot */
 	bool logging;   /* WK_OPEN: its commit record is with the
 			   committer (a snapshot counts it committed) */
+	const struct wk_rec *rec; /* while logging: that record (its
+				     connection's) */
 	uint64_t owner; /* WK_OPEN: the id of the connection writing it */
 };
 

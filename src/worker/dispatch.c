@@ -10,6 +10,7 @@
 #include "worker/thread.h"
 #include "worker/app.h"
 #include "worker/attempt.h"
+#include "worker/crash.h"
 #include "worker/dispatch.h"
 #include "worker/fetch.h"
 #include "worker/group.h"
@@ -177,11 +178,16 @@ static void sync_fail(struct wk_conn *c, int ret)
 }
 
 /*
- * MAPPER_END: the attempt's frames made durable (a sync round of its
- * shuffle's log here, through the ring), its record logged (in the
- * committer's next group), then the ACK. Each step starts in a loop
- * pass once the one before it is done (wk_commit_pump(),
- * wk_commit_logged()): the loop never waits on a commit's sync.
+ * MAPPER_END: a sync round of the shuffle's log here (through the ring)
+ * writes the attempt's frames and index entries and starts their syncs;
+ * from then on its record (naming the data: frames, bytes, the sum of
+ * their CRCs) goes to the committer, whose group syncs it while the
+ * data's syncs run, in the same journal commit where the file system
+ * shares one; the ACK goes once both are durable. Each step starts in a
+ * loop pass once the one before it is done (wk_commit_pump(),
+ * wk_commit_logged()): the loop never waits on a commit's sync. A crash
+ * between the two leaves a record whose data may not be whole: replay
+ * checks it (verify.c) and drops it then.
  */
 static void commit(struct wk_conn *c, const struct ushi_frame *f)
 {
@@ -194,6 +200,8 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 				    .shuffle = f->shuffle, .map = f->map,
 				    .attempt = f->attempt};
 	memcpy(c->cm_rec.app, c->app, sizeof(c->cm_rec.app));
+	c->cm_rec.sum = c->cm_sum;
+	c->cm_rec.sum.thread = c->t->idx;
 	int ret = wk_store_sync_begin(c->t, f->shuffle, &c->cm_ticket);
 	if (ret)
 		sync_fail(c, ret);
@@ -201,9 +209,9 @@ static void commit(struct wk_conn *c, const struct ushi_frame *f)
 		c->cm_step = WK_CM_SYNC;
 }
 
-/* The frames are durable: the record goes to the committer, queued
- * under the lock after the checks, so that a drop logged after them is
- * logged after it too. */
+/* The frames are written and their syncs started: the record goes to
+ * the committer, queued under the lock after the checks, so that a drop
+ * logged after them is logged after it too. */
 static void commit_log(struct wk_conn *c)
 {
 	struct ush_worker *wk = c->t->wk;
@@ -216,9 +224,11 @@ static void commit_log(struct wk_conn *c)
 		settle(c, false);
 	if (!ret) {
 		e->logging = true;
+		e->rec = &c->cm_rec;
 		c->cm_req = (struct wk_logreq){.r = &c->cm_rec, .n = 1,
 					       .t = c->t, .owner = c};
 		c->cm_step = WK_CM_LOG;
+		c->cm_logged = c->cm_synced = false;
 		wk_group_submit(wk, &c->cm_req);
 	}
 	pthread_mutex_unlock(&wk->lock);
@@ -228,34 +238,24 @@ static void commit_log(struct wk_conn *c)
 	}
 }
 
-void wk_commit_pump(struct wk_conn *c)
-{
-	if (c->cm_step != WK_CM_SYNC)
-		return;
-	const struct wk_rec *r = &c->cm_rec;
-	int ret = wk_store_sync_check(c->t, r->shuffle, c->cm_ticket);
-	if (ret == -EINPROGRESS)
-		return;
-	if (!ret) {
-		commit_log(c);
-		return;
-	}
-	c->cm_step = 0;
-	if (ret == -ENOENT)
-		commit_fail(c, ret, 0);
-	else
-		sync_fail(c, ret);
-}
-
-void wk_commit_logged(struct wk_conn *c, int res)
+/* Both the record and the data are back: the commit is applied and
+ * acknowledged, or fails with the first error. */
+static void commit_done(struct wk_conn *c)
 {
 	struct ush_worker *wk = c->t->wk;
 	const struct wk_rec *r = &c->cm_rec;
+	int res = c->cm_logres ? c->cm_logres : c->cm_syncres;
 	c->cm_step = 0;
+	/* Durable with its data: the watermark may pass it. Otherwise a
+	 * restart checks it against its data (wal.c). */
+	if (!res)
+		wk_group_settle(wk, c->cm_req.lsn);
 	pthread_mutex_lock(&wk->lock);
 	struct wk_attempt *e = mine(c);
-	if (e)
+	if (e) {
 		e->logging = false;
+		e->rec = NULL;
+	}
 	e = res ? NULL : e;
 	if (e)
 		wk_attempt_mark(wk, e, WK_COMMITTED);
@@ -266,10 +266,15 @@ void wk_commit_logged(struct wk_conn *c, int res)
 		res = -ENOENT;
 	wk_compact_maybe(wk);
 	pthread_mutex_unlock(&wk->lock);
+	if (res && !c->cm_logres && res != -ENOENT) {
+		sync_fail(c, res);
+		return;
+	}
 	if (res) {
 		commit_fail(c, res, 0);
 		return;
 	}
+	wk_crash(wk, WK_CRASH_ACKED, 1);
 	c->att.state = WK_COMMITTED;
 	wk_count_sync(wk, ushi_now_ns() - c->cm_t0);
 	WK_COUNT(wk, commits, 1);
@@ -278,6 +283,46 @@ void wk_commit_logged(struct wk_conn *c, int res)
 	struct ushi_frame f = {.shuffle = r->shuffle, .map = r->map,
 			       .attempt = r->attempt};
 	ack(c, &f, USHI_ACK_COMMIT, 0);
+}
+
+void wk_commit_pump(struct wk_conn *c)
+{
+	const struct wk_rec *r = &c->cm_rec;
+	if (c->cm_step == WK_CM_SYNC) {
+		int ret = wk_store_sync_issued(c->t, r->shuffle, c->cm_ticket);
+		if (ret == -EINPROGRESS)
+			return;
+		if (!ret) {
+			wk_crash(c->t->wk, WK_CRASH_ISSUED, 1);
+			commit_log(c);
+		} else {
+			c->cm_step = 0;
+			if (ret == -ENOENT)
+				commit_fail(c, ret, 0);
+			else
+				sync_fail(c, ret);
+			return;
+		}
+	}
+	if (c->cm_step != WK_CM_LOG || c->cm_synced)
+		return;
+	int ret = wk_store_sync_check(c->t, r->shuffle, c->cm_ticket);
+	if (ret == -EINPROGRESS)
+		return;
+	if (!ret)
+		wk_crash(c->t->wk, WK_CRASH_DATA, 1);
+	c->cm_synced = true;
+	c->cm_syncres = ret;
+	if (c->cm_logged)
+		commit_done(c);
+}
+
+void wk_commit_logged(struct wk_conn *c, int res)
+{
+	c->cm_logged = true;
+	c->cm_logres = res;
+	if (c->cm_synced)
+		commit_done(c);
 }
 
 static void drop(struct wk_conn *c, const struct ushi_frame *f)
@@ -483,6 +528,12 @@ void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret)
 			     wk_store_dir(c->t, f->shuffle), ush_strerror(ret));
 	else
 		c->credit += proto_size(f), c->att_bytes += proto_size(f);
+	/* What its commit record names (wal.h). */
+	if (!ret) {
+		c->cm_sum.frames++;
+		c->cm_sum.bytes += proto_size(f);
+		c->cm_sum.crcs += f->crc;
+	}
 	if (ret)
 		atomic_fetch_sub(&c->appr->bytes, proto_size(f));
 }

@@ -22,11 +22,13 @@ int wk_dispatch(struct wk_conn *c, const struct ushi_frame *f,
 void wk_data_stored(struct wk_conn *c, const struct ushi_frame *f, int ret);
 /* Is c's attempt still its own (not dropped since)? */
 bool wk_still_mine(struct wk_conn *c);
-/* A commit's next step, once its frames' sync round is done: its
- * record to the committer (the loop calls it every pass). */
+/* A commit's next steps: its record to the committer once its frames'
+ * syncs have started, then its end once they are done and the record is
+ * back (the loop calls it every pass). */
 void wk_commit_pump(struct wk_conn *c);
-/* The committer logged c's commit record (res 0) or failed to: the
- * attempt is committed and acknowledged, or c fails. */
+/* The committer logged c's commit record (res 0) or failed to: once its
+ * data is durable too, the attempt is committed and acknowledged, or c
+ * fails. */
 void wk_commit_logged(struct wk_conn *c, int res);
 /* A closing writer's attempt, unless committed, becomes abandoned.
  * Returns false, and does nothing, while c's commit record is with the

@@ -72,6 +72,7 @@ struct wk_shuf {
 	 * the rounds syncing, oldest first: the tickets each covers, and
 	 * its syncs. */
 	uint64_t sy_req, sy_run, sy_done;
+	uint64_t sy_issued;     /* rounds whose syncs have started */
 	uint8_t sy_step;
 	unsigned sy_ops;
 	struct { uint64_t run; unsigned ops; } sy_fl[WK_SY_FLIGHT];

@@ -11,6 +11,12 @@
  * serve pushes and fetches: the queue's lock is held only to link
  * requests, never across I/O or a system call.
  *
+ * A commit's record is queued once its data's syncs have started, and
+ * synced while they run (wal.c says why that is safe): the committer
+ * notes each such record as unsettled until its thread has seen both
+ * durable, and writes with every group the watermark below which none
+ * is.
+ *
  * Records reach the log in queue order, and a compaction is a request
  * in the same queue: the snapshot it writes holds every record queued
  * before it (wk_group_compact()'s caller put them in, the commits still
@@ -19,11 +25,52 @@
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
+#include "worker/crash.h"
 #include "worker/group.h"
 
 #include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* The watermark for records numbered from now on: every commit record
+ * of this worker numbered up to it is durable with its data. */
+static uint64_t watermark(struct wk_group *g)
+{
+	pthread_mutex_lock(&g->lock);
+	uint64_t wm = g->nuns ? g->uns[0].lsn - 1 : wk_log_next_lsn() - 1;
+	pthread_mutex_unlock(&g->lock);
+	return wm;
+}
+
+/* Notes the commits among the requests from req up to stop as
+ * unsettled: 0 or -ENOMEM (then none is). */
+static int unsettle(struct wk_group *g, struct wk_logreq *req,
+		    struct wk_logreq *stop, size_t commits)
+{
+	int ret = 0;
+	pthread_mutex_lock(&g->lock);
+	if (g->nuns + commits > g->cuns) {
+		size_t c = g->cuns ? 2 * g->cuns : 64;
+		while (c < g->nuns + commits)
+			c *= 2;
+		struct wk_unsettled *u = ushi_malloc(c * sizeof(*u));
+		if (u) {
+			if (g->nuns)
+				memcpy(u, g->uns, g->nuns * sizeof(*u));
+			ushi_free(g->uns);
+			g->uns = u;
+			g->cuns = c;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	for (struct wk_logreq *q = req; !ret && q != stop; q = q->next)
+		if (q->t)
+			g->uns[g->nuns++] = (struct wk_unsettled){
+				q->lsn, q->r[0].shuffle};
+	pthread_mutex_unlock(&g->lock);
+	return ret;
+}
 
 /* Encodes and writes the records of the requests from req up to stop
  * with one write and one sync; each gets the result. */
@@ -31,9 +78,11 @@ static void write_group(struct ush_worker *wk, struct wk_logreq *req,
 			struct wk_logreq *stop)
 {
 	struct wk_group *g = &wk->grp;
-	size_t n = 0;
-	for (struct wk_logreq *q = req; q != stop; q = q->next)
+	size_t n = 0, commits = 0;
+	for (struct wk_logreq *q = req; q != stop; q = q->next) {
 		n += q->n;
+		commits += q->t != NULL;
+	}
 	if (!n)
 		return;
 	int ret = 0;
@@ -48,12 +97,20 @@ static void write_group(struct ush_worker *wk, struct wk_logreq *req,
 		}
 	}
 	size_t at = 0;
+	uint64_t wm = ret ? 0 : watermark(g);
+	/* A waiter's records (claims, drops; commits in tests) were synced
+	 * after their data. */
 	for (struct wk_logreq *q = req; !ret && q != stop; q = q->next) {
-		wk_log_encode(g->buf + at, q->r, q->n);
+		q->lsn = wk_log_encode(g->buf + at, q->r, q->n, wm, !q->t);
 		at += q->n * WK_REC_SIZE;
 	}
+	if (!ret && commits)
+		ret = unsettle(g, req, stop, commits);
 	if (!ret)
-		ret = wk_log_write(wk, g->buf, at);
+		ret = wk_log_write(wk, g->buf, at, (unsigned)commits);
+	if (!ret)
+		wk_crash(wk, WK_CRASH_LOGGED, (unsigned)commits);
+	g->commits_logged |= !ret && commits;
 	if (ret)
 		wk_log(wk, 0, "commit log %s/commit.log: appending %zu "
 		       "records: %s (the log is compacted no more)", wk->dir,
@@ -74,7 +131,8 @@ static void run(struct ush_worker *wk, struct wk_logreq *batch)
 		write_group(wk, from, q);
 		if (!q)
 			return;
-		q->res = wk->grp.failed ? -EIO : wk_log_compact(wk, q->r, q->n);
+		q->res = wk->grp.failed ? -EIO :
+			 wk_log_compact(wk, q->r, q->n, watermark(&wk->grp));
 		atomic_store(&wk->compact_queued, false);
 		ushi_free((void *)q->r);
 		q->r = NULL;
@@ -130,6 +188,24 @@ static void hand_back(struct wk_group *g, struct wk_logreq *q)
 	pthread_mutex_unlock(&g->lock);
 }
 
+/* At a clean stop: a record that carries the watermark alone, so that
+ * the next start trusts the last groups' commits instead of checking
+ * them against their data (unsettled ones, failed, stay below it). */
+static void write_mark(struct ush_worker *wk)
+{
+	struct wk_group *g = &wk->grp;
+	uint8_t b[WK_REC_SIZE];
+	struct wk_rec r = {.type = WK_REC_MARK};
+	if (g->failed || wk->log_fd < 0 || !g->commits_logged)
+		return;
+	wk_log_encode(b, &r, 1, watermark(g), true);
+	int ret = wk_log_write(wk, b, sizeof(b), 0);
+	if (ret)
+		wk_log(wk, 0, "commit log %s/commit.log: the watermark at the "
+		       "stop: %s (the next start checks the last commits "
+		       "against their data)", wk->dir, ush_strerror(ret));
+}
+
 static void *committer(void *arg)
 {
 	struct ush_worker *wk = arg;
@@ -149,6 +225,7 @@ static void *committer(void *arg)
 		pthread_mutex_lock(&g->lock);
 	}
 	pthread_mutex_unlock(&g->lock);
+	write_mark(wk);
 	return NULL;
 }
 
@@ -194,6 +271,35 @@ void wk_group_stop(struct ush_worker *wk)
 	ushi_free(g->buf);
 	g->buf = NULL;
 	g->cap = 0;
+	ushi_free(g->uns);
+	g->uns = NULL;
+	g->nuns = g->cuns = 0;
+}
+
+void wk_group_settle(struct ush_worker *wk, uint64_t lsn)
+{
+	struct wk_group *g = &wk->grp;
+	pthread_mutex_lock(&g->lock);
+	for (size_t i = 0; i < g->nuns; i++)
+		if (g->uns[i].lsn == lsn) {
+			memmove(g->uns + i, g->uns + i + 1,
+				(g->nuns - i - 1) * sizeof(*g->uns));
+			g->nuns--;
+			break;
+		}
+	pthread_mutex_unlock(&g->lock);
+}
+
+void wk_group_forget(struct ush_worker *wk, uint32_t shuffle)
+{
+	struct wk_group *g = &wk->grp;
+	pthread_mutex_lock(&g->lock);
+	size_t k = 0;
+	for (size_t i = 0; i < g->nuns; i++)
+		if (g->uns[i].shuffle != shuffle)
+			g->uns[k++] = g->uns[i];
+	g->nuns = k;
+	pthread_mutex_unlock(&g->lock);
 }
 
 static void enqueue(struct wk_group *g, struct wk_logreq *req)

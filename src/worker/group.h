@@ -25,6 +25,15 @@ struct wk_logreq {
 	void *owner;           /* the submitter's */
 	int res;               /* 0 once durable, or -errno */
 	bool done;
+	uint64_t lsn;          /* its first record's sequence number */
+};
+
+/* A commit record logged before its data was known durable (the
+ * committer adds it, its thread settles it): the watermark of the
+ * records after it stays below it. */
+struct wk_unsettled {
+	uint64_t lsn;
+	uint32_t shuffle;
 };
 
 /* The committer and its queue (in struct ush_worker). */
@@ -37,6 +46,9 @@ struct wk_group {
 	uint8_t *buf;          /* a group's encoded records */
 	size_t cap;
 	bool failed;           /* an append failed (the committer's) */
+	bool commits_logged;   /* this run logged commit records */
+	struct wk_unsettled *uns; /* ascending lsn (under lock) */
+	size_t nuns, cuns;
 };
 
 void wk_group_init(struct wk_group *g);
@@ -59,6 +71,13 @@ int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
  * cleared once the compaction ran (or could not be queued). After an
  * append failed, none runs: r could name the commit that failed. */
 void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n);
+/* The commit record numbered lsn is durable with its data: the
+ * watermark may pass it. A commit whose data failed is never settled
+ * (replay checks it), until its shuffle is dropped. */
+void wk_group_settle(struct ush_worker *wk, uint64_t lsn);
+/* The shuffle's drop is logged: its unsettled commits no longer hold
+ * the watermark back (replay drops them with it). */
+void wk_group_forget(struct ush_worker *wk, uint32_t shuffle);
 /* t's requests that are done, in the order they were logged (NULL:
  * none); takes no lock. t's loop only. */
 struct wk_logreq *wk_group_take(struct wk_thread *t);

@@ -80,15 +80,35 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 		    !(e->state == WK_OPEN && e->logging))
 			continue;
 		const char *app = k < n ? wk_owner_of(wk, e->shuffle) : NULL;
-		if (k < n)
+		/* Applied: durable with its data. Logging: its data may
+		 * not be yet, and the snapshot's copy names it (wal.c). */
+		if (k < n && e->state == WK_OPEN)
+			out[k] = *e->rec;
+		else if (k < n)
 			out[k] = (struct wk_rec){.type = WK_REC_COMMIT,
 				.shuffle = e->shuffle, .map = e->map,
-				.attempt = e->attempt};
+				.attempt = e->attempt, .durable = true};
 		if (app)
 			snprintf(out[k].app, sizeof(out[k].app), "%s", app);
 		k++;
 	}
 	return k;
+}
+
+int wk_compact_torn(struct ush_worker *wk)
+{
+	/* No loop runs yet, and nothing is queued: the committer's log is
+	 * this thread's for now. */
+	size_t n = wk_live_records(wk, NULL, 0);
+	struct wk_rec *r = ushi_malloc((n ? n : 1) * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	wk_live_records(wk, r, n);
+	int ret = wk_log_compact(wk, r, n, wk_log_next_lsn() - 1);
+	ushi_free(r);
+	return ret ? ushi_fail(ret, "worker: the commit log of %s holds %zu "
+			       "torn commits and could not be compacted "
+			       "without them", wk->dir, wk->torn) : 0;
 }
 
 void wk_compact_maybe(struct ush_worker *wk)
@@ -150,8 +170,10 @@ int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 				       .shuffle = shuffles[i]};
 	if (!ret)
 		ret = wk_rec_log(wk, r, n);
-	for (size_t i = 0; !ret && i < n; i++)
+	for (size_t i = 0; !ret && i < n; i++) {
 		wk_rec_apply(wk, &r[i]); /* a drop cannot fail */
+		wk_group_forget(wk, shuffles[i]);
+	}
 	ushi_free(r);
 	if (ret) {
 		ushi_free(d);

@@ -21,6 +21,10 @@ int wk_rec_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
 /* Queues a compaction of the log when most of it is dead and every
  * record logged so far is applied. */
 void wk_compact_maybe(struct ush_worker *wk);
+/* At start, after a replay that dropped torn commits (wk->torn): the
+ * live state becomes the snapshot and the log is emptied, so that no
+ * later record's watermark covers a torn record. 0 or an error. */
+int wk_compact_torn(struct ush_worker *wk);
 /* Logs (one write) and applies the drops of the n shuffles; their files
  * go with wk_drop_files() after the lock is released. */
 int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);

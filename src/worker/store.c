@@ -695,6 +695,7 @@ static int round_start(struct wk_thread *t, struct wk_shuf *s)
 static int round_sync(struct wk_thread *t, struct wk_shuf *s)
 {
 	s->sy_step = SY_IDLE;
+	s->sy_issued = s->sy_run;
 	unsigned k = (s->sy_fl_head + s->sy_fl_n++) % WK_SY_FLIGHT;
 	s->sy_fl[k].run = s->sy_run;
 	s->sy_fl[k].ops = 0;
@@ -785,6 +786,18 @@ int wk_store_sync_begin(struct wk_thread *t, uint32_t shuffle,
 	}
 	sync_step(t, s);
 	return 0;
+}
+
+int wk_store_sync_issued(struct wk_thread *t, uint32_t shuffle,
+			 uint64_t ticket)
+{
+	struct wk_shuf *s = shuf_find(t, shuffle);
+	if (!s)
+		return -ENOENT;
+	if (s->err)
+		return s->err;
+	return s->sy_issued >= ticket || s->sy_done >= ticket ? 0 :
+								 -EINPROGRESS;
 }
 
 int wk_store_sync_check(struct wk_thread *t, uint32_t shuffle,

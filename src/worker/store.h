@@ -39,6 +39,11 @@ int wk_store_region(struct wk_thread *t, uint32_t shuffle, struct ushi_buf *b,
  */
 int wk_store_sync_begin(struct wk_thread *t, uint32_t shuffle,
 			uint64_t *ticket);
+/* Like check, but 0 as soon as the ticket's syncs have started (its
+ * frames and index entries are written): a commit's record is logged
+ * from then on, in the same journal commit as its data where it can. */
+int wk_store_sync_issued(struct wk_thread *t, uint32_t shuffle,
+			 uint64_t ticket);
 int wk_store_sync_check(struct wk_thread *t, uint32_t shuffle,
 			uint64_t ticket);
 void wk_store_sync_pump(struct wk_thread *t);

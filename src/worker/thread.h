@@ -118,6 +118,13 @@ struct ush_worker {
 					   compaction */
 	atomic_uint_fast64_t snap_bytes; /* the snapshot's size */
 	atomic_bool compact_queued; /* a compaction waits in the queue */
+	size_t unsure, torn;  /* replay: commit records checked against
+				 their data; dropped as torn */
+	/* USHUFFLED_TEST_CRASH=step:n (tests only): the process kills
+	 * itself with SIGKILL when the n-th commit reaches step. */
+	int crash_step;
+	unsigned crash_n;
+	atomic_uint crash_seen;
 	uint32_t *drops;      /* shuffles dropped that some thread has not
 				 yet seen (its drop_seen), in epoch order */
 	size_t ndrops;
@@ -202,7 +209,12 @@ struct wk_conn {
 	/* A commit under way (MAPPER_END): its frames' sync round, then
 	 * its record with the committer; the ACK goes once both are
 	 * durable. */
-	uint8_t cm_step;       /* 0, WK_CM_SYNC or WK_CM_LOG */
+	uint8_t cm_step;       /* 0, WK_CM_SYNC (until the data's syncs
+				  start) or WK_CM_LOG (record and data
+				  both under way) */
+	bool cm_logged, cm_synced; /* WK_CM_LOG: which is back */
+	int cm_logres, cm_syncres; /* and how it went */
+	struct wk_sum cm_sum;  /* the attempt's DATA frames stored */
 	uint64_t cm_ticket;    /* its sync round (wk_store_sync_begin) */
 	uint64_t cm_t0;        /* when MAPPER_END came */
 	struct wk_rec cm_rec;

@@ -17,9 +17,22 @@
  * versions, removed at the first compaction) and hands every record, in
  * sequence order, to the caller. This file knows records and files
  * only: the tables they rebuild are state.c's, which calls it.
+ *
+ * A commit record (version 2) is synced together with its data, not
+ * after it: it names the data (struct wk_sum), and carries a watermark,
+ * the highest sequence number below which every commit record of this
+ * worker is known durable with its data. Replay trusts a commit record
+ * that a durable record's watermark covers (or that is marked durable:
+ * a snapshot's copy of an applied commit, or a record of version 1,
+ * which earlier versions logged only once its data was synced), and
+ * checks the others, the last groups' at most, against the files
+ * (verify.c): one whose data is not whole is dropped, as if it had
+ * never been logged, and the start then compacts the log so that no
+ * later watermark can cover it.
  */
 #define _GNU_SOURCE
 #include "worker/thread.h"
+#include "worker/crash.h"
 #include "worker/wal.h"
 
 #include <dirent.h>
@@ -33,7 +46,12 @@
 
 #define REC WK_REC_SIZE
 #define REC_MAGIC 0x4c485355u /* "USHL" */
-#define REC_VERSION 1
+#define REC_VERSION 2
+/* Records of 0.4.5 and before: commits logged after their data's sync,
+ * without a sum; read and trusted, never written. */
+#define REC_VERSION_1 1
+/* OFF_FLAGS: the commit is known durable with its data. */
+#define REC_DURABLE 1u
 /* The snapshot and logs are compacted past this (a replay of it takes
  * milliseconds), once more than half of them is dead. */
 #define COMPACT_MIN (256u << 10)
@@ -44,14 +62,22 @@ enum {
 	OFF_VERSION = 4,
 	OFF_TYPE = 5,
 	OFF_APP_LEN = 6,
+	OFF_FLAGS = 7, /* version 2 */
 	OFF_LSN = 8,
 	OFF_SHUFFLE = 16,
 	OFF_MAP = 20,
 	OFF_ATTEMPT = 24,
-	OFF_APP = 28, /* 64 bytes, then zeros */
+	OFF_APP = 28, /* 64 bytes */
+	/* Version 2 (zeros in version 1): a commit's sum, the watermark. */
+	OFF_THREAD = 92,
+	OFF_FRAMES = 96,
+	OFF_BYTES = 104,
+	OFF_CRCS = 112,
+	OFF_WM = 116,
 	OFF_CRC = 124,
 };
-_Static_assert(OFF_APP + USHI_PROTO_APP_MAX <= OFF_CRC, "record layout");
+_Static_assert(OFF_APP + USHI_PROTO_APP_MAX <= OFF_THREAD, "record layout");
+_Static_assert(OFF_WM + 8 == OFF_CRC, "record layout");
 _Static_assert(OFF_CRC + 4 == REC, "record size");
 
 static atomic_uint_fast64_t next_lsn = 1;
@@ -61,7 +87,8 @@ static uint32_t rec_crc(const uint8_t *b)
 	return ~crc32_iscsi((unsigned char *)b, OFF_CRC, 0xffffffffu);
 }
 
-static void rec_put(uint8_t *b, const struct wk_rec *r, uint64_t lsn)
+static void rec_put(uint8_t *b, const struct wk_rec *r, uint64_t lsn,
+		    uint64_t wm, bool durable)
 {
 	size_t n = strnlen(r->app, USHI_PROTO_APP_MAX);
 	memset(b, 0, REC);
@@ -69,26 +96,44 @@ static void rec_put(uint8_t *b, const struct wk_rec *r, uint64_t lsn)
 	b[OFF_VERSION] = REC_VERSION;
 	b[OFF_TYPE] = r->type;
 	b[OFF_APP_LEN] = (uint8_t)n;
+	b[OFF_FLAGS] = durable || r->durable ? REC_DURABLE : 0;
 	put_le64(b + OFF_LSN, lsn);
 	put_le32(b + OFF_SHUFFLE, r->shuffle);
 	put_le32(b + OFF_MAP, r->map);
 	put_le32(b + OFF_ATTEMPT, r->attempt);
 	memcpy(b + OFF_APP, r->app, n);
+	put_le32(b + OFF_THREAD, r->sum.thread);
+	put_le64(b + OFF_FRAMES, r->sum.frames);
+	put_le64(b + OFF_BYTES, r->sum.bytes);
+	put_le32(b + OFF_CRCS, r->sum.crcs);
+	put_le64(b + OFF_WM, wm);
 	put_le32(b + OFF_CRC, rec_crc(b));
 }
 
-/* 0, or why the record is not one this version wrote whole. */
-static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
+/* 0, or why the record is not one this version reads whole. */
+static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn,
+			   uint64_t *wm)
 {
 	if (get_le32(b + OFF_MAGIC) != REC_MAGIC)
 		return "bad magic";
 	if (rec_crc(b) != get_le32(b + OFF_CRC))
 		return "CRC32C mismatch";
-	if (b[OFF_VERSION] != REC_VERSION)
+	if (b[OFF_VERSION] != REC_VERSION && b[OFF_VERSION] != REC_VERSION_1)
 		return "unknown version";
 	memset(r, 0, sizeof(*r));
 	r->type = b[OFF_TYPE];
 	*lsn = get_le64(b + OFF_LSN);
+	*wm = 0;
+	if (b[OFF_VERSION] == REC_VERSION_1) {
+		r->durable = true;
+	} else {
+		r->durable = b[OFF_FLAGS] & REC_DURABLE;
+		r->sum.thread = get_le32(b + OFF_THREAD);
+		r->sum.frames = get_le64(b + OFF_FRAMES);
+		r->sum.bytes = get_le64(b + OFF_BYTES);
+		r->sum.crcs = get_le32(b + OFF_CRCS);
+		*wm = get_le64(b + OFF_WM);
+	}
 	r->shuffle = get_le32(b + OFF_SHUFFLE);
 	r->map = get_le32(b + OFF_MAP);
 	r->attempt = get_le32(b + OFF_ATTEMPT);
@@ -96,7 +141,7 @@ static const char *rec_get(const uint8_t *b, struct wk_rec *r, uint64_t *lsn)
 	if (n > USHI_PROTO_APP_MAX)
 		return "application id too long";
 	memcpy(r->app, b + OFF_APP, n);
-	if (r->type < WK_REC_CLAIM || r->type > WK_REC_DROP ||
+	if (r->type < WK_REC_CLAIM || r->type > WK_REC_MARK ||
 	    (r->type == WK_REC_CLAIM && !proto_app_ok(r->app)))
 		return "unknown type or bad application id";
 	return NULL;
@@ -246,12 +291,14 @@ bool wk_log_compact_due(const struct ush_worker *wk)
 	return total > COMPACT_MIN && total > 2 * live;
 }
 
-int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
+int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n,
+		   uint64_t wm)
 {
 	uint8_t *b = ushi_malloc((n ? n : 1) * REC);
 	int ret = b ? 0 : -ENOMEM;
 	for (size_t i = 0; !ret && i < n; i++)
-		rec_put(b + i * REC, &r[i], atomic_fetch_add(&next_lsn, 1));
+		rec_put(b + i * REC, &r[i], atomic_fetch_add(&next_lsn, 1), wm,
+			false);
 	/* wk->dirs[0] is the home, wk->dir's (wk_dirid_check()). */
 	if (!ret)
 		ret = ushi_replace_at(wk->dirs[0].fd, WK_SNAP_FILE, b, n * REC);
@@ -273,16 +320,26 @@ int wk_log_compact(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 	return 0;
 }
 
-void wk_log_encode(uint8_t *b, const struct wk_rec *r, size_t n)
+uint64_t wk_log_next_lsn(void)
+{
+	return atomic_load(&next_lsn);
+}
+
+uint64_t wk_log_encode(uint8_t *b, const struct wk_rec *r, size_t n,
+		       uint64_t wm, bool durable)
 {
 	uint64_t lsn = atomic_fetch_add(&next_lsn, n);
 	for (size_t i = 0; i < n; i++)
-		rec_put(b + i * WK_REC_SIZE, &r[i], lsn + i);
+		rec_put(b + i * WK_REC_SIZE, &r[i], lsn + i, wm, durable);
+	return lsn;
 }
 
-int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len)
+int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len,
+		 unsigned commits)
 {
 	int ret = ushi_pwrite_all(wk->log_fd, b, len, wk->log_off);
+	if (!ret)
+		wk_crash(wk, WK_CRASH_WRITTEN, commits);
 	bool sync = wk->o.sync != USH_WORKER_SYNC_NONE;
 	if (!ret && sync && fdatasync(wk->log_fd))
 		ret = -errno;
@@ -296,7 +353,7 @@ int wk_log_write(struct ush_worker *wk, const uint8_t *b, size_t len)
 /* ---------------------------------------------------------------- replay */
 
 struct item {
-	uint64_t lsn;
+	uint64_t lsn, wm;
 	struct wk_rec r;
 };
 
@@ -326,7 +383,7 @@ static int read_log(struct ush_worker *wk, const char *path, bool cut,
 			break;
 		}
 		struct item it;
-		const char *why = rec_get(b, &it.r, &it.lsn);
+		const char *why = rec_get(b, &it.r, &it.lsn, &it.wm);
 		if (why) {
 			wk_log(wk, 0, "%s offset %zu: record skipped (%s)",
 			       path, off, why);
@@ -365,7 +422,29 @@ static int read_log(struct ush_worker *wk, const char *path, bool cut,
 	return 0;
 }
 
-int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
+/* Drops (marks type 0) the commits among the n items that may have
+ * reached the disk before their data and whose data is not whole. */
+static void check_unsure(struct ush_worker *wk, struct item *items, size_t n,
+			 wk_rec_check_fn check)
+{
+	uint64_t wm = 0;
+	for (size_t i = 0; i < n; i++)
+		wm = items[i].wm > wm ? items[i].wm : wm;
+	for (size_t i = 0; i < n; i++) {
+		struct item *it = &items[i];
+		if (it->r.type != WK_REC_COMMIT || it->r.durable ||
+		    it->lsn <= wm)
+			continue;
+		wk->unsure++;
+		if (check(wk, &it->r)) {
+			it->r.type = 0;
+			wk->torn++;
+		}
+	}
+}
+
+int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply,
+		  wk_rec_check_fn check)
 {
 	struct item *items = NULL;
 	size_t n = 0, cap = 0, bad = 0;
@@ -391,8 +470,11 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 		closedir(d);
 	if (n)
 		qsort(items, n, sizeof(*items), by_lsn);
+	if (!ret && check)
+		check_unsure(wk, items, n, check);
 	for (size_t i = 0; !ret && i < n; i++)
-		if ((ret = apply(wk, &items[i].r)))
+		if (items[i].r.type && items[i].r.type != WK_REC_MARK &&
+		    (ret = apply(wk, &items[i].r)))
 			ushi_fail(ret, "worker: replay");
 	/* next_lsn is shared by every worker of the process: moving it back
 	 * would let a later record sort before earlier ones at replay. */
@@ -404,7 +486,29 @@ int wk_log_replay(struct ush_worker *wk, wk_rec_fn apply)
 	ushi_free(items);
 	if (!ret && (n || bad))
 		wk_log(wk, 1, "replayed %zu commit log records (%zu corrupt, "
-		       "skipped): %zu attempts committed, %zu shuffles",
-		       n, bad, wk->ncommits, wk->nowners);
+		       "skipped), %zu commits checked against their data "
+		       "(%zu torn, dropped): %zu attempts committed, %zu "
+		       "shuffles", n, bad, wk->unsure, wk->torn, wk->ncommits,
+		       wk->nowners);
 	return ret;
+}
+
+/* ------------------------------------------------------- crash points */
+
+int wk_crash_parse(struct ush_worker *wk, const char *spec)
+{
+	static const char *const names[] = {
+		[WK_CRASH_ISSUED] = "issued", [WK_CRASH_WRITTEN] = "written",
+		[WK_CRASH_LOGGED] = "logged", [WK_CRASH_DATA] = "data",
+		[WK_CRASH_ACKED] = "acked",
+	};
+	const char *colon = spec ? strchr(spec, ':') : NULL;
+	for (int i = WK_CRASH_ISSUED; colon && i <= WK_CRASH_ACKED; i++)
+		if (strlen(names[i]) == (size_t)(colon - spec) &&
+		    !strncmp(spec, names[i], (size_t)(colon - spec))) {
+			wk->crash_step = i;
+			wk->crash_n = (unsigned)strtoul(colon + 1, NULL, 10);
+			return wk->crash_n ? 0 : -EINVAL;
+		}
+	return -EINVAL;
 }

@@ -7,7 +7,9 @@
 #include "worker/group.h"
 #include "worker/loop.h"
 #include "worker/state.h"
+#include "worker/verify.h"
 #include "worker/wal.h"
+#include "worker/crash.h"
 #include "net/addr.h"
 #include "net/auth.h"
 
@@ -474,6 +476,12 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	wk->secrets_dirfd = -1;
 	wk->log_fd = -1;
 	wk->decom_left = SIZE_MAX;
+	/* Tests only: a crash at a step of the commit order. */
+	const char *crash = getenv("USHUFFLED_TEST_CRASH");
+	if (crash && *crash && wk_crash_parse(wk, crash))
+		fprintf(stderr, "ushuffled: USHUFFLED_TEST_CRASH=%s: not "
+			"step:n (issued, written, logged, data, acked): "
+			"ignored\n", crash);
 	pthread_mutex_init(&wk->lock, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
 	pthread_mutex_init(&wk->id_lock, NULL);
@@ -550,9 +558,11 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	if (!ret)
 		ret = wk_log_sync_mode(wk);
 	if (!ret)
-		ret = wk_log_replay(wk, wk_rec_replay);
+		ret = wk_log_replay(wk, wk_rec_replay, wk_verify_commit);
 	if (!ret)
 		ret = wk_group_start(wk);
+	if (!ret && wk->torn)
+		ret = wk_compact_torn(wk);
 	if (!ret)
 		ret = wk_drop_uncommitted(wk);
 	if (!ret)
