@@ -597,6 +597,22 @@ static size_t fill_batch(uint8_t *buf, uint32_t map, uint32_t p, uint32_t i,
 	return off;
 }
 
+/* Acquires a buffer of w and swaps nbatches full batches of map 0's
+ * records into partition p, records 0.. in order; *buf is left lent.
+ * Returns the records swapped. */
+static uint32_t swap_batches(ush_writer *w, uint32_t p, uint32_t nbatches,
+			     void **buf)
+{
+	size_t cap;
+	th_ok(ush_writer_acquire(w, buf, &cap));
+	uint32_t per = (uint32_t)(cap / (4 + RECLEN)), n = 0;
+	for (uint32_t k = 0; k < nbatches; k++, n += per) {
+		size_t len = fill_batch(*buf, 0, p, n, per);
+		th_ok(ush_writer_swap(w, p, buf, len, per));
+	}
+	return n;
+}
+
 /*
  * Handed-off batches are sealed on the writer's sealer thread where the
  * process has several CPUs, inline where it has one: both read back
@@ -656,13 +672,7 @@ static void swap_waits_for_the_sealer(void **state)
 	ush_ring *ring = small_ring(17 * 4096);
 	ush_writer *w = sealed_writer(ring, dir, 0);
 	void *buf;
-	size_t cap;
-	th_ok(ush_writer_acquire(w, &buf, &cap));
-	uint32_t per = (uint32_t)(cap / (4 + RECLEN)), n = 0;
-	for (uint32_t k = 0; k < 60; k++, n += per) {
-		size_t len = fill_batch(buf, 0, 1, n, per);
-		th_ok(ush_writer_swap(w, 1, &buf, len, per));
-	}
+	uint32_t n = swap_batches(w, 1, 60, &buf);
 	th_ok(ush_writer_release(w, buf));
 	struct ush_status st;
 	th_ok(th_commit(w, NULL, &st));
@@ -706,12 +716,7 @@ static void abort_while_sealing(void **state)
 	ush_writer *w = sealed_writer(ring, dir, 0);
 	void *buf;
 	size_t cap;
-	th_ok(ush_writer_acquire(w, &buf, &cap));
-	uint32_t per = (uint32_t)(cap / (4 + RECLEN));
-	for (uint32_t k = 0; k < 16; k++) {
-		size_t len = fill_batch(buf, 0, 2, k * per, per);
-		th_ok(ush_writer_swap(w, 2, &buf, len, per));
-	}
+	swap_batches(w, 2, 16, &buf);
 	th_ok(ush_writer_abort(w));
 	ush_writer_free(w);
 	w = sealed_writer(ring, dir, 1);
