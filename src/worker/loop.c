@@ -340,8 +340,7 @@ static void teardown(struct wk_thread *t)
 			close(t->wake[i]);
 }
 
-/* Drops other threads' shuffles from this thread's open files. */
-static void check_drops(struct wk_thread *t)
+void wk_thread_check_drops(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
 	unsigned e = atomic_load(&wk->drop_epoch), seen;
@@ -427,7 +426,7 @@ void *wk_thread_main(void *arg)
 			ret = r;
 			break;
 		}
-		check_drops(t);
+		wk_thread_check_drops(t);
 		wk_store_sync_pump(t);
 		commits_logged(t);
 		/* One thread checks the applications' TTLs, once a second. */

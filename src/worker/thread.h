@@ -71,6 +71,13 @@ struct wk_dir {
 	bool made;            /* made by this start: new and empty */
 };
 
+/* A shuffle whose claim or drop is being logged (wk_rec_log()), and for
+ * a drop, until its files are removed (wk_drop_end()). */
+struct wk_busy {
+	uint32_t shuffle;
+	bool drop;
+	char app[USHI_PROTO_APP_MAX + 1]; /* a claim's application */
+};
 struct ush_worker {
 	struct ush_worker_opts o;
 	struct wk_metrics m;
@@ -112,6 +119,10 @@ struct ush_worker {
 					   compaction */
 	atomic_uint_fast64_t snap_bytes; /* the snapshot's size */
 	atomic_bool compact_queued; /* a compaction waits in the queue */
+	struct wk_busy *busy; /* ascending shuffle (lock) */
+	size_t nbusy, cbusy;
+	size_t nclaiming;     /* claims among them */
+	pthread_cond_t busy_cv; /* with wk->lock: a busy mark ended */
 	uint32_t *drops;      /* shuffles dropped that some thread has not
 				 yet seen (its drop_seen), in epoch order */
 	size_t ndrops;

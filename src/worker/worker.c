@@ -474,6 +474,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 	wk->log_fd = -1;
 	wk->decom_left = SIZE_MAX;
 	pthread_mutex_init(&wk->lock, NULL);
+	pthread_cond_init(&wk->busy_cv, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
 	pthread_mutex_init(&wk->id_lock, NULL);
 	wk_group_init(&wk->grp);
@@ -518,6 +519,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		if (wk->secrets_dirfd >= 0)
 			close(wk->secrets_dirfd);
 		pthread_mutex_destroy(&wk->lock);
+		pthread_cond_destroy(&wk->busy_cv);
 		pthread_mutex_destroy(&wk->log_lock);
 		pthread_mutex_destroy(&wk->id_lock);
 		pthread_mutex_destroy(&wk->m.sync_lock);
@@ -679,7 +681,9 @@ void ush_worker_free(ush_worker *wk)
 	if (wk->secret)
 		explicit_bzero(wk->secret, wk->secret_len);
 	ushi_free(wk->secret);
+	ushi_free(wk->busy);
 	pthread_mutex_destroy(&wk->lock);
+	pthread_cond_destroy(&wk->busy_cv);
 	pthread_mutex_destroy(&wk->log_lock);
 	pthread_mutex_destroy(&wk->id_lock);
 	pthread_mutex_destroy(&wk->m.sync_lock);
