@@ -51,6 +51,12 @@
 /* Accept errors (EMFILE...) pause accepting, from 10 ms doubling to 1 s. */
 #define WK_ACCEPT_BACKOFF_MIN_MS 10u
 #define WK_ACCEPT_BACKOFF_MAX_MS 1000u
+/* Out of descriptors, a thread closes at most this many connections that
+ * have not authenticated at once (loop.c, shed()). */
+#define WK_SHED_MAX 64u
+/* Descriptors kept out of the connections' budget beside the files'
+ * (listeners, rings, the commit log, directories, FETCH's reads). */
+#define WK_FD_MARGIN 64u
 
 struct wk_app;
 struct wk_owner;
@@ -132,6 +138,10 @@ struct ush_worker {
 	atomic_uint nconns;   /* connections accepted and not yet freed, all
 				 threads: at most o.max_conns */
 	unsigned thread_conns; /* what one thread may hold (its ring) */
+	unsigned conn_fds;    /* connections RLIMIT_NOFILE leaves room for
+				 beside the file budget (files.c); past it a
+				 new one replaces the oldest that has not
+				 authenticated */
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
@@ -187,6 +197,7 @@ struct wk_conn {
 	struct wk_rent *rent;  /* rb's DATA frames */
 	size_t rn, rcap;
 	bool recv_armed, eof, failed, closed;
+	bool shed;             /* closed for want of descriptors */
 	int rerr;
 	/* frame reassembly */
 	uint8_t hdr[USH_FRAME_HDR_SIZE];
