@@ -52,17 +52,25 @@ static void refuse(struct wk_thread *t, int fd, int code, const char *msg)
 }
 
 /* Marks up to want of t's oldest connections that have not authenticated
- * (no HELLO accepted) to be closed (conn_reap() closes them); returns how
- * many. */
+ * (no HELLO accepted) to be closed (conn_reap() closes them): first those
+ * that have not said HELLO (a flood's), then those challenged that have
+ * not answered yet (an honest client's handshake is a round trip);
+ * returns how many. */
 static unsigned shed_oldest(struct wk_thread *t, unsigned want)
 {
 	unsigned k = 0;
 	for (; k < want; k++) {
 		/* The list is newest first: the last one is the oldest. */
-		struct wk_conn *old = NULL;
-		for (struct wk_conn *c = t->conns; c; c = c->next)
-			if (!c->role && !c->eof && !c->closed && !c->shed)
+		struct wk_conn *old = NULL, *old_hello = NULL;
+		for (struct wk_conn *c = t->conns; c; c = c->next) {
+			if (c->role || c->eof || c->closed || c->shed)
+				continue;
+			if (c->auth_wait)
+				old_hello = c;
+			else
 				old = c;
+		}
+		old = old ? old : old_hello;
 		if (!old)
 			break;
 		old->shed = old->eof = true;
