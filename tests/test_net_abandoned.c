@@ -8,7 +8,10 @@
  */
 #include "net_helpers.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 
 #define REC (60u << 10)
 
@@ -125,11 +128,104 @@ static void restart_drops_uncommitted(void **state)
 	th_job_free(&kept);
 }
 
+/* Files the test puts in the shuffle's directory, so that the drop's
+ * removal of it takes a while (about 0.4 s here). */
+#define JUNK 60000u
+
+static void junk_name(char *p, size_t n, const struct th_worker *w,
+		      uint32_t s, unsigned i)
+{
+	snprintf(p, n, "%s/s%u/junk%06u", w->dir, s, i);
+}
+
+/* Has the worker begun removing the junk (one of 300 spread out gone)? */
+static bool removing(const struct th_worker *w, uint32_t s)
+{
+	char p[700];
+	for (unsigned i = 0; i < JUNK; i += JUNK / 300) {
+		junk_name(p, sizeof(p), w, s, i);
+		if (access(p, F_OK))
+			return true;
+	}
+	return false;
+}
+
+struct pusher {
+	pthread_t tid;
+	const struct th_job *job;
+	uint32_t map;
+	int ret;
+};
+
+static void *push(void *arg)
+{
+	struct pusher *p = arg;
+	p->ret = th_push_map(p->job, p->map, 0, NULL);
+	return NULL;
+}
+
+/* A writer that abandons its shuffle's last attempt drops the shuffle,
+ * and the drop removes the shuffle's files once it is logged. Writers of
+ * other maps claiming the shuffle meanwhile, on another worker thread,
+ * made their files in the directory being removed: the removal took
+ * them, and a read of their committed maps failed ("0 batches ..., its
+ * map status says 1": 3 runs of 3 before the fix). A claim now waits
+ * until the drop's files are gone. */
+static void drop_races_a_claim(void **state)
+{
+	(void)state;
+	struct th_worker w = {0};
+	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("ab-race"));
+	th_worker_spawn(&w, "127.0.0.1", 0, 2);
+	const uint32_t s = 40;
+	char p[700];
+	snprintf(p, sizeof(p), "%s/s%u", w.dir, s);
+	assert_int_equal(mkdir(p, 0755), 0);
+	for (unsigned i = 0; i < JUNK; i++) {
+		junk_name(p, sizeof(p), &w, s, i);
+		int fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	int fd = th_raw_connect(w.port);
+	struct proto_hello h = {USHI_PROTO_VERSION, USHI_ROLE_WRITER, 0, 0, s,
+				9, 0, "default", 0, {0}};
+	th_hello(fd, h);
+	static uint8_t b[USH_FRAME_HDR_SIZE + 4096];
+	struct ushi_frame f;
+	assert_int_equal(th_recv_frame(fd, b, sizeof(b), &f), USHI_FRAME_HELLO);
+	close(fd); /* map 9 abandoned: the shuffle's only attempt */
+	for (int i = 0; i < 30000 && !removing(&w, s); i++)
+		usleep(1000);
+	assert_true(removing(&w, s));
+	/* Eight writers at once, one connection each: some land on the
+	 * thread that is not removing the files. */
+	struct ush_status st[8] = {{0}};
+	struct th_job job = {.workers = w.addr, .shuffle = s,
+			     .partitions = 4, .maps = 8, .records = 50,
+			     .statuses = st};
+	struct pusher ps[8];
+	for (uint32_t m = 0; m < job.maps; m++) {
+		ps[m] = (struct pusher){.job = &job, .map = m};
+		assert_int_equal(pthread_create(&ps[m].tid, NULL, push, &ps[m]),
+				 0);
+	}
+	for (uint32_t m = 0; m < job.maps; m++) {
+		pthread_join(ps[m].tid, NULL);
+		th_ok(ps[m].ret);
+	}
+	th_verify(&job);
+	th_worker_stop(&w);
+	th_rmrf(w.dir);
+	th_job_free(&job);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(refused_write_frees_its_bytes),
 		cmocka_unit_test(restart_drops_uncommitted),
+		cmocka_unit_test(drop_races_a_claim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

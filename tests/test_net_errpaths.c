@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -458,6 +459,56 @@ static void iodepth_below_workers(void **state)
 	th_rmrf(d);
 }
 
+/* Two fake workers that never answer: the first holds its connection
+ * until the second is dialled. */
+struct stalled {
+	int l1, l2;
+	bool still_open; /* the first connection was open at the second */
+};
+
+static void *stalled_fakes(void *arg)
+{
+	struct stalled *st = arg;
+	int c1 = accept(st->l1, NULL, NULL);
+	struct pollfd p = {.fd = st->l2, .events = POLLIN};
+	if (c1 < 0 || poll(&p, 1, 30000) != 1) {
+		if (c1 >= 0)
+			close(c1);
+		return NULL;
+	}
+	int c2 = accept(st->l2, NULL, NULL);
+	/* The client's HELLO is there to read: only a hang-up tells
+	 * whether it gave up on the first worker already. */
+	p = (struct pollfd){.fd = c1, .events = POLLIN | POLLRDHUP};
+	st->still_open = poll(&p, 1, 0) >= 0 &&
+			 !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	close(c2);
+	close(c1);
+	return NULL;
+}
+
+/* A heartbeat (and a drop, the same path) asks every worker of the list
+ * at once, with one deadline for the lot: the second worker is dialled
+ * while the first, stalled, still holds the request. One at a time, the
+ * second was dialled only once the first had timed out (20 s here), and
+ * N stalled workers cost N timeouts. */
+static void heartbeat_workers_at_once(void **state)
+{
+	(void)state;
+	int p1, p2;
+	struct stalled st = {.l1 = th_listen(&p1), .l2 = th_listen(&p2)};
+	char list[64];
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", p1, p2);
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, stalled_fakes, &st), 0);
+	int ret = ush_app_heartbeat(list, NULL, 20000);
+	pthread_join(tid, NULL);
+	assert_true(ret < 0); /* neither answered */
+	assert_true(st.still_open);
+	close(st.l1);
+	close(st.l2);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -469,6 +520,7 @@ int main(void)
 		cmocka_unit_test(drop_after_second_worker),
 		cmocka_unit_test(iodepth_below_workers),
 		cmocka_unit_test(drop_past_dead_worker),
+		cmocka_unit_test(heartbeat_workers_at_once),
 		cmocka_unit_test(compaction_keeps_the_last_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,7 @@
  */
 #include "net/net.h"
 #include "net_helpers.h"
+#include "net/proto.h"
 
 static const struct ush_seal_key KEY = {
 	.id = 5,
@@ -170,6 +171,57 @@ static void range_equals_parts_10000(void **state)
 	two_workers(wk, "range10k", list, &j);
 	same_records(st, 2, 0, 10000, 2ull * j.records);
 	th_workers_stop(wk, 2);
+	th_job_free(&j);
+}
+
+/* One map over two workers, no replicas, a range of 8 partitions: the
+ * worker that does not hold partition 0 is gone. The partitions before
+ * its first one are read whole; the error (naming that partition) comes
+ * when the range reaches it. Before, the failover of the first FETCH
+ * failed the whole range at once, before any record. */
+static void range_fails_where_the_holders_are_gone(void **state)
+{
+	(void)state;
+	struct th_worker wk[2] = {{0}};
+	char list[160];
+	struct ush_status st[1] = {{0}};
+	struct th_job j = {.shuffle = 4, .partitions = 8, .maps = 1,
+			   .records = 800, .statuses = st};
+	two_workers(wk, "range-gone", list, &j);
+	/* Without replicas a partition's worker is a hash over the list
+	 * (wk[0], wk[1]). */
+	uint32_t h0 = proto_worker_of(0, 2), victim = !h0, lost = 0;
+	while (lost < j.partitions && proto_worker_of(lost, 2) == h0)
+		lost++;
+	assert_true(lost > 0 && lost < j.partitions);
+	th_worker_kill(&wk[victim]);
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.npartitions = j.partitions;
+	ro.statuses = st;
+	ro.nstatuses = 1;
+	ro.timeout_ms = 20000;
+	ush_reader *r;
+	th_ok(ush_reader_open(&r, &ro));
+	const void *rec;
+	size_t len;
+	int ret;
+	uint64_t n = 0;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+		assert_true(ush_reader_partition(r) < lost);
+		n++;
+	}
+	print_message("%llu records of partitions [0, %u), then: %s\n",
+		      (unsigned long long)n, lost, ush_last_error());
+	assert_true(ret < 0);
+	/* Record i goes to partition i % 8. */
+	assert_int_equal(n, (uint64_t)lost * j.records / j.partitions);
+	char want[32];
+	snprintf(want, sizeof(want), "partition %u", lost);
+	assert_non_null(strstr(ush_last_error(), want));
+	ush_reader_free(r);
+	th_worker_stop(&wk[!victim]);
+	th_rmrf(wk[victim].dir);
 	th_job_free(&j);
 }
 
@@ -396,6 +448,7 @@ int main(void)
 		cmocka_unit_test(range_equals_parts_64),
 		cmocka_unit_test(range_equals_parts_10000),
 		cmocka_unit_test(range_failover_sealed),
+		cmocka_unit_test(range_fails_where_the_holders_are_gone),
 		cmocka_unit_test(freed_mid_range),
 		cmocka_unit_test(malformed_range),
 		cmocka_unit_test(range_plans_nothing),

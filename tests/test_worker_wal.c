@@ -67,6 +67,8 @@ static void append(ush_worker *wk, uint8_t type,
 		ret = wk_rec_apply(wk, &r);
 	pthread_mutex_unlock(&wk->lock);
 	th_ok(ret);
+	if (type == WK_REC_DROP) /* it has no files to remove */
+		wk_drop_end(wk, &shuffle, 1);
 }
 
 static const char *owner(ush_worker *wk, uint32_t shuffle)

@@ -635,8 +635,10 @@ USH_API void ush_reader_free(ush_reader *r);
  * the application is alive: a worker drops all shuffles of an application
  * it has not heard of (heartbeat, or any connection naming it) for its
  * --app-ttl (default 300 s). A driver heartbeats well within the TTL, and
- * drops each shuffle when its job is done. timeout_ms 0: 10 s. Both
- * return 0 or the first error, naming the worker.
+ * drops each shuffle when its job is done. Both ask every worker at once
+ * (from up to 64 threads of their own, joined before they return), with
+ * one deadline for the lot: timeout_ms, 0: 10 s. Both return 0 or the
+ * first error in the list's order, naming the worker.
  */
 USH_API int ush_shuffle_drop(const char *workers, const char *app,
 			     uint32_t shuffle, uint32_t timeout_ms);

@@ -493,8 +493,9 @@ static int net_setup(struct job_ctx *j, struct job_result *res)
 
 /* Well within a worker's default --app-ttl (300 s). */
 #define HEARTBEAT_NS (10 * 1000000000ull)
-/* How long a heartbeat or a drop waits for each worker: a stalled one
- * costs the job this, once, and only a warning (the others got it). */
+/* How long a heartbeat or a drop waits for the workers (all asked at
+ * once): stalled ones cost the job this, once, and only a warning (the
+ * others got it). */
 #define ADMIN_TIMEOUT_MS 2000u
 
 /* Workers keep every attempt until the shuffle is dropped: a job writing

@@ -5,6 +5,8 @@
 #include "net/auth.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,59 +326,116 @@ int net_send_ctrl(int fd, struct ushi_mac *mac, uint8_t *frame, size_t n)
 	return net_write(fd, frame, mac_seal(mac, frame, n));
 }
 
+/* Admin requests go to this many workers at once, at most. */
+#define ADMIN_THREADS 64u
+
+/* One admin request to every worker of a list, shared by its threads. */
+struct admin {
+	char (*peers)[USHI_NET_PEER];
+	unsigned n;
+	atomic_uint next;       /* the next worker a thread takes */
+	struct proto_hello hello;
+	const uint8_t *req;
+	size_t len;
+	const char *what;
+	uint64_t deadline;      /* ushi_now_ns(): one for the lot */
+	int *res;               /* each worker's result */
+	char (*msg)[512];       /* and its message, when it failed */
+};
+
+/* Sends the request to one worker and reads its ACK, within what is left
+ * of the deadline: 0 or -errno (the message in ush_last_error()). */
+static int admin_one(const struct admin *ad, const char *peer)
+{
+	uint64_t now = ushi_now_ns();
+	uint64_t left = ad->deadline > now ? (ad->deadline - now) / 1000000u :
+					     0;
+	if (!left)
+		return ushi_fail(-ETIMEDOUT, "net: worker %s: %s not sent: "
+				 "its deadline passed", peer, ad->what);
+	struct proto_hello h;
+	struct ushi_mac mac;
+	int fd = net_dial(peer, &ad->hello, (uint32_t)left, &h, &mac);
+	if (fd < 0)
+		return fd;
+	uint8_t b[USHI_PROTO_ERROR_SIZE];
+	struct ushi_frame f;
+	memcpy(b, ad->req, ad->len); /* sealed per connection */
+	int r = net_send_ctrl(fd, &mac, b, ad->len);
+	if (r)
+		ushi_fail(r, "net: worker %s: sending %s", peer, ad->what);
+	else
+		r = read_reply(fd, peer, ad->what, USHI_FRAME_ACK, &mac, b, &f);
+	mac_free(&mac);
+	close(fd);
+	return r;
+}
+
+static void *admin_thread(void *arg)
+{
+	struct admin *ad = arg;
+	for (unsigned i; (i = atomic_fetch_add(&ad->next, 1)) < ad->n;) {
+		ad->res[i] = admin_one(ad, ad->peers[i]);
+		if (ad->res[i])
+			snprintf(ad->msg[i], sizeof(ad->msg[i]), "%s",
+				 ush_last_error());
+	}
+	return NULL;
+}
+
 /* Sends one admin request (frame req of n bytes, named what) to every
- * worker of the list as app, and waits for each one's ACK. A worker that
- * fails does not keep the request from the others (a heartbeat that
- * stopped at a dead worker would let the live ones expire the
- * application); the first error is returned, and its message kept. */
+ * worker of the list as app, and waits for each one's ACK. The workers
+ * are asked at once (up to ADMIN_THREADS threads, joined before the
+ * return), within one deadline for the lot: a stalled worker costs the
+ * others nothing. A worker that fails does not keep the request from the
+ * others (a heartbeat that stopped at a dead worker would let the live
+ * ones expire the application); the first error in the list's order is
+ * returned, and its message kept. */
 static int admin_all(const char *workers, const char *app,
 		     const uint8_t *req, size_t n, const char *what,
 		     uint32_t timeout_ms)
 {
 	unsigned nw = workers ? net_count_workers(workers) : 0;
-	char (*peers)[USHI_NET_PEER] = nw ? ushi_calloc(nw, USHI_NET_PEER) : NULL;
-	if (!peers)
-		return nw ? ushi_fail(-ENOMEM, "net: %s: %u workers", what, nw) :
-			    ushi_fail(-EINVAL, "net: %s: no workers given", what);
-	struct proto_hello admin = {.role = USHI_ROLE_ADMIN};
-	int ret = net_app(&admin, app);
-	if (!ret && (ret = net_parse_workers(workers, peers, nw)) < 0)
+	struct admin ad = {
+		.n = nw, .req = req, .len = n, .what = what,
+		.hello = {.role = USHI_ROLE_ADMIN},
+		.deadline = ushi_now_ns() +
+			    (uint64_t)(timeout_ms ? timeout_ms :
+					      USHI_NET_TIMEOUT_MS) * 1000000u,
+	};
+	if (!nw)
+		return ushi_fail(-EINVAL, "net: %s: no workers given", what);
+	ad.peers = ushi_calloc(nw, USHI_NET_PEER);
+	ad.res = ushi_calloc(nw, sizeof(*ad.res));
+	ad.msg = ushi_calloc(nw, sizeof(*ad.msg));
+	int ret = ad.peers && ad.res && ad.msg ? 0 :
+		  ushi_fail(-ENOMEM, "net: %s: %u workers", what, nw);
+	if (!ret)
+		ret = net_app(&ad.hello, app);
+	if (!ret && (ret = net_parse_workers(workers, ad.peers, nw)) < 0)
 		ushi_fail(ret, "net: bad worker list '%s' (HOST:PORT,...)",
 			 workers);
 	else if (ret >= 0)
 		ret = 0;
-	int first = ret;
-	char msg[512] = "";
-	for (unsigned i = 0; !ret && i < nw; i++) {
-		struct proto_hello h;
-		struct ushi_mac mac;
-		int fd = net_dial(peers[i], &admin,
-				  timeout_ms ? timeout_ms : USHI_NET_TIMEOUT_MS,
-				  &h, &mac);
-		int r = fd < 0 ? fd : 0;
-		if (fd >= 0) {
-			uint8_t b[USHI_PROTO_ERROR_SIZE];
-			struct ushi_frame f;
-			memcpy(b, req, n); /* sealed per connection */
-			r = net_send_ctrl(fd, &mac, b, n);
-			if (r)
-				ushi_fail(r, "net: worker %s: sending %s",
-					 peers[i], what);
-			else
-				r = read_reply(fd, peers[i], what,
-					       USHI_FRAME_ACK, &mac, b, &f);
-			mac_free(&mac);
-			close(fd);
-		}
-		if (r && !first) {
-			first = r;
-			snprintf(msg, sizeof(msg), "%s", ush_last_error());
-		}
+	if (!ret) {
+		unsigned nt = nw < ADMIN_THREADS ? nw : ADMIN_THREADS, k = 0;
+		pthread_t tid[ADMIN_THREADS];
+		/* This thread asks too; threads that cannot start leave
+		 * their share to the others. */
+		while (k + 1 < nt &&
+		       !pthread_create(&tid[k], NULL, admin_thread, &ad))
+			k++;
+		admin_thread(&ad);
+		while (k)
+			pthread_join(tid[--k], NULL);
+		for (unsigned i = 0; !ret && i < nw; i++)
+			if ((ret = ad.res[i]))
+				ushi_fail_msg(ret, ad.msg[i]); /* names it */
 	}
-	ushi_free(peers);
-	if (first && *msg)
-		ushi_fail_msg(first, msg); /* msg already names the error */
-	return first;
+	ushi_free(ad.peers);
+	ushi_free(ad.res);
+	ushi_free(ad.msg);
+	return ret;
 }
 
 int ush_shuffle_drop(const char *workers, const char *app, uint32_t shuffle,

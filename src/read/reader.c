@@ -189,7 +189,9 @@ static int part_map(struct ush_reader *r, struct rmap *m)
 				"bad holder mask %llx or worker list '%.*s'",
 				m->map, (unsigned long long)mask,
 				(int)m->st.loc_len, m->st.loc);
-	return ret ? ushi_fail(ret, "reader: allocation") : 0;
+	/* Other errors (a map whose holders failed before its partition
+	 * was reached) carry their own message. */
+	return ret == -ENOMEM ? ushi_fail(ret, "reader: allocation") : ret;
 }
 
 /* Partition r->partition: every map's part of it, then the source. */

@@ -28,6 +28,8 @@
 struct rent {
 	uint32_t src;
 	uint8_t at, n, refused;
+	bool gone; /* every holder failed while an earlier partition was
+		      read: the error comes when this one is reached */
 };
 
 _Static_assert(USH_READER_RANGE_MAX == USHI_PROTO_WANTS_MAX,
@@ -48,6 +50,9 @@ struct net_src {
 	struct rent *ent;    /* [(partition - first) * nmaps + map index] */
 	uint32_t next;       /* the source being read */
 	uint32_t timeout_ms;
+	int gone_err;        /* the first failure that left an entry of a
+				later partition gone, and its message */
+	char gone_msg[256];
 };
 
 static int net_create(struct ush_reader *r, const struct ush_reader_opts *o)
@@ -256,6 +261,9 @@ static int net_plan(struct ush_reader *r)
 	return 0;
 }
 
+static int all_gone(struct ush_reader *r, uint32_t p, uint32_t i,
+		    const struct rent *e, const char *last);
+
 /* Map m, for partition r->partition: its holders, and where the plan
  * (or a failover since) reads it. */
 static int net_add(struct ush_reader *r, const struct status *s,
@@ -264,6 +272,14 @@ static int net_add(struct ush_reader *r, const struct status *s,
 	(void)s;
 	uint32_t i = (uint32_t)(m - r->maps);
 	const struct rent *e = ent(r, r->partition, i);
+	struct net_src *ns = r->source_state;
+	if (e->gone && e->n > 1)
+		return all_gone(r, r->partition, i, e, ns->gone_msg);
+	if (e->gone)
+		return ushi_fail(ns->gone_err, "reader: partition %u map %u "
+				 "attempt %u: its one worker failed before this "
+				 "partition was reached: %s", r->partition,
+				 m->map, m->attempt, ns->gone_msg);
 	int ret = holders(r, i, r->partition, mask, m->holder, &m->nholders);
 	m->at = e->at;
 	m->refused = e->refused;
@@ -354,6 +370,19 @@ static int failover(struct ush_reader *r, uint32_t s, int err)
 				continue;
 			}
 			int ret = move(r, first, p, i, e, err, last);
+			if (ret && p != r->partition) {
+				/* Its partition is not being read: it fails
+				 * when it is (net_add()), not now. */
+				if (!ns->gone_err) {
+					ns->gone_err = ret;
+					snprintf(ns->gone_msg,
+						 sizeof(ns->gone_msg), "%s",
+						 ush_last_error());
+				}
+				e->gone = true;
+				e->src = NO_SRC;
+				continue;
+			}
 			if (ret)
 				return ret;
 			if (p == r->partition) {

@@ -74,9 +74,12 @@ bool wk_conn_leave(struct wk_conn *c)
 	 * one: the files hold nothing a reader may ask for, so they go now,
 	 * not when the application drops the shuffle or expires. */
 	struct wk_owner *o = e ? wk_owner_find(wk, c->att.shuffle) : NULL;
-	uint64_t freed = o && !o->live ? o->bytes : 0;
+	/* Not when a drop of it is under way already. */
+	if (o && (o->live || wk_busy(wk, c->att.shuffle)))
+		o = NULL;
+	uint64_t freed = o ? o->bytes : 0;
 	int dropped = 0; /* 1: dropped, or the error */
-	if (o && !o->live) {
+	if (o) {
 		int ret = wk_drop_locked(c->t, &c->att.shuffle, 1);
 		dropped = ret ? ret : 1;
 	}
@@ -89,6 +92,7 @@ bool wk_conn_leave(struct wk_conn *c)
 	pthread_mutex_unlock(&wk->lock);
 	if (dropped == 1) {
 		wk_drop_files(c->t, c->att.shuffle);
+		wk_drop_end(wk, &c->att.shuffle, 1);
 		WK_COUNT(wk, drops, 1);
 		wk_log(wk, 1, "peer %s: shuffle %u map %u attempt %u left "
 		       "uncommitted, the shuffle's last attempt here: shuffle "
@@ -217,6 +221,10 @@ static void commit_log(struct wk_conn *c)
 	struct ush_worker *wk = c->t->wk;
 	pthread_mutex_lock(&wk->lock);
 	struct wk_attempt *e = mine(c);
+	/* A drop being logged: its record is ahead of this one, which must
+	 * not follow it (a replay would revive the shuffle). */
+	if (e && wk_dropping(wk, c->att.shuffle))
+		e = NULL;
 	unsigned ncommits = c->appr->ncommits;
 	int ret = !e ? -ENOENT : ncommits >= wk->o.max_app_commits ? -EDQUOT :
 								    0;
@@ -330,10 +338,13 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 	struct wk_thread *t = c->t;
 	struct ush_worker *wk = t->wk;
 	pthread_mutex_lock(&wk->lock);
+	/* After a claim or drop of it being logged. */
+	wk_busy_wait(wk, f->shuffle);
 	int ret = wk_own_shuffle(c, f->shuffle, false);
 	bool owned = !ret && wk_owner_of(wk, f->shuffle);
 	if (owned)
 		ret = wk_drop_locked(t, &f->shuffle, 1);
+	owned = owned && !ret;
 	pthread_mutex_unlock(&wk->lock);
 	if (ret == -EACCES)
 		return;
@@ -344,6 +355,8 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 	}
 	/* Unowned: nothing durable to forget, files only (if any). */
 	wk_drop_files(t, f->shuffle);
+	if (owned)
+		wk_drop_end(wk, &f->shuffle, 1);
 	WK_COUNT(wk, drops, owned);
 	if (owned)
 		wk_log(wk, 1, "peer %s: application %s dropped shuffle %u",

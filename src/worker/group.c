@@ -320,16 +320,30 @@ void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req)
 	pthread_mutex_unlock(&g->lock);
 }
 
-int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n)
+void wk_group_queue(struct ush_worker *wk, struct wk_logreq *req)
 {
 	struct wk_group *g = &wk->grp;
-	struct wk_logreq req = {.r = r, .n = n};
+	req->t = NULL;
 	pthread_mutex_lock(&g->lock);
-	enqueue(g, &req);
-	while (!req.done)
+	enqueue(g, req);
+	pthread_mutex_unlock(&g->lock);
+}
+
+int wk_group_wait(struct ush_worker *wk, struct wk_logreq *req)
+{
+	struct wk_group *g = &wk->grp;
+	pthread_mutex_lock(&g->lock);
+	while (!req->done)
 		pthread_cond_wait(&g->done, &g->lock);
 	pthread_mutex_unlock(&g->lock);
-	return req.res;
+	return req->res;
+}
+
+int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n)
+{
+	struct wk_logreq req = {.r = r, .n = n};
+	wk_group_queue(wk, &req);
+	return wk_group_wait(wk, &req);
 }
 
 void wk_group_compact(struct ush_worker *wk, struct wk_rec *r, size_t n)

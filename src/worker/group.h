@@ -62,8 +62,15 @@ void wk_group_stop(struct ush_worker *wk);
  * woken for it. The caller keeps req and its records until then. */
 void wk_group_submit(struct ush_worker *wk, struct wk_logreq *req);
 /* Appends the n records and waits until they are durable: 0 or -errno.
- * Blocks the caller: for claims and drops, not for commits. */
+ * Blocks the caller: at start, not on a loop. */
 int wk_group_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
+/* wk_group_log() in two steps, so that a caller queues its records
+ * under wk->lock (in order with the tables and the compactions) and
+ * waits without it: queues req (req->r and req->n set; req->t is made
+ * NULL), then wk_group_wait() returns once they are durable: 0 or
+ * -errno. req and its records stay the caller's until then. */
+void wk_group_queue(struct ush_worker *wk, struct wk_logreq *req);
+int wk_group_wait(struct ush_worker *wk, struct wk_logreq *req);
 /* Queues a compaction with the live state r (n records, ushi_malloc()ed,
  * the committer's from here on). The caller holds wk->lock, has put in
  * r every record queued so far (applied to the tables, or a commit

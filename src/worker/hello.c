@@ -9,6 +9,7 @@
 #include "worker/app.h"
 #include "worker/attempt.h"
 #include "worker/hello.h"
+#include "worker/loop.h"
 #include "worker/out.h"
 #include "worker/state.h"
 #include "net/auth.h"
@@ -40,7 +41,11 @@ int wk_own_shuffle(struct wk_conn *c, uint32_t shuffle, bool claim)
 	}
 	struct wk_rec r = {.type = WK_REC_CLAIM, .shuffle = shuffle};
 	memcpy(r.app, c->app, sizeof(r.app));
+	/* Counted against the quota while it is logged (the lock is
+	 * released meanwhile). */
+	c->appr->nshuffles++;
 	int ret = wk_rec_log(wk, &r, 1);
+	c->appr->nshuffles--;
 	return ret ? ret : wk_rec_apply(wk, &r);
 }
 
@@ -60,6 +65,9 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 				   [WK_ABANDONED] = -EEXIST,
 				   [WK_COMMITTED] = USH_ECOMMITTED};
 	pthread_mutex_lock(&wk->lock);
+	/* A claim or drop of the shuffle being logged ends first: a drop's
+	 * files are removed before a new writer's are made. */
+	wk_busy_wait(wk, h->shuffle);
 	/* Under the lock: once thread 0 has seen no shuffle left here, no
 	 * claim can add one (decommission_pass()). */
 	if (atomic_load(&wk->decom)) {
@@ -97,6 +105,9 @@ static int claim(struct wk_conn *c, const struct proto_hello *h)
 			c->id;
 	c->att_epoch = atomic_load(&wk->drop_epoch);
 	pthread_mutex_unlock(&wk->lock);
+	/* This thread may still hold files of the shuffle from before a
+	 * drop: they go before the new attempt's frames come. */
+	wk_thread_check_drops(c->t);
 	if (state) {
 		wk_conn_fail(c, code[state], "shuffle %u map %u attempt %u %s "
 			     "here: a retry needs a new attempt number",

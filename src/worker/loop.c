@@ -51,6 +51,80 @@ static void refuse(struct wk_thread *t, int fd, int code, const char *msg)
 	wk_log(t->wk, 1, "refused a connection: %s", msg);
 }
 
+/* Marks up to want of t's oldest connections that have not authenticated
+ * (no HELLO accepted) to be closed (conn_reap() closes them): first those
+ * that have not said HELLO (a flood's), then those challenged that have
+ * not answered yet (an honest client's handshake is a round trip);
+ * returns how many. */
+static unsigned shed_oldest(struct wk_thread *t, unsigned want)
+{
+	unsigned k = 0;
+	for (; k < want; k++) {
+		/* The list is newest first: the last one is the oldest. */
+		struct wk_conn *old = NULL, *old_hello = NULL;
+		for (struct wk_conn *c = t->conns; c; c = c->next) {
+			if (c->role || c->eof || c->closed || c->shed)
+				continue;
+			if (c->auth_wait)
+				old_hello = c;
+			else
+				old = c;
+		}
+		old = old ? old : old_hello;
+		if (!old)
+			break;
+		old->shed = old->eof = true;
+	}
+	WK_COUNT(t->wk, refused, k);
+	return k;
+}
+
+/*
+ * accept ran out of descriptors (what the budget leaves was taken by
+ * something else): the thread closes a quarter of its connections that
+ * have not authenticated, 1 to WK_SHED_MAX, so that clients that prove
+ * their secret are served. Nothing more while those are still closing.
+ * Returns how many it closes, -1 when some are still closing.
+ */
+static int shed(struct wk_thread *t)
+{
+	unsigned pre = 0;
+	for (struct wk_conn *c = t->conns; c; c = c->next) {
+		if (c->shed && !c->closed)
+			return -1;
+		pre += !c->role && !c->eof && !c->closed;
+	}
+	unsigned want = pre / 4 ? pre / 4 : pre;
+	want = shed_oldest(t, want < WK_SHED_MAX ? want : WK_SHED_MAX);
+	if (want)
+		wk_log(t->wk, 0, "thread %u: out of descriptors: closing the %u "
+		       "oldest of its %u connections that have not "
+		       "authenticated", t->idx, want, pre);
+	return (int)want;
+}
+
+/*
+ * Past the descriptors the budget leaves for connections (wk->conn_fds),
+ * a new connection takes the place of the thread's oldest one that has
+ * not authenticated: a flood of silent connections cannot keep honest
+ * clients out, nor take the descriptors log and index files need.
+ * Decided in the loop, once every connection accepted before is in the
+ * list (an accept's burst may bring many at once). False: no such
+ * connection to close.
+ */
+static bool room_for_one(struct wk_thread *t)
+{
+	struct ush_worker *wk = t->wk;
+	if (atomic_load(&wk->nconns) <= wk->conn_fds)
+		return true;
+	if (!shed_oldest(t, 1))
+		return false;
+	wk_log(wk, 1, "thread %u: past the %u connections the descriptor "
+	       "limit leaves room for: closing the oldest connection that "
+	       "has not authenticated", t->idx, wk->conn_fds);
+	return true;
+}
+
 static void on_accept(struct ushi_op *op, int res)
 {
 	struct wk_thread *t = op->owner;
@@ -59,6 +133,13 @@ static void on_accept(struct ushi_op *op, int res)
 		t->accept_armed = false;
 	if (res == -EINVAL || res == -ECANCELED)
 		return; /* the listener shut down: stopping */
+	int gone = res == -EMFILE || res == -ENFILE ? shed(t) : 0;
+	if (gone) {
+		/* Accept again once the closes are done (a loop pass or
+		 * two), without the backoff. */
+		t->accept_resume = ushi_now_ns() + MS;
+		return;
+	}
 	if (res < 0) {
 		/* Out of descriptors or memory: accepting again at once
 		 * fails again at once. A peer that gave up costs nothing. */
@@ -341,8 +422,7 @@ static void teardown(struct wk_thread *t)
 			close(t->wake[i]);
 }
 
-/* Drops other threads' shuffles from this thread's open files. */
-static void check_drops(struct wk_thread *t)
+void wk_thread_check_drops(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
 	unsigned e = atomic_load(&wk->drop_epoch), seen;
@@ -428,7 +508,7 @@ void *wk_thread_main(void *arg)
 			ret = r;
 			break;
 		}
-		check_drops(t);
+		wk_thread_check_drops(t);
 		wk_store_sync_pump(t);
 		commits_logged(t);
 		/* One thread checks the applications' TTLs, once a second. */
@@ -441,8 +521,15 @@ void *wk_thread_main(void *arg)
 			wk_decommission_pass(t);
 		while (t->naccepted) {
 			int fd = t->accepted[--t->naccepted];
-			if (!t->stopping) {
+			if (!t->stopping && room_for_one(t)) {
 				conn_new(t, fd);
+				continue;
+			}
+			if (!t->stopping) {
+				atomic_fetch_sub(&wk->nconns, 1);
+				refuse(t, fd, -EBUSY, "worker at the connections "
+				       "its descriptor limit leaves room for, "
+				       "all authenticated");
 				continue;
 			}
 			atomic_fetch_sub(&wk->nconns, 1);

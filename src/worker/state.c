@@ -18,6 +18,7 @@
 #include "worker/store.h"
 #include "worker/wal.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -61,16 +62,118 @@ int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r)
 	return ret ? ret : owner_from_commit(wk, r);
 }
 
+/* The shuffle's entry among those a claim or drop is logging (sorted
+ * by shuffle), or NULL. */
+static struct wk_busy *busy_find(struct ush_worker *wk, uint32_t shuffle)
+{
+	size_t lo = 0, hi = wk->nbusy;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (wk->busy[mid].shuffle < shuffle)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < wk->nbusy && wk->busy[lo].shuffle == shuffle ?
+		&wk->busy[lo] : NULL;
+}
+
+bool wk_busy(struct ush_worker *wk, uint32_t shuffle)
+{
+	return busy_find(wk, shuffle) != NULL;
+}
+
+bool wk_dropping(struct ush_worker *wk, uint32_t shuffle)
+{
+	const struct wk_busy *b = busy_find(wk, shuffle);
+	return b && b->drop;
+}
+
+void wk_busy_wait(struct ush_worker *wk, uint32_t shuffle)
+{
+	while (busy_find(wk, shuffle))
+		pthread_cond_wait(&wk->busy_cv, &wk->lock);
+}
+
+/* Marks the shuffles of the n records (claims or drops, none busy)
+ * busy while they are logged. */
+static int busy_add(struct ush_worker *wk, const struct wk_rec *r, size_t n)
+{
+	if (wk->nbusy + n > wk->cbusy) {
+		size_t cap = wk->cbusy ? wk->cbusy : 16;
+		while (cap < wk->nbusy + n)
+			cap *= 2;
+		struct wk_busy *b = ushi_malloc(cap * sizeof(*b));
+		if (!b)
+			return -ENOMEM;
+		if (wk->nbusy)
+			memcpy(b, wk->busy, wk->nbusy * sizeof(*b));
+		ushi_free(wk->busy);
+		wk->busy = b;
+		wk->cbusy = cap;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t j = wk->nbusy;
+		if (r[i].type != WK_REC_CLAIM && r[i].type != WK_REC_DROP)
+			continue;
+		assert(!busy_find(wk, r[i].shuffle));
+		while (j && wk->busy[j - 1].shuffle > r[i].shuffle) {
+			wk->busy[j] = wk->busy[j - 1];
+			j--;
+		}
+		wk->busy[j] = (struct wk_busy){.shuffle = r[i].shuffle,
+					       .drop = r[i].type == WK_REC_DROP};
+		memcpy(wk->busy[j].app, r[i].app, sizeof(wk->busy[j].app));
+		wk->nbusy++;
+		wk->nclaiming += r[i].type == WK_REC_CLAIM;
+	}
+	return 0;
+}
+
+/* Ends the busy marks of the n shuffles, and wakes their waiters. */
+static void busy_del(struct ush_worker *wk, const uint32_t *shuffles,
+		     size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct wk_busy *b = busy_find(wk, shuffles[i]);
+		if (!b)
+			continue;
+		wk->nclaiming -= !b->drop;
+		size_t at = (size_t)(b - wk->busy);
+		memmove(b, b + 1, (wk->nbusy - at - 1) * sizeof(*b));
+		wk->nbusy--;
+	}
+	if (n)
+		pthread_cond_broadcast(&wk->busy_cv);
+}
+
 size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 {
 	size_t k = 0;
-	for (size_t i = 0; i < wk->nowners; i++, k++)
+	/* A drop being logged is in the log before this snapshot, as a
+	 * claim being logged is: the snapshot holds the state after them. */
+	for (size_t i = 0; i < wk->nowners; i++) {
+		if (wk->nbusy && wk_dropping(wk, wk->owners[i].shuffle))
+			continue;
 		if (k < n) {
 			out[k] = (struct wk_rec){.type = WK_REC_CLAIM,
 				.shuffle = wk->owners[i].shuffle};
 			memcpy(out[k].app, wk->owners[i].app,
 			       sizeof(out[k].app));
 		}
+		k++;
+	}
+	for (size_t i = 0; i < wk->nbusy; i++) {
+		if (wk->busy[i].drop)
+			continue;
+		if (k < n) {
+			out[k] = (struct wk_rec){.type = WK_REC_CLAIM,
+				.shuffle = wk->busy[i].shuffle};
+			memcpy(out[k].app, wk->busy[i].app,
+			       sizeof(out[k].app));
+		}
+		k++;
+	}
 	for (size_t i = 0; i < wk->acap; i++) {
 		const struct wk_attempt *e = &wk->att[i];
 		/* A commit whose record is queued before the snapshot's
@@ -78,6 +181,8 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n)
 		 * applied. */
 		if (e->state != WK_COMMITTED &&
 		    !(e->state == WK_OPEN && e->logging))
+			continue;
+		if (wk->nbusy && wk_dropping(wk, e->shuffle))
 			continue;
 		const char *app = k < n ? wk_owner_of(wk, e->shuffle) : NULL;
 		/* Applied: durable with its data. Logging: its data may
@@ -132,14 +237,29 @@ void wk_compact_maybe(struct ush_worker *wk)
 
 int wk_rec_log(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 {
-	/* Compact before these records, never right after them: a caller
-	 * applies its records to memory only once they are logged, so a
-	 * snapshot of memory taken after the append would miss them (a
-	 * commit acknowledged, then lost at the next restart). The
-	 * compaction is queued ahead of the records, with the state of
-	 * every record before them. */
+	/* A compaction queued before these records holds the state of
+	 * every record before them; one queued while they are with the
+	 * committer holds them too, as the busy marks say
+	 * (wk_live_records()). */
 	wk_compact_maybe(wk);
-	return wk_group_log(wk, r, n);
+	int ret = busy_add(wk, r, n);
+	if (ret)
+		return ret;
+	struct wk_logreq req = {.r = r, .n = n};
+	wk_group_queue(wk, &req);
+	/* The table lock is not held across the sync: pushes, commits and
+	 * fetches of other shuffles go on; a claim or drop of these
+	 * shuffles waits for their marks (wk_busy_wait()). */
+	pthread_mutex_unlock(&wk->lock);
+	ret = wk_group_wait(wk, &req);
+	pthread_mutex_lock(&wk->lock);
+	/* A claim's mark ends here: its caller applies it before it lets
+	 * the lock go, so a waiter sees it applied. A drop's stays until
+	 * its files are gone (wk_drop_end()). */
+	for (size_t i = 0; i < n; i++)
+		if (ret || r[i].type == WK_REC_CLAIM)
+			busy_del(wk, &r[i].shuffle, 1);
+	return ret;
 }
 
 /* How many of the last drops some thread has not seen yet: the rest of
@@ -158,11 +278,11 @@ static size_t drops_unseen(struct ush_worker *wk)
 int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 {
 	struct ush_worker *wk = t->wk;
-	/* What can fail without side effects first: the new drop list and
-	 * the records; then the log makes the drops durable (one write, one
-	 * sync), then memory follows. */
-	size_t keep = drops_unseen(wk);
-	uint32_t *d = ushi_malloc((keep + n) * sizeof(*d));
+	/* What can fail without side effects first: the records and the
+	 * drop list; then the log makes the drops durable (one write, one
+	 * sync, the lock not held), then memory follows. */
+	size_t cap = wk->ndrops + n;
+	uint32_t *d = ushi_malloc(cap * sizeof(*d));
 	struct wk_rec *r = ushi_calloc(n, sizeof(*r));
 	int ret = d && r ? 0 : -ENOMEM;
 	for (size_t i = 0; !ret && i < n; i++)
@@ -179,6 +299,18 @@ int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 		ushi_free(d);
 		return ret;
 	}
+	/* Other drops may have come while the lock was not held. */
+	size_t keep = drops_unseen(wk);
+	if (keep + n > cap) {
+		ushi_free(d);
+		if (!(d = ushi_malloc((keep + n) * sizeof(*d)))) {
+			wk_log(wk, 0, "dropping %zu shuffles: the list the "
+			       "other threads read: %s (their open files of "
+			       "them stay open until the stop)", n,
+			       ush_strerror(-ENOMEM));
+			return 0;
+		}
+	}
 	if (keep)
 		memcpy(d, wk->drops + wk->ndrops - keep, keep * sizeof(*d));
 	memcpy(d + keep, shuffles, n * sizeof(*d));
@@ -188,6 +320,13 @@ int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 	wk->drops = d;
 	atomic_fetch_add(&wk->drop_epoch, (unsigned)n);
 	return 0;
+}
+
+void wk_drop_end(struct ush_worker *wk, const uint32_t *shuffles, size_t n)
+{
+	pthread_mutex_lock(&wk->lock);
+	busy_del(wk, shuffles, n);
+	pthread_mutex_unlock(&wk->lock);
 }
 
 void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
@@ -212,9 +351,17 @@ void wk_app_expire(struct wk_thread *t)
 	 * thread. */
 	size_t ngone = wk_app_silent_shuffles(wk, now, EXPIRE_BATCH, &gone,
 					     &more);
+	/* One another thread is dropping is not this one's to drop. */
+	size_t k = 0;
+	for (size_t i = 0; i < ngone; i++)
+		if (!wk_busy(wk, gone[i]))
+			gone[k++] = gone[i];
+	ngone = k;
 	int err = ngone ? wk_drop_locked(t, gone, ngone) : 0;
 	if (err)
 		ngone = 0;
+	/* Again: the lock was released while the drops were logged. */
+	now = ushi_now_ns();
 	size_t napps = wk_app_free_silent(wk, now);
 	/* Counted with the drops, under the lock that a scrape takes for
 	 * the applications and shuffles: one that sees them gone sees
@@ -223,6 +370,7 @@ void wk_app_expire(struct wk_thread *t)
 	pthread_mutex_unlock(&wk->lock);
 	for (size_t i = 0; i < ngone; i++)
 		wk_drop_files(t, gone[i]);
+	wk_drop_end(wk, gone, ngone);
 	ushi_free(gone);
 	if (ngone || napps || err)
 		wk_log(wk, err ? 0 : 1, "applications not heard of for %u ms: "
@@ -236,7 +384,8 @@ void wk_decommission_pass(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
 	pthread_mutex_lock(&wk->lock);
-	size_t left = wk->nowners;
+	/* A claim being logged counts: it adds a shuffle once logged. */
+	size_t left = wk->nowners + wk->nclaiming;
 	pthread_mutex_unlock(&wk->lock);
 	if (left == wk->decom_left)
 		return;
@@ -277,6 +426,8 @@ int wk_drop_uncommitted(struct ush_worker *wk)
 	pthread_mutex_unlock(&wk->lock);
 	for (size_t i = 0; !ret && i < n; i++)
 		wk_drop_files(&t, gone[i]);
+	if (!ret)
+		wk_drop_end(wk, gone, n);
 	ushi_free(gone);
 	return ret;
 }

@@ -57,6 +57,12 @@
 /* Accept errors (EMFILE...) pause accepting, from 10 ms doubling to 1 s. */
 #define WK_ACCEPT_BACKOFF_MIN_MS 10u
 #define WK_ACCEPT_BACKOFF_MAX_MS 1000u
+/* Out of descriptors, a thread closes at most this many connections that
+ * have not authenticated at once (loop.c, shed()). */
+#define WK_SHED_MAX 64u
+/* Descriptors kept out of the connections' budget beside the files'
+ * (listeners, rings, the commit log, directories, FETCH's reads). */
+#define WK_FD_MARGIN 64u
 
 struct wk_app;
 struct wk_owner;
@@ -77,6 +83,13 @@ struct wk_dir {
 	bool made;            /* made by this start: new and empty */
 };
 
+/* A shuffle whose claim or drop is being logged (wk_rec_log()), and for
+ * a drop, until its files are removed (wk_drop_end()). */
+struct wk_busy {
+	uint32_t shuffle;
+	bool drop;
+	char app[USHI_PROTO_APP_MAX + 1]; /* a claim's application */
+};
 struct ush_worker {
 	struct ush_worker_opts o;
 	struct wk_metrics m;
@@ -125,6 +138,10 @@ struct ush_worker {
 	int crash_step;
 	unsigned crash_n;
 	atomic_uint crash_seen;
+	struct wk_busy *busy; /* ascending shuffle (lock) */
+	size_t nbusy, cbusy;
+	size_t nclaiming;     /* claims among them */
+	pthread_cond_t busy_cv; /* with wk->lock: a busy mark ended */
 	uint32_t *drops;      /* shuffles dropped that some thread has not
 				 yet seen (its drop_seen), in epoch order */
 	size_t ndrops;
@@ -134,6 +151,10 @@ struct ush_worker {
 	atomic_uint nconns;   /* connections accepted and not yet freed, all
 				 threads: at most o.max_conns */
 	unsigned thread_conns; /* what one thread may hold (its ring) */
+	unsigned conn_fds;    /* connections RLIMIT_NOFILE leaves room for
+				 beside the file budget (files.c); past it a
+				 new one replaces the oldest that has not
+				 authenticated */
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
@@ -189,6 +210,7 @@ struct wk_conn {
 	struct wk_rent *rent;  /* rb's DATA frames */
 	size_t rn, rcap;
 	bool recv_armed, eof, failed, closed;
+	bool shed;             /* closed for want of descriptors */
 	int rerr;
 	/* frame reassembly */
 	uint8_t hdr[USH_FRAME_HDR_SIZE];

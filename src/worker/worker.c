@@ -483,6 +483,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 			"step:n (issued, written, logged, data, acked): "
 			"ignored\n", crash);
 	pthread_mutex_init(&wk->lock, NULL);
+	pthread_cond_init(&wk->busy_cv, NULL);
 	pthread_mutex_init(&wk->log_lock, NULL);
 	pthread_mutex_init(&wk->id_lock, NULL);
 	wk_group_init(&wk->grp);
@@ -527,6 +528,7 @@ int ush_worker_create(ush_worker **out, const struct ush_worker_opts *opts)
 		if (wk->secrets_dirfd >= 0)
 			close(wk->secrets_dirfd);
 		pthread_mutex_destroy(&wk->lock);
+		pthread_cond_destroy(&wk->busy_cv);
 		pthread_mutex_destroy(&wk->log_lock);
 		pthread_mutex_destroy(&wk->id_lock);
 		pthread_mutex_destroy(&wk->m.sync_lock);
@@ -690,7 +692,9 @@ void ush_worker_free(ush_worker *wk)
 	if (wk->secret)
 		explicit_bzero(wk->secret, wk->secret_len);
 	ushi_free(wk->secret);
+	ushi_free(wk->busy);
 	pthread_mutex_destroy(&wk->lock);
+	pthread_cond_destroy(&wk->busy_cv);
 	pthread_mutex_destroy(&wk->log_lock);
 	pthread_mutex_destroy(&wk->id_lock);
 	pthread_mutex_destroy(&wk->m.sync_lock);
