@@ -387,6 +387,14 @@ def frame_points(res):
     return out
 
 
+def ratio_row(out, measure, base, ush, ratio, target=None, ok=None,
+              label=""):
+    """Appends one row as wire_rows() and read_rows() make them."""
+    out.append([measure, base, ush, ratio,
+                "—" if ratio is None else _r(ratio), target or "—",
+                None if target is None else ok, label])
+
+
 def wire_rows(res):
     """[measure, baseline, ushuffle, ratio value or None, ratio text,
     target text, met or None, short label] for every row of §11."""
@@ -394,11 +402,8 @@ def wire_rows(res):
     cpu = res["median_cpu_s_per_gib"]
     out = []
 
-    def row(measure, base, ush, ratio, target=None, ok=None, label=""):
-        out.append([measure, base, ush, ratio,
-                    "—" if ratio is None else _r(ratio),
-                    target or "—",
-                    None if target is None else ok, label])
+    def row(*a, **kw):
+        ratio_row(out, *a, **kw)
     wref = min(mb["iperf3"], mb["fio_write"])
     row("push, 64 partitions, default ushuffled, vs min(iperf3, fio write)",
         f"{mib(wref)} (iperf3 {mib(mb['iperf3'])}, fio write "
@@ -518,11 +523,8 @@ def read_rows(res):
     top = res["top"]
     out = []
 
-    def row(measure, base, ush, ratio, target=None, ok=None, label=""):
-        out.append([measure, base, ush, ratio,
-                    "—" if ratio is None else _r(ratio),
-                    target or "—",
-                    None if target is None else ok, label])
+    def row(*a, **kw):
+        ratio_row(out, *a, **kw)
     rref = min(mb["iperf3"], mb["fio_read"])
     row("fetch (network read), 64 partitions of "
         f"{res['size']}, page cache dropped, vs min(iperf3, fio read)",

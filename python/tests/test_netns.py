@@ -10,7 +10,6 @@ import functools
 import os
 import subprocess
 import sys
-import time
 
 import dask.dataframe as dd
 import pytest
@@ -20,7 +19,7 @@ import ushuffle.dask as ud
 from ushuffle import deploy
 from test_dask import assert_same, frame
 from test_deploy import alive, kill
-from test_docs_example import run_example
+from test_docs_example import run_example, wait_file
 
 
 def sh(*cmd):
@@ -55,15 +54,6 @@ def hosts():
         for n in ns:  # takes its end of the veth pair, and ours
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
         subprocess.run(["ip", "link", "del", br], capture_output=True)
-
-
-def wait_file(path, proc):
-    for _ in range(600):
-        if os.path.exists(path):
-            return
-        assert proc.poll() is None, f"{proc.args} exited {proc.returncode}"
-        time.sleep(0.1)
-    raise AssertionError(f"no {path} after 60 s")
 
 
 @contextlib.contextmanager
