@@ -726,6 +726,65 @@ static void abort_while_sealing(void **state)
 	ush_ring_free(ring);
 }
 
+/*
+ * A stage and a sealer in one writer: 10,000 partitions on a 1 MiB pool
+ * stage their records, and 16 batches swapped into partition 1 go to the
+ * sealer. The records staged after them carry higher sequence numbers:
+ * the stage's flush (here the commit's) must wait for the sealer's batch
+ * rather than send its frames first, or the reader finds a gap.
+ */
+static void staged_after_sealing(void **state)
+{
+	(void)state;
+	const char *dir = th_scratch("seal");
+	ush_ring *ring = small_ring(1u << 20);
+	struct ush_writer_opts wo;
+	ush_writer_opts_init(&wo);
+	wo.shuffle = SHUFFLE;
+	wo.partitions = 10000;
+	wo.target = USH_TARGET_DISK;
+	wo.dir = dir;
+	wo.seal_key = &KEY;
+	ush_writer *w;
+	th_ok(ush_writer_open(&w, ring, &wo));
+	void *buf;
+	uint32_t n = swap_batches(w, 1, 16, &buf);
+	th_ok(ush_writer_release(w, buf));
+	uint8_t rec[RECLEN];
+	for (uint32_t i = 0; i < 5; i++, n++) {
+		rec_of(rec, 0, 1, n);
+		th_ok(ush_writer_write(w, 1, rec, sizeof(rec)));
+	}
+	struct ush_status st;
+	th_ok(th_commit(w, NULL, &st));
+	ush_writer_free(w);
+	ush_ring_free(ring);
+	struct ush_reader_opts o;
+	ush_reader_opts_init(&o);
+	o.partition = 1;
+	o.statuses = &st;
+	o.nstatuses = 1;
+	o.seal_keys = &KEY;
+	o.nseal_keys = 1;
+	ush_reader *r;
+	th_ok(ush_reader_open(&r, &o));
+	const void *got;
+	size_t rlen;
+	uint8_t want[RECLEN];
+	uint32_t k = 0;
+	int ret;
+	for (; (ret = ush_reader_next(r, &got, &rlen)) == 1; k++) {
+		rec_of(want, 0, 1, k);
+		assert_int_equal(rlen, RECLEN);
+		assert_memory_equal(got, want, RECLEN);
+	}
+	if (ret < 0)
+		fail_msg("%s", ush_last_error());
+	assert_int_equal(k, n);
+	ush_reader_free(r);
+	th_status_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -740,6 +799,7 @@ int main(void)
 		cmocka_unit_test_teardown(swap_waits_for_the_sealer,
 					  th_teardown),
 		cmocka_unit_test_teardown(abort_while_sealing, th_teardown),
+		cmocka_unit_test_teardown(staged_after_sealing, th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -518,7 +518,7 @@ int stage_flush(struct ush_writer *w)
 		return 0;
 	/* Batches handed off before these records carry lower sequence
 	 * numbers: they reach the sink first. */
-	int ret = w->qhead ? s->ops->flush_queue(w) : 0;
+	int ret = s->ops->flush_queue(w);
 	/* Counting sort, in the sink's order of partitions: count[p]
 	 * becomes the end of p's positions. */
 	s->ord = w->sink->part_order ? w->sink->part_order(w) : NULL;

@@ -216,6 +216,20 @@ static int check_swapped(const struct ushi_buf *b)
 			   b->nrec);
 }
 
+/* Unlinks the queue's first buffer. qtail stays valid whatever the
+ * caller does with it next: b is off the queue, and the next handoff
+ * must not link behind it. */
+static struct ushi_buf *queue_pop(struct ush_writer *w)
+{
+	struct ushi_buf *b = w->qhead;
+	w->qhead = b->next;
+	if (!w->qhead)
+		w->qtail = NULL;
+	w->qlen--;
+	b->next = NULL;
+	return b;
+}
+
 /*
  * Makes one handed-off buffer b a frame: compressed into a buffer of the
  * same class when the codec shrinks it (b goes back to the pool then),
@@ -302,24 +316,19 @@ static int seal_queue(struct ush_writer *w)
 	struct ushi_seal_job *j = sealer_jobs(w->sealer);
 	unsigned n = 0;
 	while (!ret && w->qhead) {
-		struct ushi_buf *b = w->qhead;
-		w->qhead = b->next;
-		w->qlen--;
-		b->next = NULL;
+		struct ushi_buf *b = queue_pop(w);
 		ret = frame_make(w, b, true, &j[n].f, &j[n].b);
 		if (!ret)
 			buf_move(j[n].b, j[n].b == b ? BUF_QUEUED : BUF_WRITER,
 				 BUF_SEALING);
 		n += !ret;
 	}
-	if (!w->qhead)
-		w->qtail = NULL;
-	if (n && !ret && !(ret = sealer_post(w->sealer, n)))
+	if (n && !ret && (ret = sealer_post(w->sealer, n)))
+		writer_error_keep(w, ret);
+	else if (n && !ret)
 		w->sealing = n;
 	for (unsigned i = 0; i < n && ret; i++)
 		pool_put(w->pool, j[i].b);
-	if (ret)
-		writer_error_keep(w, ret);
 	return ret;
 }
 
@@ -344,21 +353,10 @@ static int flush_queue(struct ush_writer *w)
 	int ret = 0;
 	if (w->sealer)
 		ret = seal_queue(w);
-	while (!ret && w->qhead) {
-		struct ushi_buf *b = w->qhead;
-		w->qhead = b->next;
-		/* Keep qtail valid if frame_submit fails: b is the sink's
-		 * now, and the next handoff must not link behind it. */
-		if (!w->qhead)
-			w->qtail = NULL;
-		w->qlen--;
-		b->next = NULL;
-		ret = frame_submit(w, b);
-	}
-	if (ret)
-		return ret;
-	w->qtail = NULL;
-	return submit_given(w);
+	else
+		while (!ret && w->qhead)
+			ret = frame_submit(w, queue_pop(w));
+	return ret ? ret : submit_given(w);
 }
 
 /* Everything handed off reaches the sink, what the sealer holds too:
@@ -373,12 +371,6 @@ static int flush_all(struct ush_writer *w)
 			ret = submit_given(w);
 	}
 	return ret;
-}
-
-/* The stage's flush_queue: its frames follow every batch handed off. */
-static int stage_flush_queue(struct ush_writer *w)
-{
-	return w->qhead || w->sealing ? flush_all(w) : 0;
 }
 
 /* Queues b (state from) as the next batch of partition. O(1). */
@@ -496,7 +488,7 @@ static int stage_get_buf(struct ush_writer *w, unsigned order,
 /* What the stage, below the writer, asks of it. */
 static const struct ushi_stage_ops stage_ops = {
 	.get_buf = stage_get_buf,
-	.flush_queue = stage_flush_queue,
+	.flush_queue = flush_all,
 	.pack_frame = pack_frame,
 	.build_frame = build_frame,
 };

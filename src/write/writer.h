@@ -197,7 +197,8 @@ struct ushi_stage_ops {
 	 * or evicting as needed. */
 	int (*get_buf)(struct ush_writer *w, unsigned order,
 		       struct ushi_buf **b);
-	/* The hand-off queue framed and submitted. */
+	/* Everything handed off, queued or being sealed, framed and
+	 * given to the sink: staged frames follow it. */
 	int (*flush_queue)(struct ush_writer *w);
 	/* Frames payload raw bytes of nrec records at hdr + 48 as
 	 * partition's next batch, counts it and gives it to the sink's
