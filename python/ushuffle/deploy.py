@@ -22,7 +22,6 @@ in-memory secrets go. The worker list comes from the workers themselves
 once they started.
 """
 import ctypes
-import fcntl
 import os
 import secrets
 import shutil

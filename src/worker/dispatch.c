@@ -344,7 +344,6 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 	bool owned = !ret && wk_owner_of(wk, f->shuffle);
 	if (owned)
 		ret = wk_drop_locked(t, &f->shuffle, 1);
-	owned = owned && !ret;
 	pthread_mutex_unlock(&wk->lock);
 	if (ret == -EACCES)
 		return;

@@ -21,6 +21,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 
 /* Shuffles an expiry drops per tick at most, with one log write. */
@@ -62,20 +63,20 @@ int wk_rec_replay(struct ush_worker *wk, const struct wk_rec *r)
 	return ret ? ret : owner_from_commit(wk, r);
 }
 
-/* The shuffle's entry among those a claim or drop is logging (sorted
- * by shuffle), or NULL. */
+/* Where shuffle's entry is, or goes, among those a claim or drop is
+ * logging (sorted by shuffle). */
+static size_t busy_at(const struct ush_worker *wk, uint32_t shuffle)
+{
+	return ushi_lower_bound(wk->busy, wk->nbusy, sizeof(*wk->busy),
+				offsetof(struct wk_busy, shuffle), shuffle);
+}
+
+/* The shuffle's entry among those a claim or drop is logging, or NULL. */
 static struct wk_busy *busy_find(struct ush_worker *wk, uint32_t shuffle)
 {
-	size_t lo = 0, hi = wk->nbusy;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (wk->busy[mid].shuffle < shuffle)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < wk->nbusy && wk->busy[lo].shuffle == shuffle ?
-		&wk->busy[lo] : NULL;
+	size_t i = busy_at(wk, shuffle);
+	return i < wk->nbusy && wk->busy[i].shuffle == shuffle ?
+		&wk->busy[i] : NULL;
 }
 
 bool wk_busy(struct ush_worker *wk, uint32_t shuffle)
@@ -99,28 +100,20 @@ void wk_busy_wait(struct ush_worker *wk, uint32_t shuffle)
  * busy while they are logged. */
 static int busy_add(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 {
-	if (wk->nbusy + n > wk->cbusy) {
-		size_t cap = wk->cbusy ? wk->cbusy : 16;
-		while (cap < wk->nbusy + n)
-			cap *= 2;
-		struct wk_busy *b = ushi_malloc(cap * sizeof(*b));
+	while (wk->nbusy + n > wk->cbusy) {
+		struct wk_busy *b = ushi_array_grow(wk->busy, &wk->cbusy,
+						    sizeof(*b));
 		if (!b)
 			return -ENOMEM;
-		if (wk->nbusy)
-			memcpy(b, wk->busy, wk->nbusy * sizeof(*b));
-		ushi_free(wk->busy);
 		wk->busy = b;
-		wk->cbusy = cap;
 	}
 	for (size_t i = 0; i < n; i++) {
-		size_t j = wk->nbusy;
 		if (r[i].type != WK_REC_CLAIM && r[i].type != WK_REC_DROP)
 			continue;
 		assert(!busy_find(wk, r[i].shuffle));
-		while (j && wk->busy[j - 1].shuffle > r[i].shuffle) {
-			wk->busy[j] = wk->busy[j - 1];
-			j--;
-		}
+		size_t j = busy_at(wk, r[i].shuffle);
+		memmove(&wk->busy[j + 1], &wk->busy[j],
+			(wk->nbusy - j) * sizeof(*wk->busy));
 		wk->busy[j] = (struct wk_busy){.shuffle = r[i].shuffle,
 					       .drop = r[i].type == WK_REC_DROP};
 		memcpy(wk->busy[j].app, r[i].app, sizeof(wk->busy[j].app));

@@ -788,27 +788,31 @@ int wk_store_sync_begin(struct wk_thread *t, uint32_t shuffle,
 	return 0;
 }
 
-int wk_store_sync_issued(struct wk_thread *t, uint32_t shuffle,
-			 uint64_t ticket)
+/* Whether shuffle's syncs up to ticket are issued (or done), or done:
+ * 0, -EINPROGRESS, its sticky error, or -ENOENT. A sync is done only
+ * after it was issued. */
+static int sync_reached(struct wk_thread *t, uint32_t shuffle,
+			uint64_t ticket, bool issued)
 {
 	struct wk_shuf *s = shuf_find(t, shuffle);
 	if (!s)
 		return -ENOENT;
 	if (s->err)
 		return s->err;
-	return s->sy_issued >= ticket || s->sy_done >= ticket ? 0 :
+	return (issued ? s->sy_issued : s->sy_done) >= ticket ? 0 :
 								 -EINPROGRESS;
+}
+
+int wk_store_sync_issued(struct wk_thread *t, uint32_t shuffle,
+			 uint64_t ticket)
+{
+	return sync_reached(t, shuffle, ticket, true);
 }
 
 int wk_store_sync_check(struct wk_thread *t, uint32_t shuffle,
 			uint64_t ticket)
 {
-	struct wk_shuf *s = shuf_find(t, shuffle);
-	if (!s)
-		return -ENOENT;
-	if (s->err)
-		return s->err;
-	return s->sy_done >= ticket ? 0 : -EINPROGRESS;
+	return sync_reached(t, shuffle, ticket, false);
 }
 
 void wk_store_sync_pump(struct wk_thread *t)

@@ -57,8 +57,7 @@ static bool frame_whole(int lfd, const struct wk_rec *r, uint32_t partition,
 	return true;
 }
 
-static int scan(struct ush_worker *wk, const struct wk_rec *r, int ifd,
-		int lfd, struct found *fd)
+static int scan(const struct wk_rec *r, int ifd, int lfd, struct found *fd)
 {
 	struct stat is, ls;
 	if (fstat(ifd, &is) || fstat(lfd, &ls))
@@ -68,7 +67,6 @@ static int scan(struct ush_worker *wk, const struct wk_rec *r, int ifd,
 			      (uint64_t)ls.st_size, &sc);
 	if (ret)
 		return ret;
-	(void)wk;
 	uint8_t *buf = NULL;
 	size_t cap = 0;
 	uint64_t off = 0;
@@ -113,7 +111,7 @@ int wk_verify_commit(struct ush_worker *wk, const struct wk_rec *r)
 		if (ret == -ENOENT)
 			ret = 0; /* the index never made it: nothing found */
 		else if (!ret)
-			ret = scan(wk, r, ifd, lfd, &fd);
+			ret = scan(r, ifd, lfd, &fd);
 	}
 	if (lfd >= 0)
 		close(lfd);
