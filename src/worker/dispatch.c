@@ -91,8 +91,7 @@ bool wk_conn_leave(struct wk_conn *c)
 	c->appr = NULL;
 	pthread_mutex_unlock(&wk->lock);
 	if (dropped == 1) {
-		wk_drop_files(c->t, c->att.shuffle);
-		wk_drop_end(wk, &c->att.shuffle, 1);
+		wk_drop_finish(c->t, &c->att.shuffle, 1);
 		WK_COUNT(wk, drops, 1);
 		wk_log(wk, 1, "peer %s: shuffle %u map %u attempt %u left "
 		       "uncommitted, the shuffle's last attempt here: shuffle "
@@ -353,9 +352,10 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 		return;
 	}
 	/* Unowned: nothing durable to forget, files only (if any). */
-	wk_drop_files(t, f->shuffle);
 	if (owned)
-		wk_drop_end(wk, &f->shuffle, 1);
+		wk_drop_finish(t, &f->shuffle, 1);
+	else
+		wk_drop_files(t, f->shuffle);
 	WK_COUNT(wk, drops, owned);
 	if (owned)
 		wk_log(wk, 1, "peer %s: application %s dropped shuffle %u",

@@ -248,7 +248,7 @@ int wk_rec_log(struct ush_worker *wk, const struct wk_rec *r, size_t n)
 	pthread_mutex_lock(&wk->lock);
 	/* A claim's mark ends here: its caller applies it before it lets
 	 * the lock go, so a waiter sees it applied. A drop's stays until
-	 * its files are gone (wk_drop_end()). */
+	 * its files are gone (wk_drop_finish()). */
 	for (size_t i = 0; i < n; i++)
 		if (ret || r[i].type == WK_REC_CLAIM)
 			busy_del(wk, &r[i].shuffle, 1);
@@ -315,6 +315,13 @@ int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 	return 0;
 }
 
+void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
+{
+	wk_store_drop(t, shuffle);
+	wk_pdir_drop(t, shuffle);
+	wk_store_unlink(t->wk, shuffle);
+}
+
 void wk_drop_end(struct ush_worker *wk, const uint32_t *shuffles, size_t n)
 {
 	pthread_mutex_lock(&wk->lock);
@@ -322,11 +329,11 @@ void wk_drop_end(struct ush_worker *wk, const uint32_t *shuffles, size_t n)
 	pthread_mutex_unlock(&wk->lock);
 }
 
-void wk_drop_files(struct wk_thread *t, uint32_t shuffle)
+void wk_drop_finish(struct wk_thread *t, const uint32_t *shuffles, size_t n)
 {
-	wk_store_drop(t, shuffle);
-	wk_pdir_drop(t, shuffle);
-	wk_store_unlink(t->wk, shuffle);
+	for (size_t i = 0; i < n; i++)
+		wk_drop_files(t, shuffles[i]);
+	wk_drop_end(t->wk, shuffles, n);
 }
 
 void wk_app_expire(struct wk_thread *t)
@@ -361,9 +368,7 @@ void wk_app_expire(struct wk_thread *t)
 	 * their expiries too (test_net_tenants read it in between). */
 	WK_COUNT(wk, expiries, ngone);
 	pthread_mutex_unlock(&wk->lock);
-	for (size_t i = 0; i < ngone; i++)
-		wk_drop_files(t, gone[i]);
-	wk_drop_end(wk, gone, ngone);
+	wk_drop_finish(t, gone, ngone);
 	ushi_free(gone);
 	if (ngone || napps || err)
 		wk_log(wk, err ? 0 : 1, "applications not heard of for %u ms: "
@@ -417,10 +422,8 @@ int wk_drop_uncommitted(struct ush_worker *wk)
 	pthread_mutex_lock(&wk->lock);
 	int ret = wk_drop_locked(&t, gone, n);
 	pthread_mutex_unlock(&wk->lock);
-	for (size_t i = 0; !ret && i < n; i++)
-		wk_drop_files(&t, gone[i]);
 	if (!ret)
-		wk_drop_end(wk, gone, n);
+		wk_drop_finish(&t, gone, n);
 	ushi_free(gone);
 	return ret;
 }

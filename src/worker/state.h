@@ -23,7 +23,7 @@ size_t wk_live_records(struct ush_worker *wk, struct wk_rec *out, size_t n);
  * again on return, so the caller rereads what it read before, and
  * applies the records before it releases the lock. Their shuffles are
  * busy meanwhile: a claim or drop of one waits (wk_busy_wait()). A
- * dropped shuffle stays busy until wk_drop_end(). */
+ * dropped shuffle stays busy until wk_drop_finish(). */
 int wk_rec_log(struct ush_worker *wk, const struct wk_rec *r, size_t n);
 /* Is a claim or drop of the shuffle being logged (and, for a drop, its
  * files removed)? wk_dropping(): a drop. */
@@ -40,13 +40,16 @@ void wk_compact_maybe(struct ush_worker *wk);
  * later record's watermark covers a torn record. 0 or an error. */
 int wk_compact_torn(struct ush_worker *wk);
 /* Logs (one write, wk->lock released meanwhile as in wk_rec_log()) and
- * applies the drops of the n shuffles, none of them busy. Their files go
- * with wk_drop_files() after the lock is released, then wk_drop_end()
- * (on success only): until then the shuffles stay busy, so that a new
- * claim of one waits instead of writing files the drop then removes. */
+ * applies the drops of the n shuffles, none of them busy. On success the
+ * caller releases the lock and calls wk_drop_finish(): until then the
+ * shuffles stay busy, so that a new claim of one waits instead of
+ * writing files the drop then removes. */
 int wk_drop_locked(struct wk_thread *t, const uint32_t *shuffles, size_t n);
+/* Removes the shuffle's files (those of a shuffle never owned too). */
 void wk_drop_files(struct wk_thread *t, uint32_t shuffle);
-/* Takes wk->lock: the n shuffles' drops are over. */
+/* Without wk->lock: wk_drop_files() for each of the n shuffles, then
+ * wk_drop_end(), which takes the lock to end their busy marks. */
+void wk_drop_finish(struct wk_thread *t, const uint32_t *shuffles, size_t n);
 void wk_drop_end(struct ush_worker *wk, const uint32_t *shuffles, size_t n);
 /* Drops the shuffles of every application silent for the TTL, and
  * removes those applications. */

@@ -84,7 +84,7 @@ struct wk_dir {
 };
 
 /* A shuffle whose claim or drop is being logged (wk_rec_log()), and for
- * a drop, until its files are removed (wk_drop_end()). */
+ * a drop, until its files are removed (wk_drop_finish()). */
 struct wk_busy {
 	uint32_t shuffle;
 	bool drop;
