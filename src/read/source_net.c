@@ -278,7 +278,8 @@ static int net_add(struct ush_reader *r, const struct status *s,
 	if (e->gone)
 		return ushi_fail(ns->gone_err, "reader: partition %u map %u "
 				 "attempt %u: its one worker failed before this "
-				 "partition was reached: %s", r->partition,
+				 "partition was reached (the reader's first such "
+				 "failure: %s)", r->partition,
 				 m->map, m->attempt, ns->gone_msg);
 	int ret = holders(r, i, r->partition, mask, m->holder, &m->nholders);
 	m->at = e->at;
