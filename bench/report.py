@@ -719,8 +719,9 @@ def t_dask(res, m):
                          "ushuffle" else "—",
                          met(under and not paused) if k == "ushuffle" else
                          ("completed" if not x["error"] else "failed")])
+    parts = next(iter(res["runs"].values()))["ushuffle"][0]["partitions"]
     note = (f"{res['bytes'] / 2**20:,.0f} MiB of rows per side (pandas' "
-            f"deep memory size), 32 partitions in and out, "
+            f"deep memory size), {parts} partitions in and out, "
             f"{res.get('rounds', 1)} round(s): every case with every "
             f"method in each, the methods' order reversed every other "
             f"case and round, medians. A LocalCluster of 2 worker processes × 1 "
