@@ -74,6 +74,7 @@ static unsigned shed_oldest(struct wk_thread *t, unsigned want)
 		if (!old)
 			break;
 		old->shed = old->eof = true;
+		t->nshed++;
 	}
 	WK_COUNT(t->wk, refused, k);
 	return k;
@@ -104,22 +105,25 @@ static int shed(struct wk_thread *t)
 }
 
 /*
- * Past the descriptors the budget leaves for connections (wk->conn_fds),
- * a new connection takes the place of the thread's oldest one that has
- * not authenticated: a flood of silent connections cannot keep honest
- * clients out, nor take the descriptors log and index files need.
- * Decided in the loop, once every connection accepted before is in the
- * list (an accept's burst may bring many at once). False: no such
- * connection to close.
+ * Past its share of the descriptors the budget leaves for connections
+ * (wk->conn_fds), a new connection takes the place of its thread's
+ * oldest one that has not authenticated: a flood of silent connections
+ * cannot keep honest clients out, nor take the descriptors log and index
+ * files need. The share is per thread because a thread can only close
+ * its own connections: against one count for all threads, a thread whose
+ * flood went to the other could find nothing of its own to close and
+ * refuse the honest client. Decided in the loop, in the order of the
+ * accepts (an accept's burst may bring many at once), so that the newest
+ * connection is the last to go. False: no such connection to close.
  */
 static bool room_for_one(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
-	if (atomic_load(&wk->nconns) <= wk->conn_fds)
+	if (t->nconns - t->nshed < wk->conn_fds)
 		return true;
 	if (!shed_oldest(t, 1))
 		return false;
-	wk_log(wk, 1, "thread %u: past the %u connections the descriptor "
+	wk_log(wk, 1, "thread %u: past its %u connections the descriptor "
 	       "limit leaves room for: closing the oldest connection that "
 	       "has not authenticated", t->idx, wk->conn_fds);
 	return true;
@@ -350,6 +354,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		ushi_free(c->stage);
 		mac_free(&c->mac);
 		explicit_bzero(c->keys, sizeof(c->keys));
+		t->nshed -= c->shed;
 		ushi_free(c);
 		t->nconns--;
 		atomic_fetch_sub(&t->wk->nconns, 1);
@@ -519,22 +524,23 @@ void *wk_thread_main(void *arg)
 		}
 		if (t->idx == 0 && !t->stopping && atomic_load(&wk->decom))
 			wk_decommission_pass(t);
-		while (t->naccepted) {
-			int fd = t->accepted[--t->naccepted];
+		for (unsigned i = 0; i < t->naccepted; i++) {
+			int fd = t->accepted[i];
 			if (!t->stopping && room_for_one(t)) {
 				conn_new(t, fd);
 				continue;
 			}
 			if (!t->stopping) {
 				atomic_fetch_sub(&wk->nconns, 1);
-				refuse(t, fd, -EBUSY, "worker at the connections "
-				       "its descriptor limit leaves room for, "
-				       "all authenticated");
+				refuse(t, fd, -EBUSY, "worker thread at the "
+				       "connections its descriptor limit "
+				       "leaves room for, all authenticated");
 				continue;
 			}
 			atomic_fetch_sub(&wk->nconns, 1);
 			refuse(t, fd, -ESHUTDOWN, "worker shutting down");
 		}
+		t->naccepted = 0;
 		now = ushi_now_ns();
 		for (struct wk_conn *c = t->conns; c; c = c->next) {
 			if (c->qn || c->rgot)

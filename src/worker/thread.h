@@ -151,10 +151,10 @@ struct ush_worker {
 	atomic_uint nconns;   /* connections accepted and not yet freed, all
 				 threads: at most o.max_conns */
 	unsigned thread_conns; /* what one thread may hold (its ring) */
-	unsigned conn_fds;    /* connections RLIMIT_NOFILE leaves room for
-				 beside the file budget (files.c); past it a
-				 new one replaces the oldest that has not
-				 authenticated */
+	unsigned conn_fds;    /* connections per thread: its share of what
+				 RLIMIT_NOFILE leaves beside the file budget
+				 (files.c); past it a new one replaces the
+				 thread's oldest that has not authenticated */
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
@@ -259,6 +259,7 @@ struct wk_thread {
 	size_t br_bytes;
 	struct wk_conn *conns;
 	unsigned nconns;
+	unsigned nshed;        /* among them, shed and not yet freed */
 	int *accepted;         /* fds accepted, not yet set up (at most
 				  wk->thread_conns, counted in wk->nconns) */
 	unsigned naccepted;
