@@ -328,6 +328,7 @@ int net_send_ctrl(int fd, struct ushi_mac *mac, uint8_t *frame, size_t n)
 
 /* Admin requests go to this many workers at once, at most. */
 #define ADMIN_THREADS 64u
+#define ADMIN_STACK (1u << 20)
 
 /* One admin request to every worker of a list, shared by its threads. */
 struct admin {
@@ -421,10 +422,20 @@ static int admin_all(const char *workers, const char *app,
 		unsigned nt = nw < ADMIN_THREADS ? nw : ADMIN_THREADS, k = 0;
 		pthread_t tid[ADMIN_THREADS];
 		/* This thread asks too; threads that cannot start leave
-		 * their share to the others. */
+		 * their share to the others. A dial and a reply need little
+		 * stack (1 MiB leaves room for the resolver's NSS modules):
+		 * 64 threads with the default 8 MiB would commit half a GiB
+		 * for a heartbeat, which strict overcommit may refuse. */
+		pthread_attr_t attr;
+		int ai = pthread_attr_init(&attr);
+		bool small = !ai && !pthread_attr_setstacksize(&attr,
+							       ADMIN_STACK);
 		while (k + 1 < nt &&
-		       !pthread_create(&tid[k], NULL, admin_thread, &ad))
+		       !pthread_create(&tid[k], small ? &attr : NULL,
+				       admin_thread, &ad))
 			k++;
+		if (!ai)
+			pthread_attr_destroy(&attr);
 		admin_thread(&ad);
 		while (k)
 			pthread_join(tid[--k], NULL);
