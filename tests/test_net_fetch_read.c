@@ -8,6 +8,10 @@
  */
 #include "net_helpers.h"
 
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 static struct ush_worker_stats wstats(ush_worker *wk)
 {
 	struct ush_worker_stats s;
@@ -94,11 +98,111 @@ static void recv_buffer_kept_across_partitions(void **state)
 	ush_worker_free(wk);
 }
 
+/* Small frames of many partitions from several maps, read as one range:
+ * the frames of neighbouring partitions that one map's flush wrote lie
+ * side by side in the log, but the stream wants them partition after
+ * partition, so no two it sends one after the other are adjacent. A
+ * window of them is read by the maps' runs instead: far fewer reads than
+ * frames (one per frame before). */
+static void small_frames_read_in_windows(void **state)
+{
+	(void)state;
+	char addr[64] = "";
+	ush_worker *wk = th_worker_embed(th_scratch("window"), 1, addr,
+					 sizeof(addr));
+	enum { MAPS = 4, PARTS = 1000 };
+	struct ush_status st[MAPS] = {{0}};
+	struct th_job j = {.workers = addr, .shuffle = 43, .partitions = PARTS,
+			   .maps = MAPS, .records = 20000,
+			   .codec = USH_CODEC_NONE, .timeout_ms = 20000,
+			   .statuses = st, .range = PARTS};
+	for (uint32_t m = 0; m < MAPS; m++)
+		th_ok(th_push_map(&j, m, 0, NULL));
+	struct ush_worker_stats a = wstats(wk);
+	th_verify(&j);
+	struct ush_worker_stats b = wstats(wk);
+	uint64_t frames = b.frames_out - a.frames_out;
+	uint64_t reads = b.fetch_reads - a.fetch_reads;
+	print_message("%llu frames in %llu reads\n",
+		      (unsigned long long)frames, (unsigned long long)reads);
+	/* The test reaches what it tests: a frame or more per partition
+	 * and map, and small ones (below WK_FETCH_DIRECT_MIN, 32 KiB). */
+	assert_true(frames >= MAPS * PARTS);
+	assert_true((b.bytes_out - a.bytes_out) / frames < (32u << 10));
+	if (reads * 8 > frames)
+		fail_msg("%llu frames took %llu reads",
+			 (unsigned long long)frames, (unsigned long long)reads);
+	th_job_free(&j);
+	ush_worker_free(wk);
+}
+
+/* The same frames from a log cut short behind the worker's back: the
+ * window that reaches past its end fails the stream, and the reader says
+ * why in the worker's words (it said "unexpected frame type 6"); every
+ * record read before is one of the job's. */
+static void window_past_a_cut_log_fails(void **state)
+{
+	(void)state;
+	char addr[64] = "", log[PATH_MAX];
+	const char *dir = th_scratch("wincut");
+	ush_worker *wk = th_worker_embed(dir, 1, addr, sizeof(addr));
+	enum { MAPS = 4, PARTS = 1000 };
+	struct ush_status st[MAPS] = {{0}};
+	struct th_job j = {.workers = addr, .shuffle = 44, .partitions = PARTS,
+			   .maps = MAPS, .records = 20000,
+			   .codec = USH_CODEC_NONE, .timeout_ms = 20000,
+			   .statuses = st};
+	for (uint32_t m = 0; m < MAPS; m++)
+		th_ok(th_push_map(&j, m, 0, NULL));
+	snprintf(log, sizeof(log), "%s/s44/t0.log", dir);
+	struct stat sb;
+	assert_int_equal(stat(log, &sb), 0);
+	/* The last frames of the last map's last flush: those of its last
+	 * partitions. */
+	assert_true(sb.st_size > (256 << 10));
+	assert_int_equal(truncate(log, sb.st_size - (64 << 10)), 0);
+	struct ush_reader_opts ro;
+	ush_reader_opts_init(&ro);
+	ro.npartitions = PARTS;
+	ro.statuses = st;
+	ro.nstatuses = MAPS;
+	ro.timeout_ms = 20000;
+	ush_reader *r;
+	th_ok(ush_reader_open(&r, &ro));
+	const void *rec;
+	size_t len;
+	int ret;
+	uint64_t n = 0;
+	while ((ret = ush_reader_next(r, &rec, &len)) == 1) {
+		uint8_t want[1024];
+		uint64_t id;
+		assert_true(len >= 8);
+		memcpy(&id, rec, 8);
+		uint32_t m = (uint32_t)(id >> 32), i = (uint32_t)id;
+		assert_true(m < MAPS && i < j.records);
+		assert_int_equal(th_rec(want, m, i), len);
+		assert_memory_equal(want, rec, len);
+		n++;
+	}
+	print_message("%llu records, then: %s\n", (unsigned long long)n,
+		      ush_last_error());
+	assert_true(ret < 0);
+	assert_true(n > 0);
+	assert_non_null(strstr(ush_last_error(), "shorter than its index"));
+	ush_reader_free(r);
+	th_job_free(&j);
+	ush_worker_free(wk);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(heap_read_buffers_kept, th_teardown),
 		cmocka_unit_test_teardown(recv_buffer_kept_across_partitions,
+					  th_teardown),
+		cmocka_unit_test_teardown(small_frames_read_in_windows,
+					  th_teardown),
+		cmocka_unit_test_teardown(window_past_a_cut_log_fails,
 					  th_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

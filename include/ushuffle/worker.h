@@ -265,6 +265,10 @@ struct ush_worker_stats {
 				    each thread keeps those freed for its next
 				    reads, so it stays flat while streams read
 				    no more at once than before (0.5) */
+	uint64_t fetch_reads;    /* reads of the logs for FETCH streams:
+				    adjacent frames are one read, and so are
+				    a window's small frames that lie close in
+				    a log (0.5) */
 };
 USH_API void ush_worker_stats_size(const ush_worker *w,
 				   struct ush_worker_stats *st, size_t size);

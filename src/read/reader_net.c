@@ -216,6 +216,17 @@ static int read_frame(struct reader_net *r, struct ushi_frame *f,
 	return 0;
 }
 
+/* The worker's ERROR frame: its code, the stream failed with its
+ * message. */
+static int worker_error(struct reader_net *r, const struct ushi_frame *f,
+			const uint8_t *frame)
+{
+	char msg[USHI_PROTO_ERRMSG_MAX];
+	int code = proto_get_error(frame + USH_FRAME_HDR_SIZE, f->payload_len,
+				   msg, sizeof(msg));
+	return fail_at(r, code, msg);
+}
+
 /* The worker's answer to FETCH: MANIFEST, or an ERROR saying why not. */
 static int accepted(struct reader_net *r)
 {
@@ -224,13 +235,8 @@ static int accepted(struct reader_net *r)
 	int ret = read_frame(r, &f, &frame);
 	if (ret)
 		return ret;
-	if (f.type == USHI_FRAME_ERROR) {
-		char msg[USHI_PROTO_ERRMSG_MAX];
-		int code = proto_get_error(frame + USH_FRAME_HDR_SIZE,
-					   f.payload_len, msg, sizeof(msg));
-		r->refused = code;
-		return fail_at(r, code, msg);
-	}
+	if (f.type == USHI_FRAME_ERROR)
+		return r->refused = worker_error(r, &f, frame);
 	if (f.type != USHI_FRAME_MANIFEST || f.shuffle != r->shuffle ||
 	    f.partition != r->partition)
 		return fail_at(r, -EPROTO, "expected the MANIFEST");
@@ -354,6 +360,9 @@ int reader_net_frame(struct reader_net *r, struct ushi_frame *f,
 		r->ended = true;
 		return 0;
 	}
+	/* A stream the worker fails (a read error, a log cut short). */
+	if (f->type == USHI_FRAME_ERROR)
+		return worker_error(r, f, *frame);
 	if (f->type != USHI_FRAME_DATA) {
 		char what[40];
 		snprintf(what, sizeof(what), "unexpected frame type %u",

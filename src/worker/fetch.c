@@ -14,6 +14,8 @@
  * ring (READ_FIXED into pool buffers, adjacent frames of a log in one
  * read, WK_FETCH_READS reads and WK_FETCH_RUNS flush buffers' worth in
  * flight) and sent from those buffers; a slow reader holds at most those.
+ * Small frames are read a window at a time, in file order, and copied
+ * out in stream order (fetch.h, WK_FETCH_WIN_FRAMES).
  *
  * Files are opened beneath --dir without following links, and each log
  * is checked before MANIFEST so that a refusal comes first.
@@ -438,19 +440,27 @@ static void iread_close(struct wk_iread *ir)
 	*ir = (struct wk_iread){.ifd = -1, .lfd = -1};
 }
 
+/* Frees the oldest queued read: its bytes went out, or never will. */
+static void read_pop(struct wk_fetch *fe)
+{
+	struct wk_fread *r = &fe->rd[fe->rhead];
+	if (r->buf) {
+		fe->t->fetch_pool -= r->buf->cap;
+		pool_put(ring_pool(fe->t->ring), r->buf);
+	} else {
+		wk_hbuf_put(fe->t, r->mem, r->hcap);
+	}
+	fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
+	fe->rn--;
+	queued(fe, -(int64_t)r->need);
+}
+
 void wk_fetch_free(struct wk_fetch *fe)
 {
 	if (!fe)
 		return;
-	for (unsigned i = 0; i < fe->rn; i++) {
-		struct wk_fread *r = &fe->rd[(fe->rhead + i) % WK_FETCH_READS];
-		if (r->buf) {
-			fe->t->fetch_pool -= r->buf->cap;
-			pool_put(ring_pool(fe->t->ring), r->buf);
-		}
-		else
-			wk_hbuf_put(fe->t, r->mem, r->hcap);
-	}
+	while (fe->rn)
+		read_pop(fe);
 	for (unsigned k = 0; fe->logs && k < fe->nthr; k++) {
 		if (fe->logs[k].fd >= 0)
 			close(fe->logs[k].fd);
@@ -460,6 +470,8 @@ void wk_fetch_free(struct wk_fetch *fe)
 	ushi_free(fe->logs);
 	iread_close(&fe->ir);
 	ushi_free(fe->ent);
+	ushi_free(fe->word);
+	ushi_free(fe->wrun);
 	ushi_free(fe->m);
 	wk_fetch_unbill(fe);
 	ushi_free(fe);
@@ -708,11 +720,20 @@ struct extent {
 	uint64_t lo, hi, bytes, n;
 };
 
+/* Whether the stream reads half or more of the extent x where the
+ * worker writes O_DIRECT: its windows' runs are then long, and read
+ * O_DIRECT, so the page cache would hold the extent for nothing. */
+static bool dense(const struct wk_fetch *fe, const struct extent *x)
+{
+	return fe->t->wk->o.direct && 2 * x->bytes >= x->hi - x->lo;
+}
+
 /*
  * A range of small partitions reads a frame or two of each, scattered
  * over the log where the writer sent them: from a cold page cache, as
  * many small random reads. Where the stream's frames are small and fill
- * a good part of a log's extent, the page cache is asked to read that
+ * a good part of a log's extent (but not half of it where the worker
+ * writes O_DIRECT: see dense()), the page cache is asked to read that
  * extent ahead (OP_WILLNEED, asynchronous: the kernel reads it in large
  * sequential requests), and the stream's reads find it there.
  */
@@ -733,7 +754,7 @@ static void ahead(struct wk_fetch *fe)
 		const struct extent *t = &x[k];
 		struct ushi_op *op;
 		if (!t->n || fe->logs[k].fd < 0 ||
-		    t->bytes / t->n >= WK_FETCH_DIRECT_MIN ||
+		    t->bytes / t->n >= WK_FETCH_DIRECT_MIN || dense(fe, t) ||
 		    t->hi - t->lo > WK_FETCH_AHEAD_MAX ||
 		    t->hi - t->lo > WK_FETCH_AHEAD_SPAN * t->bytes ||
 		    ring_op_get(fe->t->ring, &op))
@@ -968,30 +989,23 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 	return 0;
 }
 
-/* Starts the next read: a run of adjacent frames of one log, as many as
- * a pool buffer holds (a larger frame alone, into heap memory). Returns
- * 1 when started, 0 when it must wait (for buffers, or for the reads of
- * another log to finish), or an error. */
-static int read_next(struct wk_fetch *fe)
+/*
+ * Starts a read of thread k's log, bytes [start, end): frames frames of
+ * the stream (0 for a window's run, counted when it is copied out). Pool
+ * memory when it may (heap only: never), else heap memory. Returns 1 when
+ * started, 0 when it must wait for a pool buffer, or an error.
+ */
+static int read_issue(struct wk_fetch *fe, unsigned k, uint64_t start,
+		      uint64_t end, uint32_t frames, bool heap_only)
 {
 	struct wk_thread *t = fe->t;
 	struct ushi_pool *pool = ring_pool(t->ring);
-	const struct wk_fent *e = &fe->ent[fe->next];
-	uint32_t cap = t->wk->o.flush_size, frames = 1;
-	uint64_t start = e->off, end = e->off + e->len;
 	uint64_t a = start / USHI_ALIGN * USHI_ALIGN;
-	uint32_t j = fe->next + 1;
-	while (j < fe->nent && fe->ent[j].thread == e->thread &&
-	       fe->ent[j].off == end &&
-	       ALIGN_UP(end + fe->ent[j].len, (uint64_t)USHI_ALIGN) - a <= cap) {
-		end += fe->ent[j++].len;
-		frames++;
-	}
 	uint64_t need = ALIGN_UP(end, (uint64_t)USHI_ALIGN) - a;
-	int ret = log_open(fe, e->thread, need >= WK_FETCH_DIRECT_MIN);
+	int ret = log_open(fe, k, need >= WK_FETCH_DIRECT_MIN);
 	if (ret)
 		return ret;
-	const struct wk_flog *l = &fe->logs[e->thread];
+	const struct wk_flog *l = &fe->logs[k];
 	int fd = need >= WK_FETCH_DIRECT_MIN && l->dfd >= 0 ? l->dfd : l->fd;
 	/* Only O_DIRECT needs an aligned read: through the page cache the
 	 * frames' own bytes are read, not the blocks around them (a frame of
@@ -1006,7 +1020,7 @@ static int read_next(struct wk_fetch *fe)
 	/* Pool memory up to half the pool for all streams of the thread,
 	 * so that log writes always find some (a log buffer's worth stays
 	 * idle); heap memory beyond. */
-	int order = pool_order(pool, need);
+	int order = heap_only ? -1 : pool_order(pool, need);
 	if (order >= 0 && t->fetch_pool + (USHI_BUF_MIN << order) <=
 			  pool->bytes / 2) {
 		while (!(b = pool_get(pool, (unsigned)order)) && !fe->rn &&
@@ -1036,7 +1050,8 @@ static int read_next(struct wk_fetch *fe)
 	}
 	struct wk_fread *r = &fe->rd[(fe->rhead + fe->rn++) % WK_FETCH_READS];
 	queued(fe, (int64_t)need);
-	*r = (struct wk_fread){.fe = fe, .buf = b, .mem = b ? b->data : mem,
+	*r = (struct wk_fread){.fe = fe, .dir = l->dir, .buf = b,
+		.mem = b ? b->data : mem,
 		.off = a, .need = (uint32_t)need, .hcap = hcap,
 		.lead = (uint32_t)(start - a), .len = (uint32_t)(end - start),
 		.frames = frames, .inflight = true};
@@ -1048,8 +1063,191 @@ static int read_next(struct wk_fetch *fe)
 	ring_arm(t->ring, op);
 	fe->inflight++;
 	t->fetch_reads++;
-	fe->next = j;
+	WK_COUNT(t->wk, fetch_reads, 1);
 	return 1;
+}
+
+/* ------------------------------------------------------------ windows */
+
+static int cmp_file(const void *a, const void *b, void *arg)
+{
+	const struct wk_fent *ent = arg;
+	const struct wk_fent *x = &ent[*(const uint32_t *)a];
+	const struct wk_fent *y = &ent[*(const uint32_t *)b];
+	if (x->thread != y->thread)
+		return x->thread < y->thread ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Groups the window's n entries (fe->word, in file order) into runs of
+ * one log, each at most span bytes and at least half of them frames of
+ * the window (or two blocks more: a few bytes of frames far apart are
+ * no run); fills fe->wrun. Returns the number of runs, stopping past
+ * most. */
+static unsigned win_group(struct wk_fetch *fe, uint32_t n, uint64_t span,
+			  unsigned most)
+{
+	unsigned runs = 0;
+	uint64_t lo = 0, end = 0, want = 0;
+	for (uint32_t k = 0; k < n && runs <= most; k++) {
+		const struct wk_fent *e = &fe->ent[fe->word[k]];
+		const struct wk_fent *p = k ? &fe->ent[fe->word[k - 1]] : NULL;
+		uint64_t len = e->off + e->len - lo;
+		if (!p || e->thread != p->thread ||
+		    e->off > end + WK_FETCH_WIN_GAP || len > span ||
+		    len > 2 * (want + e->len + USHI_ALIGN)) {
+			runs++;
+			lo = e->off;
+			want = 0;
+		}
+		want += e->len;
+		end = e->off + e->len;
+		fe->wrun[fe->word[k] - fe->wa] = (uint8_t)(runs - 1);
+	}
+	return runs;
+}
+
+/*
+ * Starts a window at fe->next (no read queued): the small frames that
+ * follow, up to a flush buffer's worth, read as at most WK_FETCH_READS
+ * runs (fewer frames where they lie in more places). Returns 1 when
+ * started, or an error (the runs started are freed with the stream).
+ */
+static int win_start(struct wk_fetch *fe)
+{
+	struct wk_thread *t = fe->t;
+	uint32_t flush = t->wk->o.flush_size;
+	if (!fe->word) {
+		fe->word = ushi_malloc(WK_FETCH_WIN_FRAMES * sizeof(*fe->word));
+		fe->wrun = ushi_malloc(WK_FETCH_WIN_FRAMES);
+		if (!fe->word || !fe->wrun)
+			return -ENOMEM;
+	}
+	uint32_t a = fe->next, b = a + 1;
+	uint64_t bytes = fe->ent[a].len;
+	while (b < fe->nent && b - a < WK_FETCH_WIN_FRAMES &&
+	       fe->ent[b].len < WK_FETCH_DIRECT_MIN &&
+	       bytes + fe->ent[b].len <= flush)
+		bytes += fe->ent[b++].len;
+	/* A run's read, aligned, stays within a kept heap buffer. */
+	uint64_t span = flush > 4 * USHI_ALIGN ? flush - 2 * USHI_ALIGN :
+						 flush;
+	fe->wa = a;
+	unsigned runs;
+	for (;;) {
+		for (uint32_t k = 0; k < b - a; k++)
+			fe->word[k] = a + k;
+		qsort_r(fe->word, b - a, sizeof(*fe->word), cmp_file,
+			fe->ent);
+		runs = win_group(fe, b - a, span, WK_FETCH_READS);
+		if (runs <= WK_FETCH_READS)
+			break;
+		b = a + (b - a) / 2; /* one frame is one run */
+	}
+	fe->wb = fe->next = b;
+	fe->win = runs;
+	for (uint32_t k = 0; k < b - a;) {
+		const struct wk_fent *e = &fe->ent[fe->word[k]];
+		uint64_t end = e->off + e->len;
+		uint32_t k1 = k + 1;
+		for (; k1 < b - a && fe->wrun[fe->word[k1] - a] ==
+				     fe->wrun[fe->word[k] - a]; k1++)
+			end = fe->ent[fe->word[k1]].off +
+			      fe->ent[fe->word[k1]].len;
+		int ret = read_issue(fe, e->thread, e->off, end, 0, true);
+		if (ret < 0) {
+			fe->win = fe->rn;
+			return ret;
+		}
+		k = k1;
+	}
+	return 1;
+}
+
+/* Whether every run of the window is read. */
+static bool win_read(const struct wk_fetch *fe)
+{
+	for (unsigned i = 0; i < fe->win; i++)
+		if (!fe->rd[(fe->rhead + i) % WK_FETCH_READS].done)
+			return false;
+	return true;
+}
+
+/* The window's first failed read, or NULL. */
+static const struct wk_fread *win_failed(const struct wk_fetch *fe)
+{
+	for (unsigned i = 0; i < fe->win; i++) {
+		const struct wk_fread *r =
+			&fe->rd[(fe->rhead + i) % WK_FETCH_READS];
+		if (r->res)
+			return r;
+	}
+	return NULL;
+}
+
+/* The window, read (none failed): its frames copied out in stream
+ * order, as one output of heap memory; its runs freed. 0, or an
+ * error. */
+static int win_out(struct wk_fetch *fe, struct wk_outq *q)
+{
+	uint64_t bytes = 0;
+	for (uint32_t i = fe->wa; i < fe->wb; i++)
+		bytes += fe->ent[i].len;
+	uint32_t cap;
+	uint8_t *mem = wk_hbuf_get(fe->t, bytes, &cap);
+	struct wk_out *o = mem ? wk_out_new(0) : NULL;
+	if (!o) {
+		wk_hbuf_put(fe->t, mem, cap);
+		return -ENOMEM;
+	}
+	uint8_t *p = mem;
+	for (uint32_t i = fe->wa; i < fe->wb; i++) {
+		const struct wk_fent *e = &fe->ent[i];
+		const struct wk_fread *r =
+			&fe->rd[(fe->rhead + fe->wrun[i - fe->wa]) %
+				WK_FETCH_READS];
+		memcpy(p, r->mem + (e->off - r->off), e->len);
+		p += e->len;
+	}
+	while (fe->win) {
+		read_pop(fe);
+		fe->win--;
+	}
+	o->ptr = o->heap = mem;
+	o->heap_cap = cap;
+	o->len = (uint32_t)bytes;
+	fe->frames += fe->wb - fe->wa;
+	WK_COUNT(fe->t->wk, frames_out, fe->wb - fe->wa);
+	fe->bytes += bytes;
+	wk_outq_add(q, o);
+	return 0;
+}
+
+/* Starts the next read: a run of adjacent frames of one log, as many as
+ * a pool buffer holds (a larger frame alone, into heap memory), or a
+ * window where small frames follow. Returns 1 when started, 0 when it
+ * must wait (for buffers, or for the reads before a window), or an
+ * error. */
+static int read_next(struct wk_fetch *fe)
+{
+	const struct wk_fent *e = &fe->ent[fe->next];
+	uint32_t cap = fe->t->wk->o.flush_size, frames = 1;
+	uint64_t start = e->off, end = e->off + e->len;
+	uint64_t a = start / USHI_ALIGN * USHI_ALIGN;
+	uint32_t j = fe->next + 1;
+	while (j < fe->nent && fe->ent[j].thread == e->thread &&
+	       fe->ent[j].off == end &&
+	       ALIGN_UP(end + fe->ent[j].len, (uint64_t)USHI_ALIGN) - a <= cap) {
+		end += fe->ent[j++].len;
+		frames++;
+	}
+	if (end - start < WK_FETCH_DIRECT_MIN && j < fe->nent &&
+	    fe->ent[j].len < WK_FETCH_DIRECT_MIN)
+		return fe->rn ? 0 : win_start(fe);
+	int ret = read_issue(fe, e->thread, start, end, frames, false);
+	if (ret == 1)
+		fe->next = j;
+	return ret;
 }
 
 /* Whether fe may start another read now: what it reads ahead and what
@@ -1064,7 +1262,7 @@ static bool more(const struct wk_fetch *fe, const struct wk_outq *q)
 	if (fe->app && fe->rbytes + q->stream &&
 	    atomic_load(&fe->app->fetch_queued) >= t->wk->o.max_app_fetch_bytes)
 		return false;
-	return fe->next < fe->nent && fe->rn < WK_FETCH_READS &&
+	return fe->next < fe->nent && !fe->win && fe->rn < WK_FETCH_READS &&
 	       fe->rbytes + q->stream < most &&
 	       (fe->rn < WK_FETCH_RUNS || t->fetch_reads < WK_IODEPTH / 2);
 }
@@ -1090,18 +1288,28 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 			ret = 0;
 		if (ret > 0)
 			ret = 0;
-		if (ret || !fe->rn || !fe->rd[fe->rhead].done)
+		if (ret || !fe->rn || !fe->rd[fe->rhead].done ||
+		    (fe->win && !win_read(fe)))
 			break;
-		/* The oldest read is done: its frames go out, in order. */
+		/* The oldest read (or the window) is done: its frames go
+		 * out, in order. */
 		struct wk_fread *r = &fe->rd[fe->rhead];
 		struct wk_out *o = NULL;
-		ret = r->res;
-		if (ret < 0 && fe->dir) /* an I/O error takes it out */
+		const struct wk_fread *bad = fe->win ? win_failed(fe) :
+				       r->res ? r : NULL;
+		ret = bad ? bad->res : 0;
+		if (ret < 0) { /* an I/O error takes its directory out */
+			fe->dir = bad->dir;
 			wk_dir_fail(fe->t->wk, fe->dir, ret, "read");
-		if (!ret && !(o = wk_out_new(0)))
-			ret = -ENOMEM;
+		}
+		if (!ret && fe->win && !(ret = win_out(fe, q)))
+			continue;
 		if (ret)
 			break;
+		if (!(o = wk_out_new(0))) {
+			ret = -ENOMEM;
+			break;
+		}
 		o->ptr = r->mem + r->lead;
 		o->len = r->len;
 		o->buf = r->buf;

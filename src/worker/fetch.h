@@ -31,6 +31,16 @@ struct wk_app;
  * what one stream reads ahead (WK_FETCH_RUNS flush buffers of reads,
  * each in a buffer of up to twice its size). */
 #define WK_HBUF_KEEP (2u * WK_FETCH_RUNS)
+/* Small frames (below WK_FETCH_DIRECT_MIN: a range of many partitions
+ * reads one or a few of each per writer's flush) are read a window at a
+ * time: up to WK_FETCH_WIN_FRAMES of them, a flush buffer's worth, read
+ * in file order as runs of their log (a run spans gaps up to
+ * WK_FETCH_WIN_GAP where half of it, or all but two blocks, is frames of
+ * the window), then copied out in stream order. The frames of
+ * neighbouring partitions that one flush wrote side by side are then one
+ * read, not one each. */
+#define WK_FETCH_WIN_FRAMES 4096u
+#define WK_FETCH_WIN_GAP (32u << 10)
 /* A stream of small frames asks the page cache to read ahead the extent
  * of each log it reads from, when that is at most this long and at most
  * WK_FETCH_AHEAD_SPAN times the bytes streamed from it. */
@@ -78,6 +88,7 @@ struct wk_fetch;
 /* A read of a FETCH stream: a run of adjacent frames of one log. */
 struct wk_fread {
 	struct wk_fetch *fe;
+	struct wk_dir *dir;     /* the directory of the log it reads */
 	struct ushi_buf *buf;   /* pool memory, or NULL: heap */
 	uint8_t *mem;
 	uint32_t hcap;          /* heap memory: its size class (0: exact) */
@@ -126,6 +137,12 @@ struct wk_fetch {
 	struct wk_dir *dir;       /* the directory of the log last read */
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
+	/* The window being read (WK_FETCH_WIN_FRAMES): ent[wa, wb), in
+	 * the win runs that are all of rd[] while it is read. */
+	uint32_t wa, wb;
+	unsigned win;
+	uint32_t *word;           /* scratch: its entries in file order */
+	uint8_t *wrun;            /* its entry wa + i is in run wrun[i] */
 	unsigned inflight;        /* reads the kernel holds */
 	uint64_t rbytes;          /* bytes of the reads queued */
 	uint64_t frames, bytes;

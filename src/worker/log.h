@@ -31,7 +31,7 @@ struct wk_log_kind {
  * the gauges are computed when read. */
 struct wk_metrics {
 	atomic_uint_fast64_t bytes_in, bytes_out, frames_in, frames_out;
-	atomic_uint_fast64_t bytes_in_place, fetch_heap_allocs;
+	atomic_uint_fast64_t bytes_in_place, fetch_heap_allocs, fetch_reads;
 	atomic_uint_fast64_t accepted, refused, commits, drops, expiries;
 	/* A scrape must see count, sum and buckets of the same syncs
 	 * (count == +Inf bucket, sum within the buckets' bounds), which

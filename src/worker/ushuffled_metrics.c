@@ -103,6 +103,10 @@ size_t metrics_text(ush_worker *w, char *buf, size_t n)
 	       "FETCH read buffers allocated from the heap (the pool's share "
 	       "taken); freed ones are kept for the next reads.",
 	       s.fetch_heap_allocs);
+	metric(&t, "fetch_reads_total", "counter",
+	       "Reads of the logs for FETCH streams (adjacent frames, and a "
+	       "window's small frames close in a log, are one read).",
+	       s.fetch_reads);
 	metric(&t, "connections_accepted_total", "counter",
 	       "Connections accepted.", s.conns_accepted);
 	metric(&t, "connections_refused_total", "counter",

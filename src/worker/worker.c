@@ -88,6 +88,7 @@ void ush_worker_stats_size(const ush_worker *cw, struct ush_worker_stats *st,
 	s.commits = LOAD(m->commits), s.drops = LOAD(m->drops);
 	s.bytes_in_place = LOAD(m->bytes_in_place);
 	s.fetch_heap_allocs = LOAD(m->fetch_heap_allocs);
+	s.fetch_reads = LOAD(m->fetch_reads);
 	pthread_mutex_lock(&wk->m.sync_lock);
 	s.sync_count = m->sync_count, s.sync_ns = m->sync_ns;
 	uint64_t sum = 0;
