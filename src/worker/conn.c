@@ -68,12 +68,20 @@ static void gather_sent(struct ushi_op *op, int res)
 }
 
 /* The outputs queued first, up to WK_SEND_IOV, as c's gathered send:
- * their count (1: a plain send will do). */
+ * their count (1 and no iov: a plain send will do). A window's output
+ * (o->iov) goes alone, as its own pieces. */
 static unsigned gather(struct wk_conn *c, uint32_t *len)
 {
 	unsigned n = 0;
 	*len = 0;
-	for (struct wk_out *o = c->out.head; o && n < WK_SEND_IOV &&
+	struct wk_out *h = c->out.head;
+	if (h->iov) {
+		c->smsg = (struct msghdr){.msg_iov = h->iov,
+					  .msg_iovlen = h->niov};
+		*len = h->len;
+		return 1;
+	}
+	for (struct wk_out *o = h; o && !o->iov && n < WK_SEND_IOV &&
 	     *len + (uint64_t)o->len <= INT32_MAX; o = o->next, n++) {
 		/* A control frame is sealed as it first goes out, so the
 		 * MACs count frames in send order; once only, as a short
@@ -144,7 +152,7 @@ void wk_conn_pump(struct wk_conn *c)
 	op->io.fd = c->fd;
 	op->send.timeout_ms = WK_SEND_TIMEOUT_MS;
 	c->sending = true;
-	if (c->sn > 1) {
+	if (c->sn > 1 || c->out.head->iov) {
 		op->kind = OP_SENDMSG;
 		op->io.len = len;
 		op->send.msg = &c->smsg;

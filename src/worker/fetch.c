@@ -14,8 +14,9 @@
  * ring (READ_FIXED into pool buffers, adjacent frames of a log in one
  * read, WK_FETCH_READS reads and WK_FETCH_RUNS flush buffers' worth in
  * flight) and sent from those buffers; a slow reader holds at most those.
- * Small frames are read a window at a time, in file order, and copied
- * out in stream order (fetch.h, WK_FETCH_WIN_FRAMES).
+ * Small frames are read a window at a time, as runs of their log, and
+ * sent in stream order from the runs' memory (fetch.h,
+ * WK_FETCH_WIN_FRAMES).
  *
  * Files are opened beneath --dir without following links, and each log
  * is checked before MANIFEST so that a refusal comes first.
@@ -470,8 +471,8 @@ void wk_fetch_free(struct wk_fetch *fe)
 	ushi_free(fe->logs);
 	iread_close(&fe->ir);
 	ushi_free(fe->ent);
-	ushi_free(fe->word);
-	ushi_free(fe->wrun);
+	for (unsigned i = 0; i < WK_FETCH_WINS; i++)
+		ushi_free(fe->win[i].wrun);
 	ushi_free(fe->m);
 	wk_fetch_unbill(fe);
 	ushi_free(fe);
@@ -991,7 +992,7 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 
 /*
  * Starts a read of thread k's log, bytes [start, end): frames frames of
- * the stream (0 for a window's run, counted when it is copied out). Pool
+ * the stream (0 for a window's run, counted when the window goes out). Pool
  * memory when it may (heap only: never), else heap memory. Returns 1 when
  * started, 0 when it must wait for a pool buffer, or an error.
  */
@@ -1069,156 +1070,153 @@ static int read_issue(struct wk_fetch *fe, unsigned k, uint64_t start,
 
 /* ------------------------------------------------------------ windows */
 
-static int cmp_file(const void *a, const void *b, void *arg)
-{
-	const struct wk_fent *ent = arg;
-	const struct wk_fent *x = &ent[*(const uint32_t *)a];
-	const struct wk_fent *y = &ent[*(const uint32_t *)b];
-	if (x->thread != y->thread)
-		return x->thread < y->thread ? -1 : 1;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
+/* A window's run being grouped: thread k's log, bytes [lo, end), want
+ * of them frames of the window. */
+struct wrun {
+	uint64_t lo, end, want;
+	unsigned k;
+};
 
-/* Groups the window's n entries (fe->word, in file order) into runs of
- * one log, each at most span bytes and at least half of them frames of
- * the window (or two blocks more: a few bytes of frames far apart are
- * no run); fills fe->wrun. Returns the number of runs, stopping past
- * most. */
-static unsigned win_group(struct wk_fetch *fe, uint32_t n, uint64_t span,
-			  unsigned most)
+/* Whether entry e goes on run r: after its end, across a gap of at most
+ * WK_FETCH_WIN_GAP, within span bytes, and the run stays at least half
+ * frames of the window (or two blocks more: a few bytes of frames far
+ * apart are no run). */
+static bool joins(const struct wrun *r, const struct wk_fent *e,
+		  uint64_t span)
 {
-	unsigned runs = 0;
-	uint64_t lo = 0, end = 0, want = 0;
-	for (uint32_t k = 0; k < n && runs <= most; k++) {
-		const struct wk_fent *e = &fe->ent[fe->word[k]];
-		const struct wk_fent *p = k ? &fe->ent[fe->word[k - 1]] : NULL;
-		uint64_t len = e->off + e->len - lo;
-		if (!p || e->thread != p->thread ||
-		    e->off > end + WK_FETCH_WIN_GAP || len > span ||
-		    len > 2 * (want + e->len + USHI_ALIGN)) {
-			runs++;
-			lo = e->off;
-			want = 0;
-		}
-		want += e->len;
-		end = e->off + e->len;
-		fe->wrun[fe->word[k] - fe->wa] = (uint8_t)(runs - 1);
-	}
-	return runs;
+	uint64_t len = e->off + e->len - r->lo;
+	return e->thread == r->k && e->off >= r->end &&
+	       e->off <= r->end + WK_FETCH_WIN_GAP && len <= span &&
+	       len <= 2 * (r->want + e->len + USHI_ALIGN);
 }
 
 /*
- * Starts a window at fe->next (no read queued): the small frames that
- * follow, up to a flush buffer's worth, read as at most WK_FETCH_READS
- * runs (fewer frames where they lie in more places). Returns 1 when
- * started, or an error (the runs started are freed with the stream).
+ * Starts a window at fe->next: the small frames that follow, up to a
+ * flush buffer's worth, as runs of their logs (at most those rd[] has
+ * room for). Each frame, in stream order, goes on the run it follows in
+ * its log (the one the frame before it in its partition went to, then
+ * the next run: where the frames of neighbouring partitions lie side by
+ * side, the i-th frame of each partition goes on the i-th run), or
+ * starts one. Returns 1 when started, 0 when it must wait for room, or
+ * an error (the runs started are freed with the stream).
  */
 static int win_start(struct wk_fetch *fe)
 {
 	struct wk_thread *t = fe->t;
 	uint32_t flush = t->wk->o.flush_size;
-	if (!fe->word) {
-		fe->word = ushi_malloc(WK_FETCH_WIN_FRAMES * sizeof(*fe->word));
-		fe->wrun = ushi_malloc(WK_FETCH_WIN_FRAMES);
-		if (!fe->word || !fe->wrun)
-			return -ENOMEM;
-	}
-	uint32_t a = fe->next, b = a + 1;
-	uint64_t bytes = fe->ent[a].len;
-	while (b < fe->nent && b - a < WK_FETCH_WIN_FRAMES &&
-	       fe->ent[b].len < WK_FETCH_DIRECT_MIN &&
-	       bytes + fe->ent[b].len <= flush)
-		bytes += fe->ent[b++].len;
+	unsigned room = WK_FETCH_READS - fe->rn;
+	if (fe->wn == WK_FETCH_WINS || !room)
+		return 0;
+	struct wk_fwin *w = &fe->win[(fe->whead + fe->wn) % WK_FETCH_WINS];
+	if (!w->wrun && !(w->wrun = ushi_malloc(WK_FETCH_WIN_FRAMES)))
+		return -ENOMEM;
 	/* A run's read, aligned, stays within a kept heap buffer. */
 	uint64_t span = flush > 4 * USHI_ALIGN ? flush - 2 * USHI_ALIGN :
 						 flush;
-	fe->wa = a;
-	unsigned runs;
-	for (;;) {
-		for (uint32_t k = 0; k < b - a; k++)
-			fe->word[k] = a + k;
-		qsort_r(fe->word, b - a, sizeof(*fe->word), cmp_file,
-			fe->ent);
-		runs = win_group(fe, b - a, span, WK_FETCH_READS);
-		if (runs <= WK_FETCH_READS)
+	struct wrun run[WK_FETCH_READS];
+	unsigned nr = 0, at = 0;
+	uint64_t bytes = 0;
+	uint32_t a = fe->next, b = a;
+	for (; b < fe->nent && b - a < WK_FETCH_WIN_FRAMES; b++) {
+		const struct wk_fent *e = &fe->ent[b];
+		if (b > a && (e->len >= WK_FETCH_DIRECT_MIN ||
+			      bytes + e->len > flush))
 			break;
-		b = a + (b - a) / 2; /* one frame is one run */
-	}
-	fe->wb = fe->next = b;
-	fe->win = runs;
-	for (uint32_t k = 0; k < b - a;) {
-		const struct wk_fent *e = &fe->ent[fe->word[k]];
-		uint64_t end = e->off + e->len;
-		uint32_t k1 = k + 1;
-		for (; k1 < b - a && fe->wrun[fe->word[k1] - a] ==
-				     fe->wrun[fe->word[k] - a]; k1++)
-			end = fe->ent[fe->word[k1]].off +
-			      fe->ent[fe->word[k1]].len;
-		int ret = read_issue(fe, e->thread, e->off, end, 0, true);
-		if (ret < 0) {
-			fe->win = fe->rn;
-			return ret;
+		unsigned i = 0;
+		while (i < nr && !joins(&run[(at + i) % nr], e, span))
+			i++;
+		if (i < nr) {
+			at = (at + i) % nr;
+		} else if (nr < room) {
+			at = nr++;
+			run[at] = (struct wrun){.lo = e->off, .k = e->thread};
+		} else {
+			break;
 		}
-		k = k1;
+		run[at].end = e->off + e->len;
+		run[at].want += e->len;
+		w->wrun[b - a] = (uint8_t)at;
+		bytes += e->len;
+		at = (at + 1) % nr; /* the next partition's frame, likely */
+	}
+	w->a = a;
+	w->b = fe->next = b;
+	fe->wn++;
+	struct wk_fread *first = &fe->rd[(fe->rhead + fe->rn) % WK_FETCH_READS];
+	for (unsigned r = 0; r < nr; r++) {
+		int ret = read_issue(fe, run[r].k, run[r].lo, run[r].end, 0,
+				     true);
+		/* The runs started are the window's, even on an error. */
+		first->runs = (uint8_t)(r + (ret == 1));
+		if (ret < 0)
+			return ret;
 	}
 	return 1;
 }
 
-/* Whether every run of the window is read. */
-static bool win_read(const struct wk_fetch *fe)
+/* The window whose first run is the oldest read: whether its runs are
+ * all read, and the first that failed (or NULL). */
+static bool win_read(const struct wk_fetch *fe, const struct wk_fread **bad)
 {
-	for (unsigned i = 0; i < fe->win; i++)
-		if (!fe->rd[(fe->rhead + i) % WK_FETCH_READS].done)
+	unsigned n = fe->rd[fe->rhead].runs;
+	*bad = NULL;
+	for (unsigned i = 0; i < n; i++) {
+		const struct wk_fread *r =
+			&fe->rd[(fe->rhead + i) % WK_FETCH_READS];
+		if (!r->done)
 			return false;
+		if (r->res && !*bad)
+			*bad = r;
+	}
 	return true;
 }
 
-/* The window's first failed read, or NULL. */
-static const struct wk_fread *win_failed(const struct wk_fetch *fe)
-{
-	for (unsigned i = 0; i < fe->win; i++) {
-		const struct wk_fread *r =
-			&fe->rd[(fe->rhead + i) % WK_FETCH_READS];
-		if (r->res)
-			return r;
-	}
-	return NULL;
-}
-
-/* The window, read (none failed): its frames copied out in stream
- * order, as one output of heap memory; its runs freed. 0, or an
+/* The oldest window, read (none failed): its frames go out in stream
+ * order from its runs' memory, which its output takes over (one sendmsg
+ * of a piece per frame, frames adjacent in a run one piece). 0, or an
  * error. */
 static int win_out(struct wk_fetch *fe, struct wk_outq *q)
 {
-	uint64_t bytes = 0;
-	for (uint32_t i = fe->wa; i < fe->wb; i++)
-		bytes += fe->ent[i].len;
-	uint32_t cap;
-	uint8_t *mem = wk_hbuf_get(fe->t, bytes, &cap);
-	struct wk_out *o = mem ? wk_out_new(0) : NULL;
-	if (!o) {
-		wk_hbuf_put(fe->t, mem, cap);
+	const struct wk_fwin *w = &fe->win[fe->whead];
+	unsigned runs = fe->rd[fe->rhead].runs;
+	uint32_t n = w->b - w->a;
+	struct wk_out *o = wk_out_new(0);
+	void *mem = ushi_malloc(n * sizeof(struct iovec) +
+				runs * sizeof(struct wk_held));
+	if (!o || !mem) {
+		ushi_free(o);
+		ushi_free(mem);
 		return -ENOMEM;
 	}
-	uint8_t *p = mem;
-	for (uint32_t i = fe->wa; i < fe->wb; i++) {
+	o->iov = mem;
+	o->held = (struct wk_held *)(o->iov + n);
+	uint64_t bytes = 0;
+	for (uint32_t i = w->a; i < w->b; i++) {
 		const struct wk_fent *e = &fe->ent[i];
 		const struct wk_fread *r =
-			&fe->rd[(fe->rhead + fe->wrun[i - fe->wa]) %
+			&fe->rd[(fe->rhead + w->wrun[i - w->a]) %
 				WK_FETCH_READS];
-		memcpy(p, r->mem + (e->off - r->off), e->len);
-		p += e->len;
+		uint8_t *at = r->mem + (e->off - r->off);
+		struct iovec *v = o->niov ? &o->iov[o->niov - 1] : NULL;
+		if (v && (uint8_t *)v->iov_base + v->iov_len == at)
+			v->iov_len += e->len;
+		else
+			o->iov[o->niov++] = (struct iovec){at, e->len};
+		bytes += e->len;
 	}
-	while (fe->win) {
+	for (; runs; runs--) {
+		struct wk_fread *r = &fe->rd[fe->rhead];
+		o->held[o->nheld++] = (struct wk_held){r->mem, r->hcap};
+		r->mem = NULL; /* the output's now */
 		read_pop(fe);
-		fe->win--;
 	}
-	o->ptr = o->heap = mem;
-	o->heap_cap = cap;
+	o->ptr = o->iov[0].iov_base;
 	o->len = (uint32_t)bytes;
-	fe->frames += fe->wb - fe->wa;
-	WK_COUNT(fe->t->wk, frames_out, fe->wb - fe->wa);
+	fe->frames += n;
+	WK_COUNT(fe->t->wk, frames_out, n);
 	fe->bytes += bytes;
+	fe->whead = (fe->whead + 1) % WK_FETCH_WINS;
+	fe->wn--;
 	wk_outq_add(q, o);
 	return 0;
 }
@@ -1243,7 +1241,7 @@ static int read_next(struct wk_fetch *fe)
 	}
 	if (end - start < WK_FETCH_DIRECT_MIN && j < fe->nent &&
 	    fe->ent[j].len < WK_FETCH_DIRECT_MIN)
-		return fe->rn ? 0 : win_start(fe);
+		return win_start(fe);
 	int ret = read_issue(fe, e->thread, start, end, frames, false);
 	if (ret == 1)
 		fe->next = j;
@@ -1262,7 +1260,7 @@ static bool more(const struct wk_fetch *fe, const struct wk_outq *q)
 	if (fe->app && fe->rbytes + q->stream &&
 	    atomic_load(&fe->app->fetch_queued) >= t->wk->o.max_app_fetch_bytes)
 		return false;
-	return fe->next < fe->nent && !fe->win && fe->rn < WK_FETCH_READS &&
+	return fe->next < fe->nent && fe->rn < WK_FETCH_READS &&
 	       fe->rbytes + q->stream < most &&
 	       (fe->rn < WK_FETCH_RUNS || t->fetch_reads < WK_IODEPTH / 2);
 }
@@ -1288,21 +1286,21 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 			ret = 0;
 		if (ret > 0)
 			ret = 0;
-		if (ret || !fe->rn || !fe->rd[fe->rhead].done ||
-		    (fe->win && !win_read(fe)))
+		if (ret || !fe->rn)
 			break;
-		/* The oldest read (or the window) is done: its frames go
-		 * out, in order. */
+		/* The oldest read (or window) is done: its frames go out,
+		 * in order. */
 		struct wk_fread *r = &fe->rd[fe->rhead];
 		struct wk_out *o = NULL;
-		const struct wk_fread *bad = fe->win ? win_failed(fe) :
-				       r->res ? r : NULL;
+		const struct wk_fread *bad = r->res ? r : NULL;
+		if (r->runs ? !win_read(fe, &bad) : !r->done)
+			break;
 		ret = bad ? bad->res : 0;
 		if (ret < 0) { /* an I/O error takes its directory out */
 			fe->dir = bad->dir;
 			wk_dir_fail(fe->t->wk, fe->dir, ret, "read");
 		}
-		if (!ret && fe->win && !(ret = win_out(fe, q)))
+		if (!ret && r->runs && !(ret = win_out(fe, q)))
 			continue;
 		if (ret)
 			break;

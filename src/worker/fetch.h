@@ -33,14 +33,18 @@ struct wk_app;
 #define WK_HBUF_KEEP (2u * WK_FETCH_RUNS)
 /* Small frames (below WK_FETCH_DIRECT_MIN: a range of many partitions
  * reads one or a few of each per writer's flush) are read a window at a
- * time: up to WK_FETCH_WIN_FRAMES of them, a flush buffer's worth, read
- * in file order as runs of their log (a run spans gaps up to
- * WK_FETCH_WIN_GAP where half of it, or all but two blocks, is frames of
- * the window), then copied out in stream order. The frames of
- * neighbouring partitions that one flush wrote side by side are then one
- * read, not one each. */
-#define WK_FETCH_WIN_FRAMES 4096u
+ * time: up to WK_FETCH_WIN_FRAMES of them (a sendmsg's pieces at most,
+ * UIO_MAXIOV), a flush buffer's worth, read as runs of their log (a
+ * frame goes on the run it follows across a gap of at most
+ * WK_FETCH_WIN_GAP, while half of the run, or all but two blocks, is
+ * frames of the window), then sent in stream order from the runs'
+ * memory. The frames of neighbouring partitions that one flush wrote
+ * side by side are then one read, not one each. */
+#define WK_FETCH_WIN_FRAMES 1024u
 #define WK_FETCH_WIN_GAP (32u << 10)
+/* Windows of one stream read at once (within WK_FETCH_READS reads and
+ * WK_FETCH_RUNS flush buffers' worth). */
+#define WK_FETCH_WINS 8
 /* A stream of small frames asks the page cache to read ahead the extent
  * of each log it reads from, when that is at most this long and at most
  * WK_FETCH_AHEAD_SPAN times the bytes streamed from it. */
@@ -95,10 +99,19 @@ struct wk_fread {
 	uint64_t off;           /* file offset of mem[0]: aligned for an
 				   O_DIRECT read */
 	uint32_t need, got;     /* bytes asked for; read so far */
+	uint8_t runs;           /* a window's first run: its runs (this
+				   read and those after it), else 0 */
 	uint32_t lead;          /* mem[lead] is the first frame's byte */
 	uint32_t len, frames;   /* frame bytes and frames to send */
 	int res;                /* an error, or 0 */
 	bool inflight, done;
+};
+
+/* A window of small frames: ent[a, b) of the stream, entry a + i read
+ * by its run wrun[i] (WK_FETCH_WIN_FRAMES). */
+struct wk_fwin {
+	uint32_t a, b;
+	uint8_t *wrun;
 };
 
 /* The read of an index whose partition directory is not cached. */
@@ -137,12 +150,9 @@ struct wk_fetch {
 	struct wk_dir *dir;       /* the directory of the log last read */
 	struct wk_fread rd[WK_FETCH_READS];
 	unsigned rhead, rn;       /* reads queued, oldest first */
-	/* The window being read (WK_FETCH_WIN_FRAMES): ent[wa, wb), in
-	 * the win runs that are all of rd[] while it is read. */
-	uint32_t wa, wb;
-	unsigned win;
-	uint32_t *word;           /* scratch: its entries in file order */
-	uint8_t *wrun;            /* its entry wa + i is in run wrun[i] */
+	struct wk_fwin win[WK_FETCH_WINS]; /* windows queued, oldest at
+				     whead; each one's runs are reads in rd[] */
+	unsigned whead, wn;
 	unsigned inflight;        /* reads the kernel holds */
 	uint64_t rbytes;          /* bytes of the reads queued */
 	uint64_t frames, bytes;

@@ -23,6 +23,9 @@ struct wk_out *wk_out_new(size_t cap)
 		o->heap = NULL;
 		o->heap_cap = 0;
 		o->sealed = false;
+		o->iov = NULL;
+		o->held = NULL;
+		o->niov = o->nheld = 0;
 	}
 	return o;
 }
@@ -34,6 +37,9 @@ void wk_out_free(struct wk_thread *t, struct wk_out *o)
 		pool_put(ring_pool(t->ring), o->buf);
 	}
 	wk_hbuf_put(t, o->heap, o->heap_cap);
+	for (unsigned i = 0; i < o->nheld; i++)
+		wk_hbuf_put(t, o->held[i].p, o->held[i].cap);
+	ushi_free(o->iov);
 	ushi_free(o);
 }
 

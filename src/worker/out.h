@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 struct wk_conn;
 struct wk_thread;
@@ -14,7 +15,13 @@ struct ushi_buf;
 /* An output whose ptr is its data holds one control frame, with room
  * for its tag: it is sealed (mac_seal()) as its send starts, so tags
  * count frames in the order they go out. A read's memory (a FETCH
- * stream's stored DATA frames) goes as it is. */
+ * stream's stored DATA frames) goes as it is, and so do a window's
+ * frames from the memory of its reads (iov). */
+struct wk_held {
+	void *p;
+	uint32_t cap; /* its size class (wk_hbuf_put()) */
+};
+
 struct wk_out {
 	struct wk_out *next;
 	uint32_t len;
@@ -23,6 +30,12 @@ struct wk_out {
 	void *heap;             /* memory to free after the send */
 	uint32_t heap_cap;      /* its size class (wk_hbuf_put()) */
 	bool sealed;            /* its MAC is on (conn.c, gather()) */
+	/* Or what to send is niov pieces (len bytes in all) of the heap
+	 * memory held, nheld buffers freed after the send; one allocation
+	 * (iov) holds both arrays. */
+	struct iovec *iov;
+	struct wk_held *held;
+	unsigned niov, nheld;
 	uint8_t data[];
 };
 
