@@ -521,8 +521,8 @@ static void accept_errors_back_off(void **state)
  * On two threads and a loaded machine, the worker once shed the honest
  * connection in 1 run of 8: it set up an accept's burst newest first, so
  * the honest connection went in before older flood ones that then shed
- * it; and with one budget for both threads, a thread whose flood had
- * gone to the other had nothing of its own to close and refused it.
+ * it; and a thread whose flood had gone to the other had nothing of its
+ * own to close and refused it (now it takes up to its share).
  */
 #define FLOOD_SILENT 600
 static void honest_client_during_flood(void **state)

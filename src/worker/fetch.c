@@ -485,7 +485,9 @@ bool wk_fetch_busy(const struct wk_fetch *fe)
 
 bool wk_fetch_first(const struct wk_fetch *fe)
 {
-	return fe->planned && !fe->frames && fe->rn && !fe->rd[fe->rhead].done;
+	/* A window goes out alone (conn.c, gather()): nothing to wait for. */
+	return fe->planned && !fe->frames && fe->rn &&
+	       !fe->rd[fe->rhead].done && !fe->rd[fe->rhead].runs;
 }
 
 static char *file_name(char *b, size_t n, const struct wk_fetch *fe,
@@ -992,9 +994,10 @@ static int log_open(struct wk_fetch *fe, unsigned k, bool direct)
 
 /*
  * Starts a read of thread k's log, bytes [start, end): frames frames of
- * the stream (0 for a window's run, counted when the window goes out). Pool
- * memory when it may (heap only: never), else heap memory. Returns 1 when
- * started, 0 when it must wait for a pool buffer, or an error.
+ * the stream (0 for a window's run, counted when the window goes out).
+ * Pool memory when it may (never with heap_only), else heap memory.
+ * Returns 1 when started, 0 when it must wait for a pool buffer, or an
+ * error.
  */
 static int read_issue(struct wk_fetch *fe, unsigned k, uint64_t start,
 		      uint64_t end, uint32_t frames, bool heap_only)
@@ -1104,7 +1107,13 @@ static int win_start(struct wk_fetch *fe)
 {
 	struct wk_thread *t = fe->t;
 	uint32_t flush = t->wk->o.flush_size;
-	unsigned room = WK_FETCH_READS - fe->rn;
+	/* The reads more() lets a stream have: WK_FETCH_RUNS of its own,
+	 * more while its thread's streams hold under half the ring. */
+	unsigned own = fe->rn < WK_FETCH_RUNS ? WK_FETCH_RUNS - fe->rn : 0;
+	unsigned spare = t->fetch_reads < WK_IODEPTH / 2 ?
+			 WK_IODEPTH / 2 - t->fetch_reads : 0;
+	unsigned room = own > spare ? own : spare;
+	room = room < WK_FETCH_READS - fe->rn ? room : WK_FETCH_READS - fe->rn;
 	if (fe->wn == WK_FETCH_WINS || !room)
 		return 0;
 	struct wk_fwin *w = &fe->win[(fe->whead + fe->wn) % WK_FETCH_WINS];
@@ -1115,7 +1124,9 @@ static int win_start(struct wk_fetch *fe)
 						 flush;
 	struct wrun run[WK_FETCH_READS];
 	unsigned nr = 0, at = 0;
-	uint64_t bytes = 0;
+	/* Frame bytes up to a flush buffer, and what the runs read (gaps
+	 * and aligned ends) up to two. */
+	uint64_t bytes = 0, reads = 0;
 	uint32_t a = fe->next, b = a;
 	for (; b < fe->nent && b - a < WK_FETCH_WIN_FRAMES; b++) {
 		const struct wk_fent *e = &fe->ent[b];
@@ -1125,6 +1136,10 @@ static int win_start(struct wk_fetch *fe)
 		unsigned i = 0;
 		while (i < nr && !joins(&run[(at + i) % nr], e, span))
 			i++;
+		uint64_t grow = i < nr ? e->off + e->len - run[(at + i) % nr].end :
+					 e->len + 2 * USHI_ALIGN;
+		if (b > a && reads + grow > 2ull * flush)
+			break;
 		if (i < nr) {
 			at = (at + i) % nr;
 		} else if (nr < room) {
@@ -1133,6 +1148,7 @@ static int win_start(struct wk_fetch *fe)
 		} else {
 			break;
 		}
+		reads += grow;
 		run[at].end = e->off + e->len;
 		run[at].want += e->len;
 		w->wrun[b - a] = (uint8_t)at;

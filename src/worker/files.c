@@ -280,17 +280,14 @@ int wk_store_init(struct ush_worker *wk)
 	wk->open_max = max < 2 ? 2 : max > (1u << 30) ? 1u << 30 :
 							(unsigned)max;
 	wk->pdir_budget = WK_PDIR_BUDGET / wk->nthreads;
-	/* Connections get what the files and a margin leave, a share per
-	 * thread. */
+	/* Connections get what the files and a margin leave. */
 	wk->conn_fds = UINT_MAX;
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
 		uint64_t keep = (uint64_t)wk->open_max * wk->nthreads +
 				WK_FD_MARGIN;
 		uint64_t left = rl.rlim_cur > keep + 16 ? rl.rlim_cur - keep :
 							  16;
-		left /= wk->nthreads;
-		wk->conn_fds = left < 1 ? 1 : left < UINT_MAX ? (unsigned)left :
-								UINT_MAX;
+		wk->conn_fds = left < UINT_MAX ? (unsigned)left : UINT_MAX;
 	}
 	return 0;
 }

@@ -75,6 +75,7 @@ static unsigned shed_oldest(struct wk_thread *t, unsigned want)
 			break;
 		old->shed = old->eof = true;
 		t->nshed++;
+		atomic_fetch_add(&t->wk->nshed, 1);
 	}
 	WK_COUNT(t->wk, refused, k);
 	return k;
@@ -105,28 +106,31 @@ static int shed(struct wk_thread *t)
 }
 
 /*
- * Past its share of the descriptors the budget leaves for connections
- * (wk->conn_fds), a new connection takes the place of its thread's
- * oldest one that has not authenticated: a flood of silent connections
- * cannot keep honest clients out, nor take the descriptors log and index
- * files need. The share is per thread because a thread can only close
- * its own connections: against one count for all threads, a thread whose
- * flood went to the other could find nothing of its own to close and
- * refuse the honest client. Decided in the loop, in the order of the
- * accepts (an accept's burst may bring many at once), so that the newest
- * connection is the last to go. False: no such connection to close.
+ * Past the descriptors the budget leaves for connections (wk->conn_fds),
+ * a new connection takes the place of its thread's oldest one that has
+ * not authenticated: a flood of silent connections cannot keep honest
+ * clients out, nor take the descriptors log and index files need. A
+ * thread can close only its own connections: one with none to close
+ * still takes its share of the budget, since a flood past the budget on
+ * the other threads is theirs to shed (as they accept it). Decided in
+ * the loop, in the order of the accepts (an accept's burst may bring
+ * many at once), so that the newest connection is the last to go. False:
+ * the thread is past its share with nothing to close.
  */
 static bool room_for_one(struct wk_thread *t)
 {
 	struct ush_worker *wk = t->wk;
-	if (t->nconns - t->nshed < wk->conn_fds)
+	unsigned live = atomic_load(&wk->nconns) - atomic_load(&wk->nshed);
+	if (live <= wk->conn_fds)
 		return true;
-	if (!shed_oldest(t, 1))
-		return false;
-	wk_log(wk, 1, "thread %u: past its %u connections the descriptor "
-	       "limit leaves room for: closing the oldest connection that "
-	       "has not authenticated", t->idx, wk->conn_fds);
-	return true;
+	if (shed_oldest(t, 1)) {
+		wk_log(wk, 1, "thread %u: past the %u connections the "
+		       "descriptor limit leaves room for: closing the oldest "
+		       "connection that has not authenticated", t->idx,
+		       wk->conn_fds);
+		return true;
+	}
+	return t->nconns - t->nshed < wk->conn_fds / wk->nthreads;
 }
 
 static void on_accept(struct ushi_op *op, int res)
@@ -162,7 +166,10 @@ static void on_accept(struct ushi_op *op, int res)
 	t->accept_backoff_ms = 0;
 	char msg[96];
 	unsigned n = atomic_fetch_add(&wk->nconns, 1);
-	if (n < wk->o.max_conns && t->nconns + t->naccepted < wk->thread_conns) {
+	/* accepted[] holds thread_conns; those before accepted_next are
+	 * set up (or refused) already. */
+	if (n < wk->o.max_conns && t->naccepted < wk->thread_conns &&
+	    t->nconns + t->naccepted - t->accepted_next < wk->thread_conns) {
 		/* Set up in the loop: a callback never takes ops. */
 		t->accepted[t->naccepted++] = res;
 		WK_COUNT(wk, accepted, 1);
@@ -355,6 +362,7 @@ static void conn_reap(struct wk_thread *t, uint64_t now)
 		mac_free(&c->mac);
 		explicit_bzero(c->keys, sizeof(c->keys));
 		t->nshed -= c->shed;
+		atomic_fetch_sub(&t->wk->nshed, c->shed);
 		ushi_free(c);
 		t->nconns--;
 		atomic_fetch_sub(&t->wk->nconns, 1);
@@ -524,23 +532,23 @@ void *wk_thread_main(void *arg)
 		}
 		if (t->idx == 0 && !t->stopping && atomic_load(&wk->decom))
 			wk_decommission_pass(t);
-		for (unsigned i = 0; i < t->naccepted; i++) {
-			int fd = t->accepted[i];
+		for (; t->accepted_next < t->naccepted; t->accepted_next++) {
+			int fd = t->accepted[t->accepted_next];
 			if (!t->stopping && room_for_one(t)) {
 				conn_new(t, fd);
 				continue;
 			}
 			if (!t->stopping) {
 				atomic_fetch_sub(&wk->nconns, 1);
-				refuse(t, fd, -EBUSY, "worker thread at the "
-				       "connections its descriptor limit "
-				       "leaves room for, all authenticated");
+				refuse(t, fd, -EBUSY, "worker at the connections "
+				       "its descriptor limit leaves room for, "
+				       "all authenticated");
 				continue;
 			}
 			atomic_fetch_sub(&wk->nconns, 1);
 			refuse(t, fd, -ESHUTDOWN, "worker shutting down");
 		}
-		t->naccepted = 0;
+		t->naccepted = t->accepted_next = 0;
 		now = ushi_now_ns();
 		for (struct wk_conn *c = t->conns; c; c = c->next) {
 			if (c->qn || c->rgot)

@@ -150,11 +150,12 @@ struct ush_worker {
 	atomic_uint_fast64_t next_conn_id;
 	atomic_uint nconns;   /* connections accepted and not yet freed, all
 				 threads: at most o.max_conns */
+	atomic_uint nshed;    /* among them, shed and not yet freed */
 	unsigned thread_conns; /* what one thread may hold (its ring) */
-	unsigned conn_fds;    /* connections per thread: its share of what
-				 RLIMIT_NOFILE leaves beside the file budget
-				 (files.c); past it a new one replaces the
-				 thread's oldest that has not authenticated */
+	unsigned conn_fds;    /* connections RLIMIT_NOFILE leaves room for
+				 beside the file budget (files.c); past it a
+				 new one replaces its thread's oldest that has
+				 not authenticated (loop.c, room_for_one()) */
 	pthread_mutex_t log_lock;
 	struct wk_log_kind log_kinds[WK_LOG_KINDS];
 	atomic_bool log_suppressed; /* some kind has lines to report */
@@ -260,6 +261,7 @@ struct wk_thread {
 	struct wk_conn *conns;
 	unsigned nconns;
 	unsigned nshed;        /* among them, shed and not yet freed */
+	unsigned accepted_next; /* accepted[] before it are set up */
 	int *accepted;         /* fds accepted, not yet set up (at most
 				  wk->thread_conns, counted in wk->nconns) */
 	unsigned naccepted;
