@@ -395,6 +395,28 @@ def ratio_row(out, measure, base, ush, ratio, target=None, ok=None,
                 None if target is None else ok, label])
 
 
+def fetch_rows(row, res, what, top):
+    """The read path's two goals, as wire_rows and read_rows give them:
+    the fetch of what (64 partitions ...) against min(iperf3, fio read),
+    and, where measured, partition after partition at top vs 64."""
+    mb = res["median_bw"]
+    rref = min(mb["iperf3"], mb["fio_read"])
+    row(f"fetch (network read), {what} vs min(iperf3, fio read)",
+        f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
+        f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
+        "≥ 0.9×", mb["fetch"] / rref >= 0.9, "fetch/wire")
+    if f"fetch_by_part{top}" not in mb:
+        return
+    a, b = mb["fetch_by_part64"], mb[f"fetch_by_part{top}"]
+    hs = max(x["handshakes"] for x in
+             res["rounds_data"][f"fetch_by_part{top}"])
+    row(f"fetch every partition, partition after partition (one thread, "
+        f"range readers), {top:,} vs 64 partitions of the same "
+        f"{res['fetch_size']} (reader handshakes: {hs} at most)",
+        mib(a), mib(b), b / a, "≥ 0.6×", b / a >= 0.6,
+        f"fetch {top // 1000}k/64")
+
+
 def wire_rows(res):
     """[measure, baseline, ushuffle, ratio value or None, ratio text,
     target text, met or None, short label] for every row of §11."""
@@ -475,21 +497,7 @@ def wire_rows(res):
         row(f"worker peak RSS, {p:,} partitions (vs 64)",
             f"{hwm['64'] / 1024:,.0f} MiB", f"{hwm[str(p)] / 1024:,.0f} MiB",
             hwm[str(p)] / hwm["64"])
-    rref = min(mb["iperf3"], mb["fio_read"])
-    row("fetch (network read), 64 partitions, vs min(iperf3, fio read)",
-        f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
-        f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
-        "≥ 0.9×", mb["fetch"] / rref >= 0.9, "fetch/wire")
-    top = res["sweep"][-1]
-    if f"fetch_by_part{top}" in mb:
-        a, b = mb["fetch_by_part64"], mb[f"fetch_by_part{top}"]
-        hs = max(x["handshakes"] for x in
-                 res["rounds_data"][f"fetch_by_part{top}"])
-        row(f"fetch every partition, partition after partition (one "
-            f"thread, range readers), {top:,} vs 64 partitions of the same "
-            f"{res['fetch_size']} (reader handshakes: {hs} at most)",
-            mib(a), mib(b), b / a, "≥ 0.6×",
-            b / a >= 0.6, f"fetch {top // 1000}k/64")
+    fetch_rows(row, res, "64 partitions,", res["sweep"][-1])
     row("local disk read, 64 partitions, vs fio read", mib(mb["fio_read"]),
         mib(mb["disk_read"]), mb["disk_read"] / mb["fio_read"], "≥ 0.9×",
         mb["disk_read"] / mb["fio_read"] >= 0.9, "disk read")
@@ -517,7 +525,6 @@ def read_rows(res):
     """Rows as wire_rows makes them, for the read path (benchmark read):
     the fetch against its limit, partition after partition at 10,000
     partitions against 64, each with its goal; the CPU per GiB stated."""
-    mb = res["median_bw"]
     cpu = res["median_cpu_s_per_gib"]
     wcpu = res["median_worker_cpu_s_per_gib"]
     top = res["top"]
@@ -525,33 +532,15 @@ def read_rows(res):
 
     def row(*a, **kw):
         ratio_row(out, *a, **kw)
-    rref = min(mb["iperf3"], mb["fio_read"])
-    row("fetch (network read), 64 partitions of "
-        f"{res['size']}, page cache dropped, vs min(iperf3, fio read)",
-        f"{mib(rref)} (iperf3 {mib(mb['iperf3'])}, fio read "
-        f"{mib(mb['fio_read'])})", mib(mb["fetch"]), mb["fetch"] / rref,
-        "≥ 0.9×", mb["fetch"] / rref >= 0.9, "fetch/wire")
-    a, b = mb["fetch_by_part64"], mb[f"fetch_by_part{top}"]
-    hs = max(x["handshakes"] for x in
-             res["rounds_data"][f"fetch_by_part{top}"])
-    row(f"fetch every partition, partition after partition (one thread, "
-        f"range readers), {top:,} vs 64 partitions of the same "
-        f"{res['fetch_size']} (reader handshakes: {hs} at most)",
-        mib(a), mib(b), b / a, "≥ 0.6×", b / a >= 0.6,
-        f"fetch {top // 1000}k/64")
-    for k, what in [("fetch", "the fetch"),
-                    (f"fetch_by_part{top}", f"partition after partition "
-                     f"at {top:,}")]:
-        base = "fetch_by_part64" if k != "fetch" else None
-        if base:
-            row(f"{what} vs 64: the reader's CPU s per GiB",
-                f"{cpu[base]:.2f} s", f"{cpu[k]:.2f} s", cpu[k] / cpu[base])
-            row(f"{what} vs 64: the worker's CPU s per GiB",
-                f"{wcpu[base]:.2f} s", f"{wcpu[k]:.2f} s",
-                wcpu[k] / wcpu[base])
-        else:
-            row(f"{what}: CPU s per GiB, reader / worker", "—",
-                f"{cpu[k]:.2f} s / {wcpu[k]:.2f} s", None)
+    fetch_rows(row, res, f"64 partitions of {res['size']}, page cache "
+               "dropped,", top)
+    row("the fetch: CPU s per GiB, reader / worker", "—",
+        f"{cpu['fetch']:.2f} s / {wcpu['fetch']:.2f} s", None)
+    k, what = f"fetch_by_part{top}", f"partition after partition at {top:,}"
+    for who, c in [("reader", cpu), ("worker", wcpu)]:
+        row(f"{what} vs 64: the {who}'s CPU s per GiB",
+            f"{c['fetch_by_part64']:.2f} s", f"{c[k]:.2f} s",
+            c[k] / c["fetch_by_part64"])
     return out
 
 

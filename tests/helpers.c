@@ -231,16 +231,23 @@ uint64_t th_rec_seed(uint32_t m, uint32_t part, uint32_t i)
 	return (uint64_t)m << 40 | (uint64_t)part << 20 | i;
 }
 
-int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
-		   uint32_t partition, uint32_t timeout_ms)
+int th_range_open(ush_reader **r, const struct ush_status *st, uint32_t n,
+		  uint32_t first, uint32_t count, uint32_t timeout_ms)
 {
 	struct ush_reader_opts ro;
 	ush_reader_opts_init(&ro);
-	ro.partition = partition;
+	ro.partition = first;
+	ro.npartitions = count;
 	ro.statuses = st;
 	ro.nstatuses = n;
 	ro.timeout_ms = timeout_ms;
 	return ush_reader_open(r, &ro);
+}
+
+int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
+		   uint32_t partition, uint32_t timeout_ms)
+{
+	return th_range_open(r, st, n, partition, 1, timeout_ms);
 }
 
 int th_uring_refused(void)
@@ -269,3 +276,70 @@ long th_vm_kb(pid_t pid, const char *field)
 	return kb;
 }
 
+
+void th_note(struct th_part *pt, uint64_t seed, uint32_t len)
+{
+	if (pt->n == pt->cap) {
+		pt->cap = pt->cap ? 2 * pt->cap : 8;
+		pt->seed = realloc(pt->seed, pt->cap * sizeof(*pt->seed));
+		pt->len = realloc(pt->len, pt->cap * sizeof(*pt->len));
+		assert_non_null(pt->seed);
+		assert_non_null(pt->len);
+	}
+	pt->seed[pt->n] = seed;
+	pt->len[pt->n++] = len;
+}
+
+void th_swap_batch(ush_writer *w, void **buf, uint32_t p, struct th_part *pt,
+		   uint64_t *seq)
+{
+	uint8_t *b = *buf;
+	size_t off = 0;
+	uint32_t k = 1 + (uint32_t)(*seq % 7);
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t seed = (uint64_t)p << 32 | (*seq)++;
+		b[off] = 100;
+		b[off + 1] = b[off + 2] = b[off + 3] = 0;
+		th_fill(b + off + 4, 100, seed);
+		off += 104;
+		th_note(pt, seed, 100);
+	}
+	th_ok(ush_writer_swap(w, p, buf, off, k));
+}
+
+void th_part_check(const struct th_part *pt, uint32_t p, uint32_t i, int ret,
+		   const void *rec, size_t len)
+{
+	if (ret != 1)
+		fail_msg("partition %u record %u of %u: %d (%s)", p, i,
+			 pt->n, ret, ush_last_error());
+	if (len != pt->len[i] || !th_check(rec, len, pt->seed[i]))
+		fail_msg("partition %u record %u: %zu bytes, wanted %u of "
+			 "seed %llx", p, i, len, pt->len[i],
+			 (unsigned long long)pt->seed[i]);
+}
+
+void th_parts_free(struct th_part *parts, uint32_t n)
+{
+	for (uint32_t p = 0; p < n; p++) {
+		free(parts[p].seed);
+		free(parts[p].len);
+	}
+	free(parts);
+}
+
+void th_mount_ext4(const char *dir, const char *opts)
+{
+	char img[64], cmd[1200];
+	snprintf(img, sizeof(img), "/var/tmp/ush-ext4-%d.img", (int)getpid());
+	snprintf(cmd, sizeof(cmd), "truncate -s 64M %s && mkfs.ext4 -q -F %s "
+		 "&& mount -o loop%s%s %s %s", img, img, opts ? "," : "",
+		 opts ? opts : "", img, dir);
+	if (system(cmd)) {
+		print_message("skipped: no ext4 on a loop device here (needs "
+			      "root, mkfs.ext4, the loop driver)\n");
+		unlink(img);
+		skip();
+	}
+	assert_int_equal(unlink(img), 0);
+}

@@ -78,8 +78,11 @@ ush_ring *th_ring(size_t pool_bytes, size_t push);
  * th_fill() and th_check(): distinct for m < 2^24, part < 2^20 and
  * i < 2^20. */
 uint64_t th_rec_seed(uint32_t m, uint32_t part, uint32_t i);
-/* ush_reader_open() of partition over n statuses (timeout_ms 0: the
- * default). */
+/* ush_reader_open() of the count partitions from first over n statuses
+ * (timeout_ms 0: the default); its result. */
+int th_range_open(ush_reader **r, const struct ush_status *st, uint32_t n,
+		  uint32_t first, uint32_t count, uint32_t timeout_ms);
+/* th_range_open() of one partition. */
 int th_reader_open(ush_reader **r, const struct ush_status *st, uint32_t n,
 		   uint32_t partition, uint32_t timeout_ms);
 /* 0 where this process may set up an io_uring, else the -errno the
@@ -108,6 +111,34 @@ void th_index_load(const char *path, struct spill_header *h,
 		   struct spill_entry **ents, size_t *n);
 void th_index_store(const char *path, struct spill_header *h,
 		    const struct spill_entry *ents, size_t n);
+
+/*
+ * What each partition of a map holds, in the order written (the staged
+ * writers' tests): each record's th_fill() seed and length.
+ */
+struct th_part {
+	uint64_t *seed;
+	uint32_t *len;
+	uint32_t n, cap;
+};
+/* Notes a record of len bytes from seed at the end of pt. */
+void th_note(struct th_part *pt, uint64_t seed, uint32_t len);
+/* Swaps in one batch of 1-7 records of 100 bytes for partition p (seeds
+ * p << 32 | *seq, *seq advanced), noted in pt. */
+void th_swap_batch(ush_writer *w, void **buf, uint32_t p, struct th_part *pt,
+		   uint64_t *seq);
+/* Checks what ush_reader_next() gave (ret, rec, len) against record i of
+ * partition p (pt), failing the test with both when they differ. */
+void th_part_check(const struct th_part *pt, uint32_t p, uint32_t i, int ret,
+		   const void *rec, size_t len);
+/* Frees n partitions' notes and the array. */
+void th_parts_free(struct th_part *parts, uint32_t n);
+
+/* Mounts a fresh 64 MiB ext4 at dir through a loop device, with mount
+ * options opts (NULL: none); its image is unlinked at once (the mount
+ * holds it). Skips the test where that cannot be done (not root, no
+ * mkfs.ext4, no loop driver). The caller unmounts. */
+void th_mount_ext4(const char *dir, const char *opts);
 
 /* A field of /proc/<pid>/status ("VmRSS", "VmHWM", "VmData"), in KiB;
  * fails the test when it is missing. */

@@ -47,23 +47,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Mounts a fresh 64 MiB ext4 at dir, or skips the test. */
-static void mount_ext4(const char *dir)
-{
-	char img[64], cmd[1200];
-	snprintf(img, sizeof(img), "/var/tmp/ush-busy-%d.img", (int)getpid());
-	snprintf(cmd, sizeof(cmd), "truncate -s 64M %s && mkfs.ext4 -q -F %s "
-		 "&& mount -o loop %s %s", img, img, img, dir);
-	if (system(cmd)) {
-		print_message("skipped: no ext4 on a loop device here (needs "
-			      "root, mkfs.ext4, the loop driver)\n");
-		unlink(img);
-		skip();
-	}
-	snprintf(mounted, sizeof(mounted), "%s", dir);
-	assert_int_equal(unlink(img), 0); /* the mount holds it */
-}
-
 /* Freezes dir's file system, with a child that thaws it in 60 s should
  * this process die first (a frozen file system holds its writers for
  * good). Skips where freezing is refused. */
@@ -104,7 +87,8 @@ static void heartbeats_answered_while_a_drop_waits(void **state)
 	(void)state;
 	struct th_worker w = {0};
 	snprintf(w.dir, sizeof(w.dir), "%s", th_tmpdir("busy"));
-	mount_ext4(w.dir);
+	th_mount_ext4(w.dir, NULL);
+	snprintf(mounted, sizeof(mounted), "%s", w.dir);
 	th_worker_spawn(&w, "127.0.0.1", 0, 4);
 	struct ush_status st[1] = {{0}};
 	struct th_job job = {.workers = w.addr, .shuffle = 50,

@@ -161,14 +161,8 @@ static void window_past_a_cut_log_fails(void **state)
 	 * partitions. */
 	assert_true(sb.st_size > (256 << 10));
 	assert_int_equal(truncate(log, sb.st_size - (64 << 10)), 0);
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.npartitions = PARTS;
-	ro.statuses = st;
-	ro.nstatuses = MAPS;
-	ro.timeout_ms = 20000;
 	ush_reader *r;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_range_open(&r, st, MAPS, 0, PARTS, 20000));
 	const void *rec;
 	size_t len;
 	int ret;

@@ -32,15 +32,8 @@ static size_t collect(const struct ush_status *st, uint32_t nst,
 {
 	size_t n = 0;
 	for (uint32_t p = first; p - first < count; p += range ? count : 1) {
-		struct ush_reader_opts ro;
-		ush_reader_opts_init(&ro);
-		ro.partition = p;
-		ro.npartitions = range ? count : 1;
-		ro.statuses = st;
-		ro.nstatuses = nst;
-		ro.timeout_ms = 20000;
 		ush_reader *r;
-		th_ok(ush_reader_open(&r, &ro));
+		th_ok(th_range_open(&r, st, nst, p, range ? count : 1, 20000));
 		assert_int_equal(ush_reader_partition(r), p);
 		const void *rec;
 		size_t len;
@@ -135,14 +128,8 @@ static void range_equals_parts_64(void **state)
 	assert_int_equal(s1.net_connects - s0.net_connects, 2);
 	assert_int_equal(s1.net_reuses - s0.net_reuses, 0);
 	/* A range past the partition count fails the open. */
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.partition = 60;
-	ro.npartitions = 5;
-	ro.statuses = st;
-	ro.nstatuses = 3;
 	ush_reader *r;
-	assert_int_equal(ush_reader_open(&r, &ro), -EINVAL);
+	assert_int_equal(th_range_open(&r, st, 3, 60, 5, 0), -EINVAL);
 	th_workers_stop(wk, 2);
 	th_job_free(&j);
 }
@@ -195,14 +182,8 @@ static void range_fails_where_the_holders_are_gone(void **state)
 		lost++;
 	assert_true(lost > 0 && lost < j.partitions);
 	th_worker_kill(&wk[victim]);
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.npartitions = j.partitions;
-	ro.statuses = st;
-	ro.nstatuses = 1;
-	ro.timeout_ms = 20000;
 	ush_reader *r;
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_range_open(&r, st, 1, 0, j.partitions, 20000));
 	const void *rec;
 	size_t len;
 	int ret;
@@ -278,16 +259,11 @@ static void freed_mid_range(void **state)
 			   .records = 40000, .statuses = st, .range = 200};
 	two_workers(wk, "range-free", list, &j);
 	th_verify(&j); /* both connections pooled */
-	struct ush_reader_opts ro;
-	ush_reader_opts_init(&ro);
-	ro.npartitions = 200;
-	ro.statuses = st;
-	ro.nstatuses = 1;
 	ush_reader *r;
 	const void *rec;
 	size_t len;
 	struct ush_lib_stats s0 = lib();
-	th_ok(ush_reader_open(&r, &ro));
+	th_ok(th_range_open(&r, st, 1, 0, 200, 0));
 	assert_int_equal(ush_reader_next(r, &rec, &len), 1);
 	ush_reader_free(r);
 	th_verify(&j);

@@ -25,26 +25,6 @@ static enum ush_codec codec = USH_CODEC_NONE;
 static bool small_mix;
 static uint32_t window; /* the writer's credit window, 0: the worker's */
 
-/* What partition p holds, in order: seeds and lengths. */
-struct part {
-	uint64_t *seed;
-	uint32_t *len;
-	uint32_t n, cap;
-};
-
-static void note(struct part *pt, uint64_t seed, uint32_t len)
-{
-	if (pt->n == pt->cap) {
-		pt->cap = pt->cap ? 2 * pt->cap : 8;
-		pt->seed = realloc(pt->seed, pt->cap * sizeof(*pt->seed));
-		pt->len = realloc(pt->len, pt->cap * sizeof(*pt->len));
-		assert_non_null(pt->seed);
-		assert_non_null(pt->len);
-	}
-	pt->seed[pt->n] = seed;
-	pt->len[pt->n++] = len;
-}
-
 /* Mostly records below 300 bytes, some of 8 KiB, a few of the largest
  * staged size and very few above the push size; with small_mix, records
  * of 0-40 bytes and some of 257-1,000: those flushes scatter. */
@@ -66,30 +46,12 @@ static uint32_t pick_len(uint64_t *rng)
 	}
 }
 
-/* One swapped batch of k records of 100 bytes for partition p. */
-static void swap_batch(ush_writer *w, void **buf, uint32_t p,
-		       struct part *pt, uint64_t *seq)
-{
-	uint8_t *b = *buf;
-	size_t off = 0;
-	uint32_t k = 1 + (uint32_t)(*seq % 7);
-	for (uint32_t i = 0; i < k; i++) {
-		uint64_t seed = (uint64_t)p << 32 | (*seq)++;
-		b[off] = 100;
-		b[off + 1] = b[off + 2] = b[off + 3] = 0;
-		th_fill(b + off + 4, 100, seed);
-		off += 104;
-		note(pt, seed, 100);
-	}
-	th_ok(ush_writer_swap(w, p, buf, off, k));
-}
-
 /* Writes map 0 to workers (replicas of each partition) and returns the
  * writer's stats; parts[] gets what each partition holds. */
 static struct ush_writer_stats write_map(const char *workers,
 					 unsigned replicas,
 					 enum ush_ioengine eng,
-					 struct part *parts,
+					 struct th_part *parts,
 					 struct ush_status *st)
 {
 	struct ush_ring_opts ro;
@@ -119,14 +81,14 @@ static struct ush_writer_stats write_map(const char *workers,
 	for (uint32_t i = 0; i < 40000; i++) {
 		uint32_t p = (uint32_t)(th_rand(&rng) % NPARTS);
 		if (i % 9973 == 0) {
-			swap_batch(w, &sbuf, p, &parts[p], &seq);
+			th_swap_batch(w, &sbuf, p, &parts[p], &seq);
 			continue;
 		}
 		uint32_t len = pick_len(&rng);
 		uint64_t seed = (uint64_t)p << 32 | seq++;
 		th_fill(rec, len, seed);
 		th_ok(ush_writer_write(w, p, rec, len));
-		note(&parts[p], seed, len);
+		th_note(&parts[p], seed, len);
 	}
 	th_ok(ush_writer_release(w, sbuf));
 	th_ok(th_commit(w, NULL, st));
@@ -140,35 +102,20 @@ static struct ush_writer_stats write_map(const char *workers,
 
 /* Every partition, one after another through one range reader: each
  * record in the order written, nothing more. */
-static void read_back(const struct ush_status *st, const struct part *parts)
+static void read_back(const struct ush_status *st, const struct th_part *parts)
 {
-	struct ush_reader_opts o;
-	ush_reader_opts_init(&o);
-	o.statuses = st;
-	o.nstatuses = 1;
-	o.partition = 0;
-	o.npartitions = NPARTS;
 	ush_reader *r;
-	th_ok(ush_reader_open(&r, &o));
+	th_ok(th_range_open(&r, st, 1, 0, NPARTS, 0));
 	const void *rec;
 	size_t len;
 	for (uint32_t p = 0; p < NPARTS; p++) {
 		for (uint32_t i = 0; i < parts[p].n; i++) {
 			int ret = ush_reader_next(r, &rec, &len);
-			if (ret != 1)
-				fail_msg("partition %u record %u of %u: %d "
-					 "(%s)", p, i, parts[p].n, ret,
-					 ush_last_error());
+			th_part_check(&parts[p], p, i, ret, rec, len);
 			if (ush_reader_partition(r) != p)
 				fail_msg("partition %u record %u of %u: the "
 					 "reader is at partition %u", p, i,
 					 parts[p].n, ush_reader_partition(r));
-			if (len != parts[p].len[i] ||
-			    !th_check(rec, len, parts[p].seed[i]))
-				fail_msg("partition %u record %u: %zu bytes, "
-					 "wanted %u of seed %llx", p, i, len,
-					 parts[p].len[i],
-					 (unsigned long long)parts[p].seed[i]);
 		}
 	}
 	int ret = ush_reader_next(r, &rec, &len);
@@ -186,7 +133,7 @@ static void run(unsigned nw, unsigned replicas, enum ush_ioengine eng)
 	char list[256];
 	assert_true(nw <= 3);
 	th_workers_spawn(wk, nw, "netstage", list, sizeof(list));
-	struct part *parts = calloc(NPARTS, sizeof(*parts));
+	struct th_part *parts = calloc(NPARTS, sizeof(*parts));
 	assert_non_null(parts);
 	struct ush_status st = {0};
 	struct ush_writer_stats ws = write_map(list, replicas, eng, parts,
@@ -209,11 +156,7 @@ static void run(unsigned nw, unsigned replicas, enum ush_ioengine eng)
 			 (unsigned long long)ws.batches,
 			 (unsigned long long)(ws.net_sends + ws.net_zc_sends));
 	th_status_free(&st);
-	for (uint32_t p = 0; p < NPARTS; p++) {
-		free(parts[p].seed);
-		free(parts[p].len);
-	}
-	free(parts);
+	th_parts_free(parts, NPARTS);
 	th_workers_stop(wk, nw);
 }
 

@@ -1512,23 +1512,18 @@ static void ext4_fail(const char *dir)
 static void ro_dir_quarantined(void **state)
 {
 	(void)state;
-	char good[160], bad[160], img[64], list[400], cmd[700], addr[64] = "";
+	char good[160], bad[160], list[400], addr[64] = "";
 	assert_true(snprintf(good, sizeof(good), "%s",
 			     th_tmpdir("ro-good")) < (int)sizeof(good));
 	assert_true(snprintf(bad, sizeof(bad), "%s", th_tmpdir("ro-bad")) <
 		    (int)sizeof(bad));
-	snprintf(img, sizeof(img), "/var/tmp/ush-ro-%d.img", (int)getpid());
-	snprintf(cmd, sizeof(cmd), "truncate -s 64M %s && mkfs.ext4 -q -F %s "
-		 "&& mount -o loop,errors=remount-ro %s %s", img, img, img,
-		 bad);
-	if (system(cmd) || access("/sys/fs/ext4", F_OK)) {
-		print_message("skipped: no ext4 on a loop device here (needs "
-			      "root, mkfs.ext4, the loop driver)\n");
-		unlink(img);
+	th_mount_ext4(bad, "errors=remount-ro");
+	snprintf(mounted, sizeof(mounted), "%s", bad);
+	if (access("/sys/fs/ext4", F_OK)) {
+		print_message("skipped: no /sys/fs/ext4 to raise an error "
+			      "through\n");
 		skip();
 	}
-	snprintf(mounted, sizeof(mounted), "%s", bad);
-	assert_int_equal(unlink(img), 0); /* the mount holds it */
 	snprintf(list, sizeof(list), "%s:%s", good, bad);
 	ush_worker *wk = th_worker_embed(list, 1, addr, sizeof(addr));
 	/* A shuffle committed in the directory before it fails. */

@@ -658,6 +658,36 @@ static void sealed_on_either_thread(void **state)
 	th_statuses_free(st, 2);
 }
 
+/* Reads partition 1 of the sealed map st (KEY): records 0..n - 1 of map
+ * 0 in order, nothing more; frees st. */
+static void read_in_order(struct ush_status *st, uint32_t n)
+{
+	struct ush_reader_opts o;
+	ush_reader_opts_init(&o);
+	o.partition = 1;
+	o.statuses = st;
+	o.nstatuses = 1;
+	o.seal_keys = &KEY;
+	o.nseal_keys = 1;
+	ush_reader *r;
+	th_ok(ush_reader_open(&r, &o));
+	const void *rec;
+	size_t rlen;
+	uint8_t want[RECLEN];
+	uint32_t got = 0;
+	int ret;
+	for (; (ret = ush_reader_next(r, &rec, &rlen)) == 1; got++) {
+		rec_of(want, 0, 1, got);
+		assert_int_equal(rlen, RECLEN);
+		assert_memory_equal(rec, want, RECLEN);
+	}
+	if (ret < 0)
+		fail_msg("%s", ush_last_error());
+	assert_int_equal(got, n);
+	ush_reader_free(r);
+	th_status_free(st);
+}
+
 /*
  * Swapped batches with a pool of 17 push buffers: one lent, the next 16
  * handed off and posted to the sealer, and nothing else in flight. The
@@ -678,30 +708,7 @@ static void swap_waits_for_the_sealer(void **state)
 	th_ok(th_commit(w, NULL, &st));
 	ush_writer_free(w);
 	ush_ring_free(ring);
-	uint32_t got;
-	struct ush_reader_opts o;
-	ush_reader_opts_init(&o);
-	o.partition = 1;
-	o.statuses = &st;
-	o.nstatuses = 1;
-	o.seal_keys = &KEY;
-	o.nseal_keys = 1;
-	ush_reader *r;
-	th_ok(ush_reader_open(&r, &o));
-	const void *rec;
-	size_t rlen;
-	uint8_t want[RECLEN];
-	int ret;
-	for (got = 0; (ret = ush_reader_next(r, &rec, &rlen)) == 1; got++) {
-		rec_of(want, 0, 1, got);
-		assert_int_equal(rlen, RECLEN);
-		assert_memory_equal(rec, want, RECLEN);
-	}
-	if (ret < 0)
-		fail_msg("%s", ush_last_error());
-	assert_int_equal(got, n);
-	ush_reader_free(r);
-	th_status_free(&st);
+	read_in_order(&st, n);
 }
 
 /*
@@ -759,30 +766,7 @@ static void staged_after_sealing(void **state)
 	th_ok(th_commit(w, NULL, &st));
 	ush_writer_free(w);
 	ush_ring_free(ring);
-	struct ush_reader_opts o;
-	ush_reader_opts_init(&o);
-	o.partition = 1;
-	o.statuses = &st;
-	o.nstatuses = 1;
-	o.seal_keys = &KEY;
-	o.nseal_keys = 1;
-	ush_reader *r;
-	th_ok(ush_reader_open(&r, &o));
-	const void *got;
-	size_t rlen;
-	uint8_t want[RECLEN];
-	uint32_t k = 0;
-	int ret;
-	for (; (ret = ush_reader_next(r, &got, &rlen)) == 1; k++) {
-		rec_of(want, 0, 1, k);
-		assert_int_equal(rlen, RECLEN);
-		assert_memory_equal(got, want, RECLEN);
-	}
-	if (ret < 0)
-		fail_msg("%s", ush_last_error());
-	assert_int_equal(k, n);
-	ush_reader_free(r);
-	th_status_free(&st);
+	read_in_order(&st, n);
 }
 
 int main(void)

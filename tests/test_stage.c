@@ -28,26 +28,6 @@ static uint32_t nparts = 3000;
 static uint32_t read_stride = 1; /* reads back every this many partitions */
 static enum ush_codec codec = USH_CODEC_NONE;
 
-/* What partition p holds, in order: seeds and lengths. */
-struct part {
-	uint64_t *seed;
-	uint32_t *len;
-	uint32_t n, cap;
-};
-
-static void note(struct part *pt, uint64_t seed, uint32_t len)
-{
-	if (pt->n == pt->cap) {
-		pt->cap = pt->cap ? 2 * pt->cap : 8;
-		pt->seed = realloc(pt->seed, pt->cap * sizeof(*pt->seed));
-		pt->len = realloc(pt->len, pt->cap * sizeof(*pt->len));
-		assert_non_null(pt->seed);
-		assert_non_null(pt->len);
-	}
-	pt->seed[pt->n] = seed;
-	pt->len[pt->n++] = len;
-}
-
 /* Mostly small records, some of 8 KiB, a few of the largest staged size
  * and very few above the push size; with small_mix, records of 0-40
  * bytes, some of 257-1,000 and a few of the largest staged size: a
@@ -72,24 +52,6 @@ static uint32_t pick_len(uint64_t *rng)
 	default:
 		return (uint32_t)(x >> 8) % 300;
 	}
-}
-
-/* One swapped batch of k records of 100 bytes for partition p. */
-static void swap_batch(ush_writer *w, void **buf, uint32_t p,
-		       struct part *pt, uint64_t *seq)
-{
-	uint8_t *b = *buf;
-	size_t off = 0;
-	uint32_t k = 1 + (uint32_t)(*seq % 7);
-	for (uint32_t i = 0; i < k; i++) {
-		uint64_t seed = (uint64_t)p << 32 | (*seq)++;
-		b[off] = 100;
-		b[off + 1] = b[off + 2] = b[off + 3] = 0;
-		th_fill(b + off + 4, 100, seed);
-		off += 104;
-		note(pt, seed, 100);
-	}
-	th_ok(ush_writer_swap(w, p, buf, off, k));
 }
 
 /* A writer of map on ring; dir may be NULL. */
@@ -131,7 +93,7 @@ static ush_writer *open_writer(ush_ring **ring, uint32_t partitions,
 static struct ush_writer_stats write_map(const char *dir,
 					 enum ush_target target,
 					 enum ush_ioengine eng,
-					 struct part *parts,
+					 struct th_part *parts,
 					 struct ush_status *st,
 					 struct ush_part_stats *ps)
 {
@@ -146,20 +108,20 @@ static struct ush_writer_stats write_map(const char *dir,
 	for (uint32_t i = 0; i < 40000; i++) {
 		uint32_t p = (uint32_t)(th_rand(&rng) % nparts);
 		if (i % 9973 == 0) { /* flushes the stage too */
-			swap_batch(w, &sbuf, p, &parts[p], &seq);
+			th_swap_batch(w, &sbuf, p, &parts[p], &seq);
 			continue;
 		}
 		uint32_t len = pick_len(&rng);
 		uint64_t seed = (uint64_t)p << 32 | seq++;
 		th_fill(rec, len, seed);
 		th_ok(ush_writer_write(w, p, rec, len));
-		note(&parts[p], seed, len);
+		th_note(&parts[p], seed, len);
 	}
 	/* Empty records: the stage's notes fill before its bytes. */
 	for (uint32_t i = 0; i < 60000; i++) {
 		uint32_t p = i % nparts;
 		th_ok(ush_writer_write(w, p, NULL, 0));
-		note(&parts[p], 0, 0);
+		th_note(&parts[p], 0, 0);
 	}
 	th_ok(ush_writer_release(w, sbuf));
 	th_ok(th_commit(w, ps, target == USH_TARGET_NULL ? NULL : st));
@@ -171,7 +133,7 @@ static struct ush_writer_stats write_map(const char *dir,
 	return ws;
 }
 
-static void check_stats(const struct part *parts,
+static void check_stats(const struct th_part *parts,
 			const struct ush_part_stats *ps)
 {
 	for (uint32_t p = 0; p < nparts; p++) {
@@ -187,7 +149,7 @@ static void check_stats(const struct part *parts,
 	}
 }
 
-static void read_back(const struct ush_status *st, const struct part *parts)
+static void read_back(const struct ush_status *st, const struct th_part *parts)
 {
 	for (uint32_t p = 0; p < nparts; p += read_stride) {
 		ush_reader *r;
@@ -196,16 +158,7 @@ static void read_back(const struct ush_status *st, const struct part *parts)
 		size_t len;
 		for (uint32_t i = 0; i < parts[p].n; i++) {
 			int ret = ush_reader_next(r, &rec, &len);
-			if (ret != 1)
-				fail_msg("partition %u record %u of %u: %d "
-					 "(%s)", p, i, parts[p].n, ret,
-					 ush_last_error());
-			if (len != parts[p].len[i] ||
-			    !th_check(rec, len, parts[p].seed[i]))
-				fail_msg("partition %u record %u: %zu bytes, "
-					 "wanted %u of seed %llx", p, i, len,
-					 parts[p].len[i],
-					 (unsigned long long)parts[p].seed[i]);
+			th_part_check(&parts[p], p, i, ret, rec, len);
 		}
 		int ret = ush_reader_next(r, &rec, &len);
 		if (ret != 0)
@@ -220,7 +173,7 @@ static struct ush_writer_stats write_check(enum ush_target target,
 					   enum ush_ioengine eng)
 {
 	const char *dir = th_scratch("stage");
-	struct part *parts = calloc(nparts, sizeof(*parts));
+	struct th_part *parts = calloc(nparts, sizeof(*parts));
 	struct ush_part_stats *ps = calloc(nparts, sizeof(*ps));
 	assert_non_null(parts);
 	assert_non_null(ps);
@@ -234,11 +187,7 @@ static struct ush_writer_stats write_check(enum ush_target target,
 	if (target != USH_TARGET_NULL)
 		read_back(&st, parts);
 	th_status_free(&st);
-	for (uint32_t p = 0; p < nparts; p++) {
-		free(parts[p].seed);
-		free(parts[p].len);
-	}
-	free(parts);
+	th_parts_free(parts, nparts);
 	free(ps);
 	th_teardown(NULL);
 	return ws;

@@ -77,8 +77,7 @@ def test_install_and_a_lost_ushuffled(tmp_path):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
             assert not [a for a in argv if a.startswith(b"--secret-file")]
-            apps = [a for a in argv if a.startswith(b"--secrets-dir=")][0]
-            apps = apps.split(b"=", 1)[1].decode()
+            apps = apps_dir(pid)
             path = os.path.join(apps, opts["app"])  # this client's secret
             assert os.listdir(apps) == [opts["app"]]
             assert os.stat(apps).st_mode & 0o077 == 0
@@ -104,9 +103,8 @@ def test_install_and_a_lost_ushuffled(tmp_path):
             assert "ushuffled" not in dirs, base
 
 
-def apps_dir(pids):
-    """The --secrets-dir of the (first) ushuffled of pids."""
-    pid = sorted(pids.values())[0]
+def apps_dir(pid):
+    """The --secrets-dir of the ushuffled pid."""
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
     return [a for a in argv if a.startswith(b"--secrets-dir=")][0] \
@@ -229,18 +227,13 @@ def test_killed_client_retired_after_ttl(tmp_path):
                       local_directory=str(tmp_path)) as c, \
             Client(c) as client:
         opts = ud.install(client, app_ttl_s=1)
-        apps = apps_dir(deploy.pids(client))
-        other = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT,
-                                  c.scheduler_address],
-                                 stdout=subprocess.PIPE, text=True)
+        apps = apps_dir(sorted(deploy.pids(client).values())[0])
+        other, app = client_process(c.scheduler_address)
         try:
-            app = other.stdout.readline().strip()
             assert app.startswith("dask-") and app != opts["app"]
             assert sorted(os.listdir(apps)) == sorted([opts["app"], app])
         finally:
-            other.kill()
-            other.wait()
-            other.stdout.close()
+            kill_client(other)
         end = time.monotonic() + 60
         while app in os.listdir(apps):
             assert time.monotonic() < end, os.listdir(apps)
@@ -275,7 +268,7 @@ def test_shared_app_retired_after_its_last_client(tmp_path):
                       local_directory=str(tmp_path)) as c, \
             Client(c) as client:
         ud.install(client, app_ttl_s=1)
-        apps = apps_dir(deploy.pids(client))
+        apps = apps_dir(sorted(deploy.pids(client).values())[0])
         a, app = client_process(c.scheduler_address, "shared")
         b, app_b = client_process(c.scheduler_address, "shared")
         try:

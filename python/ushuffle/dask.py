@@ -520,9 +520,10 @@ class Lifetimes(SchedulerPlugin):
         return True
 
     def transition(self, key, start, finish, *args, **kwargs):
-        if finish == "forgotten":
-            self.reruns.pop(key, None)
-        if finish == "forgotten" and key in self.live:
+        if finish != "forgotten":
+            return
+        self.reruns.pop(key, None)
+        if key in self.live:
             sid, target = self.live.pop(key)
             self.dropper.submit(_drop, target, sid)
 

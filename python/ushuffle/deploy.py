@@ -21,6 +21,7 @@ its data, then removes the application's plugin: its secret files and
 in-memory secrets go. The worker list comes from the workers themselves
 once they started.
 """
+import asyncio
 import ctypes
 import os
 import secrets
@@ -153,10 +154,17 @@ def _write_secret(apps, app, secret):
     os.rename(tmp, os.path.join(apps, app))
 
 
+def _running(worker):
+    """The deployment of the ushuffled this worker runs, or None (none
+    here, or stopped)."""
+    p = getattr(worker, "_ushuffle_deploy", None)
+    return p if p is not None and p.proc is not None else None
+
+
 def _apps_dir(worker):
     """The --secrets-dir of the ushuffled this worker runs, or None."""
-    p = getattr(worker, "_ushuffle_deploy", None)
-    return p.apps if p is not None and p.proc is not None else None
+    p = _running(worker)
+    return p.apps if p is not None else None
 
 
 class AppPlugin(WorkerPlugin):
@@ -231,7 +239,6 @@ class Deployments(SchedulerPlugin):
                 self.retiring.pop(app).cancel()
 
     def remove_client(self, scheduler, client):
-        import asyncio
         loop = asyncio.get_running_loop()
         for app, (_, who) in self.apps.items():
             # Its last client still connected (clients that left earlier
@@ -262,10 +269,8 @@ class Deployments(SchedulerPlugin):
 
 
 def _address(dask_worker):
-    p = getattr(dask_worker, "_ushuffle_deploy", None)
-    if p is None or p.proc is None:  # none here, or stopped
-        return None
-    return p.address, p.proc.pid
+    p = _running(dask_worker)
+    return (p.address, p.proc.pid) if p is not None else None
 
 
 def _application(client, app, offer, dask_scheduler=None):

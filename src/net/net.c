@@ -346,19 +346,29 @@ struct admin {
 
 /* Sends the request to one worker and reads its ACK, within what is left
  * of the deadline: 0 or -errno (the message in ush_last_error()). */
-static int admin_one(const struct admin *ad, const char *peer)
+/* Milliseconds left before ad's deadline (0: passed). */
+static uint32_t admin_left(const struct admin *ad)
 {
 	uint64_t now = ushi_now_ns();
-	uint64_t left = ad->deadline > now ? (ad->deadline - now) / 1000000u :
-					     0;
+	return ad->deadline > now ? (uint32_t)((ad->deadline - now) /
+					       1000000u) : 0;
+}
+
+static int admin_one(const struct admin *ad, const char *peer)
+{
+	uint32_t left = admin_left(ad);
 	if (!left)
 		return ushi_fail(-ETIMEDOUT, "net: worker %s: %s not sent: "
 				 "its deadline passed", peer, ad->what);
 	struct proto_hello h;
 	struct ushi_mac mac;
-	int fd = net_dial(peer, &ad->hello, (uint32_t)left, &h, &mac);
+	int fd = net_dial(peer, &ad->hello, left, &h, &mac);
 	if (fd < 0)
 		return fd;
+	/* The ACK waits only for what the handshake left of the deadline
+	 * (0 would be no timeout). */
+	left = admin_left(ad);
+	net_set_timeouts(fd, left ? left : 1);
 	uint8_t b[USHI_PROTO_ERROR_SIZE];
 	struct ushi_frame f;
 	memcpy(b, ad->req, ad->len); /* sealed per connection */

@@ -351,10 +351,9 @@ static void drop(struct wk_conn *c, const struct ushi_frame *f)
 			     ush_strerror(ret));
 		return;
 	}
-	/* Unowned: nothing durable to forget, files only (if any). */
 	if (owned)
 		wk_drop_finish(t, &f->shuffle, 1);
-	else
+	else /* nothing durable to forget, files only (if any) */
 		wk_drop_files(t, f->shuffle);
 	WK_COUNT(wk, drops, owned);
 	if (owned)

@@ -1073,6 +1073,18 @@ static int read_issue(struct wk_fetch *fe, unsigned k, uint64_t start,
 
 /* ------------------------------------------------------------ windows */
 
+/* The reads fe may start now: up to WK_FETCH_READS queued, WK_FETCH_RUNS
+ * of them whatever the thread holds, more while its thread's streams
+ * hold under half its ring's ops (the rest are the log writes'). */
+static unsigned read_room(const struct wk_fetch *fe)
+{
+	unsigned own = fe->rn < WK_FETCH_RUNS ? WK_FETCH_RUNS - fe->rn : 0;
+	unsigned spare = fe->t->fetch_reads < WK_IODEPTH / 2 ?
+			 WK_IODEPTH / 2 - fe->t->fetch_reads : 0;
+	unsigned room = own > spare ? own : spare;
+	return room < WK_FETCH_READS - fe->rn ? room : WK_FETCH_READS - fe->rn;
+}
+
 /* A window's run being grouped: thread k's log, bytes [lo, end), want
  * of them frames of the window. */
 struct wrun {
@@ -1107,13 +1119,7 @@ static int win_start(struct wk_fetch *fe)
 {
 	struct wk_thread *t = fe->t;
 	uint32_t flush = t->wk->o.flush_size;
-	/* The reads more() lets a stream have: WK_FETCH_RUNS of its own,
-	 * more while its thread's streams hold under half the ring. */
-	unsigned own = fe->rn < WK_FETCH_RUNS ? WK_FETCH_RUNS - fe->rn : 0;
-	unsigned spare = t->fetch_reads < WK_IODEPTH / 2 ?
-			 WK_IODEPTH / 2 - t->fetch_reads : 0;
-	unsigned room = own > spare ? own : spare;
-	room = room < WK_FETCH_READS - fe->rn ? room : WK_FETCH_READS - fe->rn;
+	unsigned room = read_room(fe);
 	if (fe->wn == WK_FETCH_WINS || !room)
 		return 0;
 	struct wk_fwin *w = &fe->win[(fe->whead + fe->wn) % WK_FETCH_WINS];
@@ -1276,9 +1282,8 @@ static bool more(const struct wk_fetch *fe, const struct wk_outq *q)
 	if (fe->app && fe->rbytes + q->stream &&
 	    atomic_load(&fe->app->fetch_queued) >= t->wk->o.max_app_fetch_bytes)
 		return false;
-	return fe->next < fe->nent && fe->rn < WK_FETCH_READS &&
-	       fe->rbytes + q->stream < most &&
-	       (fe->rn < WK_FETCH_RUNS || t->fetch_reads < WK_IODEPTH / 2);
+	return fe->next < fe->nent && fe->rbytes + q->stream < most &&
+	       read_room(fe);
 }
 
 int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
@@ -1329,12 +1334,12 @@ int wk_fetch_pump(struct wk_fetch *fe, struct wk_outq *q)
 		o->buf = r->buf;
 		o->heap = r->buf ? NULL : r->mem;
 		o->heap_cap = r->hcap;
-		fe->rhead = (fe->rhead + 1) % WK_FETCH_READS;
-		fe->rn--;
-		queued(fe, -(int64_t)r->need);
 		fe->frames += r->frames;
 		WK_COUNT(fe->t->wk, frames_out, r->frames);
 		fe->bytes += r->len;
+		r->buf = NULL; /* the output's now */
+		r->mem = NULL;
+		read_pop(fe);
 		wk_outq_add(q, o);
 	}
 	if (!ret && !fe->rn && fe->next == fe->nent) {

@@ -538,15 +538,15 @@ void *wk_thread_main(void *arg)
 				conn_new(t, fd);
 				continue;
 			}
-			if (!t->stopping) {
-				atomic_fetch_sub(&wk->nconns, 1);
-				refuse(t, fd, -EBUSY, "worker at the connections "
-				       "its descriptor limit leaves room for, "
-				       "all authenticated");
-				continue;
-			}
+			char msg[160] = "worker shutting down";
+			if (!t->stopping)
+				snprintf(msg, sizeof(msg), "worker thread %u at "
+					 "its share of the %u connections "
+					 "RLIMIT_NOFILE leaves room for, all "
+					 "authenticated (raise the worker's "
+					 "LimitNOFILE)", t->idx, wk->conn_fds);
 			atomic_fetch_sub(&wk->nconns, 1);
-			refuse(t, fd, -ESHUTDOWN, "worker shutting down");
+			refuse(t, fd, t->stopping ? -ESHUTDOWN : -EBUSY, msg);
 		}
 		t->naccepted = t->accepted_next = 0;
 		now = ushi_now_ns();

@@ -630,16 +630,19 @@ int ush_worker_start(ush_worker *wk)
 		}
 	}
 	log_start(wk);
-	/* Each connection is a descriptor: below max_conns of them, accept
-	 * fails (EMFILE, and backs off) before the limit refuses anyone. */
+	/* Each connection is a descriptor: past what the file budget
+	 * leaves of the limit (files.c), connections are shed or refused
+	 * before --max-conns is reached. */
 	struct rlimit rl;
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur < (rlim_t)wk->o.max_conns + 64)
-		wk_log(wk, 1, "RLIMIT_NOFILE is %llu, below %u connections "
-		       "plus files: accepts will fail before --max-conns "
-		       "refuses; raise it (ulimit -n, LimitNOFILE=) or lower "
-		       "--max-conns", (unsigned long long)rl.rlim_cur,
-		       wk->o.max_conns);
+	if (wk->conn_fds < wk->o.max_conns && !getrlimit(RLIMIT_NOFILE, &rl))
+		wk_log(wk, 1, "RLIMIT_NOFILE is %llu: beside %u log and index "
+		       "files and %u more it leaves room for %u connections, "
+		       "below --max-conns=%u; past them new connections "
+		       "replace unauthenticated ones or are refused; raise it "
+		       "(ulimit -n, LimitNOFILE=) or lower --max-conns or "
+		       "--max-open-files", (unsigned long long)rl.rlim_cur,
+		       wk->open_max * wk->nthreads, WK_FD_MARGIN,
+		       wk->conn_fds, wk->o.max_conns);
 	return 0;
 }
 

@@ -17,6 +17,9 @@
 #include <pthread.h>
 #include <sched.h>
 
+/* The sealer thread's stack (sealer_post()). */
+#define SEALER_STACK (1u << 20)
+
 struct ushi_sealer {
 	pthread_t thread;
 	pthread_mutex_t mu;
@@ -45,6 +48,23 @@ int seal_put(struct ushi_seal *s, const uint8_t *sub, uint32_t key_id,
 	return ret;
 }
 
+/* Seals jobs[0..n): the first error (its message in s->errmsg), or 0. */
+static int seal_jobs(struct ushi_sealer *s, unsigned n)
+{
+	int err = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct ushi_seal_job *j = &s->jobs[i];
+		int ret = seal_put(&s->seal, s->sub, s->key_id, &j->f,
+				   j->b->data);
+		if (ret && !err) {
+			err = ret;
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s",
+				 ush_last_error());
+		}
+	}
+	return err;
+}
+
 static void *sealer_main(void *arg)
 {
 	struct ushi_sealer *s = arg;
@@ -56,17 +76,7 @@ static void *sealer_main(void *arg)
 			break;
 		unsigned n = s->n;
 		pthread_mutex_unlock(&s->mu);
-		int err = 0;
-		for (unsigned i = 0; i < n; i++) {
-			struct ushi_seal_job *j = &s->jobs[i];
-			int ret = seal_put(&s->seal, s->sub, s->key_id, &j->f,
-					   j->b->data);
-			if (ret && !err) {
-				err = ret;
-				snprintf(s->errmsg, sizeof(s->errmsg), "%s",
-					 ush_last_error());
-			}
-		}
+		int err = seal_jobs(s, n);
 		pthread_mutex_lock(&s->mu);
 		s->err = err;
 		s->posted = false;
@@ -115,11 +125,22 @@ struct ushi_seal_job *sealer_jobs(struct ushi_sealer *s)
 int sealer_post(struct ushi_sealer *s, unsigned n)
 {
 	if (!s->started) {
-		int ret = pthread_create(&s->thread, NULL, sealer_main, s);
-		if (ret)
-			return ushi_fail(-ret, "writer: sealer thread: %s",
-					 strerror(ret));
-		s->started = true;
+		/* AES-GCM needs little stack: many sealing writers at once
+		 * need not reserve 8 MiB each. */
+		pthread_attr_t attr;
+		int ai = pthread_attr_init(&attr);
+		bool small = !ai && !pthread_attr_setstacksize(&attr,
+							       SEALER_STACK);
+		s->started = !pthread_create(&s->thread, small ? &attr : NULL,
+					     sealer_main, s);
+		if (!ai)
+			pthread_attr_destroy(&attr);
+	}
+	if (!s->started) {
+		/* No thread (RLIMIT_NPROC, a pids cgroup): sealed here, as
+		 * on one CPU; sealer_wait() gives the result. */
+		s->err = seal_jobs(s, n);
+		return 0;
 	}
 	pthread_mutex_lock(&s->mu);
 	s->n = n;

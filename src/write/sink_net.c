@@ -1276,16 +1276,22 @@ static const struct net_io net_io_psync = {
 	.flush = psync_flush,
 };
 
+/* 0 when worker c takes frames of flen bytes, else -EMSGSIZE saying
+ * so. */
+static int too_big(const struct conn *c, uint32_t flen)
+{
+	return flen <= c->max_frame ? 0 :
+	       ushi_fail(-EMSGSIZE, "net: worker %s takes frames up to %u "
+			 "bytes, not %u", c->peer, c->max_frame, flen);
+}
+
 /* Queues flen bytes on replica c: a frame, or a run of staged frames
  * (at addr in pool buffer b, the largest fmax bytes); or releases c's
  * hold on them and returns the error. */
 static int replica_submit(struct net *n, struct conn *c, struct ushi_buf *b,
 			  const uint8_t *mem, uint32_t flen, uint32_t fmax)
 {
-	int ret = c->err;
-	if (!ret && fmax > c->max_frame)
-		ret = ushi_fail(-EMSGSIZE, "net: worker %s takes frames up to "
-			       "%u bytes, not %u", c->peer, c->max_frame, fmax);
+	int ret = c->err ? c->err : too_big(c, fmax);
 	if (!ret)
 		n->io->update(c);
 	if (!ret && !has_credit(c, flen)) {
@@ -1399,10 +1405,9 @@ static int frame_fits(struct net *n, uint32_t partition, uint32_t flen)
 	const unsigned *pl = replicas_of(n, partition);
 	for (unsigned k = 0; k < n->replicas; k++) {
 		const struct conn *c = &n->c[pl[k]];
-		if (!c->err && flen > c->max_frame)
-			return ushi_fail(-EMSGSIZE, "net: worker %s takes "
-					"frames up to %u bytes, not %u",
-					c->peer, c->max_frame, flen);
+		int ret = c->err ? 0 : too_big(c, flen);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -1463,9 +1468,12 @@ static int pack_open(struct net *n, unsigned g, uint32_t partition)
 		if (w->err)
 			return w->err;
 		if (!w->inflight) /* frames queued or sent come back */
-			return ushi_fail(-ENOMEM, "net: no pack buffer idle "
-					"in the pool of %zu MiB",
-					w->pool->bytes >> 20);
+			return ushi_fail(-ENOMEM, "net: the %zu KiB pool has "
+					"no idle buffer to pack frames in and "
+					"nothing in flight: release buffers "
+					"taken with ush_writer_acquire() or "
+					"raise ush_ring_opts.pool_bytes",
+					w->pool->bytes >> 10);
 		kick_all(n);
 		int ret = reap_tick(n, STALL_TICK_NS);
 		if (ret)
@@ -1559,7 +1567,6 @@ static int net_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
 		uint32_t to = nfr ? fr[0].at : len;
 		ret = run_send(n, b, 0, to, n->carry_flen, n->carry_part);
 		from = to;
-		runs--;
 	}
 	while (i < nfr) {
 		unsigned g = first_of(n, fr[i].part);
@@ -1574,11 +1581,9 @@ static int net_span_put(struct ush_writer *w, struct ushi_buf *b, uint32_t len,
 		else /* not sent: each replica's hold goes */
 			for (unsigned k = 0; k < n->replicas; k++)
 				frame_done(n, b, NULL, 0);
-		runs--;
 		from = to;
 		i = j;
 	}
-	(void)runs; /* counted down to 0: every hold was sent or released */
 	return ret;
 }
 

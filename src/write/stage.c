@@ -289,33 +289,33 @@ static int frame_part(struct ush_writer *w, struct ushi_stage *s,
 	return 0;
 }
 
-/*
- * Scattered flushes. The gather above loads each staged record in
- * partition order: a cache miss per record in a stage larger than the
- * cache. Here the flush's frames are laid out first (partition order,
- * sizes from the sorted notes), in pool buffers of the push size taken
- * for the whole flush (the span); one pass over the stage in arrival
- * order (sequential loads) copies each record of at most
- * USHI_STAGE_SCATTER bytes to its place; then, in partition order, the
- * larger records are gathered into place and each frame gets its header
- * and CRC, and every buffer goes to the sink as it is done. A frame that
- * would straddle two buffers, or a partition of more than one frame, is
- * gathered in the scratch frame and copied in, as few as one per buffer.
- */
-/* Whether waiting brings buffers back: ops in the ring, or frames the
- * sink holds (a net sink queues staged frames until credit returns,
- * with no op in the ring meanwhile). */
 /* The i-th partition in the order the flush frames them. */
 static inline uint32_t nth(const struct ushi_stage *s, uint32_t i)
 {
 	return s->ord ? s->ord[i] : i;
 }
 
+/* Whether waiting brings buffers back: ops in the ring, or frames the
+ * sink holds (a net sink queues staged frames until credit returns,
+ * with no op in the ring meanwhile). */
 static bool waiting(const struct ush_writer *w)
 {
 	return ring_inflight(w->ring) || w->inflight;
 }
 
+/*
+ * Scattered flushes. The gather above loads each staged record in
+ * partition order: a cache miss per record in a stage larger than the
+ * cache. Here the flush's frames are laid out first (in the sink's order
+ * of partitions, nth(); sizes from the sorted notes), in pool buffers of
+ * the push size taken for the whole flush (the span); one pass over the
+ * stage in arrival order (sequential loads) copies each record of at most
+ * USHI_STAGE_SCATTER bytes to its place; then, in that order, the
+ * larger records are gathered into place and each frame gets its header
+ * and CRC, and every buffer goes to the sink as it is done. A frame that
+ * would straddle two buffers, or a partition of more than one frame, is
+ * gathered in the scratch frame and copied in, as few as one per buffer.
+ */
 static uint8_t *span_at(const struct ushi_stage *s, uint64_t off)
 {
 	return s->span[off >> s->shift]->data +
@@ -384,8 +384,7 @@ static int span_get(struct ush_writer *w, struct ushi_stage *s, uint32_t n)
 		}
 		if (!waiting(w))
 			return 1;
-		int ret = w->sink->reap ? w->sink->reap(w) :
-			  ring_reap(w->ring, 1);
+		int ret = writer_reap(w);
 		if (!ret && w->sink->flush)
 			ret = w->sink->flush(w);
 		if (!ret)
@@ -593,8 +592,7 @@ static int stage_room(struct ush_writer *w, struct ushi_stage *s,
 	while (!ret && s->nchunks && w->pool->idle_bytes < reserve) {
 		if (!waiting(w))
 			ret = stage_flush(w);
-		else if (!(ret = w->sink->reap ? w->sink->reap(w) :
-				 ring_reap(w->ring, 1)) && w->sink->flush &&
+		else if (!(ret = writer_reap(w)) && w->sink->flush &&
 			 !(ret = w->sink->flush(w))) /* backlogged packs */
 			ret = ring_submit(w->ring);
 	}

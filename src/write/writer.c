@@ -308,14 +308,16 @@ static int seal_collect(struct ush_writer *w)
 	return ret ? ret : w->err ? sticky(w) : 0;
 }
 
-/* Hands the queue to the sealer, once the batch before it is collected:
- * the fill of the next batch overlaps its sealing. */
+/* Hands the queue to the sealer (its first USHI_QUEUE_BATCH, all the
+ * sealer takes), once the batch before it is collected: the fill of the
+ * next batch overlaps its sealing. After an error nothing is handed
+ * off: the queue stays for abort or free to give back. */
 static int seal_queue(struct ush_writer *w)
 {
-	int ret = seal_collect(w);
+	int ret = w->err ? sticky(w) : seal_collect(w);
 	struct ushi_seal_job *j = sealer_jobs(w->sealer);
 	unsigned n = 0;
-	while (!ret && w->qhead) {
+	while (!ret && w->qhead && n < USHI_QUEUE_BATCH) {
 		struct ushi_buf *b = queue_pop(w);
 		ret = frame_make(w, b, true, &j[n].f, &j[n].b);
 		if (!ret)
@@ -459,8 +461,7 @@ static int get_buf(struct ush_writer *w, unsigned order, unsigned min_order,
 			 (!ring_inflight(r) || sealer_done(w->sealer)))
 			ret = flush_all(w);
 		else if (ring_inflight(r))
-			ret = w->sink->reap ? w->sink->reap(w) :
-					      ring_reap(r, 1);
+			ret = writer_reap(w);
 		else if (stage_pending(w))
 			ret = stage_flush(w);
 		else if (!evict(w))

@@ -175,6 +175,11 @@ static inline void writer_error_keep(struct ush_writer *w, int err)
 		snprintf(w->errmsg, sizeof(w->errmsg), "%s", ush_last_error());
 	}
 }
+/* Waits for a completion: the sink's reap, else the ring's. */
+static inline int writer_reap(struct ush_writer *w)
+{
+	return w->sink->reap ? w->sink->reap(w) : ring_reap(w->ring, 1);
+}
 /* Sinks count the bytes they stored on the target through it. */
 static inline void writer_stored(struct ush_writer *w, uint64_t bytes)
 {
