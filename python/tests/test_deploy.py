@@ -145,7 +145,7 @@ def test_install_twice_and_a_restarted_worker(tmp_path):
             assert theirs["workers"] == opts["workers"]
             assert theirs["app"] != opts["app"]
             assert deploy.pids(other) == before
-            assert sorted(os.listdir(apps_dir(before))) == \
+            assert sorted(os.listdir(apps_dir(min(before.values())))) == \
                 sorted([opts["app"], theirs["app"]])
             assert_same(other, ud.shuffle(ddf, "k", npartitions=3,
                                           **theirs), want)
@@ -227,7 +227,7 @@ def test_killed_client_retired_after_ttl(tmp_path):
                       local_directory=str(tmp_path)) as c, \
             Client(c) as client:
         opts = ud.install(client, app_ttl_s=1)
-        apps = apps_dir(sorted(deploy.pids(client).values())[0])
+        apps = apps_dir(min(deploy.pids(client).values()))
         other, app = client_process(c.scheduler_address)
         try:
             assert app.startswith("dask-") and app != opts["app"]
@@ -268,7 +268,7 @@ def test_shared_app_retired_after_its_last_client(tmp_path):
                       local_directory=str(tmp_path)) as c, \
             Client(c) as client:
         ud.install(client, app_ttl_s=1)
-        apps = apps_dir(sorted(deploy.pids(client).values())[0])
+        apps = apps_dir(min(deploy.pids(client).values()))
         a, app = client_process(c.scheduler_address, "shared")
         b, app_b = client_process(c.scheduler_address, "shared")
         try:
